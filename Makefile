@@ -1,0 +1,127 @@
+# dcp - dynamic context-parallel attention.
+#
+#   make            library (build/lib/libdcp.{a,so}) and tools (build/bin/)
+#   make run        the main job: dcp-attn-test on the built-in batch, every strategy, checked
+#   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
+#   make deps       installs the Debian packages the build needs (sudo when not root)
+#   make install PREFIX=/usr/local ; make clean
+#
+# CUDA kernels are compiled whenever nvcc is found (NVCC=... to choose, NVCC= to disable).
+
+PREFIX ?= /usr/local
+BUILD ?= build
+CC ?= cc
+OPT ?= -O3 -g
+SAN ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
+
+WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror
+CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SAN) -fPIC \
+	-fvisibility=hidden -I. -MMD -MP
+LDLIBS_ALL = -lpthread -lm
+
+LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
+CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
+TOOLS = dcp-attn-test
+TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/*.c)
+
+ifneq ($(NVCC),)
+CU_SRCS = $(wildcard kernels/cuda/*.cu)
+LIB_SRCS := $(filter-out kernels/device_none.c,$(LIB_SRCS))
+NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
+	--Werror all-warnings -MMD -MP
+LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+endif
+
+LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+CLI_OBJS = $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
+TOOL_BINS = $(TOOLS:%=$(BUILD)/bin/%)
+TEST_BIN = $(BUILD)/bin/dcp-tests
+
+.PHONY: all lib tools tests run test test-asan test-run deps install clean
+all: lib tools
+
+lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so
+tools: $(TOOL_BINS)
+tests: $(TEST_BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/lib/libdcp.a: $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/lib/libdcp.so: $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared $(SAN) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+
+$(TEST_BIN): $(TEST_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -o $@ $^ -lcunit $(LDLIBS_ALL)
+
+# The main job: a built-in long-tailed batch on 8 in-process ranks (2x4), causal and lambda
+# masks, every strategy, checked against the double-precision reference.
+run: deps
+	$(MAKE) -j$(JOBS) tools
+	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --check
+
+test: deps
+	$(MAKE) -j$(JOBS) tests tools
+	$(MAKE) test-run
+
+test-run:
+	$(TEST_BIN)
+
+test-asan: deps
+	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests tools
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		$(MAKE) BUILD=build-asan test-run
+
+DEB_PKGS = libhwloc-dev hwloc libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
+	openmpi-bin pkg-config
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		if ! command -v apt-get >/dev/null; then \
+			echo "deps: install these packages (or their equivalents): $$missing" >&2; exit 1; fi; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		echo "deps: installing $$missing"; \
+		$$sudo apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/lib/libdcp.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/lib/libdcp.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/dcp.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: dcp\nDescription: dynamic context-parallel attention\nVersion: 0.1.0\nCflags: -I$${includedir}\nLibs: -L$${libdir} -ldcp\nLibs.private: %s\n' \
+		'$(PREFIX)' '$(LDLIBS_ALL)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dcp.pc
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

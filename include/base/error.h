@@ -1,0 +1,47 @@
+/* Status recording, checked allocation and clocks shared by every layer. */
+#ifndef DCP_BASE_ERROR_H
+#define DCP_BASE_ERROR_H
+
+#include "include/dcp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define DCP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DCP_PRINTF(f, a)
+#endif
+
+/* Records `fmt` as the calling thread's last error and returns `status`. The function that
+ * first sees a failure calls it; callers only propagate. */
+dcp_status_t dcp_set_error(dcp_status_t status, const char *fmt, ...) DCP_PRINTF(2, 3);
+
+/* Copies the calling thread's last error text into buf (for handing it across threads). */
+void dcp_error_save(char *buf, size_t capacity);
+
+#define DCP_CHECK(call)                                                                        \
+    do {                                                                                       \
+        dcp_status_t dcp_st_ = (call);                                                         \
+        if (dcp_st_ != DCP_OK) return dcp_st_;                                                 \
+    } while (0)
+
+#define DCP_CHECK_GOTO(call, st, label)                                                        \
+    do {                                                                                       \
+        (st) = (call);                                                                         \
+        if ((st) != DCP_OK) goto label;                                                        \
+    } while (0)
+
+/* Zeroed allocation of n elements of `size` bytes with an overflow check; `what` names the
+ * allocation in the error message. n == 0 yields a valid, freeable pointer. */
+dcp_status_t dcp_calloc(void *ptr_out, int64_t n, size_t size, const char *what);
+
+/* Grows *ptr (an array of `size`-byte elements with capacity *cap) to hold at least `need`
+ * elements, doubling; new elements are zeroed. */
+dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap, int64_t need, size_t size,
+                         const char *what);
+
+/* Monotonic clock in seconds. */
+double dcp_now(void);
+
+#endif

@@ -1,0 +1,299 @@
+/*
+ * dcp.h - dynamic context-parallel attention.
+ *
+ * The only public header of libdcp. Plain C11; no CUDA, UCX, METIS or hwloc types.
+ *
+ * Per training batch the caller describes the sequences (lengths and masks), the attention
+ * shape and the cluster; dcp_plan_create() cuts the batch into token blocks and computation
+ * blocks, places them on ranks and schedules their transfers; every rank then runs its part
+ * of the plan with dcp_forward() on its local rows.
+ *
+ * Conventions
+ *  - Every fallible function returns dcp_status_t. On failure dcp_last_error() names the
+ *    argument or field at fault, and no output argument has been written.
+ *  - Output arguments end in _out. Objects come in create/destroy pairs; destroy(NULL) is a
+ *    no-op. Pointers passed in are borrowed for the duration of the call unless a comment
+ *    says otherwise.
+ *  - Thread safety: functions that take a const object may run concurrently on it; a
+ *    context is used by one thread at a time. The last-error text is thread-local.
+ *  - Token positions are 0-based within a sequence. Tensors use the packed THD layout of
+ *    varlen attention APIs: [tokens, heads, head_dim], row-major.
+ */
+#ifndef DCP_H
+#define DCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DCP_API __attribute__((visibility("default")))
+#else
+#define DCP_API
+#endif
+
+#define DCP_VERSION_MAJOR 0
+#define DCP_VERSION_MINOR 1
+
+/* ---------------------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    DCP_OK = 0,
+    DCP_ERR_INVALID_ARG = 1,  /* an argument or field is out of range; the message names it */
+    DCP_ERR_NO_MEMORY = 2,    /* a host or device allocation failed */
+    DCP_ERR_PLAN_CORRUPT = 3, /* plan bytes are truncated, altered or inconsistent */
+    DCP_ERR_CAPACITY = 4,     /* the blocks cannot be placed under the per-rank memory cap */
+    DCP_ERR_UNSUPPORTED = 5,  /* a valid request this build or device cannot serve */
+    DCP_ERR_TIMEOUT = 6,      /* a transfer did not complete within the timeout */
+    DCP_ERR_PEER = 7,         /* a peer rank failed or left */
+    DCP_ERR_SYSTEM = 8,       /* the OS or a foreign library (CUDA, UCX, ...) failed */
+    DCP_ERR_INTERNAL = 9      /* a broken invariant inside dcp; please report it */
+} dcp_status_t;
+
+/* Static, never-NULL name of a status ("DCP_ERR_INVALID_ARG"). Thread-safe. */
+DCP_API const char *dcp_status_string(dcp_status_t status);
+
+/* Detail of the last failure on the calling thread ("batch: lengths[3] = 0, must be >= 1").
+ * Valid until the next dcp call on this thread; "" when there was none. */
+DCP_API const char *dcp_last_error(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Masks
+ *
+ * Query i of a sequence of length L may attend key j only if j lies in the allowed set;
+ * every mask is at most two half-open key ranges per query (see DESIGN.md for the table).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum {
+    DCP_MASK_FULL = 0,            /* [0, L) */
+    DCP_MASK_CAUSAL = 1,          /* [0, i+1) */
+    DCP_MASK_WINDOW = 2,          /* [max(0, i-W+1), i+1); uses window */
+    DCP_MASK_LAMBDA = 3,          /* [0, min(S, i+1)) u [max(0, i-W+1), i+1); sink, window */
+    DCP_MASK_BLOCKWISE = 4,       /* uses block (b) and k; see DESIGN.md */
+    DCP_MASK_SHARED_QUESTION = 5, /* uses question_frac (p) and answers (a) */
+    DCP_MASK_CUSTOM = 6,          /* caller-given ranges per query */
+    DCP_MASK_KIND_COUNT = 7
+} dcp_mask_kind_t;
+
+/* A mask; only the fields of its kind are read. dcp_mask_parse() fills one from text. */
+typedef struct {
+    dcp_mask_kind_t kind;
+    int32_t window;       /* WINDOW, LAMBDA: W >= 1 keys */
+    int32_t sink;         /* LAMBDA: S >= 0 leading keys always visible */
+    int32_t block;        /* BLOCKWISE: b >= 1 tokens */
+    int32_t k;            /* BLOCKWISE: k >= 0 preceding blocks visible */
+    int32_t answers;      /* SHARED_QUESTION: a >= 1 answers */
+    double question_frac; /* SHARED_QUESTION: p in [0, 1], question = floor(L * p) tokens */
+    /* CUSTOM: 4 int32 per query, {s0, e0, s1, e1}, allowed keys [s0, e0) u [s1, e1) with
+     * 0 <= s <= e <= L. Borrowed: must stay valid while the mask is used; a plan copies it. */
+    const int32_t *ranges;
+} dcp_mask_t;
+
+/* Parses "full", "causal", "window:W", "lambda:S:W", "blockwise:b:k",
+ * "shared-question:p:a". Bare "window", "lambda", "blockwise" and "shared-question" take
+ * DCP's parameters (W = 4096; S = 64, W = 4096; b = 256, k = 2; p = 0.2, a = 4).
+ * "custom" cannot be parsed: build it in code. */
+DCP_API dcp_status_t dcp_mask_parse(const char *spec, dcp_mask_t *mask_out);
+
+/* Writes the canonical text of a mask ("lambda:64:4096") into buf (always terminated when
+ * capacity > 0). Returns DCP_ERR_INVALID_ARG when it does not fit. */
+DCP_API dcp_status_t dcp_mask_format(const dcp_mask_t *mask, char *buf, size_t capacity);
+
+/* The allowed keys of query `query` in a sequence of length `len`, as two disjoint
+ * half-open ranges {s0, e0, s1, e1} with e0 <= s1 (an empty range has s == e). */
+DCP_API dcp_status_t dcp_mask_allowed(const dcp_mask_t *mask, int32_t len, int32_t query,
+                                      int32_t ranges_out[4]);
+
+/* Exact number of allowed (query, key) pairs in the tile [q0, q1) x [k0, k1). Runs in time
+ * independent of the tile size for every mask but CUSTOM. */
+DCP_API dcp_status_t dcp_mask_count_pairs(const dcp_mask_t *mask, int32_t len, int32_t q0,
+                                          int32_t q1, int32_t k0, int32_t k1,
+                                          int64_t *pairs_out);
+
+/* ---------------------------------------------------------------------------------------
+ * Batch, attention shape, options, cluster
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t num_seqs;         /* >= 1 */
+    const int32_t *lengths;   /* [num_seqs], each >= 1 token */
+    const dcp_mask_t *masks;  /* [num_seqs], one mask per sequence */
+} dcp_batch_t;
+
+typedef enum { DCP_DTYPE_FP32 = 0, DCP_DTYPE_BF16 = 1, DCP_DTYPE_FP16 = 2 } dcp_dtype_t;
+
+typedef struct {
+    int32_t num_heads;    /* query heads Hq >= 1 */
+    int32_t num_kv_heads; /* KV heads Hkv >= 1, Hq % Hkv == 0 (GQA) */
+    int32_t head_dim;     /* D >= 1 */
+    dcp_dtype_t dtype;    /* storage type of Q, K, V and O; LSE is always fp32 */
+    float scale;          /* softmax scale; 0 means 1/sqrt(D) */
+} dcp_attn_shape_t;
+
+typedef enum {
+    DCP_STRATEGY_RING = 0,   /* each sequence in R contiguous chunks, chunk r on rank r */
+    DCP_STRATEGY_ZIGZAG = 1, /* 2R chunks, rank r holds chunks r and 2R-1-r */
+    DCP_STRATEGY_LPT = 2,    /* FCP's longest-processing-time block distributor */
+    DCP_STRATEGY_COUNT = 3
+} dcp_strategy_t;
+
+/* "ring", "zigzag", "lpt". */
+DCP_API const char *dcp_strategy_name(dcp_strategy_t strategy);
+DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out);
+
+typedef struct {
+    int32_t block_size;     /* B: tokens per token block, >= 1 (default 1024) */
+    int32_t head_blocks;    /* head groups, a divisor of num_kv_heads (default 1) */
+    int32_t divisions;      /* T >= 1: compute divisions per rank (default 4) */
+    dcp_strategy_t strategy;/* placement (default DCP_STRATEGY_LPT) */
+    double eps_inter;       /* allowed imbalance between nodes (default 0.4) */
+    double eps_intra;       /* allowed imbalance between a node's devices (default 0.1) */
+    int64_t mem_cap_bytes;  /* per-rank cap on owned data-block bytes; 0 = no cap */
+    uint64_t seed;          /* seed for randomised strategies; plans are deterministic */
+} dcp_plan_options_t;
+
+/* Fills the defaults documented above. */
+DCP_API void dcp_plan_options_default(dcp_plan_options_t *opts_out);
+
+/* The cluster model: nodes, devices per node, link bandwidths. Immutable once built; rank r
+ * is device r % G of node r / G. */
+typedef struct dcp_cluster dcp_cluster_t;
+
+/* "NxG[:intra=GBps][:inter=GBps][:lat=us]": N nodes of G devices; bandwidths in GB/s per
+ * direction per device, latency in microseconds (defaults 300, 25, 5). */
+DCP_API dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out);
+DCP_API void dcp_cluster_destroy(dcp_cluster_t *cluster);
+DCP_API int32_t dcp_cluster_num_ranks(const dcp_cluster_t *cluster);
+DCP_API int32_t dcp_cluster_num_nodes(const dcp_cluster_t *cluster);
+
+/* ---------------------------------------------------------------------------------------
+ * Plans
+ * ------------------------------------------------------------------------------------- */
+
+/* A plan: placement of every block, one program per rank, the local token layout of every
+ * rank, and statistics. Immutable; safe to share between threads. */
+typedef struct dcp_plan dcp_plan_t;
+
+/* Plans `batch` for `cluster`. Deterministic: the same inputs give a byte-identical
+ * serialized plan on every rank. `opts` may be NULL for the defaults. */
+DCP_API dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                     const dcp_plan_options_t *opts,
+                                     const dcp_cluster_t *cluster, dcp_plan_t **plan_out);
+DCP_API void dcp_plan_destroy(dcp_plan_t *plan);
+
+typedef struct {
+    int32_t num_ranks, num_nodes;
+    dcp_strategy_t strategy;
+    int32_t num_divisions;      /* T */
+    int32_t num_token_blocks;
+    int64_t num_comp_blocks;    /* (q block, kv block, head group) triples with work */
+    int64_t total_tokens;
+    int64_t total_flops;        /* forward FLOPs: allowed pairs x 4 x D x query heads */
+    int64_t comm_bytes;         /* bytes moved between ranks (inputs and partial outputs) */
+    int64_t inter_node_bytes;   /* the part of comm_bytes that crosses nodes */
+    int64_t max_rank_bytes;     /* max over ranks of bytes sent + received */
+    double compute_imbalance;   /* max/mean - 1 of per-rank FLOPs */
+    double memory_imbalance;    /* max/mean - 1 of per-rank owned data-block bytes */
+    int64_t max_buffer_bytes;   /* max over ranks of the work buffers dcp allocates */
+    int32_t num_transfers;      /* point-to-point block transfers */
+    double plan_ms;             /* wall time of dcp_plan_create; 0 for a deserialized plan */
+} dcp_plan_stats_t;
+
+DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
+
+typedef struct {
+    int64_t local_tokens;   /* rows of this rank's Q/K/V/O/LSE tensors */
+    int64_t flops;          /* forward FLOPs this rank computes */
+    int64_t memory_bytes;   /* owned data-block bytes (Q, K, V, O, LSE of local tokens) */
+    int64_t sent_bytes, recv_bytes;
+    int64_t buffer_bytes;   /* work buffers: staged, received and partial blocks, accumulators */
+    int32_t num_instructions;
+} dcp_rank_stats_t;
+
+DCP_API dcp_status_t dcp_plan_get_rank_stats(const dcp_plan_t *plan, int32_t rank,
+                                             dcp_rank_stats_t *stats_out);
+
+/* A run of consecutive tokens [start, start + len) of sequence `seq`. */
+typedef struct {
+    int32_t seq;
+    int32_t start;
+    int32_t len;
+} dcp_token_span_t;
+
+/* The tokens a rank owns, in local row order: its local Q/K/V rows must be the
+ * concatenation of these spans, and O/LSE come back in the same order. Writes at most
+ * `capacity` spans to `spans` (which may be NULL when capacity is 0) and the total count to
+ * *num_spans_out, the number of local tokens to *num_tokens_out (either may be NULL).
+ * Returns DCP_ERR_INVALID_ARG when capacity is smaller than the span count. */
+DCP_API dcp_status_t dcp_plan_local_layout(const dcp_plan_t *plan, int32_t rank,
+                                           dcp_token_span_t *spans, int32_t capacity,
+                                           int32_t *num_spans_out, int64_t *num_tokens_out);
+
+/* Serializes a plan: versioned, little-endian, length-prefixed, CRC-32C checksummed.
+ * With buf == NULL only *size_out is set. Otherwise capacity must hold the whole plan. */
+DCP_API dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capacity,
+                                        size_t *size_out);
+
+/* Rebuilds a plan from bytes. Untrusted input is safe: corrupted, truncated or
+ * inconsistent bytes give DCP_ERR_PLAN_CORRUPT and never a crash or an out-of-bounds read. */
+DCP_API dcp_status_t dcp_plan_deserialize(const void *buf, size_t size, dcp_plan_t **plan_out);
+
+/* ---------------------------------------------------------------------------------------
+ * Execution
+ * ------------------------------------------------------------------------------------- */
+
+/* One rank's tensors, borrowed for the call, rows in dcp_plan_local_layout() order.
+ * q: [local_tokens, Hq, D]; k, v: [local_tokens, Hkv, D]; o: [local_tokens, Hq, D], all in
+ * the plan's dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key
+ * gets O = 0 and LSE = -inf. Pointers may be NULL on a rank with no local tokens. */
+typedef struct {
+    const void *q;
+    const void *k;
+    const void *v;
+    void *o;
+    float *lse;
+} dcp_tensors_t;
+
+/* A group of in-process ranks (threads of one process) that exchange blocks through
+ * shared memory. Thread-safe; destroy only after every context on it is destroyed. */
+typedef struct dcp_group dcp_group_t;
+
+DCP_API dcp_status_t dcp_group_create(int32_t num_ranks, dcp_group_t **group_out);
+DCP_API void dcp_group_destroy(dcp_group_t *group);
+
+typedef struct {
+    int32_t rank;        /* this rank, in [0, group size) */
+    dcp_group_t *group;  /* borrowed in-process group */
+    double timeout_s;    /* per-wait transfer timeout; 0 = $DCP_TIMEOUT_S or 60 s */
+} dcp_context_config_t;
+
+/* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
+ * runs and reused across batches). Used by one thread at a time. */
+typedef struct dcp_context dcp_context_t;
+
+DCP_API dcp_status_t dcp_context_create(const dcp_context_config_t *config,
+                                        dcp_context_t **ctx_out);
+DCP_API void dcp_context_destroy(dcp_context_t *ctx);
+
+/* Runs this rank's forward program of `plan` (fp32 on CPU) over `io`. Every rank of the
+ * group must call it with the same plan. O and LSE are written only on success; when a peer
+ * fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of hanging, and a failing
+ * rank marks its group failed so that later calls on it return DCP_ERR_PEER at once. */
+DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
+                                 const dcp_tensors_t *io);
+
+/* Convenience: runs all ranks of `plan` as threads of this process, rank r on io[r]
+ * (io has dcp_plan_stats_t.num_ranks entries). Returns the first failure of any rank. */
+DCP_API dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
+                                        double timeout_s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_H */

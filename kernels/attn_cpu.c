@@ -1,0 +1,211 @@
+/*
+ * Fused masked attention forward on the CPU, fp32.
+ *
+ * For each tile group, query head and block of QB query rows, the group's KV tiles are
+ * streamed in chunks of KB keys with an online softmax, so no score matrix larger than
+ * QB x KB exists. K chunks are packed transposed so that both inner loops (scores over
+ * keys, P.V over the head dimension) are unit-stride and vectorise without fast-math.
+ * Full tiles never evaluate the mask. Partial tiles compute every row's allowed key ranges
+ * once (include/base/mask_rule.h), visit only the key span those ranges cover, and skip
+ * chunks no row may see.
+ */
+#include "kernels/cpu.h"
+
+#include "include/base/error.h"
+#include "include/base/mask_rule.h"
+#include "kernels/lse.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QB 32
+#define KB 64
+
+typedef struct {
+    int32_t d;
+    float *qs;  /* [QB][d] scaled query rows */
+    float *acc; /* [QB][d] unnormalised output */
+    float *kt;  /* [d][KB] transposed key chunk */
+    float s[QB][KB];
+    float m[QB], l[QB];
+    int32_t lo[QB][2], hi[QB][2]; /* allowed keys of each row, tile-local */
+} attn_scratch_t;
+
+/* Clamps [a, b) shifted by -base into [0, n]. */
+static void local_range(int32_t a, int32_t b, int32_t base, int32_t n, int32_t *lo, int32_t *hi)
+{
+    int32_t x = a - base, y = b - base;
+    x = x < 0 ? 0 : (x > n ? n : x);
+    y = y < x ? x : (y > n ? n : y);
+    *lo = x;
+    *hi = y;
+}
+
+/* Allowed keys of rows [r0, r0 + nr) inside the tile; returns the covering key span. */
+static void row_ranges(attn_scratch_t *w, const dcp_seq_info_t *seq, const dcp_tile_group_t *g,
+                       const dcp_tile_t *t, int32_t r0, int32_t nr, int32_t *klo, int32_t *khi)
+{
+    *klo = t->kv_len;
+    *khi = 0;
+    for (int32_t i = 0; i < nr; i++) {
+        int32_t rg[4];
+        dcp_mask_keys(&seq->mask, seq->len, g->q_pos + r0 + i, rg);
+        for (int j = 0; j < 2; j++) {
+            local_range(rg[2 * j], rg[2 * j + 1], t->kv_pos, t->kv_len, &w->lo[i][j], &w->hi[i][j]);
+            if (w->lo[i][j] < w->hi[i][j]) {
+                if (w->lo[i][j] < *klo) *klo = w->lo[i][j];
+                if (w->hi[i][j] > *khi) *khi = w->hi[i][j];
+            }
+        }
+    }
+}
+
+static int row_sees(const attn_scratch_t *w, int32_t i, int32_t c0, int32_t c1)
+{
+    return (w->lo[i][0] < c1 && c0 < w->hi[i][0]) || (w->lo[i][1] < c1 && c0 < w->hi[i][1]);
+}
+
+/* Online-softmax update of row i with the scores w->s[i][0..nc) of keys v[0..nc). */
+static void softmax_update(attn_scratch_t *w, int32_t i, int32_t nc, const float *v,
+                           int32_t v_stride)
+{
+    float *s = w->s[i];
+    float mx = -INFINITY;
+    for (int32_t c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
+    if (mx == -INFINITY) return;
+    const float m_new = mx > w->m[i] ? mx : w->m[i];
+    const float alpha = expf(w->m[i] - m_new); /* 0 when m was -inf */
+    float sum = 0.0f;
+    for (int32_t c = 0; c < nc; c++) {
+        s[c] = expf(s[c] - m_new);
+        sum += s[c];
+    }
+    const int32_t d = w->d;
+    float *acc = w->acc + (size_t)i * d;
+    w->l[i] = w->l[i] * alpha + sum;
+    w->m[i] = m_new;
+    if (alpha != 1.0f)
+        for (int32_t x = 0; x < d; x++) acc[x] *= alpha;
+    for (int32_t c = 0; c < nc; c++) {
+        const float p = s[c];
+        if (p == 0.0f) continue;
+        const float *vr = v + (size_t)c * v_stride;
+        for (int32_t x = 0; x < d; x++) acc[x] += p * vr[x];
+    }
+}
+
+/* One KV tile against query rows [r0, r0 + nr) of head j. */
+static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_seq_info_t *seq,
+                        const dcp_tile_group_t *g, const dcp_tile_t *t, int32_t kvh, int32_t r0,
+                        int32_t nr)
+{
+    const int32_t d = w->d;
+    const float *k = (const float *)env->bufs[t->k.buf] + t->k.off + (int64_t)kvh * d;
+    const float *v = (const float *)env->bufs[t->v.buf] + t->v.off + (int64_t)kvh * d;
+    int32_t klo = 0, khi = t->kv_len;
+    if (!t->full) row_ranges(w, seq, g, t, r0, nr, &klo, &khi);
+    for (int32_t c0 = klo; c0 < khi; c0 += KB) {
+        const int32_t nc = khi - c0 < KB ? khi - c0 : KB;
+        int any = t->full;
+        for (int32_t i = 0; i < nr && !any; i++) any = row_sees(w, i, c0, c0 + nc);
+        if (!any) continue;
+        for (int32_t c = 0; c < nc; c++) {
+            const float *kr = k + (size_t)(c0 + c) * t->k.stride;
+            for (int32_t x = 0; x < d; x++) w->kt[(size_t)x * KB + c] = kr[x];
+        }
+        for (int32_t i = 0; i < nr; i++) {
+            float *s = w->s[i];
+            if (!t->full && !row_sees(w, i, c0, c0 + nc)) continue;
+            for (int32_t c = 0; c < nc; c++) s[c] = 0.0f;
+            const float *q = w->qs + (size_t)i * d;
+            for (int32_t x = 0; x < d; x++) {
+                const float qx = q[x];
+                const float *kt = w->kt + (size_t)x * KB;
+                for (int32_t c = 0; c < nc; c++) s[c] += qx * kt[c];
+            }
+            if (!t->full)
+                for (int32_t c = 0; c < nc; c++) {
+                    const int32_t key = c0 + c;
+                    if (!((key >= w->lo[i][0] && key < w->hi[i][0]) ||
+                          (key >= w->lo[i][1] && key < w->hi[i][1])))
+                        s[c] = -INFINITY;
+                }
+            softmax_update(w, i, nc, v + (size_t)c0 * t->v.stride, t->v.stride);
+        }
+    }
+}
+
+/* Normalises rows [r0, r0 + nr) of head j and stores or merges them into the output. */
+static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
+                       const dcp_tile_group_t *g, int32_t j, int32_t r0, int32_t nr)
+{
+    const int32_t d = w->d;
+    float *o = (float *)env->bufs[g->o.buf] + g->o.off + (int64_t)j * d;
+    float *lse = (float *)env->bufs[g->lse.buf] + g->lse.off + j;
+    for (int32_t i = 0; i < nr; i++) {
+        float *orow = o + (size_t)(r0 + i) * g->o.stride;
+        float *lrow = lse + (size_t)(r0 + i) * g->lse.stride;
+        const float *acc = w->acc + (size_t)i * d;
+        const float l_new = w->l[i] > 0.0f ? w->m[i] + logf(w->l[i]) : -INFINITY;
+        const float inv = w->l[i] > 0.0f ? 1.0f / w->l[i] : 0.0f;
+        if (!g->accumulate) {
+            for (int32_t x = 0; x < d; x++) orow[x] = acc[x] * inv;
+            *lrow = l_new;
+            continue;
+        }
+        const float l2[2] = {*lrow, l_new};
+        float wt[2];
+        *lrow = dcp_lse_weights(l2, 2, wt);
+        for (int32_t x = 0; x < d; x++) orow[x] = wt[0] * orow[x] + wt[1] * acc[x] * inv;
+    }
+}
+
+static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_tile_group_t *g,
+                      const dcp_tile_t *tiles)
+{
+    const dcp_seq_info_t *seq = &env->seqs[g->seq];
+    const int32_t d = w->d, rep = env->q_heads / env->kv_heads;
+    const float *q = (const float *)env->bufs[g->q.buf] + g->q.off;
+    for (int32_t j = 0; j < env->q_heads; j++) {
+        for (int32_t r0 = 0; r0 < g->q_len; r0 += QB) {
+            const int32_t nr = g->q_len - r0 < QB ? g->q_len - r0 : QB;
+            for (int32_t i = 0; i < nr; i++) {
+                const float *qr = q + (size_t)(r0 + i) * g->q.stride + (size_t)j * d;
+                for (int32_t x = 0; x < d; x++) w->qs[(size_t)i * d + x] = qr[x] * env->scale;
+                w->m[i] = -INFINITY;
+                w->l[i] = 0.0f;
+            }
+            memset(w->acc, 0, (size_t)nr * d * sizeof(float));
+            for (int32_t t = g->first_tile; t < g->first_tile + g->num_tiles; t++)
+                attend_tile(w, env, seq, g, &tiles[t], j / rep, r0, nr);
+            store_rows(w, env, g, j, r0, nr);
+        }
+    }
+}
+
+dcp_status_t dcp_cpu_attn_fwd(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                              int64_t num_groups, const dcp_tile_t *tiles)
+{
+    if (env->dtype != DCP_DTYPE_FP32)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED, "cpu attention: dtype %d, the CPU runs fp32",
+                             (int)env->dtype);
+    attn_scratch_t *w;
+    DCP_CHECK(dcp_calloc(&w, 1, sizeof *w, "attention scratch"));
+    const int32_t d = env->head_dim;
+    w->d = d;
+    dcp_status_t st = DCP_OK;
+    DCP_CHECK_GOTO(dcp_calloc(&w->qs, (int64_t)QB * d, sizeof(float), "attention scratch"), st,
+                   out);
+    DCP_CHECK_GOTO(dcp_calloc(&w->acc, (int64_t)QB * d, sizeof(float), "attention scratch"), st,
+                   out);
+    DCP_CHECK_GOTO(dcp_calloc(&w->kt, (int64_t)KB * d, sizeof(float), "attention scratch"), st,
+                   out);
+    for (int64_t g = 0; g < num_groups; g++) run_group(w, env, &groups[g], tiles);
+out:
+    free(w->qs);
+    free(w->acc);
+    free(w->kt);
+    free(w);
+    return st;
+}

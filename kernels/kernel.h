@@ -1,0 +1,41 @@
+/*
+ * The kernel API. One table of operations per device (CPU here, CUDA in kernels/cuda/),
+ * each running a whole instruction's item list in one call:
+ *   attn_fwd  fused masked attention over tile groups, producing partial O and LSE
+ *             (online softmax; full tiles skip mask evaluation; GQA within a head group);
+ *   merge     n-way LSE merge of partial outputs into a destination;
+ *   copy      gather/scatter of rows between buffers.
+ * Descriptors (include/base/descr.h) address a rank's buffers through env->bufs; on a GPU
+ * the descriptor arrays and sequence table live in device memory.
+ */
+#ifndef DCP_KERNELS_KERNEL_H
+#define DCP_KERNELS_KERNEL_H
+
+#include "include/base/descr.h"
+
+#include <stdint.h>
+
+typedef struct {
+    void *bufs[DCP_BUF_COUNT];   /* base of each buffer of the rank (NULL if empty) */
+    const dcp_seq_info_t *seqs;  /* masks and lengths, indexed by tile group seq */
+    int32_t q_heads, kv_heads;   /* heads per head group */
+    int32_t head_dim;
+    float scale;
+    dcp_dtype_t dtype;           /* element type of Q, K, V, O and staging buffers */
+    void *stream;                /* CUDA stream (NULL on CPU) */
+} dcp_kernel_env_t;
+
+typedef struct {
+    const char *name;
+    dcp_status_t (*attn_fwd)(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                             int64_t num_groups, const dcp_tile_t *tiles);
+    dcp_status_t (*merge)(const dcp_kernel_env_t *env, const dcp_merge_item_t *items,
+                          int64_t num_items, const dcp_merge_src_t *srcs);
+    dcp_status_t (*copy)(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
+                         int64_t num_items);
+} dcp_kernels_t;
+
+/* fp32 kernels on the calling thread. */
+extern const dcp_kernels_t dcp_kernels_cpu;
+
+#endif

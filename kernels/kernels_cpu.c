@@ -1,0 +1,8 @@
+#include "kernels/cpu.h"
+
+const dcp_kernels_t dcp_kernels_cpu = {
+    .name = "cpu",
+    .attn_fwd = dcp_cpu_attn_fwd,
+    .merge = dcp_cpu_merge,
+    .copy = dcp_cpu_copy,
+};

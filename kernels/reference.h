@@ -1,0 +1,15 @@
+/* Single-device attention in double precision: the reference every distributed result is
+ * checked against. Tensors are the whole batch in THD layout, sequences concatenated. */
+#ifndef DCP_KERNELS_REFERENCE_H
+#define DCP_KERNELS_REFERENCE_H
+
+#include "include/base/descr.h"
+
+/* o: [tokens, Hq, D], lse: [tokens, Hq] (natural log; -inf and O = 0 for a query with no
+ * allowed key). `shape->scale` 0 means 1/sqrt(D). Runs on `threads` threads (>= 1). */
+dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
+                                     const dcp_attn_shape_t *shape, const float *q,
+                                     const float *k, const float *v, double *o, double *lse,
+                                     int32_t threads);
+
+#endif

@@ -1,0 +1,81 @@
+/*
+ * The block model of one batch: sequences, token blocks and tiles.
+ *
+ * A token block is a contiguous run of at most B tokens of one sequence. A tile is a
+ * (query block, KV block) pair of one sequence with at least one allowed pair; computation
+ * block c = tile * head_blocks + h is that tile for head group h. Tiles are sorted by
+ * (query block, KV block); token blocks by (sequence, start).
+ */
+#ifndef DCP_PARTITION_BLOCKS_H
+#define DCP_PARTITION_BLOCKS_H
+
+#include "include/base/descr.h"
+
+#include <stdint.h>
+
+/* Largest sequence and total token count a plan accepts (positions are int32). */
+#define DCP_MAX_TOKENS INT32_MAX
+
+typedef struct {
+    /* sequences: an owned copy of the batch; CUSTOM ranges point into custom_ranges */
+    int32_t num_seqs;
+    dcp_seq_info_t *seqs;
+    int32_t *custom_ranges;
+    int64_t custom_ints;
+    int64_t total_tokens;
+
+    /* attention shape */
+    dcp_attn_shape_t shape; /* scale resolved (never 0) */
+    int32_t head_blocks, qpg, kvpg; /* head groups; query and KV heads per group */
+    int32_t elem_bytes;             /* bytes per Q/K/V/O element */
+    int32_t block_size;
+
+    /* token blocks */
+    int32_t num_blocks;
+    int32_t *blk_seq, *blk_start, *blk_len;
+    int32_t *blk_chunk; /* strategy chunk the block was cut from (0 when unchunked) */
+    int32_t *seq_blk;   /* [num_seqs + 1]: blocks of sequence s are seq_blk[s]..seq_blk[s+1] */
+
+    /* tiles */
+    int64_t num_tiles;
+    int32_t *tile_q, *tile_kv;
+    int64_t *tile_pairs;
+    uint8_t *tile_full;
+    int64_t tile_cap;
+} dcp_blocks_t;
+
+/* Validates batch and shape and copies them into b (which must be zeroed). */
+dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
+                             const dcp_attn_shape_t *shape, int32_t block_size,
+                             int32_t head_blocks);
+
+/* Cuts every sequence into token blocks. chunks == 0: blocks of B tokens from the sequence
+ * start; chunks > 0: first `chunks` near-equal contiguous chunks (floor(c * L / chunks)
+ * boundaries, empty chunks skipped), then each chunk into blocks of at most B. */
+dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks);
+
+/* Enumerates the tiles with at least one allowed pair, with exact pair counts. */
+dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b);
+
+void dcp_blocks_release(dcp_blocks_t *b);
+
+/* Bytes `len` tokens occupy at their owner: Q, K, V, O and LSE of every head. */
+int64_t dcp_shape_token_bytes(const dcp_attn_shape_t *shape, int64_t len);
+
+static inline int64_t dcp_blocks_token_bytes(const dcp_blocks_t *b, int64_t len)
+{
+    return dcp_shape_token_bytes(&b->shape, len);
+}
+
+/* Forward FLOPs of one computation block of tile t (one head group). */
+static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
+{
+    return b->tile_pairs[t] * 4 * b->shape.head_dim * b->qpg;
+}
+
+/* Elements and bytes of the three kinds of transferred block (one head group). */
+typedef enum { DCP_XFER_Q = 0, DCP_XFER_KV = 1, DCP_XFER_PART = 2 } dcp_xfer_kind_t;
+int64_t dcp_blocks_xfer_elems(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64_t len);
+int64_t dcp_blocks_xfer_bytes(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64_t len);
+
+#endif

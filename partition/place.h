@@ -1,0 +1,48 @@
+/*
+ * Placement strategies. Every strategy produces the same thing: the owner rank of every
+ * token block and the executor rank of every computation block (tile * head_blocks + h),
+ * within the per-rank memory cap.
+ */
+#ifndef DCP_PARTITION_PLACE_H
+#define DCP_PARTITION_PLACE_H
+
+#include "partition/blocks.h"
+#include "topo/cluster.h"
+
+typedef struct {
+    const dcp_blocks_t *blocks;
+    const dcp_cluster_t *cluster;
+    const dcp_plan_options_t *opts;
+} dcp_place_in_t;
+
+typedef struct {
+    int32_t *blk_owner; /* [num_blocks], allocated by the caller */
+    int32_t *comp_exec; /* [num_tiles * head_blocks], allocated by the caller */
+} dcp_placement_t;
+
+typedef struct {
+    dcp_strategy_t id;
+    const char *name;
+    /* Chunks per sequence the blocks must be cut into before placing (0: B-aligned). */
+    int32_t (*chunks)(int32_t num_ranks);
+    dcp_status_t (*place)(const dcp_place_in_t *in, dcp_placement_t *out);
+} dcp_strategy_ops_t;
+
+/* The strategy table entry, or NULL for an unknown id. */
+const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
+
+/* Strategies in one file each. */
+extern const dcp_strategy_ops_t dcp_strategy_ring;
+extern const dcp_strategy_ops_t dcp_strategy_zigzag;
+extern const dcp_strategy_ops_t dcp_strategy_lpt;
+
+/* Shared by strategies: every computation block runs where its query block lives. */
+void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p);
+
+/* Fails with DCP_ERR_CAPACITY when some rank owns more than the cap (0 = no cap). */
+dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t *p);
+
+/* Forward FLOPs of every token block's queries over all head groups ([num_blocks]). */
+dcp_status_t dcp_place_query_flops(const dcp_blocks_t *b, int64_t **flops_out);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * The plan: token blocks with owners and local rows, and one program per rank.
+ *
+ * Programs are stored plan-wide: rank r's instructions are instrs[prog_off[r] ..
+ * prog_off[r+1]), and each instruction names a range of its kind's item array (tile groups
+ * for ATTN, merge items for REDUCE, copy items for COPY, comm ops for COMM_LAUNCH). Derived
+ * data (local rows, caller buffer sizes, statistics) is recomputed from the stored data by
+ * dcp_plan_derive(), after planning and after loading bytes alike, so it cannot disagree.
+ */
+#ifndef DCP_PARTITION_PLAN_H
+#define DCP_PARTITION_PLAN_H
+
+#include "include/base/descr.h"
+
+#include <stdint.h>
+
+typedef enum {
+    DCP_OP_ATTN = 1,        /* fused masked attention over groups [first, first+count) */
+    DCP_OP_REDUCE = 2,      /* LSE merges [first, first+count) */
+    DCP_OP_COPY = 3,        /* copies [first, first+count) */
+    DCP_OP_COMM_LAUNCH = 4, /* start comm ops [first, first+count) as one group, id = arg */
+    DCP_OP_COMM_WAIT = 5    /* wait for the launch with id = arg */
+} dcp_opcode_t;
+
+typedef struct {
+    int32_t op;
+    int32_t arg; /* ATTN: 0 = forward; LAUNCH/WAIT: the global step */
+    int64_t first;
+    int64_t count;
+} dcp_instr_t;
+
+typedef struct {
+    int32_t peer;
+    int32_t send;     /* 1: send the region to peer; 0: receive it from peer */
+    int32_t transfer; /* plan-wide transfer id: the tag both sides use */
+    int32_t buf;      /* dcp_buf_t */
+    int64_t off, elems;
+} dcp_comm_op_t;
+
+struct dcp_plan {
+    /* inputs */
+    int32_t num_ranks, num_nodes, devs_per_node;
+    dcp_attn_shape_t shape; /* scale resolved */
+    dcp_plan_options_t opts;
+    int32_t qpg, kvpg; /* query and KV heads per head group (derived) */
+    int32_t num_seqs;
+    dcp_seq_info_t *seqs; /* CUSTOM ranges point into custom_ranges */
+    int32_t *custom_ranges;
+    int64_t custom_ints;
+
+    /* token blocks, sorted by (sequence, start) */
+    int32_t num_blocks;
+    int32_t *blk_seq, *blk_start, *blk_len, *blk_owner;
+
+    /* programs */
+    int32_t num_xfers;     /* transfer ids (tags) are in [0, num_xfers) */
+    int64_t *work_elems;   /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
+    int64_t *prog_off;     /* [R + 1] */
+    dcp_instr_t *instrs;
+    dcp_tile_group_t *groups;
+    dcp_tile_t *tiles;
+    dcp_merge_item_t *merges;
+    dcp_merge_src_t *merge_srcs;
+    dcp_copy_item_t *copies;
+    dcp_comm_op_t *comm;
+    int64_t num_instrs, num_groups, num_tiles, num_merges, num_merge_srcs, num_copies, num_comm;
+
+    /* derived by dcp_plan_finish() */
+    int64_t *blk_row;     /* [num_blocks]: first local row at the owner */
+    int64_t *rank_tokens; /* [R]: local rows */
+    int64_t *buf_elems;   /* [R * DCP_BUF_COUNT]: every buffer's size in elements */
+    dcp_rank_stats_t *rank_stats;
+    dcp_plan_stats_t stats;
+    uint32_t fingerprint; /* hash of owners and comm ops: ranks running different plans
+                             use different tags, so they fail instead of mixing blocks */
+};
+
+/* Element count of buffer b on rank r. */
+static inline int64_t dcp_plan_buf_elems(const dcp_plan_t *p, int32_t r, int32_t b)
+{
+    return p->buf_elems[(int64_t)r * DCP_BUF_COUNT + b];
+}
+
+/* Bytes per element of buffer b. */
+static inline int32_t dcp_plan_elem_bytes(const dcp_plan_t *p, int32_t b)
+{
+    return dcp_buf_is_fp32(b) || p->shape.dtype == DCP_DTYPE_FP32 ? 4 : 2;
+}
+
+/* Local rows of every block and token counts of every rank (needs valid blocks). */
+dcp_status_t dcp_plan_derive_rows(dcp_plan_t *p);
+
+/* Derives rows, buffer sizes and statistics from the stored data. With `validate`, first
+ * checks the stored data as untrusted (dcp_plan_check_inputs, then dcp_plan_check_programs
+ * once sizes are known) and fails with DCP_ERR_PLAN_CORRUPT on any violation. */
+dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate);
+
+/* Validation, split where derived sizes become available (plan_check.c). Inputs: shape,
+ * options, sequences, masks, blocks and array sizes. Programs: every instruction, item
+ * range, view, region, tag and the send/receive pairing, against the derived sizes. */
+dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p);
+dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p);
+
+/* Statistics from the programs (plan_stats.c); rows and buffers must be derived. */
+dcp_status_t dcp_plan_derive_stats(dcp_plan_t *p);
+
+dcp_status_t dcp_plan_alloc(dcp_plan_t **plan_out);
+
+#endif

@@ -1,0 +1,346 @@
+/*
+ * Structural validation of a plan. A plan that passes can be executed without any
+ * out-of-bounds access, without writing to the caller's inputs, and without deadlock:
+ *  - every view and region lies inside its rank's buffer;
+ *  - every transfer id has exactly one send and one receive, between the right ranks, of
+ *    the same size, in the same step;
+ *  - each rank launches steps in increasing order, waits for them in increasing order, each
+ *    after its launch, and waits for all of them (so the smallest step anyone waits on has
+ *    been launched by every rank in it).
+ */
+#include "include/base/error.h"
+#include "partition/mask.h"
+#include "partition/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CORRUPT(...) dcp_set_error(DCP_ERR_PLAN_CORRUPT, __VA_ARGS__)
+
+/* ---- inputs ------------------------------------------------------------------------------- */
+
+static dcp_status_t check_meta(const dcp_plan_t *p)
+{
+    const dcp_attn_shape_t *s = &p->shape;
+    const dcp_plan_options_t *o = &p->opts;
+    if (p->num_ranks < 1 || p->num_nodes < 1 || p->devs_per_node < 1 ||
+        (int64_t)p->num_nodes * p->devs_per_node != p->num_ranks)
+        return CORRUPT("plan: %d ranks do not form %d nodes x %d devices", p->num_ranks,
+                       p->num_nodes, p->devs_per_node);
+    if (s->num_heads < 1 || s->num_kv_heads < 1 || s->num_heads % s->num_kv_heads != 0 ||
+        s->head_dim < 1 || s->head_dim > 4096 || (int64_t)s->num_heads * s->head_dim > (1 << 24))
+        return CORRUPT("plan: attention shape %d/%d heads x %d is invalid", s->num_heads,
+                       s->num_kv_heads, s->head_dim);
+    if ((unsigned)s->dtype > DCP_DTYPE_FP16 || !(s->scale > 0.0f) || !isfinite(s->scale))
+        return CORRUPT("plan: dtype or scale is invalid");
+    if (o->block_size < 1 || o->head_blocks < 1 || s->num_kv_heads % o->head_blocks != 0 ||
+        o->divisions < 1 || o->divisions > 1024 || (unsigned)o->strategy >= DCP_STRATEGY_COUNT ||
+        !(o->eps_inter >= 0) || !(o->eps_intra >= 0) || o->mem_cap_bytes < 0)
+        return CORRUPT("plan: options are invalid");
+    if (p->num_xfers < 0) return CORRUPT("plan: transfer count is negative");
+    return DCP_OK;
+}
+
+static dcp_status_t check_seqs(const dcp_plan_t *p)
+{
+    if (p->num_seqs < 1) return CORRUPT("plan: no sequences");
+    int64_t total = 0;
+    for (int32_t s = 0; s < p->num_seqs; s++) {
+        const dcp_seq_info_t *q = &p->seqs[s];
+        total += q->len;
+        if (q->len < 1 || total > INT32_MAX)
+            return CORRUPT("plan: sequence %d has length %d", s, q->len);
+        if (dcp_mask_validate(&q->mask, q->len, "mask") != DCP_OK) {
+            char why[256];
+            dcp_error_save(why, sizeof why);
+            return CORRUPT("plan: sequence %d: %s", s, why);
+        }
+    }
+    return DCP_OK;
+}
+
+/* Token blocks must tile every sequence in order: starting at 0, contiguous, ending at L. */
+static dcp_status_t check_blocks(const dcp_plan_t *p)
+{
+    int32_t seq = 0, pos = 0;
+    for (int32_t t = 0; t < p->num_blocks; t++) {
+        if (p->blk_owner[t] < 0 || p->blk_owner[t] >= p->num_ranks)
+            return CORRUPT("plan: block %d has owner %d", t, p->blk_owner[t]);
+        if (p->blk_seq[t] != seq) {
+            if (pos != p->seqs[seq].len || p->blk_seq[t] != seq + 1)
+                return CORRUPT("plan: block %d breaks the tiling of sequence %d", t, seq);
+            seq++;
+            pos = 0;
+        }
+        if (p->blk_start[t] != pos || p->blk_len[t] < 1 || p->blk_len[t] > p->opts.block_size ||
+            p->blk_len[t] > p->seqs[seq].len - pos)
+            return CORRUPT("plan: block %d [%d, +%d) breaks the tiling of sequence %d", t,
+                           p->blk_start[t], p->blk_len[t], seq);
+        pos += p->blk_len[t];
+    }
+    if (p->num_blocks == 0 || seq != p->num_seqs - 1 || pos != p->seqs[seq].len)
+        return CORRUPT("plan: token blocks do not cover every sequence");
+    return DCP_OK;
+}
+
+dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
+{
+    DCP_CHECK(check_meta(p));
+    DCP_CHECK(check_seqs(p));
+    DCP_CHECK(check_blocks(p));
+    for (int32_t r = 0; r < p->num_ranks; r++)
+        for (int b = 0; b < DCP_BUF_COUNT; b++) {
+            const int64_t e = p->work_elems[(int64_t)r * DCP_BUF_COUNT + b];
+            if (e < 0 || (b < DCP_BUF_STAGE && e != 0) || e > ((int64_t)1 << 50))
+                return CORRUPT("plan: rank %d buffer %d has %lld elements", r, b, (long long)e);
+        }
+    if (p->prog_off[0] != 0 || p->prog_off[p->num_ranks] != p->num_instrs)
+        return CORRUPT("plan: program offsets do not span the instructions");
+    for (int32_t r = 0; r < p->num_ranks; r++)
+        if (p->prog_off[r + 1] < p->prog_off[r])
+            return CORRUPT("plan: program offsets decrease at rank %d", r);
+    return DCP_OK;
+}
+
+/* ---- programs ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const dcp_plan_t *p;
+    int32_t rank;
+    int64_t instr;
+} where_t;
+
+static dcp_status_t bad(const where_t *w, const char *what)
+{
+    return CORRUPT("plan: rank %d instruction %lld: %s", w->rank,
+                   (long long)(w->instr - w->p->prog_off[w->rank]), what);
+}
+
+static int range_ok(int64_t first, int64_t count, int64_t n)
+{
+    return first >= 0 && count >= 0 && first <= n && count <= n - first;
+}
+
+/* rows x row_elems elements at v, within the buffer, from one of the allowed buffers. */
+static int view_ok(const where_t *w, dcp_view_t v, int64_t rows, int64_t row_elems,
+                   unsigned allowed)
+{
+    if (v.buf < 0 || v.buf >= DCP_BUF_COUNT || !(allowed & (1u << v.buf))) return 0;
+    if (rows < 0 || row_elems < 1 || v.off < 0) return 0;
+    if (rows == 0) return 1;
+    if (rows > 1 && v.stride < row_elems) return 0;
+    const int64_t size = dcp_plan_buf_elems(w->p, w->rank, v.buf);
+    const int64_t span = (rows - 1) * (int64_t)v.stride + row_elems;
+    return v.off <= size && span <= size - v.off;
+}
+
+#define BIT(b) (1u << (b))
+
+static dcp_status_t check_block_ref(const where_t *w, int32_t blk, int32_t seq, int32_t pos,
+                                    int32_t len)
+{
+    const dcp_plan_t *p = w->p;
+    if (blk < 0 || blk >= p->num_blocks || p->blk_seq[blk] != seq || p->blk_start[blk] != pos ||
+        p->blk_len[blk] != len)
+        return bad(w, "tile does not match its token block");
+    return DCP_OK;
+}
+
+typedef struct {
+    int32_t buf;
+    int64_t off;
+} out_key_t;
+
+static int out_key_cmp(const void *a, const void *b)
+{
+    const out_key_t *x = a, *y = b;
+    if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
+{
+    const dcp_plan_t *p = w->p;
+    const int64_t d = p->shape.head_dim, qw = (int64_t)p->qpg * d, kw = (int64_t)p->kvpg * d;
+    if (in->arg != 0 || !range_ok(in->first, in->count, p->num_groups) || in->count < 1)
+        return bad(w, "ATTN names no valid tile groups");
+    out_key_t *keys;
+    DCP_CHECK(dcp_calloc(&keys, in->count, sizeof *keys, "plan check"));
+    dcp_status_t st = DCP_OK;
+    for (int64_t i = 0; i < in->count && st == DCP_OK; i++) {
+        const dcp_tile_group_t *g = &p->groups[in->first + i];
+        if (g->seq < 0 || g->seq >= p->num_seqs || g->head_group < 0 ||
+            g->head_group >= p->opts.head_blocks || (g->accumulate & ~1) ||
+            !range_ok(g->first_tile, g->num_tiles, p->num_tiles) || g->num_tiles < 1) {
+            st = bad(w, "tile group fields out of range");
+            break;
+        }
+        if ((st = check_block_ref(w, g->q_block, g->seq, g->q_pos, g->q_len)) != DCP_OK) break;
+        if (!view_ok(w, g->q, g->q_len, qw, BIT(DCP_BUF_Q) | BIT(DCP_BUF_RQ)) ||
+            !view_ok(w, g->o, g->q_len, qw, BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_PART)) ||
+            !view_ok(w, g->lse, g->q_len, p->qpg, BIT(DCP_BUF_ACC_LSE) | BIT(DCP_BUF_PART))) {
+            st = bad(w, "tile group view out of bounds");
+            break;
+        }
+        keys[i] = (out_key_t){g->o.buf, g->o.off};
+        const dcp_seq_info_t *s = &p->seqs[g->seq];
+        for (int32_t t = g->first_tile; t < g->first_tile + g->num_tiles && st == DCP_OK; t++) {
+            const dcp_tile_t *tl = &p->tiles[t];
+            if ((st = check_block_ref(w, tl->kv_block, g->seq, tl->kv_pos, tl->kv_len)) != DCP_OK)
+                break;
+            if (!view_ok(w, tl->k, tl->kv_len, kw, BIT(DCP_BUF_K) | BIT(DCP_BUF_RKV)) ||
+                !view_ok(w, tl->v, tl->kv_len, kw, BIT(DCP_BUF_V) | BIT(DCP_BUF_RKV))) {
+                st = bad(w, "tile view out of bounds");
+                break;
+            }
+            /* a tile marked full skips mask evaluation in the kernels: it must be full */
+            int64_t pairs;
+            const dcp_tile_class_t cls =
+                dcp_mask_classify(&s->mask, s->len, g->q_pos, g->q_pos + g->q_len, tl->kv_pos,
+                                  tl->kv_pos + tl->kv_len, &pairs);
+            if ((tl->full & ~1) || (tl->full && cls != DCP_TILE_FULL))
+                st = bad(w, "tile is marked full but is not");
+        }
+    }
+    if (st == DCP_OK) { /* groups of one launch run in parallel: distinct outputs */
+        qsort(keys, (size_t)in->count, sizeof *keys, out_key_cmp);
+        for (int64_t i = 1; i < in->count && st == DCP_OK; i++)
+            if (!out_key_cmp(&keys[i - 1], &keys[i])) st = bad(w, "two tile groups share an output");
+    }
+    free(keys);
+    return st;
+}
+
+static dcp_status_t check_reduce(const where_t *w, const dcp_instr_t *in)
+{
+    const dcp_plan_t *p = w->p;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim;
+    if (!range_ok(in->first, in->count, p->num_merges) || in->count < 1)
+        return bad(w, "REDUCE names no valid merges");
+    for (int64_t i = in->first; i < in->first + in->count; i++) {
+        const dcp_merge_item_t *m = &p->merges[i];
+        if (m->rows < 1 || !range_ok(m->first_src, m->num_src, p->num_merge_srcs) ||
+            m->num_src < 1 || !view_ok(w, m->o, m->rows, qw, BIT(DCP_BUF_ACC_O)) ||
+            !view_ok(w, m->lse, m->rows, p->qpg, BIT(DCP_BUF_ACC_LSE)))
+            return bad(w, "merge out of bounds");
+        for (int32_t j = m->first_src; j < m->first_src + m->num_src; j++)
+            if (!view_ok(w, p->merge_srcs[j].o, m->rows, qw, BIT(DCP_BUF_PART)) ||
+                !view_ok(w, p->merge_srcs[j].lse, m->rows, p->qpg, BIT(DCP_BUF_PART)))
+                return bad(w, "merge source out of bounds");
+    }
+    return DCP_OK;
+}
+
+static dcp_status_t check_copy(const where_t *w, const dcp_instr_t *in)
+{
+    const dcp_plan_t *p = w->p;
+    if (!range_ok(in->first, in->count, p->num_copies) || in->count < 1)
+        return bad(w, "COPY names no valid copies");
+    for (int64_t i = in->first; i < in->first + in->count; i++) {
+        const dcp_copy_item_t *c = &p->copies[i];
+        /* the only copies there are: pack inputs for sending, and publish the outputs */
+        unsigned dst;
+        switch (c->src.buf) {
+        case DCP_BUF_Q:
+        case DCP_BUF_K:
+        case DCP_BUF_V: dst = BIT(DCP_BUF_STAGE); break;
+        case DCP_BUF_ACC_O: dst = BIT(DCP_BUF_O); break;
+        case DCP_BUF_ACC_LSE: dst = BIT(DCP_BUF_LSE); break;
+        default: return bad(w, "copy from a buffer that is never copied");
+        }
+        if (!view_ok(w, c->src, c->rows, c->row_elems, BIT(c->src.buf)) ||
+            !view_ok(w, c->dst, c->rows, c->row_elems, dst))
+            return bad(w, "copy out of bounds");
+    }
+    return DCP_OK;
+}
+
+/* Per transfer id: who sends and who receives it, in which step, how many elements. */
+typedef struct {
+    int32_t send_rank, send_peer, send_step, recv_rank, recv_peer, recv_step;
+    int64_t send_elems, recv_elems;
+} pairing_t;
+
+static dcp_status_t check_launch(const where_t *w, const dcp_instr_t *in, pairing_t *pair)
+{
+    const dcp_plan_t *p = w->p;
+    if (!range_ok(in->first, in->count, p->num_comm) || in->count < 1)
+        return bad(w, "COMM_LAUNCH names no valid ops");
+    for (int64_t i = in->first; i < in->first + in->count; i++) {
+        const dcp_comm_op_t *op = &p->comm[i];
+        if (op->peer < 0 || op->peer >= p->num_ranks || op->peer == w->rank || (op->send & ~1) ||
+            op->transfer < 0 || op->transfer >= p->num_xfers || op->elems < 1)
+            return bad(w, "comm op fields out of range");
+        const unsigned bufs = op->send ? BIT(DCP_BUF_STAGE) | BIT(DCP_BUF_PART)
+                                       : BIT(DCP_BUF_RQ) | BIT(DCP_BUF_RKV) | BIT(DCP_BUF_PART);
+        if (!view_ok(w, (dcp_view_t){op->off, 0, op->buf}, 1, op->elems, bufs))
+            return bad(w, "comm region out of bounds");
+        pairing_t *x = &pair[op->transfer];
+        int32_t *rank = op->send ? &x->send_rank : &x->recv_rank;
+        if (*rank != -1) return bad(w, "transfer id used twice");
+        *rank = w->rank;
+        if (op->send) {
+            x->send_peer = op->peer;
+            x->send_step = in->arg;
+            x->send_elems = op->elems;
+        } else {
+            x->recv_peer = op->peer;
+            x->recv_step = in->arg;
+            x->recv_elems = op->elems;
+        }
+    }
+    return DCP_OK;
+}
+
+static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
+{
+    const int32_t steps = p->opts.divisions + 1;
+    int32_t last_launch = -1, last_wait = -1;
+    uint8_t launched[1025] = {0};
+    for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
+        const where_t w = {p, r, i};
+        const dcp_instr_t *in = &p->instrs[i];
+        switch (in->op) {
+        case DCP_OP_ATTN: DCP_CHECK(check_attn(&w, in)); break;
+        case DCP_OP_REDUCE: DCP_CHECK(check_reduce(&w, in)); break;
+        case DCP_OP_COPY: DCP_CHECK(check_copy(&w, in)); break;
+        case DCP_OP_COMM_LAUNCH:
+            if (in->arg <= last_launch || in->arg >= steps)
+                return bad(&w, "steps must be launched once each, in increasing order");
+            last_launch = in->arg;
+            launched[in->arg] = 1;
+            DCP_CHECK(check_launch(&w, in, pair));
+            break;
+        case DCP_OP_COMM_WAIT:
+            if (in->arg <= last_wait || in->arg >= steps || !launched[in->arg])
+                return bad(&w, "wait for a step not launched, or out of order");
+            last_wait = in->arg;
+            launched[in->arg] = 2;
+            break;
+        default: return bad(&w, "unknown opcode");
+        }
+    }
+    for (int32_t s = 0; s < steps; s++)
+        if (launched[s] == 1)
+            return CORRUPT("plan: rank %d never waits for step %d", r, s);
+    return DCP_OK;
+}
+
+dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p)
+{
+    pairing_t *pair;
+    DCP_CHECK(dcp_calloc(&pair, p->num_xfers, sizeof *pair, "plan check"));
+    for (int32_t x = 0; x < p->num_xfers; x++) pair[x].send_rank = pair[x].recv_rank = -1;
+    dcp_status_t st = DCP_OK;
+    for (int32_t r = 0; r < p->num_ranks && st == DCP_OK; r++) st = check_rank(p, r, pair);
+    for (int32_t x = 0; x < p->num_xfers && st == DCP_OK; x++) {
+        const pairing_t *q = &pair[x];
+        if (q->send_rank < 0 || q->recv_rank < 0 || q->send_peer != q->recv_rank ||
+            q->recv_peer != q->send_rank || q->send_step != q->recv_step ||
+            q->send_elems != q->recv_elems)
+            st = CORRUPT("plan: transfer %d has no matching send and receive", x);
+    }
+    free(pair);
+    return st;
+}

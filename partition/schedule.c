@@ -1,0 +1,251 @@
+#include "partition/schedule.h"
+
+#include "include/base/error.h"
+
+#include <stdlib.h>
+
+/* One remote input or partial output a rank needs, before deduplication. */
+typedef struct {
+    int32_t holder, kind, block, head, div;
+} need_t;
+
+static int need_cmp(const void *a, const void *b)
+{
+    const need_t *x = a, *y = b;
+    if (x->holder != y->holder) return x->holder < y->holder ? -1 : 1;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->block != y->block) return x->block < y->block ? -1 : 1;
+    if (x->head != y->head) return x->head < y->head ? -1 : 1;
+    return (x->div > y->div) - (x->div < y->div);
+}
+
+static int xfer_cmp(const void *a, const void *b)
+{
+    const dcp_transfer_t *x = a, *y = b;
+    const int32_t kx[6] = {x->step, x->src, x->dst, x->kind, x->block, x->head_group};
+    const int32_t ky[6] = {y->step, y->src, y->dst, y->kind, y->block, y->head_group};
+    for (int i = 0; i < 6; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+    return 0;
+}
+
+/* Sort keys for one rank's computation blocks. */
+typedef struct {
+    int64_t comp;
+    int32_t key[5];
+} comp_key_t;
+
+static int comp_key_cmp(const void *a, const void *b)
+{
+    const comp_key_t *x = a, *y = b;
+    for (int i = 0; i < 5; i++)
+        if (x->key[i] != y->key[i]) return x->key[i] < y->key[i] ? -1 : 1;
+    return (x->comp > y->comp) - (x->comp < y->comp);
+}
+
+/* Assigns divisions to the blocks of one rank (keys[0..n)) and leaves them ordered by
+ * (division, q block, head, kv block). */
+static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t rank,
+                             int32_t ndiv, comp_key_t *keys, int64_t n, int32_t *comp_div)
+{
+    const int32_t hb = b->head_blocks;
+    /* Pass 1: remote blocks sorted by the remote input they read (KV first, then Q). */
+    double remote_flops = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = keys[i].comp, t = c / hb;
+        const int32_t q = b->tile_q[t], kv = b->tile_kv[t];
+        const int q_remote = p->blk_owner[q] != rank, kv_remote = p->blk_owner[kv] != rank;
+        const int remote = ndiv > 1 && (q_remote || kv_remote);
+        keys[i].key[0] = remote;
+        keys[i].key[1] = kv_remote ? kv : -1;
+        keys[i].key[2] = (int32_t)(c % hb);
+        keys[i].key[3] = q_remote ? q : -1;
+        keys[i].key[4] = q;
+        if (remote) remote_flops += (double)dcp_blocks_comp_flops(b, t);
+    }
+    qsort(keys, (size_t)n, sizeof *keys, comp_key_cmp);
+    double done = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = keys[i].comp, t = c / hb;
+        int32_t div = 0;
+        if (keys[i].key[0]) {
+            const double f = (double)dcp_blocks_comp_flops(b, t);
+            /* the block's FLOP midpoint decides its division among 1..T-1 */
+            div = 1 + (int32_t)((done + f / 2) * (ndiv - 1) / remote_flops);
+            if (div > ndiv - 1) div = ndiv - 1;
+            done += f;
+        }
+        comp_div[c] = div;
+    }
+    /* Pass 2: execution order. */
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t c = keys[i].comp, t = c / hb;
+        keys[i].key[0] = comp_div[c];
+        keys[i].key[1] = b->tile_q[t];
+        keys[i].key[2] = (int32_t)(c % hb);
+        keys[i].key[3] = b->tile_kv[t];
+        keys[i].key[4] = 0;
+    }
+    qsort(keys, (size_t)n, sizeof *keys, comp_key_cmp);
+}
+
+static dcp_status_t order_comps(const dcp_blocks_t *b, const dcp_placement_t *p, dcp_schedule_t *s)
+{
+    const int64_t ncomp = b->num_tiles * b->head_blocks;
+    const int32_t nr = s->num_ranks;
+    DCP_CHECK(dcp_calloc(&s->rank_off, nr + 1, sizeof(int64_t), "schedule"));
+    DCP_CHECK(dcp_calloc(&s->order, ncomp, sizeof(int64_t), "schedule"));
+    DCP_CHECK(dcp_calloc(&s->comp_div, ncomp, sizeof(int32_t), "schedule"));
+    for (int64_t c = 0; c < ncomp; c++) s->rank_off[p->comp_exec[c] + 1]++;
+    for (int32_t r = 0; r < nr; r++) s->rank_off[r + 1] += s->rank_off[r];
+    int64_t max_n = 0;
+    for (int32_t r = 0; r < nr; r++)
+        if (s->rank_off[r + 1] - s->rank_off[r] > max_n) max_n = s->rank_off[r + 1] - s->rank_off[r];
+    comp_key_t *keys;
+    DCP_CHECK(dcp_calloc(&keys, max_n, sizeof *keys, "schedule keys"));
+    int64_t *fill;
+    dcp_status_t st = dcp_calloc(&fill, nr, sizeof *fill, "schedule");
+    if (st != DCP_OK) {
+        free(keys);
+        return st;
+    }
+    for (int64_t c = 0; c < ncomp; c++) {
+        const int32_t r = p->comp_exec[c];
+        s->order[s->rank_off[r] + fill[r]++] = c;
+    }
+    for (int32_t r = 0; r < nr; r++) {
+        const int64_t n = s->rank_off[r + 1] - s->rank_off[r];
+        for (int64_t i = 0; i < n; i++) keys[i].comp = s->order[s->rank_off[r] + i];
+        assign_divisions(b, p, r, s->num_divs, keys, n, s->comp_div);
+        for (int64_t i = 0; i < n; i++) s->order[s->rank_off[r] + i] = keys[i].comp;
+    }
+    free(fill);
+    free(keys);
+    return DCP_OK;
+}
+
+static dcp_status_t collect_needs(const dcp_blocks_t *b, const dcp_placement_t *p,
+                                  const dcp_schedule_t *s, need_t **needs_out, int64_t *n_out)
+{
+    const int64_t ncomp = b->num_tiles * b->head_blocks;
+    need_t *needs;
+    DCP_CHECK(dcp_calloc(&needs, 3 * ncomp, sizeof *needs, "transfer needs"));
+    int64_t n = 0;
+    for (int64_t c = 0; c < ncomp; c++) {
+        const int64_t t = c / b->head_blocks;
+        const int32_t r = p->comp_exec[c], h = (int32_t)(c % b->head_blocks), d = s->comp_div[c];
+        const int32_t q = b->tile_q[t], kv = b->tile_kv[t];
+        if (p->blk_owner[q] != r) {
+            needs[n++] = (need_t){r, DCP_XFER_Q, q, h, d};
+            needs[n++] = (need_t){r, DCP_XFER_PART, q, h, d};
+        }
+        if (p->blk_owner[kv] != r) needs[n++] = (need_t){r, DCP_XFER_KV, kv, h, d};
+    }
+    qsort(needs, (size_t)n, sizeof *needs, need_cmp);
+    *needs_out = needs;
+    *n_out = n;
+    return DCP_OK;
+}
+
+static int same_item(const need_t *a, const need_t *b)
+{
+    return a->holder == b->holder && a->kind == b->kind && a->block == b->block &&
+           a->head == b->head;
+}
+
+static int32_t holder_of(const dcp_transfer_t *t)
+{
+    return t->kind == DCP_XFER_PART ? t->src : t->dst;
+}
+
+/* Deduplicates the sorted needs into transfers (first and last division of use), gives
+ * them their global order, and builds the holder index. */
+static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t *p,
+                                    dcp_schedule_t *s)
+{
+    need_t *needs;
+    int64_t n;
+    DCP_CHECK(collect_needs(b, p, s, &needs, &n));
+    int64_t nx = 0;
+    for (int64_t i = 0; i < n; i++) nx += i == 0 || !same_item(&needs[i], &needs[i - 1]);
+    dcp_status_t st;
+    if (nx > INT32_MAX) {
+        st = dcp_set_error(DCP_ERR_UNSUPPORTED, "schedule: %lld transfers exceed 2^31 - 1",
+                           (long long)nx);
+        goto out;
+    }
+    DCP_CHECK_GOTO(dcp_calloc(&s->xfers, nx, sizeof *s->xfers, "transfers"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&s->by_holder, nx, sizeof(int32_t), "transfers"), st, out);
+    int64_t x = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const need_t *e = &needs[i];
+        if (i == 0 || !same_item(e, &needs[i - 1])) {
+            const int32_t owner = p->blk_owner[e->block];
+            const int part = e->kind == DCP_XFER_PART;
+            s->xfers[++x] = (dcp_transfer_t){
+                .src = part ? e->holder : owner,
+                .dst = part ? owner : e->holder,
+                .step = part ? s->num_divs : e->div,
+                .kind = e->kind,
+                .block = e->block,
+                .head_group = e->head,
+                .first_div = e->div,
+                .bytes = dcp_blocks_xfer_bytes(b, (dcp_xfer_kind_t)e->kind, b->blk_len[e->block]),
+            };
+        }
+        s->xfers[x].last_div = e->div; /* needs of one item are sorted by division */
+    }
+    s->num_xfers = (int32_t)nx;
+    qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp);
+    /* reuse the needs array as (holder, kind, block, head, transfer id) keys */
+    for (int32_t i = 0; i < s->num_xfers; i++) {
+        const dcp_transfer_t *t = &s->xfers[i];
+        needs[i] = (need_t){holder_of(t), t->kind, t->block, t->head_group, i};
+    }
+    qsort(needs, (size_t)nx, sizeof *needs, need_cmp);
+    for (int32_t i = 0; i < s->num_xfers; i++) s->by_holder[i] = needs[i].div;
+    st = DCP_OK;
+out:
+    free(needs);
+    return st;
+}
+
+dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p,
+                                int32_t num_ranks, int32_t num_divs, dcp_schedule_t *s)
+{
+    *s = (dcp_schedule_t){.num_ranks = num_ranks, .num_divs = num_divs};
+    dcp_status_t st;
+    DCP_CHECK_GOTO(order_comps(b, p, s), st, err);
+    DCP_CHECK_GOTO(build_transfers(b, p, s), st, err);
+    return DCP_OK;
+err:
+    dcp_schedule_release(s);
+    return st;
+}
+
+int32_t dcp_schedule_find(const dcp_schedule_t *s, int32_t holder, int32_t kind, int32_t block,
+                          int32_t head_group)
+{
+    int32_t lo = 0, hi = s->num_xfers;
+    const need_t want = {holder, kind, block, head_group, 0};
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        const dcp_transfer_t *t = &s->xfers[s->by_holder[mid]];
+        const need_t have = {holder_of(t), t->kind, t->block, t->head_group, 0};
+        const int c = need_cmp(&have, &want);
+        if (c == 0) return s->by_holder[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+void dcp_schedule_release(dcp_schedule_t *s)
+{
+    free(s->comp_div);
+    free(s->rank_off);
+    free(s->order);
+    free(s->xfers);
+    free(s->by_holder);
+    *s = (dcp_schedule_t){0};
+}

@@ -1,0 +1,33 @@
+/* The runtime objects behind dcp_group_t and dcp_context_t. */
+#ifndef DCP_PLUGIN_CONTEXT_H
+#define DCP_PLUGIN_CONTEXT_H
+
+#include "include/base/descr.h"
+#include "kernels/kernel.h"
+#include "transport/engine.h"
+#include "transport/inproc.h"
+
+struct dcp_group {
+    dcp_inproc_hub_t *hub;
+};
+
+struct dcp_context {
+    int32_t rank;
+    dcp_engine_t *engine;
+    const dcp_kernels_t *kernels;
+    double timeout_s;
+    /* work buffers, grown to the largest plan run so far and reused */
+    void *work[DCP_BUF_COUNT];
+    size_t work_cap[DCP_BUF_COUNT];
+    /* scratch for launches */
+    dcp_xfer_op_t *ops;
+    int64_t ops_cap;
+};
+
+/* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */
+double dcp_context_default_timeout(void);
+
+/* Makes work buffer b hold at least `bytes` (registered with the engine). */
+dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * The block-transfer engine interface. An engine moves contiguous regions between ranks:
+ * launch() starts a group of sends and receives at once and returns a request; test() and
+ * wait() complete it. Messages are matched by (peer, tag). Engines: in-process (threads of
+ * one process) here; UCX, NCCL and CUDA IPC behind the same table.
+ *
+ * Ownership: a launched region must stay valid and untouched until its request completes
+ * or is cancelled. wait() frees the request on success; on failure the request stays
+ * alive and the caller must cancel() it (which withdraws unmatched operations) before
+ * freeing the regions.
+ */
+#ifndef DCP_TRANSPORT_ENGINE_H
+#define DCP_TRANSPORT_ENGINE_H
+
+#include "include/dcp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t peer;
+    int32_t send; /* 1: send ptr[0..bytes) to peer; 0: receive into it from peer */
+    uint64_t tag;
+    void *ptr;
+    size_t bytes;
+} dcp_xfer_op_t;
+
+typedef struct dcp_engine dcp_engine_t;
+typedef struct dcp_xfer_req dcp_xfer_req_t;
+
+typedef struct {
+    const char *name;
+    /* Makes [ptr, ptr + bytes) usable for transfers (pins or maps it where needed). */
+    dcp_status_t (*mem_register)(dcp_engine_t *e, void *ptr, size_t bytes);
+    void (*mem_deregister)(dcp_engine_t *e, void *ptr);
+    dcp_status_t (*launch)(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t n,
+                           dcp_xfer_req_t **req_out);
+    dcp_status_t (*test)(dcp_engine_t *e, dcp_xfer_req_t *req, int *done_out);
+    dcp_status_t (*wait)(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout_s);
+    void (*cancel)(dcp_engine_t *e, dcp_xfer_req_t *req);
+    /* Tells the peers that this rank has failed: their waits end with DCP_ERR_PEER. */
+    void (*abort)(dcp_engine_t *e);
+    /* DCP_ERR_PEER when some rank of the group has failed, else DCP_OK. */
+    dcp_status_t (*health)(dcp_engine_t *e);
+    void (*destroy)(dcp_engine_t *e);
+} dcp_engine_ops_t;
+
+/* Every engine starts with this header. */
+struct dcp_engine {
+    const dcp_engine_ops_t *ops;
+    int32_t rank, size;
+};
+
+static inline void dcp_engine_destroy(dcp_engine_t *e)
+{
+    if (e) e->ops->destroy(e);
+}
+
+#endif
