@@ -1,0 +1,130 @@
+#include "plugin/cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dcp_args_fail(const char *tool, const char *flag, const char *fmt, ...)
+{
+    fprintf(stderr, "%s: --%s: ", tool, flag);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
+static void usage(const dcp_arg_t *args, int nargs, const char *tool, const char *summary)
+{
+    printf("usage: %s [flags]\n%s\n\n", tool, summary);
+    for (int i = 0; i < nargs; i++) {
+        const char *v = args[i].kind == DCP_ARG_FLAG ? "" : args[i].kind == DCP_ARG_STR ? " S"
+                                                                                          : " N";
+        char left[48];
+        snprintf(left, sizeof left, "--%s%s", args[i].name, v);
+        printf("  %-24s %s\n", left, args[i].help);
+    }
+}
+
+static void set_value(const char *tool, dcp_arg_t *a, const char *val)
+{
+    char *end;
+    errno = 0;
+    switch (a->kind) {
+    case DCP_ARG_INT: {
+        const long long x = strtoll(val, &end, 10);
+        if (*val == '\0' || *end != '\0' || errno != 0)
+            dcp_args_fail(tool, a->name, "'%s' is not an integer", val);
+        if (x < a->min || x > a->max)
+            dcp_args_fail(tool, a->name, "%lld is outside [%lld, %lld]", x, (long long)a->min,
+                          (long long)a->max);
+        *(int64_t *)a->dst = x;
+        break;
+    }
+    case DCP_ARG_DOUBLE: {
+        const double x = strtod(val, &end);
+        if (*val == '\0' || *end != '\0' || errno != 0 || !isfinite(x))
+            dcp_args_fail(tool, a->name, "'%s' is not a number", val);
+        if (a->min < a->max && (x < (double)a->min || x > (double)a->max))
+            dcp_args_fail(tool, a->name, "%g is outside [%lld, %lld]", x, (long long)a->min,
+                          (long long)a->max);
+        *(double *)a->dst = x;
+        break;
+    }
+    case DCP_ARG_STR:
+        if (*val == '\0') dcp_args_fail(tool, a->name, "needs a value");
+        *(const char **)a->dst = val;
+        break;
+    case DCP_ARG_FLAG: break;
+    }
+}
+
+void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const char *tool,
+                    const char *summary)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+            usage(args, nargs, tool, summary);
+            exit(0);
+        }
+        if (strncmp(s, "--", 2) != 0) {
+            fprintf(stderr, "%s: unexpected argument '%s' (flags start with --)\n", tool, s);
+            exit(2);
+        }
+        const char *name = s + 2, *eq = strchr(name, '=');
+        const size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        dcp_arg_t *a = NULL;
+        for (int k = 0; k < nargs; k++)
+            if (strlen(args[k].name) == len && !strncmp(args[k].name, name, len)) a = &args[k];
+        if (!a) {
+            fprintf(stderr, "%s: unknown flag --%.*s (see --help)\n", tool, (int)len, name);
+            exit(2);
+        }
+        a->seen = 1;
+        if (a->kind == DCP_ARG_FLAG) {
+            if (eq) dcp_args_fail(tool, a->name, "takes no value");
+            *(int *)a->dst = 1;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) dcp_args_fail(tool, a->name, "needs a value");
+        set_value(tool, a, val);
+    }
+}
+
+int dcp_args_split(const char *tool, const char *flag, const char *list, char ***items_out,
+                   char **storage_out)
+{
+    const size_t len = strlen(list);
+    char *copy = malloc(len + 1);
+    char **items = malloc((len / 2 + 2) * sizeof *items);
+    if (!copy || !items) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+        exit(1);
+    }
+    memcpy(copy, list, len + 1);
+    int n = 0;
+    for (char *p = copy;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (*p == '\0') dcp_args_fail(tool, flag, "empty item in '%s'", list);
+        items[n++] = p;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *items_out = items;
+    *storage_out = copy;
+    return n;
+}
+
+int dcp_args_seen(const dcp_arg_t *args, int nargs, const char *name)
+{
+    for (int i = 0; i < nargs; i++)
+        if (!strcmp(args[i].name, name)) return args[i].seen;
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* Command-line flags for the tools: "--name value" or "--name=value". A bad flag or value
+ * prints a message naming the flag and exits with status 2; --help prints the table. */
+#ifndef DCP_CLI_ARGS_H
+#define DCP_CLI_ARGS_H
+
+#include <stdint.h>
+
+typedef enum { DCP_ARG_FLAG, DCP_ARG_INT, DCP_ARG_DOUBLE, DCP_ARG_STR } dcp_arg_kind_t;
+
+typedef struct {
+    const char *name;  /* without the leading "--" */
+    dcp_arg_kind_t kind;
+    void *dst;         /* int (FLAG), int64_t (INT), double, const char * (STR) */
+    int64_t min, max;  /* INT: inclusive bounds; DOUBLE: min only when min < max */
+    const char *help;
+    int seen;          /* set by the parser */
+} dcp_arg_t;
+
+void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const char *tool,
+                    const char *summary);
+
+/* Whether flag `name` was given. */
+int dcp_args_seen(const dcp_arg_t *args, int nargs, const char *name);
+
+/* Splits a comma-separated list; items point into a malloc'ed copy (free *storage_out
+ * and *items_out). Exits 2 naming the flag on an empty item. */
+int dcp_args_split(const char *tool, const char *flag, const char *list, char ***items_out,
+                   char **storage_out);
+
+/* Exits 2 with "<tool>: --<flag>: <message>". */
+void dcp_args_fail(const char *tool, const char *flag, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+#endif

@@ -1,0 +1,170 @@
+#include "plugin/cli/common.h"
+
+#include "plugin/cli/lengths.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dcp_common_defaults(dcp_common_flags_t *f)
+{
+    *f = (dcp_common_flags_t){
+        .ranks = 8,
+        .tokens = 16384,
+        .max_len = 0,
+        .seed = 1,
+        .heads = 4,
+        .kv_heads = 2,
+        .head_dim = 64,
+        .block = 512,
+        .head_blocks = 1,
+        .divisions = 4,
+        .mask = "causal",
+        .strategy = "lpt",
+    };
+}
+
+void dcp_common_args(dcp_common_flags_t *f, dcp_arg_t *a)
+{
+    const dcp_arg_t t[DCP_COMMON_NARGS] = {
+        {"ranks", DCP_ARG_INT, &f->ranks, 1, 65536, "ranks (default 8)", 0},
+        {"cluster", DCP_ARG_STR, &f->cluster, 0, 0, "NxG[:intra=GBps][:inter=GBps][:lat=us] (default (R/4)x4 or 1xR)", 0},
+        {"mask", DCP_ARG_STR, &f->mask, 0, 0, "mask spec or comma list: full, causal, window:W, lambda:S:W, blockwise:b:k, shared-question:p:a", 0},
+        {"seqlens", DCP_ARG_STR, &f->seqlens, 0, 0, "comma-separated sequence lengths", 0},
+        {"lengths-file", DCP_ARG_STR, &f->lengths_file, 0, 0, "file of lengths (one per line) to sample", 0},
+        {"tokens", DCP_ARG_INT, &f->tokens, 1, 2147483647, "tokens to sample (default 16384)", 0},
+        {"max-len", DCP_ARG_INT, &f->max_len, 1, 2147483647, "drop sampled lengths above this (default --tokens)", 0},
+        {"seed", DCP_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors (default 1)", 0},
+        {"heads", DCP_ARG_INT, &f->heads, 1, 65536, "query heads (default 4)", 0},
+        {"kv-heads", DCP_ARG_INT, &f->kv_heads, 1, 65536, "KV heads (default 2)", 0},
+        {"head-dim", DCP_ARG_INT, &f->head_dim, 1, 4096, "head dimension (default 64)", 0},
+        {"block", DCP_ARG_INT, &f->block, 1, 2147483647, "tokens per block (default 512)", 0},
+        {"head-blocks", DCP_ARG_INT, &f->head_blocks, 1, 65536, "head groups (default 1)", 0},
+        {"divisions", DCP_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank (default 4)", 0},
+        {"strategy", DCP_ARG_STR, &f->strategy, 0, 0, "ring, zigzag, lpt, a comma list, or all (default lpt)", 0},
+        {"mem-cap", DCP_ARG_INT, &f->mem_cap, 0, INT64_MAX, "per-rank cap on owned block bytes (default none)", 0},
+    };
+    memcpy(a, t, sizeof t);
+}
+
+static void resolve_cluster(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
+                            dcp_common_t *out)
+{
+    char spec[64];
+    const char *use = f->cluster;
+    if (!use) {
+        if (f->ranks % 4 == 0 && f->ranks >= 8) snprintf(spec, sizeof spec, "%lldx4", (long long)f->ranks / 4);
+        else snprintf(spec, sizeof spec, "1x%lld", (long long)f->ranks);
+        use = spec;
+    }
+    if (dcp_cluster_from_spec(use, &out->cluster) != DCP_OK)
+        dcp_args_fail(tool, "cluster", "%s", dcp_last_error());
+    /* With --cluster alone the cluster decides the ranks; with both they must agree. */
+    const int32_t n = dcp_cluster_num_ranks(out->cluster);
+    if (n != f->ranks && dcp_args_seen(args, DCP_COMMON_NARGS, "ranks"))
+        dcp_args_fail(tool, "cluster", "'%s' has %d ranks, --ranks is %lld", use, n,
+                      (long long)f->ranks);
+}
+
+static void resolve_masks(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+{
+    char **items, *storage;
+    out->num_masks = dcp_args_split(tool, "mask", f->mask, &items, &storage);
+    out->masks = calloc((size_t)out->num_masks, sizeof *out->masks);
+    out->mask_names = calloc((size_t)out->num_masks, sizeof *out->mask_names);
+    for (int32_t i = 0; i < out->num_masks; i++) {
+        if (dcp_mask_parse(items[i], &out->masks[i]) != DCP_OK)
+            dcp_args_fail(tool, "mask", "%s", dcp_last_error());
+        out->mask_names[i] = malloc(64);
+        dcp_mask_format(&out->masks[i], out->mask_names[i], 64);
+    }
+    free(items);
+    free(storage);
+}
+
+static void resolve_strategies(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+{
+    if (!strcmp(f->strategy, "all")) {
+        out->num_strategies = DCP_STRATEGY_COUNT;
+        out->strategies = calloc(DCP_STRATEGY_COUNT, sizeof *out->strategies);
+        for (int i = 0; i < DCP_STRATEGY_COUNT; i++) out->strategies[i] = (dcp_strategy_t)i;
+        return;
+    }
+    char **items, *storage;
+    out->num_strategies = dcp_args_split(tool, "strategy", f->strategy, &items, &storage);
+    out->strategies = calloc((size_t)out->num_strategies, sizeof *out->strategies);
+    for (int32_t i = 0; i < out->num_strategies; i++)
+        if (dcp_strategy_parse(items[i], &out->strategies[i]) != DCP_OK)
+            dcp_args_fail(tool, "strategy", "%s", dcp_last_error());
+    free(items);
+    free(storage);
+}
+
+static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+{
+    if (f->seqlens && f->lengths_file)
+        dcp_args_fail(tool, "seqlens", "give either --seqlens or --lengths-file");
+    if (f->seqlens) {
+        char **items, *storage;
+        out->num_seqs = dcp_args_split(tool, "seqlens", f->seqlens, &items, &storage);
+        out->lengths = calloc((size_t)out->num_seqs, sizeof *out->lengths);
+        for (int32_t i = 0; i < out->num_seqs; i++) {
+            char *end;
+            const long long v = strtoll(items[i], &end, 10);
+            if (*end != '\0' || v < 1 || v > 2147483647)
+                dcp_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
+            out->lengths[i] = (int32_t)v;
+        }
+        free(items);
+        free(storage);
+        return;
+    }
+    dcp_length_source_t src = {NULL, 0};
+    int32_t *pool = NULL;
+    if (f->lengths_file) {
+        int64_t n;
+        if (dcp_lengths_read(f->lengths_file, &pool, &n) != DCP_OK)
+            dcp_args_fail(tool, "lengths-file", "%s", dcp_last_error());
+        src = (dcp_length_source_t){pool, n};
+    }
+    const int64_t max_len = f->max_len > 0 ? f->max_len : f->tokens;
+    if (dcp_lengths_fill(&src, f->tokens, (int32_t)(max_len < 2147483647 ? max_len : 2147483647),
+                         (uint64_t)f->seed, &out->lengths, &out->num_seqs) != DCP_OK)
+        dcp_args_fail(tool, "max-len", "%s", dcp_last_error());
+    free(pool);
+}
+
+void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
+                        dcp_common_t *out)
+{
+    memset(out, 0, sizeof *out);
+    resolve_cluster(tool, f, args, out);
+    resolve_masks(tool, f, out);
+    resolve_strategies(tool, f, out);
+    resolve_lengths(tool, f, out);
+    if (f->heads % f->kv_heads != 0)
+        dcp_args_fail(tool, "kv-heads", "%lld does not divide --heads %lld", (long long)f->kv_heads,
+                      (long long)f->heads);
+    if (f->kv_heads % f->head_blocks != 0)
+        dcp_args_fail(tool, "head-blocks", "%lld does not divide --kv-heads %lld",
+                      (long long)f->head_blocks, (long long)f->kv_heads);
+    out->shape = (dcp_attn_shape_t){(int32_t)f->heads, (int32_t)f->kv_heads, (int32_t)f->head_dim,
+                                    DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_default(&out->opts);
+    out->opts.block_size = (int32_t)f->block;
+    out->opts.head_blocks = (int32_t)f->head_blocks;
+    out->opts.divisions = (int32_t)f->divisions;
+    out->opts.mem_cap_bytes = f->mem_cap;
+    out->opts.seed = (uint64_t)f->seed;
+}
+
+void dcp_common_free(dcp_common_t *c)
+{
+    dcp_cluster_destroy(c->cluster);
+    for (int32_t i = 0; i < c->num_masks; i++) free(c->mask_names[i]);
+    free(c->mask_names);
+    free(c->masks);
+    free(c->strategies);
+    free(c->lengths);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,40 @@
+/* The flags dcp's tools share: batch (lengths, masks), attention shape, plan options and
+ * cluster, with their defaults and checks. */
+#ifndef DCP_CLI_COMMON_H
+#define DCP_CLI_COMMON_H
+
+#include "include/dcp.h"
+#include "plugin/cli/args.h"
+
+typedef struct {
+    int64_t ranks, tokens, max_len, seed, heads, kv_heads, head_dim, block, head_blocks, divisions;
+    int64_t mem_cap;
+    const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
+} dcp_common_flags_t;
+
+/* Number of table entries dcp_common_args() fills. */
+#define DCP_COMMON_NARGS 16
+
+void dcp_common_defaults(dcp_common_flags_t *f);
+void dcp_common_args(dcp_common_flags_t *f, dcp_arg_t *args);
+
+typedef struct {
+    dcp_cluster_t *cluster;
+    int32_t num_masks;
+    dcp_mask_t *masks;
+    char **mask_names; /* canonical text of each mask */
+    int32_t num_strategies;
+    dcp_strategy_t *strategies;
+    int32_t num_seqs;
+    int32_t *lengths;
+    dcp_attn_shape_t shape;
+    dcp_plan_options_t opts; /* strategy left to the caller */
+} dcp_common_t;
+
+/* Checks the flags and builds what they describe; exits 2 naming the flag on bad input.
+ * `args` is the table dcp_common_args() filled (its `seen` marks are read). */
+void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
+                        dcp_common_t *out);
+void dcp_common_free(dcp_common_t *c);
+
+#endif
