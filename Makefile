@@ -34,7 +34,7 @@ CU_SRCS = $(wildcard kernels/cuda/*.cu)
 LIB_SRCS := $(filter-out kernels/device_none.c,$(LIB_SRCS))
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
 	--Werror all-warnings -MMD -MP
-LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)

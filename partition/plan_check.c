@@ -11,6 +11,7 @@
 #include "include/base/error.h"
 #include "partition/mask.h"
 #include "partition/plan.h"
+#include "partition/slots.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -109,6 +110,7 @@ typedef struct {
     const dcp_plan_t *p;
     int32_t rank;
     int64_t instr;
+    int64_t *extent; /* [DCP_BUF_COUNT]: furthest element any view of the rank reaches */
 } where_t;
 
 static dcp_status_t bad(const where_t *w, const char *what)
@@ -132,7 +134,9 @@ static int view_ok(const where_t *w, dcp_view_t v, int64_t rows, int64_t row_ele
     if (rows > 1 && v.stride < row_elems) return 0;
     const int64_t size = dcp_plan_buf_elems(w->p, w->rank, v.buf);
     const int64_t span = (rows - 1) * (int64_t)v.stride + row_elems;
-    return v.off <= size && span <= size - v.off;
+    if (v.off > size || span > size - v.off) return 0;
+    if (v.off + span > w->extent[v.buf]) w->extent[v.buf] = v.off + span;
+    return 1;
 }
 
 #define BIT(b) (1u << (b))
@@ -298,8 +302,9 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
     const int32_t steps = p->opts.divisions + 1;
     int32_t last_launch = -1, last_wait = -1;
     uint8_t launched[1025] = {0};
+    int64_t extent[DCP_BUF_COUNT] = {0};
     for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
-        const where_t w = {p, r, i};
+        const where_t w = {p, r, i, extent};
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
         case DCP_OP_ATTN: DCP_CHECK(check_attn(&w, in)); break;
@@ -324,6 +329,14 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
     for (int32_t s = 0; s < steps; s++)
         if (launched[s] == 1)
             return CORRUPT("plan: rank %d never waits for step %d", r, s);
+    /* work buffers are no larger than what the program addresses (slot-aligned), so a plan
+     * cannot make a rank allocate memory it never uses */
+    for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {
+        const int64_t need = (extent[b] + DCP_SLOT_ALIGN - 1) / DCP_SLOT_ALIGN * DCP_SLOT_ALIGN;
+        if (dcp_plan_buf_elems(p, r, b) > need)
+            return CORRUPT("plan: rank %d buffer %d holds %lld elements, its program uses %lld", r,
+                           b, (long long)dcp_plan_buf_elems(p, r, b), (long long)need);
+    }
     return DCP_OK;
 }
 

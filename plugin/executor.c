@@ -17,8 +17,7 @@
 static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p,
                                const dcp_tensors_t *io)
 {
-    if (!ctx || !p || !io)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !ctx ? "ctx" : !p ? "plan" : "io");
+    if (!p || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !p ? "plan" : "io");
     if (p->num_ranks != ctx->engine->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d",
                              p->num_ranks, ctx->engine->size);
@@ -103,18 +102,23 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
     return DCP_OK;
 }
 
+/* Every failure of a rank, bad arguments included, is announced to its peers: they are
+ * inside the same collective and would otherwise wait for this rank until the timeout. */
 dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io)
 {
-    DCP_CHECK(check_call(ctx, plan, io));
-    DCP_CHECK(ctx->engine->ops->health(ctx->engine));
-    dcp_xfer_req_t **reqs;
-    DCP_CHECK(dcp_calloc(&reqs, plan->opts.divisions + 1, sizeof *reqs, "executor"));
+    if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
+    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    if (st != DCP_OK) return st;
+    dcp_xfer_req_t **reqs = NULL;
     dcp_kernel_env_t env;
-    dcp_status_t st = prepare(ctx, plan, io, &env);
+    st = check_call(ctx, plan, io);
+    if (st == DCP_OK)
+        st = dcp_calloc(&reqs, plan->opts.divisions + 1, sizeof *reqs, "executor");
+    if (st == DCP_OK) st = prepare(ctx, plan, io, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, &env, reqs);
     if (st != DCP_OK) {
         ctx->engine->ops->abort(ctx->engine);
-        for (int32_t s = 0; s <= plan->opts.divisions; s++)
+        for (int32_t s = 0; reqs && s <= plan->opts.divisions; s++)
             ctx->engine->ops->cancel(ctx->engine, reqs[s]);
     }
     free(reqs);

@@ -1,5 +1,5 @@
-/* CUDA devices visible to this process (0 without a driver, a device, or CUDA support in
- * this build). Safe to call from C. */
+/* CUDA devices visible to this process, and a launch check of this build's device code.
+ * Both are callable from C; builds without nvcc link kernels/device_none.c instead. */
 #ifndef DCP_KERNELS_CUDA_DEVICE_H
 #define DCP_KERNELS_CUDA_DEVICE_H
 
@@ -7,7 +7,12 @@
 extern "C" {
 #endif
 
+/* 0 without a driver, a device, or CUDA in this build. */
 int dcp_cuda_device_count(void);
+
+/* Launches a kernel on device 0 that writes a pattern, copies it back and checks it:
+ * 1 when the build's device code runs on this GPU, 0 otherwise (no device included). */
+int dcp_cuda_selftest(void);
 
 #ifdef __cplusplus
 }

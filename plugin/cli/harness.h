@@ -25,6 +25,7 @@ typedef struct {
     double max_lse_err;  /* max |LSE - LSE_ref| / max(1, |LSE_ref|) over finite LSE */
     int64_t bad_values;  /* NaN, unwritten, or -inf where the reference is finite (or back) */
     int passed;          /* everything within tol (only when the reference exists) */
+    uint64_t digest;     /* hash of every rank's O and LSE bytes: equal runs, equal digest */
     double exec_ms;      /* median wall time of dcp_forward_inproc */
 } dcp_harness_result_t;
 

@@ -1,0 +1,28 @@
+/* Suite registration functions, one per module (tests/unit/test_<module>.c) plus the
+ * end-to-end suite. Each returns 0 on success. */
+#ifndef DCP_TESTS_SUITES_H
+#define DCP_TESTS_SUITES_H
+
+typedef int (*dcp_suite_fn)(void);
+
+int dcp_suite_mask(void);
+int dcp_suite_cluster(void);
+int dcp_suite_blocks(void);
+int dcp_suite_place(void);
+int dcp_suite_schedule(void);
+int dcp_suite_plan_io(void);
+int dcp_suite_kernels(void);
+int dcp_suite_transport(void);
+int dcp_suite_api(void);
+int dcp_suite_e2e(void);
+int dcp_suite_gpu(void);
+
+/* Adds a suite with the given tests (NULL-terminated name/function pairs). */
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} dcp_test_t;
+
+int dcp_add_suite(const char *name, const dcp_test_t *tests);
+
+#endif

@@ -1,0 +1,309 @@
+/* The public API on bad input: clear errors that name the field, outputs untouched, and a
+ * failing rank that ends its peers' waits instead of hanging them. */
+#include "include/dcp.h"
+#include "tests/unit/suites.h"
+
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int32_t lens[3] = {40, 1, 17};
+static const dcp_mask_t causal3[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL},
+                                      {.kind = DCP_MASK_CAUSAL}};
+
+static void test_status_strings(void)
+{
+    for (int s = 0; s <= DCP_ERR_INTERNAL; s++) {
+        const char *a = dcp_status_string((dcp_status_t)s);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+        CU_ASSERT(strncmp(a, "DCP_", 4) == 0);
+        for (int t = 0; t < s; t++) CU_ASSERT(strcmp(a, dcp_status_string((dcp_status_t)t)) != 0);
+    }
+    CU_ASSERT_STRING_EQUAL(dcp_status_string((dcp_status_t)99), "DCP_ERR_UNKNOWN");
+}
+
+typedef struct {
+    dcp_batch_t batch;
+    dcp_attn_shape_t shape;
+    dcp_plan_options_t opts;
+    const char *field;
+} bad_case_t;
+
+/* Plan creation with one field wrong at a time: DCP_ERR_INVALID_ARG, a message naming the
+ * field, and plan_out untouched. */
+static void test_plan_create_rejects_bad_input(void)
+{
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &c), DCP_OK);
+    const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 16;
+    int32_t bad_len[3] = {40, -3, 17};
+    dcp_mask_t bad_mask[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_WINDOW, .window = 0},
+                              {.kind = DCP_MASK_CAUSAL}};
+    bad_case_t cases[16];
+    int n = 0;
+    const dcp_batch_t good = {3, lens, causal3};
+    cases[n++] = (bad_case_t){{0, lens, causal3}, shape, o, "batch.num_seqs"};
+    cases[n++] = (bad_case_t){{3, bad_len, causal3}, shape, o, "batch.lengths[1]"};
+    cases[n++] = (bad_case_t){{3, lens, bad_mask}, shape, o, "batch.masks[1].window"};
+    cases[n++] = (bad_case_t){{3, NULL, causal3}, shape, o, "batch.lengths"};
+    dcp_attn_shape_t s2 = shape;
+    s2.num_kv_heads = 3;
+    cases[n++] = (bad_case_t){good, s2, o, "shape.num_kv_heads"};
+    s2 = shape;
+    s2.head_dim = 0;
+    cases[n++] = (bad_case_t){good, s2, o, "shape.head_dim"};
+    s2 = shape;
+    s2.scale = NAN;
+    cases[n++] = (bad_case_t){good, s2, o, "shape.scale"};
+    dcp_plan_options_t o2 = o;
+    o2.block_size = 0;
+    cases[n++] = (bad_case_t){good, shape, o2, "options.block_size"};
+    o2 = o;
+    o2.head_blocks = 4;
+    cases[n++] = (bad_case_t){good, shape, o2, "options.head_blocks"};
+    o2 = o;
+    o2.divisions = 0;
+    cases[n++] = (bad_case_t){good, shape, o2, "options.divisions"};
+    o2 = o;
+    o2.strategy = (dcp_strategy_t)77;
+    cases[n++] = (bad_case_t){good, shape, o2, "options.strategy"};
+    o2 = o;
+    o2.eps_inter = -1;
+    cases[n++] = (bad_case_t){good, shape, o2, "options.eps_inter"};
+    o2 = o;
+    o2.mem_cap_bytes = -5;
+    cases[n++] = (bad_case_t){good, shape, o2, "options.mem_cap_bytes"};
+    for (int i = 0; i < n; i++) {
+        dcp_plan_t *p = (dcp_plan_t *)&p;
+        CU_ASSERT_EQUAL(dcp_plan_create(&cases[i].batch, &cases[i].shape, &cases[i].opts, c, &p),
+                        DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_EQUAL(p, (dcp_plan_t *)&p);
+        if (!strstr(dcp_last_error(), cases[i].field)) {
+            CU_FAIL("message does not name the field");
+            fprintf(stderr, "want '%s' in '%s'\n", cases[i].field, dcp_last_error());
+        }
+    }
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL(dcp_plan_create(NULL, &shape, &o, c, &p), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_create(&good, NULL, &o, c, &p), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_create(&good, &shape, &o, NULL, &p), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_create(&good, &shape, &o, c, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_create(&good, &shape, NULL, c, &p), DCP_OK); /* defaults */
+    dcp_plan_destroy(p);
+    dcp_plan_destroy(NULL);
+    dcp_cluster_destroy(c);
+}
+
+static dcp_plan_t *small_plan(const char *cluster, dcp_dtype_t dtype)
+{
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
+    const dcp_attn_shape_t shape = {4, 2, 8, dtype, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 8;
+    o.strategy = DCP_STRATEGY_ZIGZAG;
+    const dcp_batch_t b = {3, lens, causal3};
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&b, &shape, &o, c, &p), DCP_OK);
+    dcp_cluster_destroy(c);
+    return p;
+}
+
+static void test_local_layout_arguments(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_FP32);
+    dcp_token_span_t spans[8], keep = {-7, -7, -7};
+    int32_t n = -1;
+    int64_t tokens = -1, total = 0;
+    for (int r = 0; r < 2; r++) {
+        CU_ASSERT_EQUAL(dcp_plan_local_layout(p, r, spans, 8, &n, &tokens), DCP_OK);
+        int64_t sum = 0;
+        for (int i = 0; i < n; i++) sum += spans[i].len;
+        CU_ASSERT_EQUAL(sum, tokens);
+        total += tokens;
+    }
+    CU_ASSERT_EQUAL(total, 58);
+    CU_ASSERT_EQUAL(dcp_plan_local_layout(p, 2, spans, 8, &n, &tokens), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_local_layout(p, 0, NULL, 3, &n, &tokens), DCP_ERR_INVALID_ARG);
+    spans[0] = keep;
+    CU_ASSERT_EQUAL(dcp_plan_local_layout(p, 0, spans, 1, &n, &tokens), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(spans[0].seq, -7); /* nothing written on failure */
+    dcp_plan_stats_t st;
+    dcp_rank_stats_t rs;
+    CU_ASSERT_EQUAL(dcp_plan_get_stats(NULL, &st), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_get_rank_stats(p, -1, &rs), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_plan_get_rank_stats(p, 1, &rs), DCP_OK);
+    CU_ASSERT(rs.local_tokens > 0 && rs.flops > 0 && rs.num_instructions > 0);
+    dcp_plan_destroy(p);
+}
+
+typedef struct {
+    dcp_tensors_t io[2];
+    float *mem[2][5];
+} tensors2_t;
+
+static void tensors_init(tensors2_t *t, const dcp_plan_t *p)
+{
+    for (int r = 0; r < 2; r++) {
+        int64_t n;
+        dcp_plan_local_layout(p, r, NULL, 0, NULL, &n);
+        const int64_t w[5] = {32, 16, 16, 32, 4};
+        for (int j = 0; j < 5; j++) {
+            t->mem[r][j] = malloc((size_t)(n * w[j] + 1) * sizeof(float));
+            for (int64_t i = 0; i < n * w[j]; i++) t->mem[r][j][i] = j < 3 ? 0.5f : 12345.0f;
+        }
+        t->io[r] = (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2], t->mem[r][3], t->mem[r][4]};
+    }
+}
+
+static int outputs_untouched(const tensors2_t *t, const dcp_plan_t *p)
+{
+    for (int r = 0; r < 2; r++) {
+        int64_t n;
+        dcp_plan_local_layout(p, r, NULL, 0, NULL, &n);
+        for (int64_t i = 0; i < n * 32; i++)
+            if (t->mem[r][3][i] != 12345.0f) return 0;
+        for (int64_t i = 0; i < n * 4; i++)
+            if (t->mem[r][4][i] != 12345.0f) return 0;
+    }
+    return 1;
+}
+
+static void tensors_free(tensors2_t *t)
+{
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 5; j++) free(t->mem[r][j]);
+}
+
+/* Rank 1 fails on bad input; rank 0 stops with DCP_ERR_PEER (not after the timeout), both
+ * leave O and LSE untouched, and the failure names rank 1 and the field. */
+static void test_failing_rank_ends_its_peers(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_FP32);
+    tensors2_t t;
+    tensors_init(&t, p);
+    t.io[1].k = NULL;
+    CU_ASSERT_EQUAL(dcp_forward_inproc(p, t.io, 120.0), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "rank 1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "io.k"));
+    CU_ASSERT(outputs_untouched(&t, p));
+    tensors_free(&t);
+    dcp_plan_destroy(p);
+}
+
+typedef struct {
+    dcp_context_t *ctx;
+    const dcp_plan_t *plan;
+    const dcp_tensors_t *io;
+    dcp_status_t st;
+} fwd_t;
+
+static void *fwd_thread(void *arg)
+{
+    fwd_t *f = arg;
+    f->st = dcp_forward(f->ctx, f->plan, f->io);
+    return NULL;
+}
+
+/* A group with a failed rank stays failed: later forwards return DCP_ERR_PEER at once. */
+static void test_failed_group_stays_failed(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_FP32);
+    tensors2_t t;
+    tensors_init(&t, p);
+    dcp_group_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
+    dcp_context_t *ctx[2] = {NULL, NULL};
+    for (int r = 0; r < 2; r++) {
+        const dcp_context_config_t cfg = {r, g, 60.0};
+        CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cfg, &ctx[r]), DCP_OK);
+    }
+    /* a clean batch first */
+    fwd_t f[2] = {{ctx[0], p, &t.io[0], DCP_OK}, {ctx[1], p, &t.io[1], DCP_OK}};
+    pthread_t th;
+    pthread_create(&th, NULL, fwd_thread, &f[1]);
+    fwd_thread(&f[0]);
+    pthread_join(th, NULL);
+    CU_ASSERT(f[0].st == DCP_OK && f[1].st == DCP_OK);
+    /* rank 1 fails on a NULL tensor: rank 0 ends with DCP_ERR_PEER */
+    dcp_tensors_t broken = t.io[1];
+    broken.q = NULL;
+    f[1].io = &broken;
+    pthread_create(&th, NULL, fwd_thread, &f[1]);
+    fwd_thread(&f[0]);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(f[1].st, DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(f[0].st, DCP_ERR_PEER);
+    /* and the next batch on the group fails at once, on every rank */
+    CU_ASSERT_EQUAL(dcp_forward(ctx[0], p, &t.io[0]), DCP_ERR_PEER);
+    CU_ASSERT_EQUAL(dcp_forward(ctx[1], p, &t.io[1]), DCP_ERR_PEER);
+    for (int r = 0; r < 2; r++) dcp_context_destroy(ctx[r]);
+    dcp_group_destroy(g);
+    tensors_free(&t);
+    dcp_plan_destroy(p);
+}
+
+/* dcp_forward on a fresh two-rank group (rank 0 only; it fails before any transfer). */
+static dcp_status_t forward_once(const dcp_plan_t *p, const dcp_tensors_t *io)
+{
+    dcp_group_t *g = NULL;
+    dcp_context_t *ctx = NULL;
+    const dcp_context_config_t cfg = {0, NULL, 0};
+    dcp_context_config_t c = cfg;
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
+    c.group = g;
+    CU_ASSERT_EQUAL_FATAL(dcp_context_create(&c, &ctx), DCP_OK);
+    const dcp_status_t st = dcp_forward(ctx, p, io);
+    dcp_context_destroy(ctx);
+    dcp_group_destroy(g);
+    return st;
+}
+
+static void test_context_and_executor_arguments(void)
+{
+    dcp_group_t *g = NULL;
+    dcp_context_t *ctx = NULL;
+    CU_ASSERT_EQUAL(dcp_group_create(0, &g), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
+    const dcp_context_config_t bad_rank = {2, g, 0}, no_group = {0, NULL, 0}, bad_t = {0, g, -1};
+    CU_ASSERT_EQUAL(dcp_context_create(&bad_rank, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_context_create(&no_group, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_context_create(&bad_t, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(ctx);
+    dcp_group_destroy(g);
+    dcp_plan_t *bf16 = small_plan("1x2", DCP_DTYPE_BF16);
+    dcp_plan_t *three = small_plan("1x3", DCP_DTYPE_FP32);
+    tensors2_t t;
+    tensors_init(&t, bf16);
+    CU_ASSERT_EQUAL(forward_once(bf16, &t.io[0]), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(forward_once(three, &t.io[0]), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "3 ranks"));
+    CU_ASSERT_EQUAL(forward_once(NULL, &t.io[0]), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(forward_once(bf16, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_forward(NULL, bf16, &t.io[0]), DCP_ERR_INVALID_ARG);
+    tensors_free(&t);
+    dcp_plan_destroy(bf16);
+    dcp_plan_destroy(three);
+    dcp_context_destroy(NULL);
+    dcp_group_destroy(NULL);
+}
+
+int dcp_suite_api(void)
+{
+    static const dcp_test_t tests[] = {
+        {"status_strings", test_status_strings},
+        {"plan_create_rejects_bad_input", test_plan_create_rejects_bad_input},
+        {"local_layout_arguments", test_local_layout_arguments},
+        {"failing_rank_ends_its_peers", test_failing_rank_ends_its_peers},
+        {"failed_group_stays_failed", test_failed_group_stays_failed},
+        {"context_and_executor_arguments", test_context_and_executor_arguments},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("api", tests);
+}

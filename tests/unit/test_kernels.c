@@ -1,0 +1,269 @@
+/* CPU kernels against the double-precision reference: masked attention over tile lists
+ * (every mask, ragged tiles, 1-token sequences, fully masked rows, GQA 1/2/4, head groups,
+ * accumulation), the n-way LSE merge and the strided copy. */
+#include "kernels/cpu.h"
+#include "kernels/reference.h"
+#include "partition/mask.h"
+#include "tests/unit/suites.h"
+#include "tests/unit/testlib.h"
+
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t len, hq, hkv, d, hb;
+    float *q, *k, *v, *o, *lse;
+    double *ro, *rlse;
+    dcp_seq_info_t seq;
+    dcp_kernel_env_t env;
+} kcase_t;
+
+static void kcase_init(kcase_t *c, int32_t len, int32_t hq, int32_t hkv, int32_t d, int32_t hb,
+                       dcp_mask_t mask, uint64_t seed)
+{
+    *c = (kcase_t){.len = len, .hq = hq, .hkv = hkv, .d = d, .hb = hb};
+    dcp_rng_t rng = {seed};
+    const size_t nq = (size_t)len * hq * d, nk = (size_t)len * hkv * d;
+    c->q = malloc(nq * sizeof(float));
+    c->k = malloc(nk * sizeof(float));
+    c->v = malloc(nk * sizeof(float));
+    c->o = malloc(nq * sizeof(float));
+    c->lse = malloc((size_t)len * hq * sizeof(float));
+    c->ro = malloc(nq * sizeof(double));
+    c->rlse = malloc((size_t)len * hq * sizeof(double));
+    for (size_t i = 0; i < nq; i++) c->q[i] = (float)dcp_rng_normal(&rng);
+    for (size_t i = 0; i < nk; i++) c->k[i] = (float)dcp_rng_normal(&rng);
+    for (size_t i = 0; i < nk; i++) c->v[i] = (float)dcp_rng_normal(&rng);
+    c->seq = (dcp_seq_info_t){len, mask};
+    const dcp_attn_shape_t shape = {hq, hkv, d, DCP_DTYPE_FP32, 0.0f};
+    CU_ASSERT_EQUAL(dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, 2), DCP_OK);
+    c->env = (dcp_kernel_env_t){.seqs = &c->seq,
+                                .q_heads = hq / hb,
+                                .kv_heads = hkv / hb,
+                                .head_dim = d,
+                                .scale = (float)(1.0 / sqrt((double)d)),
+                                .dtype = DCP_DTYPE_FP32};
+    c->env.bufs[DCP_BUF_Q] = c->q;
+    c->env.bufs[DCP_BUF_K] = c->k;
+    c->env.bufs[DCP_BUF_V] = c->v;
+    c->env.bufs[DCP_BUF_ACC_O] = c->o;
+    c->env.bufs[DCP_BUF_ACC_LSE] = c->lse;
+    for (size_t i = 0; i < nq; i++) c->o[i] = NAN;
+    for (size_t i = 0; i < (size_t)len * hq; i++) c->lse[i] = NAN;
+}
+
+static void kcase_free(kcase_t *c)
+{
+    free(c->q), free(c->k), free(c->v), free(c->o), free(c->lse), free(c->ro), free(c->rlse);
+}
+
+/* Tile group of queries [q0, q1), head group h, over KV tiles of `kb` keys from k0 to k1. */
+static int64_t build_group(const kcase_t *c, int32_t q0, int32_t q1, int32_t h, int32_t k0,
+                           int32_t k1, int32_t kb, int32_t accumulate, dcp_tile_group_t *g,
+                           dcp_tile_t *tiles)
+{
+    const int64_t qpg = c->hq / c->hb, kvpg = c->hkv / c->hb, d = c->d;
+    *g = (dcp_tile_group_t){.q = {((int64_t)q0 * c->hq + h * qpg) * d, c->hq * c->d, DCP_BUF_Q},
+                            .o = {((int64_t)q0 * c->hq + h * qpg) * d, c->hq * c->d, DCP_BUF_ACC_O},
+                            .lse = {(int64_t)q0 * c->hq + h * qpg, c->hq, DCP_BUF_ACC_LSE},
+                            .q_pos = q0,
+                            .q_len = q1 - q0,
+                            .accumulate = accumulate};
+    int64_t n = 0;
+    for (int32_t k = k0; k < k1; k += kb) {
+        const int32_t ke = k + kb < k1 ? k + kb : k1;
+        int64_t pairs;
+        const dcp_tile_class_t cls = dcp_mask_classify(&c->seq.mask, c->len, q0, q1, k, ke, &pairs);
+        if (cls == DCP_TILE_EMPTY) continue;
+        const int64_t off = ((int64_t)k * c->hkv + h * kvpg) * d;
+        tiles[n++] = (dcp_tile_t){.k = {off, c->hkv * c->d, DCP_BUF_K},
+                                  .v = {off, c->hkv * c->d, DCP_BUF_V},
+                                  .kv_pos = k,
+                                  .kv_len = ke - k,
+                                  .full = cls == DCP_TILE_FULL};
+    }
+    g->num_tiles = (int32_t)n;
+    return n;
+}
+
+/* Max |O - ref| / max |ref| and max LSE error over all heads of queries [q0, q1). */
+static void compare(const kcase_t *c, int32_t q0, int32_t q1, double *rel, double *lse_err, int *bad)
+{
+    double err = 0, ref = 1e-30;
+    *lse_err = 0;
+    *bad = 0;
+    for (int64_t i = (int64_t)q0 * c->hq; i < (int64_t)q1 * c->hq; i++) {
+        if (isinf(c->rlse[i])) {
+            *bad += !(isinf(c->lse[i]) && c->lse[i] < 0);
+            for (int32_t x = 0; x < c->d; x++) *bad += c->o[i * c->d + x] != 0.0f;
+            continue;
+        }
+        *bad += !isfinite(c->lse[i]);
+        *lse_err = fmax(*lse_err, fabs(c->lse[i] - c->rlse[i]) / fmax(1.0, fabs(c->rlse[i])));
+        for (int32_t x = 0; x < c->d; x++) {
+            const double o = c->o[i * c->d + x], r = c->ro[i * c->d + x];
+            *bad += isnan(o);
+            err = fmax(err, fabs(o - r));
+            ref = fmax(ref, fabs(r));
+        }
+    }
+    *rel = err / ref;
+}
+
+static void run_case(int32_t len, int32_t hq, int32_t hkv, int32_t d, int32_t hb, dcp_mask_t mask,
+                     int32_t qb, int32_t kb, uint64_t seed)
+{
+    kcase_t c;
+    kcase_init(&c, len, hq, hkv, d, hb, mask, seed);
+    const int32_t nqb = (len + qb - 1) / qb;
+    dcp_tile_group_t *g = calloc((size_t)nqb * hb, sizeof *g);
+    dcp_tile_t *tiles = calloc((size_t)nqb * hb * (len / kb + 2), sizeof *tiles);
+    int64_t ng = 0, nt = 0;
+    for (int32_t b = 0; b < nqb; b++)
+        for (int32_t h = 0; h < hb; h++) {
+            nt += build_group(&c, b * qb, (b + 1) * qb < len ? (b + 1) * qb : len, h, 0, len, kb, 0,
+                              &g[ng], tiles + nt);
+            g[ng].first_tile = (int32_t)(nt - g[ng].num_tiles);
+            ng++;
+        }
+    /* a group left without tiles (a fully masked query block) must come out as O = 0,
+     * LSE = -inf, like any row without allowed keys */
+    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, g, ng, tiles), DCP_OK);
+    double rel, lse_err;
+    int bad;
+    compare(&c, 0, len, &rel, &lse_err, &bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(rel <= 1e-5);
+    CU_ASSERT(lse_err <= 1e-5);
+    if (bad || rel > 1e-5 || lse_err > 1e-5)
+        fprintf(stderr, "kernel case len %d heads %d/%d d %d hb %d mask %d: rel %.3g lse %.3g bad %d\n",
+                len, hq, hkv, d, hb, mask.kind, rel, lse_err, bad);
+    free(g);
+    free(tiles);
+    kcase_free(&c);
+}
+
+static void test_attention_every_mask(void)
+{
+    dcp_rng_t rng = {51};
+    for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
+        for (int rep = 0; rep < 3; rep++) {
+            const int32_t len = (int32_t)dcp_rng_range(&rng, 1, 230);
+            int32_t *store;
+            const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, len, &store);
+            run_case(len, 4, 2, 16, 1, m, (int32_t)dcp_rng_range(&rng, 1, 70),
+                     (int32_t)dcp_rng_range(&rng, 1, 90), dcp_rng_next(&rng));
+            free(store);
+        }
+}
+
+static void test_attention_gqa_and_head_groups(void)
+{
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    run_case(97, 4, 4, 32, 1, causal, 32, 40, 1);  /* MHA */
+    run_case(97, 4, 2, 32, 1, causal, 32, 40, 2);  /* GQA 2 */
+    run_case(97, 8, 2, 64, 1, causal, 50, 33, 3);  /* GQA 4 */
+    run_case(97, 8, 2, 64, 2, causal, 50, 33, 4);  /* GQA 4, two head groups */
+    run_case(130, 8, 8, 128, 4, causal, 64, 64, 5); /* D = 128, four head groups */
+    run_case(1, 4, 2, 16, 1, causal, 16, 16, 6);    /* a 1-token sequence */
+}
+
+/* Queries with no allowed key: O = 0 and LSE = -inf (custom ranges all empty for odd i). */
+static void test_fully_masked_rows(void)
+{
+    const int32_t len = 40;
+    int32_t *r = calloc(4 * len, sizeof *r);
+    for (int32_t i = 0; i < len; i += 2) r[4 * i + 1] = i + 1;
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    run_case(len, 4, 2, 16, 1, m, 16, 16, 7);
+    run_case(len, 4, 2, 16, 1, m, 1, 7, 8);
+    free(r);
+}
+
+/* Two launches, the second accumulating, equal one launch over all tiles. */
+static void test_accumulate_equals_single_pass(void)
+{
+    const dcp_mask_t m = {.kind = DCP_MASK_LAMBDA, .sink = 5, .window = 30};
+    kcase_t c;
+    kcase_init(&c, 120, 4, 2, 16, 1, m, 9);
+    dcp_tile_group_t g;
+    dcp_tile_t tiles[16];
+    build_group(&c, 0, 120, 0, 0, 60, 25, 0, &g, tiles);
+    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, &g, 1, tiles), DCP_OK);
+    build_group(&c, 0, 120, 0, 60, 120, 25, 1, &g, tiles);
+    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, &g, 1, tiles), DCP_OK);
+    double rel, lse_err;
+    int bad;
+    compare(&c, 0, 120, &rel, &lse_err, &bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(rel <= 1e-5 && lse_err <= 1e-5);
+    kcase_free(&c);
+}
+
+/* Partials over disjoint key ranges, merged n-way into an empty destination. */
+static void test_merge_of_partials(void)
+{
+    const dcp_mask_t m = {.kind = DCP_MASK_CAUSAL};
+    kcase_t c;
+    const int32_t len = 90, hq = 4, d = 16, parts = 3;
+    kcase_init(&c, len, hq, 2, d, 1, m, 10);
+    float *part = malloc((size_t)parts * len * hq * (d + 1) * sizeof(float));
+    c.env.bufs[DCP_BUF_PART] = part;
+    dcp_merge_src_t src[3];
+    for (int p = 0; p < parts; p++) {
+        dcp_tile_group_t g;
+        dcp_tile_t tiles[8];
+        build_group(&c, 0, len, 0, p * 30, p * 30 + 30, 16, 0, &g, tiles);
+        const int64_t base = (int64_t)p * len * hq * (d + 1);
+        g.o = (dcp_view_t){base, hq * d, DCP_BUF_PART};
+        g.lse = (dcp_view_t){base + (int64_t)len * hq * d, hq, DCP_BUF_PART};
+        src[p] = (dcp_merge_src_t){g.o, g.lse};
+        CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, &g, 1, tiles), DCP_OK);
+    }
+    for (int64_t i = 0; i < (int64_t)len * hq * d; i++) c.o[i] = 0.0f;
+    for (int64_t i = 0; i < (int64_t)len * hq; i++) c.lse[i] = -INFINITY;
+    const dcp_merge_item_t item = {{0, hq * d, DCP_BUF_ACC_O}, {0, hq, DCP_BUF_ACC_LSE}, len, 0, parts};
+    CU_ASSERT_EQUAL(dcp_cpu_merge(&c.env, &item, 1, src), DCP_OK);
+    double rel, lse_err;
+    int bad;
+    compare(&c, 0, len, &rel, &lse_err, &bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(rel <= 1e-5 && lse_err <= 1e-5);
+    free(part);
+    kcase_free(&c);
+}
+
+static void test_copy_strided(void)
+{
+    float src[6 * 8], dst[4 * 5];
+    for (int i = 0; i < 48; i++) src[i] = (float)i;
+    for (int i = 0; i < 20; i++) dst[i] = -1;
+    dcp_kernel_env_t env = {.dtype = DCP_DTYPE_FP32};
+    env.bufs[DCP_BUF_Q] = src;
+    env.bufs[DCP_BUF_STAGE] = dst;
+    const dcp_copy_item_t item = {{3, 8, DCP_BUF_Q}, {1, 5, DCP_BUF_STAGE}, 4, 3};
+    CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &item, 1), DCP_OK);
+    for (int r = 0; r < 4; r++)
+        for (int x = 0; x < 5; x++) {
+            const float want = (x >= 1 && x < 4) ? (float)(3 + r * 8 + x - 1) : -1.0f;
+            CU_ASSERT_EQUAL(dst[r * 5 + x], want);
+        }
+    env.dtype = DCP_DTYPE_BF16;
+    CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &item, 1), DCP_ERR_UNSUPPORTED);
+}
+
+int dcp_suite_kernels(void)
+{
+    static const dcp_test_t tests[] = {
+        {"attention_every_mask", test_attention_every_mask},
+        {"attention_gqa_and_head_groups", test_attention_gqa_and_head_groups},
+        {"fully_masked_rows", test_fully_masked_rows},
+        {"accumulate_equals_single_pass", test_accumulate_equals_single_pass},
+        {"merge_of_partials", test_merge_of_partials},
+        {"copy_strided", test_copy_strided},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("kernels", tests);
+}

@@ -1,0 +1,377 @@
+/*
+ * Scheduler invariants, checked on the programs of many plans:
+ *  - every computation block runs exactly once;
+ *  - every slot is written before it is read, and no slot is reused while its block is
+ *    live (a simulator tracks which block each work-buffer element holds, and every read
+ *    names the block it needs);
+ *  - every send has its receive (and the validator accepts the plan);
+ *  - with T > 1 the first division is local, and step d+1 is launched before step d is
+ *    waited for.
+ */
+#include "partition/mask.h"
+#include "partition/plan.h"
+#include "tests/unit/mask_bf.h"
+#include "tests/unit/suites.h"
+#include "tests/unit/testlib.h"
+
+#include <CUnit/CUnit.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { C_NONE = 0, C_Q, C_KV, C_P };
+
+typedef struct {
+    int32_t kind, block, head;
+} content_t;
+
+static int same(content_t a, content_t b)
+{
+    return a.kind == b.kind && a.block == b.block && a.head == b.head;
+}
+
+typedef struct {
+    const dcp_plan_t *p;
+    int32_t rank;
+    int check; /* 0: first pass, only learn what each transfer carries */
+    content_t *sent;
+    content_t *cur[DCP_BUF_COUNT];
+    int64_t *ready[DCP_BUF_COUNT], *pin[DCP_BUF_COUNT];
+    int32_t *row_block;
+    int64_t wait_at[1025];
+    int failures;
+    const char *first_failure;
+} sim_t;
+
+static void fail(sim_t *s, const char *why)
+{
+    if (!s->check) return;
+    if (!s->failures++) s->first_failure = why;
+}
+
+static int tracked(int32_t buf)
+{
+    return buf >= DCP_BUF_STAGE && buf < DCP_BUF_COUNT;
+}
+
+/* Elements of a view: rows x row_elems starting at v.off with stride. */
+#define FOR_ELEMS(v, rows, row_elems, e)                                                       \
+    for (int64_t r_ = 0; r_ < (rows); r_++)                                                    \
+        for (int64_t e = (v).off + r_ * (v).stride, end_ = e + (row_elems); e < end_; e++)
+
+static void write_view(sim_t *s, dcp_view_t v, int64_t rows, int64_t w, content_t c, int64_t i,
+                       int64_t ready, int64_t pin)
+{
+    if (!tracked(v.buf)) return;
+    FOR_ELEMS(v, rows, w, e)
+    {
+        if (s->pin[v.buf][e] > i) fail(s, "slot overwritten while a transfer uses it");
+        s->cur[v.buf][e] = c;
+        s->ready[v.buf][e] = ready;
+        s->pin[v.buf][e] = pin;
+    }
+}
+
+static void read_view(sim_t *s, dcp_view_t v, int64_t rows, int64_t w, content_t want, int64_t i)
+{
+    if (!tracked(v.buf)) return;
+    FOR_ELEMS(v, rows, w, e)
+    {
+        if (s->ready[v.buf][e] > i) fail(s, "slot read before it is written");
+        if (!same(s->cur[v.buf][e], want)) fail(s, "slot holds another block when read");
+    }
+}
+
+/* The block and head group a caller-buffer (or accumulator) view starts at. */
+static content_t caller_block(const sim_t *s, dcp_view_t v, int32_t kind, int64_t heads_per_group)
+{
+    const int64_t row = v.off / v.stride;
+    const int32_t t = s->row_block[row];
+    CU_ASSERT(s->p->blk_row[t] == row);
+    return (content_t){kind, t, (int32_t)((v.off % v.stride) / (heads_per_group * s->p->shape.head_dim))};
+}
+
+static void sim_copy(sim_t *s, const dcp_instr_t *in, int64_t i)
+{
+    for (int64_t k = in->first; k < in->first + in->count; k++) {
+        const dcp_copy_item_t *c = &s->p->copies[k];
+        if (c->dst.buf != DCP_BUF_STAGE) continue;
+        const int q = c->src.buf == DCP_BUF_Q;
+        const content_t what = caller_block(s, c->src, q ? C_Q : C_KV, q ? s->p->qpg : s->p->kvpg);
+        write_view(s, c->dst, c->rows, c->row_elems, what, i, i + 1, 0);
+    }
+}
+
+static void sim_launch(sim_t *s, const dcp_instr_t *in, int64_t i)
+{
+    const int64_t w = s->wait_at[in->arg];
+    for (int64_t k = in->first; k < in->first + in->count; k++) {
+        const dcp_comm_op_t *op = &s->p->comm[k];
+        const dcp_view_t v = {op->off, (int32_t)op->elems, op->buf};
+        if (!op->send) {
+            write_view(s, v, 1, op->elems, s->sent[op->transfer], i, w + 1, w + 1);
+            continue;
+        }
+        const content_t c = s->cur[op->buf][op->off];
+        if (c.kind == C_NONE) fail(s, "sending a slot nothing wrote");
+        read_view(s, v, 1, op->elems, c, i);
+        FOR_ELEMS(v, 1, op->elems, e) s->pin[op->buf][e] = w + 1; /* in flight until WAIT */
+        if (!s->check) s->sent[op->transfer] = c;
+    }
+}
+
+static void sim_attn(sim_t *s, const dcp_instr_t *in, int64_t i)
+{
+    const dcp_plan_t *p = s->p;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim, kw = (int64_t)p->kvpg * p->shape.head_dim;
+    for (int64_t g = in->first; g < in->first + in->count; g++) {
+        const dcp_tile_group_t *gr = &p->groups[g];
+        const content_t q = {C_Q, gr->q_block, gr->head_group}, part = {C_P, gr->q_block, gr->head_group};
+        read_view(s, gr->q, gr->q_len, qw, q, i);
+        for (int32_t t = gr->first_tile; t < gr->first_tile + gr->num_tiles; t++) {
+            const dcp_tile_t *tl = &p->tiles[t];
+            const content_t kv = {C_KV, tl->kv_block, gr->head_group};
+            read_view(s, tl->k, tl->kv_len, kw, kv, i);
+            read_view(s, tl->v, tl->kv_len, kw, kv, i);
+        }
+        if (gr->accumulate) {
+            read_view(s, gr->o, gr->q_len, qw, part, i);
+            read_view(s, gr->lse, gr->q_len, p->qpg, part, i);
+        }
+        write_view(s, gr->o, gr->q_len, qw, part, i, i + 1, 0);
+        write_view(s, gr->lse, gr->q_len, p->qpg, part, i, i + 1, 0);
+    }
+}
+
+static void sim_reduce(sim_t *s, const dcp_instr_t *in, int64_t i)
+{
+    const dcp_plan_t *p = s->p;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim;
+    for (int64_t k = in->first; k < in->first + in->count; k++) {
+        const dcp_merge_item_t *m = &p->merges[k];
+        content_t want = caller_block(s, m->o, C_P, p->qpg);
+        for (int32_t j = m->first_src; j < m->first_src + m->num_src; j++) {
+            read_view(s, p->merge_srcs[j].o, m->rows, qw, want, i);
+            read_view(s, p->merge_srcs[j].lse, m->rows, p->qpg, want, i);
+        }
+    }
+}
+
+static void simulate_rank(sim_t *s)
+{
+    const dcp_plan_t *p = s->p;
+    const int32_t r = s->rank;
+    for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {
+        const int64_t n = dcp_plan_buf_elems(p, r, b);
+        s->cur[b] = calloc((size_t)n + 1, sizeof(content_t));
+        s->ready[b] = calloc((size_t)n + 1, sizeof(int64_t));
+        s->pin[b] = calloc((size_t)n + 1, sizeof(int64_t));
+    }
+    s->row_block = calloc((size_t)p->rank_tokens[r] + 1, sizeof(int32_t));
+    for (int32_t t = 0; t < p->num_blocks; t++)
+        if (p->blk_owner[t] == r)
+            for (int32_t k = 0; k < p->blk_len[t]; k++) s->row_block[p->blk_row[t] + k] = t;
+    for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++)
+        if (p->instrs[i].op == DCP_OP_COMM_WAIT) s->wait_at[p->instrs[i].arg] = i;
+    for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        switch (in->op) {
+        case DCP_OP_COPY: sim_copy(s, in, i); break;
+        case DCP_OP_COMM_LAUNCH: sim_launch(s, in, i); break;
+        case DCP_OP_ATTN: sim_attn(s, in, i); break;
+        case DCP_OP_REDUCE: sim_reduce(s, in, i); break;
+        default: break;
+        }
+    }
+    for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {
+        free(s->cur[b]);
+        free(s->ready[b]);
+        free(s->pin[b]);
+    }
+    free(s->row_block);
+}
+
+/* Runs the simulator over every rank; returns the number of violations. */
+static int check_slots(const dcp_plan_t *p)
+{
+    sim_t s = {.p = p};
+    s.sent = calloc((size_t)p->num_xfers + 1, sizeof *s.sent);
+    for (s.check = 0; s.check < 2; s.check++)
+        for (s.rank = 0; s.rank < p->num_ranks; s.rank++) simulate_rank(&s);
+    if (s.failures) fprintf(stderr, "slot check: %d violations, first: %s\n", s.failures, s.first_failure);
+    free(s.sent);
+    return s.failures;
+}
+
+typedef struct {
+    int32_t q, kv, h;
+} triple_t;
+
+static int triple_cmp(const void *a, const void *b)
+{
+    const triple_t *x = a, *y = b;
+    if (x->q != y->q) return x->q < y->q ? -1 : 1;
+    if (x->kv != y->kv) return x->kv < y->kv ? -1 : 1;
+    return (x->h > y->h) - (x->h < y->h);
+}
+
+/* Each computation block runs exactly once, and together they cover every allowed pair. */
+static void check_exactly_once(const dcp_plan_t *p, const int32_t *len, const dcp_mask_t *m,
+                               int32_t nseq)
+{
+    triple_t *all = malloc((size_t)p->num_tiles * sizeof *all + 1);
+    int64_t n = 0;
+    for (int64_t i = 0; i < p->num_instrs; i++) {
+        if (p->instrs[i].op != DCP_OP_ATTN) continue;
+        for (int64_t g = p->instrs[i].first; g < p->instrs[i].first + p->instrs[i].count; g++)
+            for (int32_t t = p->groups[g].first_tile; t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
+                all[n++] = (triple_t){p->groups[g].q_block, p->tiles[t].kv_block, p->groups[g].head_group};
+    }
+    qsort(all, (size_t)n, sizeof *all, triple_cmp);
+    for (int64_t i = 1; i < n; i++) CU_ASSERT(triple_cmp(&all[i - 1], &all[i]) != 0);
+    CU_ASSERT_EQUAL(n, p->stats.num_comp_blocks);
+    int64_t pairs = 0;
+    for (int32_t s = 0; s < nseq; s++)
+        for (int32_t i = 0; i < len[s]; i++)
+            for (int32_t j = 0; j < len[s]; j++) pairs += bf_allowed(&m[s], len[s], i, j);
+    CU_ASSERT_EQUAL(p->stats.total_flops,
+                    pairs * p->opts.head_blocks * 4 * p->shape.head_dim * p->qpg);
+    free(all);
+}
+
+/* Division 0 (before any wait) reads only local rows; LAUNCH(d+1) comes before WAIT(d). */
+static void check_overlap(const dcp_plan_t *p)
+{
+    for (int32_t r = 0; r < p->num_ranks; r++) {
+        int64_t launch_at[1025], wait_at[1025];
+        for (int i = 0; i < 1025; i++) launch_at[i] = wait_at[i] = -1;
+        int waited = 0;
+        for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
+            const dcp_instr_t *in = &p->instrs[i];
+            if (in->op == DCP_OP_COMM_LAUNCH) launch_at[in->arg] = i;
+            if (in->op == DCP_OP_COMM_WAIT) {
+                wait_at[in->arg] = i;
+                waited = 1;
+            }
+            if (in->op != DCP_OP_ATTN || waited || p->opts.divisions == 1) continue;
+            for (int64_t g = in->first; g < in->first + in->count; g++) {
+                CU_ASSERT_EQUAL(p->groups[g].q.buf, DCP_BUF_Q);
+                for (int32_t t = p->groups[g].first_tile; t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
+                    CU_ASSERT_EQUAL(p->tiles[t].k.buf, DCP_BUF_K);
+            }
+        }
+        for (int d = 0; d + 1 < p->opts.divisions; d++)
+            if (wait_at[d] >= 0 && launch_at[d + 1] >= 0) CU_ASSERT(launch_at[d + 1] < wait_at[d]);
+    }
+}
+
+static dcp_plan_t *plan_with(const int32_t *len, int32_t n, const dcp_mask_t *m, const char *cluster,
+                             dcp_strategy_t s, int32_t block, int32_t divisions, int32_t head_blocks)
+{
+    const dcp_batch_t batch = {n, len, m};
+    const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = s;
+    o.block_size = block;
+    o.divisions = divisions;
+    o.head_blocks = head_blocks;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+    dcp_cluster_destroy(c);
+    return p;
+}
+
+static void test_invariants_on_many_plans(void)
+{
+    static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
+    static const int32_t divisions[] = {1, 2, 4};
+    dcp_rng_t rng = {31};
+    int plans = 0;
+    for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
+        for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
+            for (int c = 0; c < 4; c++) {
+                /* a 1-token sequence, short ones and one much longer */
+                int32_t len[5] = {1, (int32_t)dcp_rng_range(&rng, 2, 40), 260,
+                                  (int32_t)dcp_rng_range(&rng, 1, 70), 1};
+                dcp_mask_t m[5];
+                int32_t *store[5];
+                for (int i = 0; i < 5; i++) m[i] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[i], &store[i]);
+                const int32_t div = divisions[(kind + s + c) % 3];
+                const int32_t hb = 1 + (kind + c) % 2;
+                const int32_t block = (int32_t)dcp_rng_range(&rng, 8, 48);
+                dcp_plan_t *p = plan_with(len, 5, m, clusters[c], (dcp_strategy_t)s, block, div, hb);
+                CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_OK);
+                CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
+                CU_ASSERT_EQUAL(check_slots(p), 0);
+                check_exactly_once(p, len, m, 5);
+                check_overlap(p);
+                dcp_plan_destroy(p);
+                for (int i = 0; i < 5; i++) free(store[i]);
+                plans++;
+            }
+    CU_ASSERT_EQUAL(plans, DCP_MASK_KIND_COUNT * DCP_STRATEGY_COUNT * 4);
+}
+
+/* The simulator itself must catch a broken program: reuse a received slot too early. */
+static void test_simulator_catches_reuse(void)
+{
+    const int32_t len[1] = {256};
+    const dcp_mask_t m[1] = {{.kind = DCP_MASK_CAUSAL}};
+    dcp_plan_t *p = plan_with(len, 1, m, "1x4", DCP_STRATEGY_RING, 16, 2, 1);
+    CU_ASSERT_EQUAL_FATAL(check_slots(p), 0);
+    /* point every received KV slot at offset 0: blocks now overwrite each other */
+    int changed = 0;
+    for (int64_t i = 0; i < p->num_comm; i++)
+        if (!p->comm[i].send && p->comm[i].buf == DCP_BUF_RKV && p->comm[i].off != 0) {
+            p->comm[i].off = 0;
+            changed = 1;
+        }
+    CU_ASSERT_FATAL(changed);
+    CU_ASSERT(check_slots(p) > 0);
+    dcp_plan_destroy(p);
+}
+
+/* Sends and receives pair up: per transfer exactly one each, same size, same step. */
+static void test_every_send_has_its_receive(void)
+{
+    const int32_t len[3] = {300, 1, 77};
+    const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
+    dcp_plan_t *p = plan_with(len, 3, m, "2x4", DCP_STRATEGY_ZIGZAG, 16, 4, 2);
+    int32_t *sends = calloc((size_t)p->num_xfers, sizeof *sends), *recvs = calloc((size_t)p->num_xfers, sizeof *recvs);
+    int64_t sent = 0, recvd = 0;
+    for (int32_t r = 0; r < p->num_ranks; r++)
+        for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++)
+            if (p->instrs[i].op == DCP_OP_COMM_LAUNCH)
+                for (int64_t k = p->instrs[i].first; k < p->instrs[i].first + p->instrs[i].count; k++) {
+                    const dcp_comm_op_t *op = &p->comm[k];
+                    (op->send ? sends : recvs)[op->transfer]++;
+                    if (op->send) sent += op->elems;
+                    else recvd += op->elems;
+                }
+    CU_ASSERT(p->num_xfers > 0);
+    for (int32_t x = 0; x < p->num_xfers; x++) CU_ASSERT(sends[x] == 1 && recvs[x] == 1);
+    CU_ASSERT_EQUAL(sent, recvd);
+    free(sends);
+    free(recvs);
+    /* and the validator notices a receive that goes missing */
+    for (int64_t i = 0; i < p->num_comm; i++)
+        if (!p->comm[i].send) {
+            p->comm[i].transfer = (p->comm[i].transfer + 1) % p->num_xfers;
+            break;
+        }
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    dcp_plan_destroy(p);
+}
+
+int dcp_suite_schedule(void)
+{
+    static const dcp_test_t tests[] = {
+        {"invariants_on_many_plans", test_invariants_on_many_plans},
+        {"simulator_catches_reuse", test_simulator_catches_reuse},
+        {"every_send_has_its_receive", test_every_send_has_its_receive},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("schedule", tests);
+}

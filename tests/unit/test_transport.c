@@ -1,0 +1,182 @@
+/* The in-process engine: matching in either order, real copies, size mismatches, timeouts,
+ * peer failure, cancellation. */
+#include "transport/inproc.h"
+#include "tests/unit/suites.h"
+
+#include <CUnit/CUnit.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 4
+#define WORDS 1000
+
+typedef struct {
+    dcp_inproc_hub_t *hub;
+    int32_t rank;
+    int reverse; /* post in the opposite order */
+    int32_t send[N][WORDS], recv[N][WORDS];
+    dcp_status_t st;
+} all2all_t;
+
+static void *all2all_rank(void *arg)
+{
+    all2all_t *a = arg;
+    dcp_engine_t *e = NULL;
+    a->st = dcp_inproc_engine_create(a->hub, a->rank, &e);
+    if (a->st != DCP_OK) return NULL;
+    dcp_xfer_op_t ops[2 * N];
+    int n = 0;
+    for (int k = 0; k < N; k++) {
+        const int p = a->reverse ? N - 1 - k : k;
+        if (p == a->rank) continue;
+        for (int w = 0; w < WORDS; w++) a->send[p][w] = a->rank * 1000000 + p * 1000 + w;
+        ops[n++] = (dcp_xfer_op_t){p, 1, (uint64_t)(a->rank * N + p), a->send[p], sizeof a->send[p]};
+        ops[n++] = (dcp_xfer_op_t){p, 0, (uint64_t)(p * N + a->rank), a->recv[p], sizeof a->recv[p]};
+    }
+    dcp_xfer_req_t *req = NULL;
+    a->st = e->ops->launch(e, ops, n, &req);
+    if (a->st == DCP_OK) a->st = e->ops->wait(e, req, 10.0);
+    dcp_engine_destroy(e);
+    return NULL;
+}
+
+static void test_all_to_all_copies(void)
+{
+    for (int round = 0; round < 4; round++) {
+        dcp_inproc_hub_t *hub = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(N, &hub), DCP_OK);
+        all2all_t *a = calloc(N, sizeof *a);
+        pthread_t t[N];
+        for (int r = 0; r < N; r++) {
+            a[r].hub = hub;
+            a[r].rank = r;
+            a[r].reverse = (r + round) % 2;
+            pthread_create(&t[r], NULL, all2all_rank, &a[r]);
+        }
+        for (int r = 0; r < N; r++) pthread_join(t[r], NULL);
+        for (int r = 0; r < N; r++) {
+            CU_ASSERT_EQUAL(a[r].st, DCP_OK);
+            for (int p = 0; p < N; p++)
+                if (p != r)
+                    for (int w = 0; w < WORDS; w++)
+                        CU_ASSERT_EQUAL_FATAL(a[r].recv[p][w], p * 1000000 + r * 1000 + w);
+        }
+        free(a);
+        dcp_inproc_hub_destroy(hub);
+    }
+}
+
+typedef struct {
+    dcp_engine_t *e;
+    dcp_xfer_op_t op;
+    double timeout;
+    dcp_status_t st;
+} one_t;
+
+static void *one_op(void *arg)
+{
+    one_t *o = arg;
+    dcp_xfer_req_t *req = NULL;
+    o->st = o->e->ops->launch(o->e, &o->op, 1, &req);
+    if (o->st == DCP_OK) {
+        o->st = o->e->ops->wait(o->e, req, o->timeout);
+        if (o->st != DCP_OK) o->e->ops->cancel(o->e, req);
+    }
+    return NULL;
+}
+
+static void test_size_mismatch_reported(void)
+{
+    dcp_inproc_hub_t *hub = NULL;
+    dcp_engine_t *e0 = NULL, *e1 = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
+    dcp_inproc_engine_create(hub, 0, &e0);
+    dcp_inproc_engine_create(hub, 1, &e1);
+    char a[16] = "abc", b[8];
+    one_t s = {e0, {1, 1, 7, a, 16}, 5.0, DCP_OK}, r = {e1, {0, 0, 7, b, 8}, 5.0, DCP_OK};
+    pthread_t t;
+    pthread_create(&t, NULL, one_op, &r);
+    one_op(&s);
+    pthread_join(t, NULL);
+    CU_ASSERT_EQUAL(s.st, DCP_ERR_INTERNAL);
+    CU_ASSERT_EQUAL(r.st, DCP_ERR_INTERNAL);
+    dcp_engine_destroy(e0);
+    dcp_engine_destroy(e1);
+    dcp_inproc_hub_destroy(hub);
+}
+
+/* A receive nobody answers ends in DCP_ERR_TIMEOUT; cancelling it withdraws it, so a late
+ * send does not land in freed memory (ASan would see it) and itself times out. */
+static void test_timeout_and_cancel(void)
+{
+    dcp_inproc_hub_t *hub = NULL;
+    dcp_engine_t *e0 = NULL, *e1 = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
+    dcp_inproc_engine_create(hub, 0, &e0);
+    dcp_inproc_engine_create(hub, 1, &e1);
+    char *buf = malloc(64);
+    one_t r = {e0, {1, 0, 9, buf, 64}, 0.2, DCP_OK};
+    one_op(&r);
+    CU_ASSERT_EQUAL(r.st, DCP_ERR_TIMEOUT);
+    free(buf);
+    char src[64] = {1};
+    one_t s = {e1, {0, 1, 9, src, 64}, 0.2, DCP_OK};
+    one_op(&s);
+    CU_ASSERT_EQUAL(s.st, DCP_ERR_TIMEOUT);
+    dcp_engine_destroy(e0);
+    dcp_engine_destroy(e1);
+    dcp_inproc_hub_destroy(hub);
+}
+
+static void test_peer_failure_ends_waits(void)
+{
+    dcp_inproc_hub_t *hub = NULL;
+    dcp_engine_t *e0 = NULL, *e1 = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
+    dcp_inproc_engine_create(hub, 0, &e0);
+    dcp_inproc_engine_create(hub, 1, &e1);
+    CU_ASSERT_EQUAL(e0->ops->health(e0), DCP_OK);
+    char buf[8];
+    one_t r = {e0, {1, 0, 3, buf, 8}, 30.0, DCP_OK};
+    pthread_t t;
+    pthread_create(&t, NULL, one_op, &r);
+    e1->ops->abort(e1); /* the waiter ends long before its 30 s timeout */
+    pthread_join(t, NULL);
+    CU_ASSERT_EQUAL(r.st, DCP_ERR_PEER);
+    CU_ASSERT_EQUAL(e0->ops->health(e0), DCP_ERR_PEER);
+    dcp_engine_destroy(e0);
+    dcp_engine_destroy(e1);
+    dcp_inproc_hub_destroy(hub);
+}
+
+static void test_bad_peer_rejected(void)
+{
+    dcp_inproc_hub_t *hub = NULL;
+    dcp_engine_t *e0 = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_inproc_engine_create(hub, 2, &e0), DCP_ERR_INVALID_ARG);
+    dcp_inproc_engine_create(hub, 0, &e0);
+    char buf[8];
+    const dcp_xfer_op_t self = {0, 1, 1, buf, 8}, far = {5, 0, 1, buf, 8};
+    dcp_xfer_req_t *req = NULL;
+    CU_ASSERT_EQUAL(e0->ops->launch(e0, &self, 1, &req), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(e0->ops->launch(e0, &far, 1, &req), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(req);
+    dcp_engine_destroy(e0);
+    dcp_inproc_hub_destroy(hub);
+    CU_ASSERT_EQUAL(dcp_inproc_hub_create(0, &hub), DCP_ERR_INVALID_ARG);
+}
+
+int dcp_suite_transport(void)
+{
+    static const dcp_test_t tests[] = {
+        {"all_to_all_copies", test_all_to_all_copies},
+        {"size_mismatch_reported", test_size_mismatch_reported},
+        {"timeout_and_cancel", test_timeout_and_cancel},
+        {"peer_failure_ends_waits", test_peer_failure_ends_waits},
+        {"bad_peer_rejected", test_bad_peer_rejected},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("transport", tests);
+}

@@ -1,0 +1,16 @@
+/* Helpers shared by the suites. */
+#ifndef DCP_TESTS_TESTLIB_H
+#define DCP_TESTS_TESTLIB_H
+
+#include "include/dcp.h"
+#include "plugin/cli/rng.h"
+
+/* A random mask of `kind` with parameters that exercise sequences of length L (edges
+ * included); CUSTOM ranges are written to *ranges_out (malloc'ed, 4 * L), else NULL. */
+dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int32_t **ranges_out);
+
+/* Plans `n` sequences all with `mask` on an NxG cluster; CU-asserts success. */
+dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *mask, const char *cluster,
+                   dcp_strategy_t strategy, int32_t block, int32_t divisions);
+
+#endif
