@@ -27,7 +27,7 @@ LDLIBS_ALL = -lpthread -lm
 LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
 TOOLS = dcp-attn-test
-TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/*.c)
+TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
 
 ifneq ($(NVCC),)
 CU_SRCS = $(wildcard kernels/cuda/*.cu)
@@ -42,13 +42,14 @@ CLI_OBJS = $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_BINS = $(TOOLS:%=$(BUILD)/bin/%)
 TEST_BIN = $(BUILD)/bin/dcp-tests
+EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 
 .PHONY: all lib tools tests run test test-asan test-run deps install clean
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so
 tools: $(TOOL_BINS)
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -78,11 +79,16 @@ $(TEST_BIN): $(TEST_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $^ -lcunit $(LDLIBS_ALL)
 
+# The README's example, compiled as a user would: public header only, shared library.
+$(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) $(SAN) -Iinclude -o $@ $< -L$(BUILD)/lib -ldcp -Wl,-rpath,$(abspath $(BUILD)/lib)
+
 # The main job: a built-in long-tailed batch on 8 in-process ranks (2x4), causal and lambda
 # masks, every strategy, checked against the double-precision reference.
 run: deps
 	$(MAKE) -j$(JOBS) tools
-	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --check
+	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --seed 3 --check
 
 test: deps
 	$(MAKE) -j$(JOBS) tests tools
@@ -90,6 +96,7 @@ test: deps
 
 test-run:
 	$(TEST_BIN)
+	$(EXAMPLE_BIN)
 
 test-asan: deps
 	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
