@@ -112,17 +112,16 @@ DCP_API dcp_status_t dcp_mask_allowed(const dcp_mask_t *mask, int32_t len, int32
 /* Exact number of allowed (query, key) pairs in the tile [q0, q1) x [k0, k1). Runs in time
  * independent of the tile size for every mask but CUSTOM. */
 DCP_API dcp_status_t dcp_mask_count_pairs(const dcp_mask_t *mask, int32_t len, int32_t q0,
-                                          int32_t q1, int32_t k0, int32_t k1,
-                                          int64_t *pairs_out);
+                                          int32_t q1, int32_t k0, int32_t k1, int64_t *pairs_out);
 
 /* ---------------------------------------------------------------------------------------
  * Batch, attention shape, options, cluster
  * ------------------------------------------------------------------------------------- */
 
 typedef struct {
-    int32_t num_seqs;         /* >= 1 */
-    const int32_t *lengths;   /* [num_seqs], each >= 1 token */
-    const dcp_mask_t *masks;  /* [num_seqs], one mask per sequence */
+    int32_t num_seqs;        /* >= 1 */
+    const int32_t *lengths;  /* [num_seqs], each >= 1 token */
+    const dcp_mask_t *masks; /* [num_seqs], one mask per sequence */
 } dcp_batch_t;
 
 typedef enum { DCP_DTYPE_FP32 = 0, DCP_DTYPE_BF16 = 1, DCP_DTYPE_FP16 = 2 } dcp_dtype_t;
@@ -147,14 +146,14 @@ DCP_API const char *dcp_strategy_name(dcp_strategy_t strategy);
 DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out);
 
 typedef struct {
-    int32_t block_size;     /* B: tokens per token block, >= 1 (default 1024) */
-    int32_t head_blocks;    /* head groups, a divisor of num_kv_heads (default 1) */
-    int32_t divisions;      /* T >= 1: compute divisions per rank (default 4) */
-    dcp_strategy_t strategy;/* placement (default DCP_STRATEGY_LPT) */
-    double eps_inter;       /* allowed imbalance between nodes (default 0.4) */
-    double eps_intra;       /* allowed imbalance between a node's devices (default 0.1) */
-    int64_t mem_cap_bytes;  /* per-rank cap on owned data-block bytes; 0 = no cap */
-    uint64_t seed;          /* seed for randomised strategies; plans are deterministic */
+    int32_t block_size;      /* B: tokens per token block, >= 1 (default 1024) */
+    int32_t head_blocks;     /* head groups, a divisor of num_kv_heads (default 1) */
+    int32_t divisions;       /* T >= 1: compute divisions per rank (default 4) */
+    dcp_strategy_t strategy; /* placement (default DCP_STRATEGY_LPT) */
+    double eps_inter;        /* allowed imbalance between nodes (default 0.4) */
+    double eps_intra;        /* allowed imbalance between a node's devices (default 0.1) */
+    int64_t mem_cap_bytes;   /* per-rank cap on owned data-block bytes; 0 = no cap */
+    uint64_t seed;           /* seed for randomised strategies; plans are deterministic */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */
@@ -182,36 +181,36 @@ typedef struct dcp_plan dcp_plan_t;
 /* Plans `batch` for `cluster`. Deterministic: the same inputs give a byte-identical
  * serialized plan on every rank. `opts` may be NULL for the defaults. */
 DCP_API dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                     const dcp_plan_options_t *opts,
-                                     const dcp_cluster_t *cluster, dcp_plan_t **plan_out);
+                                     const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
+                                     dcp_plan_t **plan_out);
 DCP_API void dcp_plan_destroy(dcp_plan_t *plan);
 
 typedef struct {
     int32_t num_ranks, num_nodes;
     dcp_strategy_t strategy;
-    int32_t num_divisions;      /* T */
+    int32_t num_divisions; /* T */
     int32_t num_token_blocks;
-    int64_t num_comp_blocks;    /* (q block, kv block, head group) triples with work */
+    int64_t num_comp_blocks; /* (q block, kv block, head group) triples with work */
     int64_t total_tokens;
-    int64_t total_flops;        /* forward FLOPs: allowed pairs x 4 x D x query heads */
-    int64_t comm_bytes;         /* bytes moved between ranks (inputs and partial outputs) */
-    int64_t inter_node_bytes;   /* the part of comm_bytes that crosses nodes */
-    int64_t max_rank_bytes;     /* max over ranks of bytes sent + received */
-    double compute_imbalance;   /* max/mean - 1 of per-rank FLOPs */
-    double memory_imbalance;    /* max/mean - 1 of per-rank owned data-block bytes */
-    int64_t max_buffer_bytes;   /* max over ranks of the work buffers dcp allocates */
-    int32_t num_transfers;      /* point-to-point block transfers */
-    double plan_ms;             /* wall time of dcp_plan_create; 0 for a deserialized plan */
+    int64_t total_flops;      /* forward FLOPs: allowed pairs x 4 x D x query heads */
+    int64_t comm_bytes;       /* bytes moved between ranks (inputs and partial outputs) */
+    int64_t inter_node_bytes; /* the part of comm_bytes that crosses nodes */
+    int64_t max_rank_bytes;   /* max over ranks of bytes sent + received */
+    double compute_imbalance; /* max/mean - 1 of per-rank FLOPs */
+    double memory_imbalance;  /* max/mean - 1 of per-rank owned data-block bytes */
+    int64_t max_buffer_bytes; /* max over ranks of the work buffers dcp allocates */
+    int32_t num_transfers;    /* point-to-point block transfers */
+    double plan_ms;           /* wall time of dcp_plan_create; 0 for a deserialized plan */
 } dcp_plan_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
 
 typedef struct {
-    int64_t local_tokens;   /* rows of this rank's Q/K/V/O/LSE tensors */
-    int64_t flops;          /* forward FLOPs this rank computes */
-    int64_t memory_bytes;   /* owned data-block bytes (Q, K, V, O, LSE of local tokens) */
+    int64_t local_tokens; /* rows of this rank's Q/K/V/O/LSE tensors */
+    int64_t flops;        /* forward FLOPs this rank computes */
+    int64_t memory_bytes; /* owned data-block bytes (Q, K, V, O, LSE of local tokens) */
     int64_t sent_bytes, recv_bytes;
-    int64_t buffer_bytes;   /* work buffers: staged, received and partial blocks, accumulators */
+    int64_t buffer_bytes; /* work buffers: staged, received and partial blocks, accumulators */
     int32_t num_instructions;
 } dcp_rank_stats_t;
 
@@ -267,9 +266,9 @@ DCP_API dcp_status_t dcp_group_create(int32_t num_ranks, dcp_group_t **group_out
 DCP_API void dcp_group_destroy(dcp_group_t *group);
 
 typedef struct {
-    int32_t rank;        /* this rank, in [0, group size) */
-    dcp_group_t *group;  /* borrowed in-process group */
-    double timeout_s;    /* per-wait transfer timeout; 0 = $DCP_TIMEOUT_S or 60 s */
+    int32_t rank;       /* this rank, in [0, group size) */
+    dcp_group_t *group; /* borrowed in-process group */
+    double timeout_s;   /* per-wait transfer timeout; 0 = $DCP_TIMEOUT_S or 60 s */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it

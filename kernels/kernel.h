@@ -16,13 +16,13 @@
 #include <stdint.h>
 
 typedef struct {
-    void *bufs[DCP_BUF_COUNT];   /* base of each buffer of the rank (NULL if empty) */
-    const dcp_seq_info_t *seqs;  /* masks and lengths, indexed by tile group seq */
-    int32_t q_heads, kv_heads;   /* heads per head group */
+    void *bufs[DCP_BUF_COUNT];  /* base of each buffer of the rank (NULL if empty) */
+    const dcp_seq_info_t *seqs; /* masks and lengths, indexed by tile group seq */
+    int32_t q_heads, kv_heads;  /* heads per head group */
     int32_t head_dim;
     float scale;
-    dcp_dtype_t dtype;           /* element type of Q, K, V, O and staging buffers */
-    void *stream;                /* CUDA stream (NULL on CPU) */
+    dcp_dtype_t dtype; /* element type of Q, K, V, O and staging buffers */
+    void *stream;      /* CUDA stream (NULL on CPU) */
 } dcp_kernel_env_t;
 
 typedef struct {

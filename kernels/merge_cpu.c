@@ -11,7 +11,8 @@ dcp_status_t dcp_cpu_merge(const dcp_kernel_env_t *env, const dcp_merge_item_t *
                            int64_t num_items, const dcp_merge_src_t *srcs)
 {
     int32_t most = 0;
-    for (int64_t i = 0; i < num_items; i++) most = items[i].num_src > most ? items[i].num_src : most;
+    for (int64_t i = 0; i < num_items; i++)
+        most = items[i].num_src > most ? items[i].num_src : most;
     float *l, *w;
     DCP_CHECK(dcp_calloc(&l, most + 1, sizeof *l, "merge scratch"));
     dcp_status_t st = dcp_calloc(&w, most + 1, sizeof *w, "merge scratch");
@@ -31,8 +32,9 @@ dcp_status_t dcp_cpu_merge(const dcp_kernel_env_t *env, const dcp_merge_item_t *
                 float *ld = lse + (size_t)r * m->lse.stride + h;
                 l[0] = *ld;
                 for (int32_t k = 0; k < m->num_src; k++)
-                    l[k + 1] = ((const float *)env->bufs[src[k].lse.buf])[src[k].lse.off +
-                                                                        (int64_t)r * src[k].lse.stride + h];
+                    l[k + 1] = ((const float *)
+                                    env->bufs[src[k].lse.buf])[src[k].lse.off +
+                                                               (int64_t)r * src[k].lse.stride + h];
                 *ld = dcp_lse_weights(l, m->num_src + 1, w);
                 for (int32_t x = 0; x < d; x++) od[x] *= w[0];
                 for (int32_t k = 0; k < m->num_src; k++) {

@@ -72,9 +72,8 @@ static void *ref_worker(void *arg)
 }
 
 dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
-                                     const dcp_attn_shape_t *shape, const float *q,
-                                     const float *k, const float *v, double *o, double *lse,
-                                     int32_t threads)
+                                     const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                     const float *v, double *o, double *lse, int32_t threads)
 {
     if (!seqs || !shape || !q || !k || !v || !o || !lse || num_seqs < 1 ||
         shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0)

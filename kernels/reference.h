@@ -8,8 +8,7 @@
 /* o: [tokens, Hq, D], lse: [tokens, Hq] (natural log; -inf and O = 0 for a query with no
  * allowed key). `shape->scale` 0 means 1/sqrt(D). Runs on `threads` threads (>= 1). */
 dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
-                                     const dcp_attn_shape_t *shape, const float *q,
-                                     const float *k, const float *v, double *o, double *lse,
-                                     int32_t threads);
+                                     const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                     const float *v, double *o, double *lse, int32_t threads);
 
 #endif

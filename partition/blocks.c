@@ -75,8 +75,10 @@ static int32_t block_at(const dcp_blocks_t *b, int32_t s, int32_t pos)
     int32_t lo = b->seq_blk[s], hi = b->seq_blk[s + 1] - 1;
     while (lo < hi) {
         const int32_t mid = lo + (hi - lo + 1) / 2;
-        if (b->blk_start[mid] <= pos) lo = mid;
-        else hi = mid - 1;
+        if (b->blk_start[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }

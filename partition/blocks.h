@@ -25,7 +25,7 @@ typedef struct {
     int64_t total_tokens;
 
     /* attention shape */
-    dcp_attn_shape_t shape; /* scale resolved (never 0) */
+    dcp_attn_shape_t shape;         /* scale resolved (never 0) */
     int32_t head_blocks, qpg, kvpg; /* head groups; query and KV heads per group */
     int32_t elem_bytes;             /* bytes per Q/K/V/O element */
     int32_t block_size;

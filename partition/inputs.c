@@ -32,8 +32,8 @@ static dcp_status_t check_shape(const dcp_attn_shape_t *s, int32_t head_blocks)
                              (double)s->scale);
     if (head_blocks < 1 || s->num_kv_heads % head_blocks != 0)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "options.head_blocks = %d, must divide num_kv_heads = %d",
-                             head_blocks, s->num_kv_heads);
+                             "options.head_blocks = %d, must divide num_kv_heads = %d", head_blocks,
+                             s->num_kv_heads);
     return DCP_OK;
 }
 
@@ -67,8 +67,7 @@ static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, in
 }
 
 dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
-                             const dcp_attn_shape_t *shape, int32_t block_size,
-                             int32_t head_blocks)
+                             const dcp_attn_shape_t *shape, int32_t block_size, int32_t head_blocks)
 {
     if (!batch || !shape)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", batch ? "shape" : "batch");
@@ -123,9 +122,12 @@ int64_t dcp_blocks_xfer_elems(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64
 {
     const int64_t d = b->shape.head_dim;
     switch (kind) {
-    case DCP_XFER_Q: return len * b->qpg * d;
-    case DCP_XFER_KV: return 2 * len * b->kvpg * d;
-    case DCP_XFER_PART: return len * b->qpg * (d + 1);
+    case DCP_XFER_Q:
+        return len * b->qpg * d;
+    case DCP_XFER_KV:
+        return 2 * len * b->kvpg * d;
+    case DCP_XFER_PART:
+        return len * b->qpg * (d + 1);
     }
     return 0;
 }

@@ -23,8 +23,7 @@ dcp_status_t dcp_mask_validate(const dcp_mask_t *m, int32_t len, const char *fie
             return dcp_set_error(DCP_ERR_INVALID_ARG, "%s.window = %d, must be >= 1", field,
                                  m->window);
         if (m->kind == DCP_MASK_LAMBDA && m->sink < 0)
-            return dcp_set_error(DCP_ERR_INVALID_ARG, "%s.sink = %d, must be >= 0", field,
-                                 m->sink);
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "%s.sink = %d, must be >= 0", field, m->sink);
         return DCP_OK;
     case DCP_MASK_BLOCKWISE:
         if (m->block < 1)
@@ -43,8 +42,7 @@ dcp_status_t dcp_mask_validate(const dcp_mask_t *m, int32_t len, const char *fie
         return DCP_OK;
     case DCP_MASK_CUSTOM:
         if (!m->ranges)
-            return dcp_set_error(DCP_ERR_INVALID_ARG, "%s.ranges is NULL for a custom mask",
-                                 field);
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "%s.ranges is NULL for a custom mask", field);
         for (int64_t i = 0; i < len; i++) {
             const int32_t *r = m->ranges + 4 * i;
             for (int j = 0; j < 4; j += 2)
@@ -207,8 +205,7 @@ dcp_status_t dcp_mask_count_pairs(const dcp_mask_t *mask, int32_t len, int32_t q
         return dcp_set_error(DCP_ERR_INVALID_ARG, "queries [%d, %d) not within [0, %d]", q0, q1,
                              len);
     if (k0 < 0 || k0 > k1 || k1 > len)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "keys [%d, %d) not within [0, %d]", k0, k1,
-                             len);
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "keys [%d, %d) not within [0, %d]", k0, k1, len);
     if (!pairs_out) return dcp_set_error(DCP_ERR_INVALID_ARG, "pairs_out is NULL");
     *pairs_out = dcp_mask_pairs(mask, len, q0, q1, k0, k1);
     return DCP_OK;

@@ -90,13 +90,21 @@ dcp_status_t dcp_mask_parse(const char *spec, dcp_mask_t *mask_out)
                                  mn->name, mn->nparams, mn->nparams == 1 ? "" : "s");
         int ok = 1;
         switch (mn->kind) {
-        case DCP_MASK_WINDOW: ok = parse_int(p1, n1, &m.window); break;
-        case DCP_MASK_LAMBDA: ok = parse_int(p1, n1, &m.sink) && parse_int(p2, n2, &m.window); break;
-        case DCP_MASK_BLOCKWISE: ok = parse_int(p1, n1, &m.block) && parse_int(p2, n2, &m.k); break;
+        case DCP_MASK_WINDOW:
+            ok = parse_int(p1, n1, &m.window);
+            break;
+        case DCP_MASK_LAMBDA:
+            ok = parse_int(p1, n1, &m.sink) && parse_int(p2, n2, &m.window);
+            break;
+        case DCP_MASK_BLOCKWISE:
+            ok = parse_int(p1, n1, &m.block) && parse_int(p2, n2, &m.k);
+            break;
         case DCP_MASK_SHARED_QUESTION:
             ok = parse_double(p1, n1, &m.question_frac) && parse_int(p2, n2, &m.answers);
             break;
-        default: ok = 0; break;
+        default:
+            ok = 0;
+            break;
         }
         if (!ok)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "mask '%s': parameters are not numbers",
@@ -114,15 +122,27 @@ dcp_status_t dcp_mask_format(const dcp_mask_t *mask, char *buf, size_t capacity)
     if (!mask || !buf) return dcp_set_error(DCP_ERR_INVALID_ARG, "mask and buf must be non-NULL");
     int n;
     switch (mask->kind) {
-    case DCP_MASK_FULL: n = snprintf(buf, capacity, "full"); break;
-    case DCP_MASK_CAUSAL: n = snprintf(buf, capacity, "causal"); break;
-    case DCP_MASK_WINDOW: n = snprintf(buf, capacity, "window:%d", mask->window); break;
-    case DCP_MASK_LAMBDA: n = snprintf(buf, capacity, "lambda:%d:%d", mask->sink, mask->window); break;
-    case DCP_MASK_BLOCKWISE: n = snprintf(buf, capacity, "blockwise:%d:%d", mask->block, mask->k); break;
+    case DCP_MASK_FULL:
+        n = snprintf(buf, capacity, "full");
+        break;
+    case DCP_MASK_CAUSAL:
+        n = snprintf(buf, capacity, "causal");
+        break;
+    case DCP_MASK_WINDOW:
+        n = snprintf(buf, capacity, "window:%d", mask->window);
+        break;
+    case DCP_MASK_LAMBDA:
+        n = snprintf(buf, capacity, "lambda:%d:%d", mask->sink, mask->window);
+        break;
+    case DCP_MASK_BLOCKWISE:
+        n = snprintf(buf, capacity, "blockwise:%d:%d", mask->block, mask->k);
+        break;
     case DCP_MASK_SHARED_QUESTION:
         n = snprintf(buf, capacity, "shared-question:%g:%d", mask->question_frac, mask->answers);
         break;
-    case DCP_MASK_CUSTOM: n = snprintf(buf, capacity, "custom"); break;
+    case DCP_MASK_CUSTOM:
+        n = snprintf(buf, capacity, "custom");
+        break;
     default:
         return dcp_set_error(DCP_ERR_INVALID_ARG, "mask.kind = %d is not a mask kind",
                              (int)mask->kind);

@@ -26,7 +26,8 @@ const char *dcp_strategy_name(dcp_strategy_t strategy)
 dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out)
 {
     if (!name || !strategy_out)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "strategy: name and strategy_out must be non-NULL");
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "strategy: name and strategy_out must be non-NULL");
     for (int i = 0; i < DCP_STRATEGY_COUNT; i++)
         if (!strcmp(name, strategies[i]->name)) {
             *strategy_out = (dcp_strategy_t)i;
@@ -54,10 +55,9 @@ dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t
     dcp_status_t st = DCP_OK;
     for (int32_t r = 0; r < in->cluster->num_ranks && st == DCP_OK; r++)
         if (mem[r] > cap)
-            st = dcp_set_error(DCP_ERR_CAPACITY,
-                               "options.mem_cap_bytes = %lld: %s places %lld bytes on rank %d",
-                               (long long)cap, dcp_strategy_name(in->opts->strategy),
-                               (long long)mem[r], r);
+            st = dcp_set_error(
+                DCP_ERR_CAPACITY, "options.mem_cap_bytes = %lld: %s places %lld bytes on rank %d",
+                (long long)cap, dcp_strategy_name(in->opts->strategy), (long long)mem[r], r);
     free(mem);
     return st;
 }

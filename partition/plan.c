@@ -120,13 +120,12 @@ static dcp_status_t plan_build(dcp_plan_t *p, const dcp_batch_t *batch,
     DCP_CHECK_GOTO(dcp_blocks_cut(&b, ops->chunks(cluster->num_ranks)), st, out);
     DCP_CHECK_GOTO(dcp_blocks_tiles(&b), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&pl.blk_owner, b.num_blocks, sizeof(int32_t), "placement"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&pl.comp_exec, b.num_tiles * b.head_blocks, sizeof(int32_t),
-                              "placement"),
-                   st, out);
+    DCP_CHECK_GOTO(
+        dcp_calloc(&pl.comp_exec, b.num_tiles * b.head_blocks, sizeof(int32_t), "placement"), st,
+        out);
     const dcp_place_in_t in = {&b, cluster, &p->opts};
     DCP_CHECK_GOTO(ops->place(&in, &pl), st, out);
-    DCP_CHECK_GOTO(dcp_schedule_build(&b, &pl, cluster->num_ranks, p->opts.divisions, &s), st,
-                   out);
+    DCP_CHECK_GOTO(dcp_schedule_build(&b, &pl, cluster->num_ranks, p->opts.divisions, &s), st, out);
     DCP_CHECK_GOTO(plan_take_inputs(p, &b, &pl), st, out);
     DCP_CHECK_GOTO(dcp_plan_derive_rows(p), st, out);
     DCP_CHECK_GOTO(dcp_program_emit(p, &b, &pl, &s), st, out);
@@ -147,8 +146,10 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     if (!cluster || !plan_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", cluster ? "plan_out" : "cluster");
     dcp_plan_options_t o;
-    if (opts) o = *opts;
-    else dcp_plan_options_default(&o);
+    if (opts)
+        o = *opts;
+    else
+        dcp_plan_options_default(&o);
     DCP_CHECK(check_options(&o));
     dcp_plan_t *p;
     DCP_CHECK(dcp_plan_alloc(&p));

@@ -53,9 +53,9 @@ struct dcp_plan {
     int32_t *blk_seq, *blk_start, *blk_len, *blk_owner;
 
     /* programs */
-    int32_t num_xfers;     /* transfer ids (tags) are in [0, num_xfers) */
-    int64_t *work_elems;   /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
-    int64_t *prog_off;     /* [R + 1] */
+    int32_t num_xfers;   /* transfer ids (tags) are in [0, num_xfers) */
+    int64_t *work_elems; /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
+    int64_t *prog_off;   /* [R + 1] */
     dcp_instr_t *instrs;
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;

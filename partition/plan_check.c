@@ -210,7 +210,8 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
     if (st == DCP_OK) { /* groups of one launch run in parallel: distinct outputs */
         qsort(keys, (size_t)in->count, sizeof *keys, out_key_cmp);
         for (int64_t i = 1; i < in->count && st == DCP_OK; i++)
-            if (!out_key_cmp(&keys[i - 1], &keys[i])) st = bad(w, "two tile groups share an output");
+            if (!out_key_cmp(&keys[i - 1], &keys[i]))
+                st = bad(w, "two tile groups share an output");
     }
     free(keys);
     return st;
@@ -248,10 +249,17 @@ static dcp_status_t check_copy(const where_t *w, const dcp_instr_t *in)
         switch (c->src.buf) {
         case DCP_BUF_Q:
         case DCP_BUF_K:
-        case DCP_BUF_V: dst = BIT(DCP_BUF_STAGE); break;
-        case DCP_BUF_ACC_O: dst = BIT(DCP_BUF_O); break;
-        case DCP_BUF_ACC_LSE: dst = BIT(DCP_BUF_LSE); break;
-        default: return bad(w, "copy from a buffer that is never copied");
+        case DCP_BUF_V:
+            dst = BIT(DCP_BUF_STAGE);
+            break;
+        case DCP_BUF_ACC_O:
+            dst = BIT(DCP_BUF_O);
+            break;
+        case DCP_BUF_ACC_LSE:
+            dst = BIT(DCP_BUF_LSE);
+            break;
+        default:
+            return bad(w, "copy from a buffer that is never copied");
         }
         if (!view_ok(w, c->src, c->rows, c->row_elems, BIT(c->src.buf)) ||
             !view_ok(w, c->dst, c->rows, c->row_elems, dst))
@@ -307,9 +315,15 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
         const where_t w = {p, r, i, extent};
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
-        case DCP_OP_ATTN: DCP_CHECK(check_attn(&w, in)); break;
-        case DCP_OP_REDUCE: DCP_CHECK(check_reduce(&w, in)); break;
-        case DCP_OP_COPY: DCP_CHECK(check_copy(&w, in)); break;
+        case DCP_OP_ATTN:
+            DCP_CHECK(check_attn(&w, in));
+            break;
+        case DCP_OP_REDUCE:
+            DCP_CHECK(check_reduce(&w, in));
+            break;
+        case DCP_OP_COPY:
+            DCP_CHECK(check_copy(&w, in));
+            break;
         case DCP_OP_COMM_LAUNCH:
             if (in->arg <= last_launch || in->arg >= steps)
                 return bad(&w, "steps must be launched once each, in increasing order");
@@ -323,12 +337,12 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
             last_wait = in->arg;
             launched[in->arg] = 2;
             break;
-        default: return bad(&w, "unknown opcode");
+        default:
+            return bad(&w, "unknown opcode");
         }
     }
     for (int32_t s = 0; s < steps; s++)
-        if (launched[s] == 1)
-            return CORRUPT("plan: rank %d never waits for step %d", r, s);
+        if (launched[s] == 1) return CORRUPT("plan: rank %d never waits for step %d", r, s);
     /* work buffers are no larger than what the program addresses (slot-aligned), so a plan
      * cannot make a rank allocate memory it never uses */
     for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {

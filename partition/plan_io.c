@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_MAGIC "DCPPLAN"
-#define PLAN_VERSION 1u
+#define PLAN_MAGIC        "DCPPLAN"
+#define PLAN_VERSION      1u
 #define PLAN_HEADER_BYTES 32u
 
 enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS };
@@ -31,38 +31,50 @@ typedef struct {
 
 static void f_u32(codec_t *c, uint32_t *v)
 {
-    if (c->w) dcp_put_u32(c->w, *v);
-    else *v = dcp_get_u32(c->r);
+    if (c->w)
+        dcp_put_u32(c->w, *v);
+    else
+        *v = dcp_get_u32(c->r);
 }
 
 static void f_i32(codec_t *c, int32_t *v)
 {
-    if (c->w) dcp_put_i32(c->w, *v);
-    else *v = dcp_get_i32(c->r);
+    if (c->w)
+        dcp_put_i32(c->w, *v);
+    else
+        *v = dcp_get_i32(c->r);
 }
 
 static void f_i64(codec_t *c, int64_t *v)
 {
-    if (c->w) dcp_put_i64(c->w, *v);
-    else *v = dcp_get_i64(c->r);
+    if (c->w)
+        dcp_put_i64(c->w, *v);
+    else
+        *v = dcp_get_i64(c->r);
 }
 
 static void f_u64(codec_t *c, uint64_t *v)
 {
-    if (c->w) dcp_put_u64(c->w, *v);
-    else *v = dcp_get_u64(c->r);
+    if (c->w)
+        dcp_put_u64(c->w, *v);
+    else
+        *v = dcp_get_u64(c->r);
 }
 
 static void f_f64(codec_t *c, double *v)
 {
-    if (c->w) dcp_put_f64(c->w, *v);
-    else *v = dcp_get_f64(c->r);
+    if (c->w)
+        dcp_put_f64(c->w, *v);
+    else
+        *v = dcp_get_f64(c->r);
 }
 
 static void f_f32(codec_t *c, float *v)
 {
-    if (c->w) dcp_put_f32(c->w, *v);
-    else *v = dcp_get_f32(c->r);
+    if (c->w)
+        dcp_put_f32(c->w, *v);
+    else
+        *v = dcp_get_f32(c->r);
 }
 
 static void f_enum(codec_t *c, void *v) /* enums travel as i32 */
@@ -138,8 +150,8 @@ static void e_group(codec_t *c, void *v)
     f_view(c, &g->q);
     f_view(c, &g->o);
     f_view(c, &g->lse);
-    int32_t *ints[] = {&g->q_block,    &g->head_group, &g->seq,       &g->q_pos,
-                       &g->q_len,      &g->first_tile, &g->num_tiles, &g->accumulate};
+    int32_t *ints[] = {&g->q_block, &g->head_group, &g->seq,       &g->q_pos,
+                       &g->q_len,   &g->first_tile, &g->num_tiles, &g->accumulate};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) f_i32(c, ints[i]);
 }
 
@@ -222,8 +234,8 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
 static dcp_status_t f_seqs(codec_t *c, dcp_plan_t *p)
 {
     DCP_CHECK(f_tag(c, SEC_SEQS));
-    DCP_CHECK(f_array(c, &p->custom_ranges, &p->custom_ints, sizeof(int32_t), 4, e_i32,
-                      "custom ranges"));
+    DCP_CHECK(
+        f_array(c, &p->custom_ranges, &p->custom_ints, sizeof(int32_t), 4, e_i32, "custom ranges"));
     int64_t n = p->num_seqs;
     if (c->w) {
         dcp_put_u64(c->w, (uint64_t)n);
@@ -299,10 +311,10 @@ static dcp_status_t f_items(codec_t *c, dcp_plan_t *p)
                       "tiles"));
     DCP_CHECK(f_array(c, &p->merges, &p->num_merges, sizeof *p->merges, 2 * VIEW_BYTES + 12,
                       e_merge, "merges"));
-    DCP_CHECK(f_array(c, &p->merge_srcs, &p->num_merge_srcs, sizeof *p->merge_srcs,
-                      2 * VIEW_BYTES, e_merge_src, "merge sources"));
-    DCP_CHECK(f_array(c, &p->copies, &p->num_copies, sizeof *p->copies, 2 * VIEW_BYTES + 8,
-                      e_copy, "copies"));
+    DCP_CHECK(f_array(c, &p->merge_srcs, &p->num_merge_srcs, sizeof *p->merge_srcs, 2 * VIEW_BYTES,
+                      e_merge_src, "merge sources"));
+    DCP_CHECK(f_array(c, &p->copies, &p->num_copies, sizeof *p->copies, 2 * VIEW_BYTES + 8, e_copy,
+                      "copies"));
     return f_array(c, &p->comm, &p->num_comm, sizeof *p->comm, 32, e_comm, "comm ops");
 }
 
@@ -366,8 +378,7 @@ static dcp_status_t check_header(const uint8_t *b, size_t size)
     if (hbytes != PLAN_HEADER_BYTES || flags != 0)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: header is corrupt");
     if (payload != size - PLAN_HEADER_BYTES)
-        return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
-                             "plan bytes: payload says %llu bytes, %zu given",
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: payload says %llu bytes, %zu given",
                              (unsigned long long)payload, size - PLAN_HEADER_BYTES);
     if (dcp_crc32c(b + PLAN_HEADER_BYTES, size - PLAN_HEADER_BYTES) != crc)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: checksum mismatch");

@@ -32,9 +32,9 @@ static void rank_compute(const dcp_plan_t *p, int32_t r, int64_t *flops, int64_t
             const dcp_seq_info_t *s = &p->seqs[gr->seq];
             for (int32_t t = gr->first_tile; t < gr->first_tile + gr->num_tiles; t++) {
                 const dcp_tile_t *tl = &p->tiles[t];
-                *flops += per_pair * dcp_mask_pairs(&s->mask, s->len, gr->q_pos,
-                                                    gr->q_pos + gr->q_len, tl->kv_pos,
-                                                    tl->kv_pos + tl->kv_len);
+                *flops +=
+                    per_pair * dcp_mask_pairs(&s->mask, s->len, gr->q_pos, gr->q_pos + gr->q_len,
+                                              tl->kv_pos, tl->kv_pos + tl->kv_len);
                 (*comps)++;
             }
         }

@@ -33,8 +33,8 @@ typedef struct {
 static dcp_status_t push_instr(emitter_t *e, int32_t op, int32_t arg, int64_t first, int64_t n)
 {
     dcp_plan_t *p = e->p;
-    DCP_CHECK(dcp_reserve(&p->instrs, &e->cap_instrs, p->num_instrs + 1, sizeof *p->instrs,
-                          "program"));
+    DCP_CHECK(
+        dcp_reserve(&p->instrs, &e->cap_instrs, p->num_instrs + 1, sizeof *p->instrs, "program"));
     p->instrs[p->num_instrs++] = (dcp_instr_t){op, arg, first, n};
     return DCP_OK;
 }
@@ -43,8 +43,8 @@ static dcp_status_t push_copy(emitter_t *e, dcp_view_t src, dcp_view_t dst, int3
                               int32_t row_elems)
 {
     dcp_plan_t *p = e->p;
-    DCP_CHECK(dcp_reserve(&p->copies, &e->cap_copies, p->num_copies + 1, sizeof *p->copies,
-                          "copies"));
+    DCP_CHECK(
+        dcp_reserve(&p->copies, &e->cap_copies, p->num_copies + 1, sizeof *p->copies, "copies"));
     p->copies[p->num_copies++] = (dcp_copy_item_t){src, dst, rows, row_elems};
     return DCP_OK;
 }
@@ -90,8 +90,7 @@ static dcp_view_t acc_lse_rows(const emitter_t *e, int32_t t, int32_t h)
 }
 
 /* A partial-output slot: O rows, then LSE rows. */
-static void part_views(const emitter_t *e, int64_t off, int32_t len, dcp_view_t *o,
-                       dcp_view_t *lse)
+static void part_views(const emitter_t *e, int64_t off, int32_t len, dcp_view_t *o, dcp_view_t *lse)
 {
     const int64_t w = (int64_t)e->b->qpg * e->p->shape.head_dim;
     *o = view(DCP_BUF_PART, off, w);
@@ -168,8 +167,7 @@ static dcp_status_t emit_wait(emitter_t *e, int32_t step)
 }
 
 /* Query and output views of a group (tq, h) in division d. */
-static dcp_status_t group_io(emitter_t *e, int32_t tq, int32_t h, int32_t div,
-                             dcp_tile_group_t *g)
+static dcp_status_t group_io(emitter_t *e, int32_t tq, int32_t h, int32_t div, dcp_tile_group_t *g)
 {
     const int32_t r = e->rank;
     if (e->pl->blk_owner[tq] == r) {
@@ -182,8 +180,8 @@ static dcp_status_t group_io(emitter_t *e, int32_t tq, int32_t h, int32_t div,
     const int32_t xq = dcp_schedule_find(e->s, r, DCP_XFER_Q, tq, h);
     const int32_t xp = dcp_schedule_find(e->s, r, DCP_XFER_PART, tq, h);
     if (xq < 0 || xp < 0)
-        return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks Q or partial of block %d",
-                             r, tq);
+        return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks Q or partial of block %d", r,
+                             tq);
     g->q = view(DCP_BUF_RQ, e->dst_off[xq], (int64_t)e->b->qpg * e->p->shape.head_dim);
     const dcp_transfer_t *x = &e->s->xfers[xp];
     g->accumulate = x->first_div != div;
@@ -207,8 +205,8 @@ static dcp_status_t push_tile(emitter_t *e, int64_t t, int32_t h)
     } else {
         const int32_t xk = dcp_schedule_find(e->s, e->rank, DCP_XFER_KV, kv, h);
         if (xk < 0)
-            return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks KV of block %d",
-                                 e->rank, kv);
+            return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks KV of block %d", e->rank,
+                                 kv);
         const int64_t w = (int64_t)e->b->kvpg * p->shape.head_dim;
         tile.k = view(DCP_BUF_RKV, e->dst_off[xk], w);
         tile.v = view(DCP_BUF_RKV, e->dst_off[xk] + tile.kv_len * w, w);
@@ -314,9 +312,9 @@ static dcp_status_t emit_reduce(emitter_t *e)
                            st, out);
         }
         m.num_src = (int32_t)(p->num_merge_srcs - m.first_src);
-        DCP_CHECK_GOTO(dcp_reserve(&p->merges, &e->cap_merges, p->num_merges + 1,
-                                   sizeof *p->merges, "merges"),
-                       st, out);
+        DCP_CHECK_GOTO(
+            dcp_reserve(&p->merges, &e->cap_merges, p->num_merges + 1, sizeof *p->merges, "merges"),
+            st, out);
         p->merges[p->num_merges++] = m;
     }
     st = push_instr(e, DCP_OP_REDUCE, 0, merge0, p->num_merges - merge0);
@@ -332,8 +330,8 @@ static dcp_status_t emit_copy_out(emitter_t *e, int64_t tokens)
     const int64_t copy0 = e->p->num_copies;
     DCP_CHECK(push_copy(e, view(DCP_BUF_ACC_O, 0, w), view(DCP_BUF_O, 0, w), (int32_t)tokens,
                         (int32_t)w));
-    DCP_CHECK(push_copy(e, view(DCP_BUF_ACC_LSE, 0, hq), view(DCP_BUF_LSE, 0, hq),
-                        (int32_t)tokens, (int32_t)hq));
+    DCP_CHECK(push_copy(e, view(DCP_BUF_ACC_LSE, 0, hq), view(DCP_BUF_LSE, 0, hq), (int32_t)tokens,
+                        (int32_t)hq));
     return push_instr(e, DCP_OP_COPY, 0, copy0, 2);
 }
 
@@ -395,8 +393,8 @@ dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_pl
     emitter_t e = {.p = p, .b = b, .pl = pl, .s = s};
     dcp_status_t st;
     p->num_xfers = s->num_xfers;
-    DCP_CHECK_GOTO(dcp_calloc(&p->prog_off, p->num_ranks + 1, sizeof *p->prog_off, "program"),
-                   st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&p->prog_off, p->num_ranks + 1, sizeof *p->prog_off, "program"), st,
+                   out);
     DCP_CHECK_GOTO(dcp_calloc(&p->work_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT,
                               sizeof *p->work_elems, "program"),
                    st, out);

@@ -100,7 +100,8 @@ static dcp_status_t order_comps(const dcp_blocks_t *b, const dcp_placement_t *p,
     for (int32_t r = 0; r < nr; r++) s->rank_off[r + 1] += s->rank_off[r];
     int64_t max_n = 0;
     for (int32_t r = 0; r < nr; r++)
-        if (s->rank_off[r + 1] - s->rank_off[r] > max_n) max_n = s->rank_off[r + 1] - s->rank_off[r];
+        if (s->rank_off[r + 1] - s->rank_off[r] > max_n)
+            max_n = s->rank_off[r + 1] - s->rank_off[r];
     comp_key_t *keys;
     DCP_CHECK(dcp_calloc(&keys, max_n, sizeof *keys, "schedule keys"));
     int64_t *fill;
@@ -210,8 +211,8 @@ out:
     return st;
 }
 
-dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p,
-                                int32_t num_ranks, int32_t num_divs, dcp_schedule_t *s)
+dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
+                                int32_t num_divs, dcp_schedule_t *s)
 {
     *s = (dcp_schedule_t){.num_ranks = num_ranks, .num_divs = num_divs};
     dcp_status_t st;
@@ -234,8 +235,10 @@ int32_t dcp_schedule_find(const dcp_schedule_t *s, int32_t holder, int32_t kind,
         const need_t have = {holder_of(t), t->kind, t->block, t->head_group, 0};
         const int c = need_cmp(&have, &want);
         if (c == 0) return s->by_holder[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return -1;
 }

@@ -13,28 +13,28 @@
 
 typedef struct {
     int32_t src, dst;
-    int32_t step;       /* 0..T-1: inputs of division `step`; T: partial outputs */
-    int32_t kind;       /* dcp_xfer_kind_t */
-    int32_t block;      /* token block */
+    int32_t step;  /* 0..T-1: inputs of division `step`; T: partial outputs */
+    int32_t kind;  /* dcp_xfer_kind_t */
+    int32_t block; /* token block */
     int32_t head_group;
-    int32_t first_div;  /* Q/KV: divisions reading it at dst; PART: writing it at src */
+    int32_t first_div; /* Q/KV: divisions reading it at dst; PART: writing it at src */
     int32_t last_div;
     int64_t bytes;
 } dcp_transfer_t;
 
 typedef struct {
     int32_t num_ranks, num_divs;
-    int32_t *comp_div;   /* [comps]: division of each computation block */
-    int64_t *rank_off;   /* [R + 1]: rank r runs order[rank_off[r] .. rank_off[r + 1]) */
-    int64_t *order;      /* computation blocks by (executor, division, q block, head, kv block) */
+    int32_t *comp_div; /* [comps]: division of each computation block */
+    int64_t *rank_off; /* [R + 1]: rank r runs order[rank_off[r] .. rank_off[r + 1]) */
+    int64_t *order;    /* computation blocks by (executor, division, q block, head, kv block) */
     int32_t num_xfers;
     dcp_transfer_t *xfers; /* sorted by (step, src, dst, kind, block, head group) */
-    int32_t *by_holder;  /* transfer ids by (holder, kind, block, head); holder: dst of Q/KV,
-                            src of PART */
+    int32_t *by_holder;    /* transfer ids by (holder, kind, block, head); holder: dst of Q/KV,
+                              src of PART */
 } dcp_schedule_t;
 
-dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p,
-                                int32_t num_ranks, int32_t num_divs, dcp_schedule_t *s);
+dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
+                                int32_t num_divs, dcp_schedule_t *s);
 
 /* The transfer a rank holds for (kind, block, head group), or -1. */
 int32_t dcp_schedule_find(const dcp_schedule_t *s, int32_t holder, int32_t kind, int32_t block,

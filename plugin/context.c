@@ -27,7 +27,8 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
                              config->timeout_s);
     dcp_context_t *ctx;
     DCP_CHECK(dcp_calloc(&ctx, 1, sizeof *ctx, "context"));
-    const dcp_status_t st = dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
+    const dcp_status_t st =
+        dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
     if (st != DCP_OK) {
         free(ctx);
         return st;

@@ -19,14 +19,18 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p,
 {
     if (!p || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !p ? "plan" : "io");
     if (p->num_ranks != ctx->engine->size)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d",
-                             p->num_ranks, ctx->engine->size);
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
+                             ctx->engine->size);
     if (p->shape.dtype != DCP_DTYPE_FP32)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "plan dtype: the CPU executor runs fp32 plans only");
     if (p->rank_tokens[ctx->rank] > 0 && (!io->q || !io->k || !io->v || !io->o || !io->lse))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s is NULL on rank %d with %lld tokens",
-                             !io->q ? "q" : !io->k ? "k" : !io->v ? "v" : !io->o ? "o" : "lse",
+                             !io->q   ? "q"
+                             : !io->k ? "k"
+                             : !io->v ? "v"
+                             : !io->o ? "o"
+                                      : "lse",
                              ctx->rank, (long long)p->rank_tokens[ctx->rank]);
     return DCP_OK;
 }
@@ -86,17 +90,24 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
     for (int64_t i = p->prog_off[ctx->rank]; i < p->prog_off[ctx->rank + 1]; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
-        case DCP_OP_ATTN: DCP_CHECK(k->attn_fwd(env, p->groups + in->first, in->count, p->tiles)); break;
+        case DCP_OP_ATTN:
+            DCP_CHECK(k->attn_fwd(env, p->groups + in->first, in->count, p->tiles));
+            break;
         case DCP_OP_REDUCE:
             DCP_CHECK(k->merge(env, p->merges + in->first, in->count, p->merge_srcs));
             break;
-        case DCP_OP_COPY: DCP_CHECK(k->copy(env, p->copies + in->first, in->count)); break;
-        case DCP_OP_COMM_LAUNCH: DCP_CHECK(launch(ctx, p, env, in, &reqs[in->arg])); break;
+        case DCP_OP_COPY:
+            DCP_CHECK(k->copy(env, p->copies + in->first, in->count));
+            break;
+        case DCP_OP_COMM_LAUNCH:
+            DCP_CHECK(launch(ctx, p, env, in, &reqs[in->arg]));
+            break;
         case DCP_OP_COMM_WAIT:
             DCP_CHECK(ctx->engine->ops->wait(ctx->engine, reqs[in->arg], ctx->timeout_s));
             reqs[in->arg] = NULL;
             break;
-        default: return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
+        default:
+            return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
         }
     }
     return DCP_OK;
@@ -112,8 +123,7 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
     dcp_xfer_req_t **reqs = NULL;
     dcp_kernel_env_t env;
     st = check_call(ctx, plan, io);
-    if (st == DCP_OK)
-        st = dcp_calloc(&reqs, plan->opts.divisions + 1, sizeof *reqs, "executor");
+    if (st == DCP_OK) st = dcp_calloc(&reqs, plan->opts.divisions + 1, sizeof *reqs, "executor");
     if (st == DCP_OK) st = prepare(ctx, plan, io, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, &env, reqs);
     if (st != DCP_OK) {

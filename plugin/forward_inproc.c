@@ -36,7 +36,8 @@ static const rank_job_t *first_failure(const rank_job_t *jobs, int32_t n)
     for (int32_t r = 0; r < n; r++) {
         if (jobs[r].status == DCP_OK) continue;
         const int secondary = jobs[r].status == DCP_ERR_PEER || jobs[r].status == DCP_ERR_TIMEOUT;
-        if (!pick || (!secondary && (pick->status == DCP_ERR_PEER || pick->status == DCP_ERR_TIMEOUT)))
+        if (!pick ||
+            (!secondary && (pick->status == DCP_ERR_PEER || pick->status == DCP_ERR_TIMEOUT)))
             pick = &jobs[r];
     }
     return pick;

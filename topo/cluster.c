@@ -9,7 +9,7 @@
 
 #define DCP_DEFAULT_INTRA_GBPS 300.0
 #define DCP_DEFAULT_INTER_GBPS 25.0
-#define DCP_DEFAULT_LAT_US 5.0
+#define DCP_DEFAULT_LAT_US     5.0
 
 dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **cluster_out)
 {
@@ -53,8 +53,8 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
     char num[64];
     size_t n = (size_t)(end - eq - 1);
     if (n == 0 || n >= sizeof num)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "cluster spec '%s': bad value for '%.*s'",
-                             spec, (int)(eq - kv), kv);
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cluster spec '%s': bad value for '%.*s'", spec,
+                             (int)(eq - kv), kv);
     memcpy(num, eq + 1, n);
     num[n] = '\0';
     char *stop;
@@ -65,9 +65,12 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
                              "cluster spec '%s': '%.*s' needs a positive number, got '%s'", spec,
                              (int)(eq - kv), kv, num);
     size_t klen = (size_t)(eq - kv);
-    if (klen == 5 && !memcmp(kv, "intra", 5)) c->intra_gbps = v;
-    else if (klen == 5 && !memcmp(kv, "inter", 5)) c->inter_gbps = v;
-    else if (klen == 3 && !memcmp(kv, "lat", 3)) c->lat_us = v;
+    if (klen == 5 && !memcmp(kv, "intra", 5))
+        c->intra_gbps = v;
+    else if (klen == 5 && !memcmp(kv, "inter", 5))
+        c->inter_gbps = v;
+    else if (klen == 3 && !memcmp(kv, "lat", 3))
+        c->lat_us = v;
     else
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "cluster spec '%s': unknown key '%.*s' (intra, inter, lat)", spec,

@@ -14,7 +14,7 @@ struct dcp_xfer_req {
     int64_t remaining; /* operations not yet matched; guarded by the hub's done_mu */
     int64_t n;
     dcp_xfer_op_t *ops;
-    int mismatch;      /* a peer posted a different size for one of the tags */
+    int mismatch; /* a peer posted a different size for one of the tags */
 };
 
 typedef struct {
@@ -47,8 +47,7 @@ typedef struct {
 
 dcp_status_t dcp_inproc_hub_create(int32_t size, dcp_inproc_hub_t **hub_out)
 {
-    if (size < 1)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "num_ranks = %d, must be >= 1", size);
+    if (size < 1) return dcp_set_error(DCP_ERR_INVALID_ARG, "num_ranks = %d, must be >= 1", size);
     dcp_inproc_hub_t *h;
     DCP_CHECK(dcp_calloc(&h, 1, sizeof *h, "in-process hub"));
     dcp_status_t st = dcp_calloc(&h->box, size, sizeof *h->box, "in-process hub");
@@ -127,8 +126,10 @@ static dcp_status_t post(dcp_inproc_hub_t *h, int32_t self, const dcp_xfer_op_t 
         remove_at(other, nother, i);
         const int mismatch = m.bytes != op->bytes;
         if (!mismatch && op->bytes > 0) {
-            if (op->send) memcpy(m.ptr, op->ptr, op->bytes);
-            else memcpy(op->ptr, m.ptr, op->bytes);
+            if (op->send)
+                memcpy(m.ptr, op->ptr, op->bytes);
+            else
+                memcpy(op->ptr, m.ptr, op->bytes);
         }
         complete(h, m.req, mismatch);
         complete(h, req, mismatch);
@@ -153,8 +154,10 @@ static void withdraw(dcp_inproc_hub_t *h, int32_t self, dcp_xfer_req_t *req)
         pending_t *list = op->send ? b->sends : b->recvs;
         int64_t *n = op->send ? &b->nsends : &b->nrecvs;
         for (int64_t i = 0; i < *n;)
-            if (list[i].req == req) remove_at(list, n, i);
-            else i++;
+            if (list[i].req == req)
+                remove_at(list, n, i);
+            else
+                i++;
         pthread_mutex_unlock(&b->mu);
     }
 }
@@ -240,8 +243,8 @@ static dcp_status_t ip_wait(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout
         if (pthread_cond_timedwait(&h->done_cv, &h->done_mu, &deadline) == ETIMEDOUT &&
             req->remaining > 0) {
             st = dcp_set_error(DCP_ERR_TIMEOUT,
-                               "inproc: rank %d waited %.1f s for %lld of %lld transfers",
-                               e->rank, timeout_s, (long long)req->remaining, (long long)req->n);
+                               "inproc: rank %d waited %.1f s for %lld of %lld transfers", e->rank,
+                               timeout_s, (long long)req->remaining, (long long)req->n);
             break;
         }
     }
@@ -271,7 +274,8 @@ static void ip_abort(dcp_engine_t *e)
 static dcp_status_t ip_health(dcp_engine_t *e)
 {
     const int failed = atomic_load(&((inproc_engine_t *)e)->hub->failed_rank);
-    if (failed >= 0) return dcp_set_error(DCP_ERR_PEER, "inproc: rank %d of the group failed", failed);
+    if (failed >= 0)
+        return dcp_set_error(DCP_ERR_PEER, "inproc: rank %d of the group failed", failed);
     return DCP_OK;
 }
 

@@ -13,16 +13,26 @@ static _Thread_local char dcp_error_text[DCP_ERROR_CAP];
 const char *dcp_status_string(dcp_status_t status)
 {
     switch (status) {
-    case DCP_OK: return "DCP_OK";
-    case DCP_ERR_INVALID_ARG: return "DCP_ERR_INVALID_ARG";
-    case DCP_ERR_NO_MEMORY: return "DCP_ERR_NO_MEMORY";
-    case DCP_ERR_PLAN_CORRUPT: return "DCP_ERR_PLAN_CORRUPT";
-    case DCP_ERR_CAPACITY: return "DCP_ERR_CAPACITY";
-    case DCP_ERR_UNSUPPORTED: return "DCP_ERR_UNSUPPORTED";
-    case DCP_ERR_TIMEOUT: return "DCP_ERR_TIMEOUT";
-    case DCP_ERR_PEER: return "DCP_ERR_PEER";
-    case DCP_ERR_SYSTEM: return "DCP_ERR_SYSTEM";
-    case DCP_ERR_INTERNAL: return "DCP_ERR_INTERNAL";
+    case DCP_OK:
+        return "DCP_OK";
+    case DCP_ERR_INVALID_ARG:
+        return "DCP_ERR_INVALID_ARG";
+    case DCP_ERR_NO_MEMORY:
+        return "DCP_ERR_NO_MEMORY";
+    case DCP_ERR_PLAN_CORRUPT:
+        return "DCP_ERR_PLAN_CORRUPT";
+    case DCP_ERR_CAPACITY:
+        return "DCP_ERR_CAPACITY";
+    case DCP_ERR_UNSUPPORTED:
+        return "DCP_ERR_UNSUPPORTED";
+    case DCP_ERR_TIMEOUT:
+        return "DCP_ERR_TIMEOUT";
+    case DCP_ERR_PEER:
+        return "DCP_ERR_PEER";
+    case DCP_ERR_SYSTEM:
+        return "DCP_ERR_SYSTEM";
+    case DCP_ERR_INTERNAL:
+        return "DCP_ERR_INTERNAL";
     }
     return "DCP_ERR_UNKNOWN";
 }
@@ -60,8 +70,7 @@ dcp_status_t dcp_calloc(void *ptr_out, int64_t n, size_t size, const char *what)
     return DCP_OK;
 }
 
-dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap, int64_t need, size_t size,
-                         const char *what)
+dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap, int64_t need, size_t size, const char *what)
 {
     if (need <= *cap) return DCP_OK;
     int64_t ncap = *cap > 0 ? *cap : 16;

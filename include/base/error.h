@@ -20,16 +20,16 @@ dcp_status_t dcp_set_error(dcp_status_t status, const char *fmt, ...) DCP_PRINTF
 /* Copies the calling thread's last error text into buf (for handing it across threads). */
 void dcp_error_save(char *buf, size_t capacity);
 
-#define DCP_CHECK(call)                                                                        \
-    do {                                                                                       \
-        dcp_status_t dcp_st_ = (call);                                                         \
-        if (dcp_st_ != DCP_OK) return dcp_st_;                                                 \
+#define DCP_CHECK(call)                                                                            \
+    do {                                                                                           \
+        dcp_status_t dcp_st_ = (call);                                                             \
+        if (dcp_st_ != DCP_OK) return dcp_st_;                                                     \
     } while (0)
 
-#define DCP_CHECK_GOTO(call, st, label)                                                        \
-    do {                                                                                       \
-        (st) = (call);                                                                         \
-        if ((st) != DCP_OK) goto label;                                                        \
+#define DCP_CHECK_GOTO(call, st, label)                                                            \
+    do {                                                                                           \
+        (st) = (call);                                                                             \
+        if ((st) != DCP_OK) goto label;                                                            \
     } while (0)
 
 /* Zeroed allocation of n elements of `size` bytes with an overflow check; `what` names the

@@ -22,8 +22,9 @@ static void usage(const dcp_arg_t *args, int nargs, const char *tool, const char
 {
     printf("usage: %s [flags]\n%s\n\n", tool, summary);
     for (int i = 0; i < nargs; i++) {
-        const char *v = args[i].kind == DCP_ARG_FLAG ? "" : args[i].kind == DCP_ARG_STR ? " S"
-                                                                                          : " N";
+        const char *v = args[i].kind == DCP_ARG_FLAG  ? ""
+                        : args[i].kind == DCP_ARG_STR ? " S"
+                                                      : " N";
         char left[48];
         snprintf(left, sizeof left, "--%s%s", args[i].name, v);
         printf("  %-24s %s\n", left, args[i].help);
@@ -59,7 +60,8 @@ static void set_value(const char *tool, dcp_arg_t *a, const char *val)
         if (*val == '\0') dcp_args_fail(tool, a->name, "needs a value");
         *(const char **)a->dst = val;
         break;
-    case DCP_ARG_FLAG: break;
+    case DCP_ARG_FLAG:
+        break;
     }
 }
 

@@ -8,12 +8,12 @@
 typedef enum { DCP_ARG_FLAG, DCP_ARG_INT, DCP_ARG_DOUBLE, DCP_ARG_STR } dcp_arg_kind_t;
 
 typedef struct {
-    const char *name;  /* without the leading "--" */
+    const char *name; /* without the leading "--" */
     dcp_arg_kind_t kind;
-    void *dst;         /* int (FLAG), int64_t (INT), double, const char * (STR) */
-    int64_t min, max;  /* INT: inclusive bounds; DOUBLE: min only when min < max */
+    void *dst;        /* int (FLAG), int64_t (INT), double, const char * (STR) */
+    int64_t min, max; /* INT: inclusive bounds; DOUBLE: min only when min < max */
     const char *help;
-    int seen;          /* set by the parser */
+    int seen; /* set by the parser */
 } dcp_arg_t;
 
 void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const char *tool,

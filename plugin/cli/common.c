@@ -28,21 +28,31 @@ void dcp_common_args(dcp_common_flags_t *f, dcp_arg_t *a)
 {
     const dcp_arg_t t[DCP_COMMON_NARGS] = {
         {"ranks", DCP_ARG_INT, &f->ranks, 1, 65536, "ranks (default 8)", 0},
-        {"cluster", DCP_ARG_STR, &f->cluster, 0, 0, "NxG[:intra=GBps][:inter=GBps][:lat=us] (default (R/4)x4 or 1xR)", 0},
-        {"mask", DCP_ARG_STR, &f->mask, 0, 0, "mask spec or comma list: full, causal, window:W, lambda:S:W, blockwise:b:k, shared-question:p:a", 0},
+        {"cluster", DCP_ARG_STR, &f->cluster, 0, 0,
+         "NxG[:intra=GBps][:inter=GBps][:lat=us] (default (R/4)x4 or 1xR)", 0},
+        {"mask", DCP_ARG_STR, &f->mask, 0, 0,
+         "mask spec or comma list: full, causal, window:W, lambda:S:W, blockwise:b:k, "
+         "shared-question:p:a",
+         0},
         {"seqlens", DCP_ARG_STR, &f->seqlens, 0, 0, "comma-separated sequence lengths", 0},
-        {"lengths-file", DCP_ARG_STR, &f->lengths_file, 0, 0, "file of lengths (one per line) to sample", 0},
+        {"lengths-file", DCP_ARG_STR, &f->lengths_file, 0, 0,
+         "file of lengths (one per line) to sample", 0},
         {"tokens", DCP_ARG_INT, &f->tokens, 1, 2147483647, "tokens to sample (default 16384)", 0},
-        {"max-len", DCP_ARG_INT, &f->max_len, 1, 2147483647, "drop sampled lengths above this (default --tokens)", 0},
-        {"seed", DCP_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors (default 1)", 0},
+        {"max-len", DCP_ARG_INT, &f->max_len, 1, 2147483647,
+         "drop sampled lengths above this (default --tokens)", 0},
+        {"seed", DCP_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors (default 1)",
+         0},
         {"heads", DCP_ARG_INT, &f->heads, 1, 65536, "query heads (default 4)", 0},
         {"kv-heads", DCP_ARG_INT, &f->kv_heads, 1, 65536, "KV heads (default 2)", 0},
         {"head-dim", DCP_ARG_INT, &f->head_dim, 1, 4096, "head dimension (default 64)", 0},
         {"block", DCP_ARG_INT, &f->block, 1, 2147483647, "tokens per block (default 512)", 0},
         {"head-blocks", DCP_ARG_INT, &f->head_blocks, 1, 65536, "head groups (default 1)", 0},
-        {"divisions", DCP_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank (default 4)", 0},
-        {"strategy", DCP_ARG_STR, &f->strategy, 0, 0, "ring, zigzag, lpt, a comma list, or all (default lpt)", 0},
-        {"mem-cap", DCP_ARG_INT, &f->mem_cap, 0, INT64_MAX, "per-rank cap on owned block bytes (default none)", 0},
+        {"divisions", DCP_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank (default 4)",
+         0},
+        {"strategy", DCP_ARG_STR, &f->strategy, 0, 0,
+         "ring, zigzag, lpt, a comma list, or all (default lpt)", 0},
+        {"mem-cap", DCP_ARG_INT, &f->mem_cap, 0, INT64_MAX,
+         "per-rank cap on owned block bytes (default none)", 0},
     };
     memcpy(a, t, sizeof t);
 }
@@ -53,8 +63,10 @@ static void resolve_cluster(const char *tool, const dcp_common_flags_t *f, const
     char spec[64];
     const char *use = f->cluster;
     if (!use) {
-        if (f->ranks % 4 == 0 && f->ranks >= 8) snprintf(spec, sizeof spec, "%lldx4", (long long)f->ranks / 4);
-        else snprintf(spec, sizeof spec, "1x%lld", (long long)f->ranks);
+        if (f->ranks % 4 == 0 && f->ranks >= 8)
+            snprintf(spec, sizeof spec, "%lldx4", (long long)f->ranks / 4);
+        else
+            snprintf(spec, sizeof spec, "1x%lld", (long long)f->ranks);
         use = spec;
     }
     if (dcp_cluster_from_spec(use, &out->cluster) != DCP_OK)

@@ -23,8 +23,8 @@ typedef struct {
 } run_flags_t;
 
 static const dcp_col_t cols[] = {
-    {"strategy", -8},    {"comm(MB)", 9},  {"inter(MB)", 9}, {"maxrank(MB)", 11},
-    {"comp-imb(%)", 11}, {"mem-imb(%)", 10}, {"plan(ms)", 9},  {"exec(ms)", 9},
+    {"strategy", -8},    {"comm(MB)", 9},     {"inter(MB)", 9}, {"maxrank(MB)", 11},
+    {"comp-imb(%)", 11}, {"mem-imb(%)", 10},  {"plan(ms)", 9},  {"exec(ms)", 9},
     {"GFLOP/s", 8},      {"max-rel-err", 11}, {"check", 5},
 };
 #define NCOLS ((int)(sizeof cols / sizeof cols[0]))
@@ -32,7 +32,8 @@ static const dcp_col_t cols[] = {
 static void print_header(const dcp_common_t *c, const dcp_harness_t *h)
 {
     int32_t longest = 0;
-    for (int32_t s = 0; s < c->num_seqs; s++) longest = c->lengths[s] > longest ? c->lengths[s] : longest;
+    for (int32_t s = 0; s < c->num_seqs; s++)
+        longest = c->lengths[s] > longest ? c->lengths[s] : longest;
     printf("# %s: %d ranks (%dx%d), %lld tokens in %d sequences (longest %d), heads %d/%d x %d, "
            "fp32 cpu, block %d, head blocks %d, divisions %d\n",
            tool, dcp_cluster_num_ranks(c->cluster), dcp_cluster_num_nodes(c->cluster),
@@ -41,8 +42,8 @@ static void print_header(const dcp_common_t *c, const dcp_harness_t *h)
            c->shape.head_dim, c->opts.block_size, c->opts.head_blocks, c->opts.divisions);
 }
 
-static void print_row(const char *strategy, const dcp_plan_stats_t *ps, const dcp_harness_result_t *r,
-                      const run_flags_t *rf)
+static void print_row(const char *strategy, const dcp_plan_stats_t *ps,
+                      const dcp_harness_result_t *r, const run_flags_t *rf)
 {
     char cell[NCOLS][32];
     snprintf(cell[0], 32, "%s", strategy);
@@ -101,16 +102,18 @@ static int run_one(const dcp_common_t *c, const dcp_harness_t *h, const char *ma
     dcp_harness_result_t r = {0};
     if (st == DCP_OK) st = dcp_plan_get_stats(plan, &ps);
     if (st == DCP_OK)
-        st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout,
-                             rf->tol, &r);
+        st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout, rf->tol,
+                             &r);
     dcp_plan_destroy(plan);
     if (st != DCP_OK) {
         fprintf(stderr, "%s: mask %s, strategy %s: %s: %s\n", tool, mask,
                 dcp_strategy_name(strategy), dcp_status_string(st), dcp_last_error());
         return 1;
     }
-    if (rf->json) print_json(mask, dcp_strategy_name(strategy), &ps, &r, rf);
-    else print_row(dcp_strategy_name(strategy), &ps, &r, rf);
+    if (rf->json)
+        print_json(mask, dcp_strategy_name(strategy), &ps, &r, rf);
+    else
+        print_row(dcp_strategy_name(strategy), &ps, &r, rf);
     return rf->check && !r.passed;
 }
 
@@ -123,12 +126,17 @@ int main(int argc, char **argv)
     dcp_arg_t args[DCP_COMMON_NARGS + 7];
     dcp_common_args(&f, args);
     const dcp_arg_t own[7] = {
-        {"check", DCP_ARG_FLAG, &rf.check, 0, 0, "compare with the double-precision reference; exit 1 beyond --tol", 0},
-        {"json", DCP_ARG_FLAG, &rf.json, 0, 0, "one JSON object per (mask, strategy) instead of tables", 0},
+        {"check", DCP_ARG_FLAG, &rf.check, 0, 0,
+         "compare with the double-precision reference; exit 1 beyond --tol", 0},
+        {"json", DCP_ARG_FLAG, &rf.json, 0, 0,
+         "one JSON object per (mask, strategy) instead of tables", 0},
         {"warmup", DCP_ARG_INT, &rf.warmup, 0, 1000, "untimed runs before timing (default 0)", 0},
-        {"iters", DCP_ARG_INT, &rf.iters, 1, 1000, "timed runs; exec time is their median (default 1)", 0},
-        {"threads", DCP_ARG_INT, &rf.threads, 1, 64, "threads of the reference (default: cores)", 0},
-        {"timeout", DCP_ARG_DOUBLE, &rf.timeout, 0, 0, "transfer timeout in s (default $DCP_TIMEOUT_S or 60)", 0},
+        {"iters", DCP_ARG_INT, &rf.iters, 1, 1000,
+         "timed runs; exec time is their median (default 1)", 0},
+        {"threads", DCP_ARG_INT, &rf.threads, 1, 64, "threads of the reference (default: cores)",
+         0},
+        {"timeout", DCP_ARG_DOUBLE, &rf.timeout, 0, 0,
+         "transfer timeout in s (default $DCP_TIMEOUT_S or 60)", 0},
         {"tol", DCP_ARG_DOUBLE, &rf.tol, 0, 0, "relative tolerance of --check (default 1e-5)", 0},
     };
     for (int i = 0; i < 7; i++) args[DCP_COMMON_NARGS + i] = own[i];
@@ -145,8 +153,8 @@ int main(int argc, char **argv)
         dcp_mask_t *masks = calloc((size_t)c.num_seqs, sizeof *masks);
         for (int32_t s = 0; s < c.num_seqs; s++) masks[s] = c.masks[m];
         dcp_harness_t *h = NULL;
-        dcp_status_t st = dcp_harness_create(c.lengths, c.num_seqs, masks, &c.shape,
-                                             (uint64_t)f.seed, &h);
+        dcp_status_t st =
+            dcp_harness_create(c.lengths, c.num_seqs, masks, &c.shape, (uint64_t)f.seed, &h);
         if (st == DCP_OK && rf.check) st = dcp_harness_reference(h, (int32_t)rf.threads);
         free(masks);
         if (st != DCP_OK) {

@@ -61,7 +61,8 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads)
 {
     dcp_seq_info_t *seqs = NULL;
     DCP_CHECK(dcp_calloc(&seqs, h->num_seqs, sizeof *seqs, "reference"));
-    for (int32_t s = 0; s < h->num_seqs; s++) seqs[s] = (dcp_seq_info_t){h->lengths[s], h->masks[s]};
+    for (int32_t s = 0; s < h->num_seqs; s++)
+        seqs[s] = (dcp_seq_info_t){h->lengths[s], h->masks[s]};
     const int64_t no = h->tokens * h->shape.num_heads * h->shape.head_dim;
     dcp_status_t st;
     free(h->ref_o);
@@ -69,9 +70,9 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads)
     h->ref_o = NULL;
     h->ref_lse = NULL;
     DCP_CHECK_GOTO(dcp_calloc(&h->ref_o, no, sizeof(double), "reference O"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&h->ref_lse, h->tokens * h->shape.num_heads, sizeof(double),
-                              "reference LSE"),
-                   st, out);
+    DCP_CHECK_GOTO(
+        dcp_calloc(&h->ref_lse, h->tokens * h->shape.num_heads, sizeof(double), "reference LSE"),
+        st, out);
     st = dcp_reference_attention(seqs, h->num_seqs, &h->shape, h->q, h->k, h->v, h->ref_o,
                                  h->ref_lse, threads);
 out:
@@ -82,8 +83,8 @@ out:
 /* Per-rank tensors, and where each local row comes from in the whole batch. */
 typedef struct {
     dcp_tensors_t *io;
-    float **bufs;    /* 5 per rank: q, k, v, o, lse */
-    int64_t **rows;  /* global row of each local row */
+    float **bufs;   /* 5 per rank: q, k, v, o, lse */
+    int64_t **rows; /* global row of each local row */
     int64_t *ntok;
     int32_t n;
 } rank_io_t;
@@ -115,7 +116,8 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
     const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
     for (int32_t rank = 0; rank < r->n; rank++) {
         int32_t nspans;
-        DCP_CHECK_GOTO(dcp_plan_local_layout(plan, rank, NULL, 0, &nspans, &r->ntok[rank]), st, out);
+        DCP_CHECK_GOTO(dcp_plan_local_layout(plan, rank, NULL, 0, &nspans, &r->ntok[rank]), st,
+                       out);
         free(spans);
         spans = NULL;
         DCP_CHECK_GOTO(dcp_calloc(&spans, nspans, sizeof *spans, "harness"), st, out);
@@ -123,9 +125,9 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
         const int64_t nt = r->ntok[rank];
         const int64_t widths[5] = {hq * d, hkv * d, hkv * d, hq * d, hq};
         for (int j = 0; j < 5; j++)
-            DCP_CHECK_GOTO(dcp_calloc(&r->bufs[5 * rank + j], nt * widths[j], sizeof(float),
-                                      "rank tensors"),
-                           st, out);
+            DCP_CHECK_GOTO(
+                dcp_calloc(&r->bufs[5 * rank + j], nt * widths[j], sizeof(float), "rank tensors"),
+                st, out);
         DCP_CHECK_GOTO(dcp_calloc(&r->rows[rank], nt, sizeof(int64_t), "harness"), st, out);
         int64_t row = 0;
         for (int32_t i = 0; i < nspans; i++)
@@ -136,9 +138,9 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
             for (int j = 0; j < 3; j++)
                 memcpy(r->bufs[5 * rank + j] + i * widths[j], src[j] + r->rows[rank][i] * widths[j],
                        (size_t)widths[j] * sizeof(float));
-        r->io[rank] = (dcp_tensors_t){r->bufs[5 * rank], r->bufs[5 * rank + 1],
-                                      r->bufs[5 * rank + 2], r->bufs[5 * rank + 3],
-                                      r->bufs[5 * rank + 4]};
+        r->io[rank] =
+            (dcp_tensors_t){r->bufs[5 * rank], r->bufs[5 * rank + 1], r->bufs[5 * rank + 2],
+                            r->bufs[5 * rank + 3], r->bufs[5 * rank + 4]};
     }
     st = DCP_OK;
 out:

@@ -12,7 +12,7 @@
 typedef struct {
     int32_t num_seqs;
     int32_t *lengths;
-    dcp_mask_t *masks; /* CUSTOM ranges stay the caller's */
+    dcp_mask_t *masks;      /* CUSTOM ranges stay the caller's */
     dcp_attn_shape_t shape; /* scale resolved, used by plans and the reference alike */
     int64_t tokens;
     float *q, *k, *v;        /* whole batch, THD, sequences concatenated */
@@ -20,13 +20,13 @@ typedef struct {
 } dcp_harness_t;
 
 typedef struct {
-    double max_abs_err;  /* max |O - O_ref| */
-    double max_rel_err;  /* max_abs_err / max |O_ref| */
-    double max_lse_err;  /* max |LSE - LSE_ref| / max(1, |LSE_ref|) over finite LSE */
-    int64_t bad_values;  /* NaN, unwritten, or -inf where the reference is finite (or back) */
-    int passed;          /* everything within tol (only when the reference exists) */
-    uint64_t digest;     /* hash of every rank's O and LSE bytes: equal runs, equal digest */
-    double exec_ms;      /* median wall time of dcp_forward_inproc */
+    double max_abs_err; /* max |O - O_ref| */
+    double max_rel_err; /* max_abs_err / max |O_ref| */
+    double max_lse_err; /* max |LSE - LSE_ref| / max(1, |LSE_ref|) over finite LSE */
+    int64_t bad_values; /* NaN, unwritten, or -inf where the reference is finite (or back) */
+    int passed;         /* everything within tol (only when the reference exists) */
+    uint64_t digest;    /* hash of every rank's O and LSE bytes: equal runs, equal digest */
+    double exec_ms;     /* median wall time of dcp_forward_inproc */
 } dcp_harness_result_t;
 
 dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,

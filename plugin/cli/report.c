@@ -39,8 +39,10 @@ void dcp_json_str(dcp_json_t *j, const char *k, const char *value)
     fputc('"', j->f);
     for (const char *p = value; *p; p++) {
         if (*p == '"' || *p == '\\') fputc('\\', j->f);
-        if ((unsigned char)*p < 0x20) fprintf(j->f, "\\u%04x", *p);
-        else fputc(*p, j->f);
+        if ((unsigned char)*p < 0x20)
+            fprintf(j->f, "\\u%04x", *p);
+        else
+            fputc(*p, j->f);
     }
     fputc('"', j->f);
 }
@@ -54,8 +56,10 @@ void dcp_json_int(dcp_json_t *j, const char *k, int64_t value)
 void dcp_json_num(dcp_json_t *j, const char *k, double value)
 {
     key(j, k);
-    if (isfinite(value)) fprintf(j->f, "%.6g", value);
-    else fputs("null", j->f);
+    if (isfinite(value))
+        fprintf(j->f, "%.6g", value);
+    else
+        fputs("null", j->f);
 }
 
 void dcp_json_bool(dcp_json_t *j, const char *k, int value)

@@ -10,8 +10,8 @@ int main(void)
     dcp_mask_t masks[3];
     for (int i = 0; i < 3; i++) dcp_mask_parse("causal", &masks[i]);
     const dcp_batch_t batch = {3, lengths, masks};
-    const dcp_attn_shape_t shape = {.num_heads = 8, .num_kv_heads = 2, .head_dim = 64,
-                                    .dtype = DCP_DTYPE_FP32};
+    const dcp_attn_shape_t shape = {
+        .num_heads = 8, .num_kv_heads = 2, .head_dim = 64, .dtype = DCP_DTYPE_FP32};
     dcp_plan_options_t opts;
     dcp_plan_options_default(&opts);
     opts.block_size = 256;

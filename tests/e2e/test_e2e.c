@@ -54,11 +54,12 @@ static void test_every_mask_strategy_and_rank_count(void)
         dcp_mask_t m[6];
         int32_t *store[6];
         for (int s = 0; s < 6; s++) {
-            if (kind == DCP_MASK_CUSTOM) m[s] = t_random_mask(&rng, DCP_MASK_CUSTOM, len[s], &store[s]);
+            if (kind == DCP_MASK_CUSTOM)
+                m[s] = t_random_mask(&rng, DCP_MASK_CUSTOM, len[s], &store[s]);
             else {
                 char spec[64];
-                const char *specs[] = {"full", "causal", "window:37", "lambda:4:20", "blockwise:8:2",
-                                       "shared-question:0.2:4"};
+                const char *specs[] = {"full",        "causal",        "window:37",
+                                       "lambda:4:20", "blockwise:8:2", "shared-question:0.2:4"};
                 snprintf(spec, sizeof spec, "%s", specs[kind]);
                 CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(spec, &m[s]), DCP_OK);
                 store[s] = NULL;

@@ -11,9 +11,12 @@ static inline int bf_allowed(const dcp_mask_t *m, int L, int i, int j)
 {
     if (j < 0 || j >= L) return 0;
     switch (m->kind) {
-    case DCP_MASK_FULL: return 1;
-    case DCP_MASK_CAUSAL: return j <= i;
-    case DCP_MASK_WINDOW: return j <= i && j >= i - m->window + 1;
+    case DCP_MASK_FULL:
+        return 1;
+    case DCP_MASK_CAUSAL:
+        return j <= i;
+    case DCP_MASK_WINDOW:
+        return j <= i && j >= i - m->window + 1;
     case DCP_MASK_LAMBDA:
         return (j < m->sink && j < i + 1) || (j <= i && j >= i - m->window + 1);
     case DCP_MASK_BLOCKWISE: {
@@ -38,7 +41,8 @@ static inline int bf_allowed(const dcp_mask_t *m, int L, int i, int j)
         const int *r = m->ranges + 4 * i;
         return (j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3]);
     }
-    default: return 0;
+    default:
+        return 0;
     }
 }
 

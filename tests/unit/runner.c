@@ -11,9 +11,9 @@
 #include <string.h>
 
 static const dcp_suite_fn suites[] = {
-    dcp_suite_mask,     dcp_suite_cluster,   dcp_suite_blocks, dcp_suite_place,
-    dcp_suite_schedule, dcp_suite_plan_io,   dcp_suite_kernels, dcp_suite_transport,
-    dcp_suite_api,      dcp_suite_e2e,       dcp_suite_gpu,
+    dcp_suite_mask,     dcp_suite_cluster, dcp_suite_blocks,  dcp_suite_place,
+    dcp_suite_schedule, dcp_suite_plan_io, dcp_suite_kernels, dcp_suite_transport,
+    dcp_suite_api,      dcp_suite_e2e,     dcp_suite_gpu,
 };
 
 static void list(void)
@@ -29,9 +29,12 @@ int main(int argc, char **argv)
     const char *suite = NULL, *test = NULL;
     int do_list = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-s") && i + 1 < argc) suite = argv[++i];
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc) test = argv[++i];
-        else if (!strcmp(argv[i], "-l")) do_list = 1;
+        if (!strcmp(argv[i], "-s") && i + 1 < argc)
+            suite = argv[++i];
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            test = argv[++i];
+        else if (!strcmp(argv[i], "-l"))
+            do_list = 1;
         else {
             fprintf(stderr, "usage: %s [-s SUITE] [-t TEST] [-l]\n", argv[0]);
             return 2;

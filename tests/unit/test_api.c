@@ -10,8 +10,8 @@
 #include <string.h>
 
 static const int32_t lens[3] = {40, 1, 17};
-static const dcp_mask_t causal3[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL},
-                                      {.kind = DCP_MASK_CAUSAL}};
+static const dcp_mask_t causal3[3] = {
+    {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
 
 static void test_status_strings(void)
 {
@@ -42,7 +42,8 @@ static void test_plan_create_rejects_bad_input(void)
     dcp_plan_options_default(&o);
     o.block_size = 16;
     int32_t bad_len[3] = {40, -3, 17};
-    dcp_mask_t bad_mask[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_WINDOW, .window = 0},
+    dcp_mask_t bad_mask[3] = {{.kind = DCP_MASK_CAUSAL},
+                              {.kind = DCP_MASK_WINDOW, .window = 0},
                               {.kind = DCP_MASK_CAUSAL}};
     bad_case_t cases[16];
     int n = 0;
@@ -158,7 +159,8 @@ static void tensors_init(tensors2_t *t, const dcp_plan_t *p)
             t->mem[r][j] = malloc((size_t)(n * w[j] + 1) * sizeof(float));
             for (int64_t i = 0; i < n * w[j]; i++) t->mem[r][j][i] = j < 3 ? 0.5f : 12345.0f;
         }
-        t->io[r] = (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2], t->mem[r][3], t->mem[r][4]};
+        t->io[r] =
+            (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2], t->mem[r][3], t->mem[r][4]};
     }
 }
 

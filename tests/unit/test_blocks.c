@@ -90,7 +90,8 @@ static void test_tiles_exact(void)
                     CU_ASSERT_EQUAL(b.tile_q[t], tq);
                     CU_ASSERT_EQUAL(b.tile_kv[t], tk);
                     CU_ASSERT_EQUAL(b.tile_pairs[t], pairs);
-                    CU_ASSERT_EQUAL(b.tile_full[t], pairs == (int64_t)b.blk_len[tq] * b.blk_len[tk]);
+                    CU_ASSERT_EQUAL(b.tile_full[t],
+                                    pairs == (int64_t)b.blk_len[tq] * b.blk_len[tk]);
                     t++;
                 }
             CU_ASSERT_EQUAL(t, b.num_tiles);

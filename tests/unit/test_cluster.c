@@ -22,9 +22,22 @@ static void test_spec_shapes_and_figures(void)
 
 static void test_bad_specs_rejected(void)
 {
-    const char *bad[] = {"", "8", "x4", "2x", "0x4", "2x0", "2y4", "2x4x1", "-1x4",
-                         "2x4:", "2x4:intra", "2x4:intra=-1", "2x4:intra=abc", "2x4:speed=3",
-                         "70000x1", "2x4:inter=inf"};
+    const char *bad[] = {"",
+                         "8",
+                         "x4",
+                         "2x",
+                         "0x4",
+                         "2x0",
+                         "2y4",
+                         "2x4x1",
+                         "-1x4",
+                         "2x4:",
+                         "2x4:intra",
+                         "2x4:intra=-1",
+                         "2x4:intra=abc",
+                         "2x4:speed=3",
+                         "70000x1",
+                         "2x4:inter=inf"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         dcp_cluster_t *c = (dcp_cluster_t *)&c; /* sentinel: must stay untouched */
         CU_ASSERT_EQUAL(dcp_cluster_from_spec(bad[i], &c), DCP_ERR_INVALID_ARG);

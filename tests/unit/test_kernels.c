@@ -38,7 +38,8 @@ static void kcase_init(kcase_t *c, int32_t len, int32_t hq, int32_t hkv, int32_t
     for (size_t i = 0; i < nk; i++) c->v[i] = (float)dcp_rng_normal(&rng);
     c->seq = (dcp_seq_info_t){len, mask};
     const dcp_attn_shape_t shape = {hq, hkv, d, DCP_DTYPE_FP32, 0.0f};
-    CU_ASSERT_EQUAL(dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, 2), DCP_OK);
+    CU_ASSERT_EQUAL(
+        dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, 2), DCP_OK);
     c->env = (dcp_kernel_env_t){.seqs = &c->seq,
                                 .q_heads = hq / hb,
                                 .kv_heads = hkv / hb,
@@ -89,7 +90,8 @@ static int64_t build_group(const kcase_t *c, int32_t q0, int32_t q1, int32_t h, 
 }
 
 /* Max |O - ref| / max |ref| and max LSE error over all heads of queries [q0, q1). */
-static void compare(const kcase_t *c, int32_t q0, int32_t q1, double *rel, double *lse_err, int *bad)
+static void compare(const kcase_t *c, int32_t q0, int32_t q1, double *rel, double *lse_err,
+                    int *bad)
 {
     double err = 0, ref = 1e-30;
     *lse_err = 0;
@@ -138,7 +140,8 @@ static void run_case(int32_t len, int32_t hq, int32_t hkv, int32_t d, int32_t hb
     CU_ASSERT(rel <= 1e-5);
     CU_ASSERT(lse_err <= 1e-5);
     if (bad || rel > 1e-5 || lse_err > 1e-5)
-        fprintf(stderr, "kernel case len %d heads %d/%d d %d hb %d mask %d: rel %.3g lse %.3g bad %d\n",
+        fprintf(stderr,
+                "kernel case len %d heads %d/%d d %d hb %d mask %d: rel %.3g lse %.3g bad %d\n",
                 len, hq, hkv, d, hb, mask.kind, rel, lse_err, bad);
     free(g);
     free(tiles);
@@ -162,10 +165,10 @@ static void test_attention_every_mask(void)
 static void test_attention_gqa_and_head_groups(void)
 {
     const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
-    run_case(97, 4, 4, 32, 1, causal, 32, 40, 1);  /* MHA */
-    run_case(97, 4, 2, 32, 1, causal, 32, 40, 2);  /* GQA 2 */
-    run_case(97, 8, 2, 64, 1, causal, 50, 33, 3);  /* GQA 4 */
-    run_case(97, 8, 2, 64, 2, causal, 50, 33, 4);  /* GQA 4, two head groups */
+    run_case(97, 4, 4, 32, 1, causal, 32, 40, 1);   /* MHA */
+    run_case(97, 4, 2, 32, 1, causal, 32, 40, 2);   /* GQA 2 */
+    run_case(97, 8, 2, 64, 1, causal, 50, 33, 3);   /* GQA 4 */
+    run_case(97, 8, 2, 64, 2, causal, 50, 33, 4);   /* GQA 4, two head groups */
     run_case(130, 8, 8, 128, 4, causal, 64, 64, 5); /* D = 128, four head groups */
     run_case(1, 4, 2, 16, 1, causal, 16, 16, 6);    /* a 1-token sequence */
 }
@@ -224,7 +227,8 @@ static void test_merge_of_partials(void)
     }
     for (int64_t i = 0; i < (int64_t)len * hq * d; i++) c.o[i] = 0.0f;
     for (int64_t i = 0; i < (int64_t)len * hq; i++) c.lse[i] = -INFINITY;
-    const dcp_merge_item_t item = {{0, hq * d, DCP_BUF_ACC_O}, {0, hq, DCP_BUF_ACC_LSE}, len, 0, parts};
+    const dcp_merge_item_t item = {
+        {0, hq * d, DCP_BUF_ACC_O}, {0, hq, DCP_BUF_ACC_LSE}, len, 0, parts};
     CU_ASSERT_EQUAL(dcp_cpu_merge(&c.env, &item, 1, src), DCP_OK);
     double rel, lse_err;
     int bad;

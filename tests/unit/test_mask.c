@@ -32,7 +32,8 @@ static void test_ranges_match_bruteforce(void)
                 for (int32_t i = 0; i < L; i++) {
                     int32_t r[4];
                     CU_ASSERT_EQUAL_FATAL(dcp_mask_allowed(&m, L, i, r), DCP_OK);
-                    CU_ASSERT(0 <= r[0] && r[0] <= r[1] && r[1] <= r[2] && r[2] <= r[3] && r[3] <= L);
+                    CU_ASSERT(0 <= r[0] && r[0] <= r[1] && r[1] <= r[2] && r[2] <= r[3] &&
+                              r[3] <= L);
                     for (int32_t j = 0; j < L; j++) {
                         const int in = (j >= r[0] && j < r[1]) || (j >= r[2] && j < r[3]);
                         if (in != bf_allowed(&m, L, i, j)) {
@@ -56,10 +57,20 @@ static void test_pair_counts_match_bruteforce(void)
             const int32_t L = (int32_t)dcp_rng_range(&rng, 1, 200);
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, L, &store);
-            int32_t q0 = (int32_t)dcp_rng_range(&rng, 0, L), q1 = (int32_t)dcp_rng_range(&rng, 0, L);
-            int32_t k0 = (int32_t)dcp_rng_range(&rng, 0, L), k1 = (int32_t)dcp_rng_range(&rng, 0, L);
-            if (q0 > q1) { int32_t t = q0; q0 = q1; q1 = t; }
-            if (k0 > k1) { int32_t t = k0; k0 = k1; k1 = t; }
+            int32_t q0 = (int32_t)dcp_rng_range(&rng, 0, L),
+                    q1 = (int32_t)dcp_rng_range(&rng, 0, L);
+            int32_t k0 = (int32_t)dcp_rng_range(&rng, 0, L),
+                    k1 = (int32_t)dcp_rng_range(&rng, 0, L);
+            if (q0 > q1) {
+                int32_t t = q0;
+                q0 = q1;
+                q1 = t;
+            }
+            if (k0 > k1) {
+                int32_t t = k0;
+                k0 = k1;
+                k1 = t;
+            }
             int64_t pairs = -1;
             CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, L, q0, q1, k0, k1, &pairs), DCP_OK);
             const int64_t want = bf_pairs(&m, L, q0, q1, k0, k1);
@@ -68,7 +79,7 @@ static void test_pair_counts_match_bruteforce(void)
                 int64_t p2;
                 const dcp_tile_class_t c = dcp_mask_classify(&m, L, q0, q1, k0, k1, &p2);
                 CU_ASSERT_EQUAL(p2, want);
-                CU_ASSERT_EQUAL(c, want == 0 ? DCP_TILE_EMPTY
+                CU_ASSERT_EQUAL(c, want == 0                                ? DCP_TILE_EMPTY
                                    : want == (int64_t)(q1 - q0) * (k1 - k0) ? DCP_TILE_FULL
                                                                             : DCP_TILE_PARTIAL);
             }
@@ -83,8 +94,12 @@ static void test_edges(void)
     int64_t n;
     const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
     for (int kind = 0; kind < DCP_MASK_CUSTOM; kind++) { /* L = 1: the one pair is allowed */
-        dcp_mask_t m = {.kind = (dcp_mask_kind_t)kind, .window = 1, .sink = 0, .block = 1,
-                        .answers = 1, .question_frac = 0.2};
+        dcp_mask_t m = {.kind = (dcp_mask_kind_t)kind,
+                        .window = 1,
+                        .sink = 0,
+                        .block = 1,
+                        .answers = 1,
+                        .question_frac = 0.2};
         CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, 1, 0, 1, 0, 1, &n), DCP_OK);
         CU_ASSERT_EQUAL(n, 1);
     }
@@ -155,10 +170,14 @@ static void test_parse_and_format(void)
 {
     const struct {
         const char *in, *out;
-    } ok[] = {{"full", "full"},           {"causal", "causal"},
-              {"window:128", "window:128"}, {"window", "window:4096"},
-              {"lambda", "lambda:64:4096"}, {"lambda:4:20", "lambda:4:20"},
-              {"blockwise", "blockwise:256:2"}, {"blockwise:8:0", "blockwise:8:0"},
+    } ok[] = {{"full", "full"},
+              {"causal", "causal"},
+              {"window:128", "window:128"},
+              {"window", "window:4096"},
+              {"lambda", "lambda:64:4096"},
+              {"lambda:4:20", "lambda:4:20"},
+              {"blockwise", "blockwise:256:2"},
+              {"blockwise:8:0", "blockwise:8:0"},
               {"shared-question", "shared-question:0.2:4"},
               {"shared-question:0.5:3", "shared-question:0.5:3"}};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
@@ -168,9 +187,20 @@ static void test_parse_and_format(void)
         CU_ASSERT_EQUAL(dcp_mask_format(&m, buf, sizeof buf), DCP_OK);
         CU_ASSERT_STRING_EQUAL(buf, ok[i].out);
     }
-    const char *bad[] = {"", "diagonal", "window:0", "window:-3", "window:x", "window:4:5",
-                         "lambda:4", "lambda:-1:5", "blockwise:0:2", "blockwise:4:-1",
-                         "shared-question:1.5:4", "shared-question:0.2:0", "causal:3", "custom"};
+    const char *bad[] = {"",
+                         "diagonal",
+                         "window:0",
+                         "window:-3",
+                         "window:x",
+                         "window:4:5",
+                         "lambda:4",
+                         "lambda:-1:5",
+                         "blockwise:0:2",
+                         "blockwise:4:-1",
+                         "shared-question:1.5:4",
+                         "shared-question:0.2:0",
+                         "causal:3",
+                         "custom"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         dcp_mask_t m = {.kind = DCP_MASK_FULL, .window = 77};
         CU_ASSERT_EQUAL(dcp_mask_parse(bad[i], &m), DCP_ERR_INVALID_ARG);
@@ -208,7 +238,7 @@ static void test_validation_names_the_field(void)
 static void test_custom_ranges_normalised(void)
 {
     const int32_t r[40] = {2, 6, 4, 9, /* overlap -> [2, 9) */ 5, 7, 0, 2, /* reversed order */
-                           3, 3, 1, 4, /* first empty */ 0, 5, 5, 8 /* touching -> [0, 8) */};
+                           3, 3, 1, 4, /* first empty */ 0,       5, 5, 8 /* touching -> [0, 8) */};
     const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
     int64_t n;
     CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, 10, 0, 4, 0, 10, &n), DCP_OK);

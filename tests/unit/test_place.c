@@ -65,7 +65,8 @@ static void test_every_block_placed_at_query_owner(void)
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
         for (int c = 0; c < 4; c++) {
             placed_t x;
-            CU_ASSERT_EQUAL_FATAL(place(&x, len, 6, DCP_MASK_CAUSAL, clusters[c], (dcp_strategy_t)s, 32, 0), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(
+                place(&x, len, 6, DCP_MASK_CAUSAL, clusters[c], (dcp_strategy_t)s, 32, 0), DCP_OK);
             for (int32_t t = 0; t < x.b.num_blocks; t++)
                 CU_ASSERT(x.p.blk_owner[t] >= 0 && x.p.blk_owner[t] < x.c->num_ranks);
             for (int64_t t = 0; t < x.b.num_tiles; t++)
@@ -79,11 +80,13 @@ static void test_baseline_layouts(void)
 {
     const int32_t len[1] = {64};
     placed_t x;
-    CU_ASSERT_EQUAL_FATAL(place(&x, len, 1, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_RING, 64, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place(&x, len, 1, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_RING, 64, 0),
+                          DCP_OK);
     CU_ASSERT_EQUAL_FATAL(x.b.num_blocks, 4);
     for (int t = 0; t < 4; t++) CU_ASSERT_EQUAL(x.p.blk_owner[t], t);
     unplace(&x);
-    CU_ASSERT_EQUAL_FATAL(place(&x, len, 1, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_ZIGZAG, 64, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place(&x, len, 1, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_ZIGZAG, 64, 0),
+                          DCP_OK);
     const int32_t want[8] = {0, 1, 2, 3, 3, 2, 1, 0};
     CU_ASSERT_EQUAL_FATAL(x.b.num_blocks, 8);
     for (int t = 0; t < 8; t++) {
@@ -99,7 +102,8 @@ static void test_lpt_balances_equal_blocks(void)
     int32_t len[16];
     for (int i = 0; i < 16; i++) len[i] = 32;
     placed_t x;
-    CU_ASSERT_EQUAL_FATAL(place(&x, len, 16, DCP_MASK_CAUSAL, "2x4", DCP_STRATEGY_LPT, 32, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place(&x, len, 16, DCP_MASK_CAUSAL, "2x4", DCP_STRATEGY_LPT, 32, 0),
+                          DCP_OK);
     int count[8] = {0};
     for (int32_t t = 0; t < x.b.num_blocks; t++) count[x.p.blk_owner[t]]++;
     for (int r = 0; r < 8; r++) CU_ASSERT_EQUAL(count[r], 2);
@@ -111,18 +115,23 @@ static void test_memory_cap(void)
 {
     const int32_t len[5] = {700, 33, 1, 250, 96};
     placed_t x;
-    CU_ASSERT_EQUAL_FATAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_LPT, 64, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_LPT, 64, 0),
+                          DCP_OK);
     int64_t total = 0;
-    for (int32_t t = 0; t < x.b.num_blocks; t++) total += dcp_blocks_token_bytes(&x.b, x.b.blk_len[t]);
+    for (int32_t t = 0; t < x.b.num_blocks; t++)
+        total += dcp_blocks_token_bytes(&x.b, x.b.blk_len[t]);
     unplace(&x);
     const int64_t cap = total / 4 + dcp_shape_token_bytes(&shape, 64);
-    CU_ASSERT_EQUAL_FATAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_LPT, 64, cap), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_LPT, 64, cap),
+                          DCP_OK);
     CU_ASSERT(max_rank_bytes(&x) <= cap);
     unplace(&x);
-    CU_ASSERT_EQUAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_LPT, 64, total / 8), DCP_ERR_CAPACITY);
+    CU_ASSERT_EQUAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_LPT, 64, total / 8),
+                    DCP_ERR_CAPACITY);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "mem_cap_bytes"));
     unplace(&x);
-    CU_ASSERT_EQUAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_RING, 64, total / 8), DCP_ERR_CAPACITY);
+    CU_ASSERT_EQUAL(place(&x, len, 5, DCP_MASK_CAUSAL, "1x4", DCP_STRATEGY_RING, 64, total / 8),
+                    DCP_ERR_CAPACITY);
     unplace(&x);
 }
 

@@ -21,12 +21,14 @@ static dcp_plan_t *sample_plan(void)
     const int32_t len[4] = {200, 1, 37, 90};
     int32_t *ranges = malloc(4 * 37 * sizeof *ranges);
     for (int i = 0; i < 37; i++) {
-        ranges[4 * i] = 0, ranges[4 * i + 1] = i / 2 + 1, ranges[4 * i + 2] = i, ranges[4 * i + 3] = i + 1;
+        ranges[4 * i] = 0, ranges[4 * i + 1] = i / 2 + 1, ranges[4 * i + 2] = i,
+                   ranges[4 * i + 3] = i + 1;
     }
-    const dcp_mask_t m[4] = {{.kind = DCP_MASK_LAMBDA, .sink = 4, .window = 30},
-                             {.kind = DCP_MASK_CAUSAL},
-                             {.kind = DCP_MASK_CUSTOM, .ranges = ranges},
-                             {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
+    const dcp_mask_t m[4] = {
+        {.kind = DCP_MASK_LAMBDA, .sink = 4, .window = 30},
+        {.kind = DCP_MASK_CAUSAL},
+        {.kind = DCP_MASK_CUSTOM, .ranges = ranges},
+        {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
     const dcp_batch_t batch = {4, len, m};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t o;
@@ -145,7 +147,8 @@ static void run_anyway(const dcp_plan_t *q)
         const dcp_status_t st = dcp_forward_inproc(q, io, 5.0);
         CU_ASSERT(st == DCP_OK || st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARG);
         if (!(st == DCP_OK || st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARG))
-            fprintf(stderr, "altered plan ran to %s: %s\n", dcp_status_string(st), dcp_last_error());
+            fprintf(stderr, "altered plan ran to %s: %s\n", dcp_status_string(st),
+                    dcp_last_error());
     }
     for (int32_t r = 0; r < q->num_ranks && r < 4; r++)
         for (int j = 0; j < 5; j++) free(mem[r][j]);

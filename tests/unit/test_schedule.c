@@ -54,8 +54,8 @@ static int tracked(int32_t buf)
 }
 
 /* Elements of a view: rows x row_elems starting at v.off with stride. */
-#define FOR_ELEMS(v, rows, row_elems, e)                                                       \
-    for (int64_t r_ = 0; r_ < (rows); r_++)                                                    \
+#define FOR_ELEMS(v, rows, row_elems, e)                                                           \
+    for (int64_t r_ = 0; r_ < (rows); r_++)                                                        \
         for (int64_t e = (v).off + r_ * (v).stride, end_ = e + (row_elems); e < end_; e++)
 
 static void write_view(sim_t *s, dcp_view_t v, int64_t rows, int64_t w, content_t c, int64_t i,
@@ -87,7 +87,8 @@ static content_t caller_block(const sim_t *s, dcp_view_t v, int32_t kind, int64_
     const int64_t row = v.off / v.stride;
     const int32_t t = s->row_block[row];
     CU_ASSERT(s->p->blk_row[t] == row);
-    return (content_t){kind, t, (int32_t)((v.off % v.stride) / (heads_per_group * s->p->shape.head_dim))};
+    return (content_t){kind, t,
+                       (int32_t)((v.off % v.stride) / (heads_per_group * s->p->shape.head_dim))};
 }
 
 static void sim_copy(sim_t *s, const dcp_instr_t *in, int64_t i)
@@ -122,10 +123,12 @@ static void sim_launch(sim_t *s, const dcp_instr_t *in, int64_t i)
 static void sim_attn(sim_t *s, const dcp_instr_t *in, int64_t i)
 {
     const dcp_plan_t *p = s->p;
-    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim, kw = (int64_t)p->kvpg * p->shape.head_dim;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim,
+                  kw = (int64_t)p->kvpg * p->shape.head_dim;
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
-        const content_t q = {C_Q, gr->q_block, gr->head_group}, part = {C_P, gr->q_block, gr->head_group};
+        const content_t q = {C_Q, gr->q_block, gr->head_group},
+                        part = {C_P, gr->q_block, gr->head_group};
         read_view(s, gr->q, gr->q_len, qw, q, i);
         for (int32_t t = gr->first_tile; t < gr->first_tile + gr->num_tiles; t++) {
             const dcp_tile_t *tl = &p->tiles[t];
@@ -175,11 +178,20 @@ static void simulate_rank(sim_t *s)
     for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
-        case DCP_OP_COPY: sim_copy(s, in, i); break;
-        case DCP_OP_COMM_LAUNCH: sim_launch(s, in, i); break;
-        case DCP_OP_ATTN: sim_attn(s, in, i); break;
-        case DCP_OP_REDUCE: sim_reduce(s, in, i); break;
-        default: break;
+        case DCP_OP_COPY:
+            sim_copy(s, in, i);
+            break;
+        case DCP_OP_COMM_LAUNCH:
+            sim_launch(s, in, i);
+            break;
+        case DCP_OP_ATTN:
+            sim_attn(s, in, i);
+            break;
+        case DCP_OP_REDUCE:
+            sim_reduce(s, in, i);
+            break;
+        default:
+            break;
         }
     }
     for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {
@@ -197,7 +209,8 @@ static int check_slots(const dcp_plan_t *p)
     s.sent = calloc((size_t)p->num_xfers + 1, sizeof *s.sent);
     for (s.check = 0; s.check < 2; s.check++)
         for (s.rank = 0; s.rank < p->num_ranks; s.rank++) simulate_rank(&s);
-    if (s.failures) fprintf(stderr, "slot check: %d violations, first: %s\n", s.failures, s.first_failure);
+    if (s.failures)
+        fprintf(stderr, "slot check: %d violations, first: %s\n", s.failures, s.first_failure);
     free(s.sent);
     return s.failures;
 }
@@ -223,8 +236,10 @@ static void check_exactly_once(const dcp_plan_t *p, const int32_t *len, const dc
     for (int64_t i = 0; i < p->num_instrs; i++) {
         if (p->instrs[i].op != DCP_OP_ATTN) continue;
         for (int64_t g = p->instrs[i].first; g < p->instrs[i].first + p->instrs[i].count; g++)
-            for (int32_t t = p->groups[g].first_tile; t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
-                all[n++] = (triple_t){p->groups[g].q_block, p->tiles[t].kv_block, p->groups[g].head_group};
+            for (int32_t t = p->groups[g].first_tile;
+                 t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
+                all[n++] =
+                    (triple_t){p->groups[g].q_block, p->tiles[t].kv_block, p->groups[g].head_group};
     }
     qsort(all, (size_t)n, sizeof *all, triple_cmp);
     for (int64_t i = 1; i < n; i++) CU_ASSERT(triple_cmp(&all[i - 1], &all[i]) != 0);
@@ -255,7 +270,8 @@ static void check_overlap(const dcp_plan_t *p)
             if (in->op != DCP_OP_ATTN || waited || p->opts.divisions == 1) continue;
             for (int64_t g = in->first; g < in->first + in->count; g++) {
                 CU_ASSERT_EQUAL(p->groups[g].q.buf, DCP_BUF_Q);
-                for (int32_t t = p->groups[g].first_tile; t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
+                for (int32_t t = p->groups[g].first_tile;
+                     t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
                     CU_ASSERT_EQUAL(p->tiles[t].k.buf, DCP_BUF_K);
             }
         }
@@ -264,8 +280,9 @@ static void check_overlap(const dcp_plan_t *p)
     }
 }
 
-static dcp_plan_t *plan_with(const int32_t *len, int32_t n, const dcp_mask_t *m, const char *cluster,
-                             dcp_strategy_t s, int32_t block, int32_t divisions, int32_t head_blocks)
+static dcp_plan_t *plan_with(const int32_t *len, int32_t n, const dcp_mask_t *m,
+                             const char *cluster, dcp_strategy_t s, int32_t block,
+                             int32_t divisions, int32_t head_blocks)
 {
     const dcp_batch_t batch = {n, len, m};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
@@ -297,11 +314,13 @@ static void test_invariants_on_many_plans(void)
                                   (int32_t)dcp_rng_range(&rng, 1, 70), 1};
                 dcp_mask_t m[5];
                 int32_t *store[5];
-                for (int i = 0; i < 5; i++) m[i] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[i], &store[i]);
+                for (int i = 0; i < 5; i++)
+                    m[i] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[i], &store[i]);
                 const int32_t div = divisions[(kind + s + c) % 3];
                 const int32_t hb = 1 + (kind + c) % 2;
                 const int32_t block = (int32_t)dcp_rng_range(&rng, 8, 48);
-                dcp_plan_t *p = plan_with(len, 5, m, clusters[c], (dcp_strategy_t)s, block, div, hb);
+                dcp_plan_t *p =
+                    plan_with(len, 5, m, clusters[c], (dcp_strategy_t)s, block, div, hb);
                 CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_OK);
                 CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
                 CU_ASSERT_EQUAL(check_slots(p), 0);
@@ -337,18 +356,23 @@ static void test_simulator_catches_reuse(void)
 static void test_every_send_has_its_receive(void)
 {
     const int32_t len[3] = {300, 1, 77};
-    const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
+    const dcp_mask_t m[3] = {
+        {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
     dcp_plan_t *p = plan_with(len, 3, m, "2x4", DCP_STRATEGY_ZIGZAG, 16, 4, 2);
-    int32_t *sends = calloc((size_t)p->num_xfers, sizeof *sends), *recvs = calloc((size_t)p->num_xfers, sizeof *recvs);
+    int32_t *sends = calloc((size_t)p->num_xfers, sizeof *sends),
+            *recvs = calloc((size_t)p->num_xfers, sizeof *recvs);
     int64_t sent = 0, recvd = 0;
     for (int32_t r = 0; r < p->num_ranks; r++)
         for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++)
             if (p->instrs[i].op == DCP_OP_COMM_LAUNCH)
-                for (int64_t k = p->instrs[i].first; k < p->instrs[i].first + p->instrs[i].count; k++) {
+                for (int64_t k = p->instrs[i].first; k < p->instrs[i].first + p->instrs[i].count;
+                     k++) {
                     const dcp_comm_op_t *op = &p->comm[k];
                     (op->send ? sends : recvs)[op->transfer]++;
-                    if (op->send) sent += op->elems;
-                    else recvd += op->elems;
+                    if (op->send)
+                        sent += op->elems;
+                    else
+                        recvd += op->elems;
                 }
     CU_ASSERT(p->num_xfers > 0);
     for (int32_t x = 0; x < p->num_xfers; x++) CU_ASSERT(sends[x] == 1 && recvs[x] == 1);

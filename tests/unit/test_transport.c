@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N 4
+#define N     4
 #define WORDS 1000
 
 typedef struct {
@@ -31,8 +31,10 @@ static void *all2all_rank(void *arg)
         const int p = a->reverse ? N - 1 - k : k;
         if (p == a->rank) continue;
         for (int w = 0; w < WORDS; w++) a->send[p][w] = a->rank * 1000000 + p * 1000 + w;
-        ops[n++] = (dcp_xfer_op_t){p, 1, (uint64_t)(a->rank * N + p), a->send[p], sizeof a->send[p]};
-        ops[n++] = (dcp_xfer_op_t){p, 0, (uint64_t)(p * N + a->rank), a->recv[p], sizeof a->recv[p]};
+        ops[n++] =
+            (dcp_xfer_op_t){p, 1, (uint64_t)(a->rank * N + p), a->send[p], sizeof a->send[p]};
+        ops[n++] =
+            (dcp_xfer_op_t){p, 0, (uint64_t)(p * N + a->rank), a->recv[p], sizeof a->recv[p]};
     }
     dcp_xfer_req_t *req = NULL;
     a->st = e->ops->launch(e, ops, n, &req);

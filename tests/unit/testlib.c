@@ -9,7 +9,9 @@ dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int3
     *ranges_out = NULL;
     static const double fracs[] = {0.0, 0.2, 0.5, 1.0, 0.37};
     switch (kind) {
-    case DCP_MASK_WINDOW: m.window = (int32_t)dcp_rng_range(rng, 1, len + 5); break;
+    case DCP_MASK_WINDOW:
+        m.window = (int32_t)dcp_rng_range(rng, 1, len + 5);
+        break;
     case DCP_MASK_LAMBDA:
         m.sink = (int32_t)dcp_rng_range(rng, 0, len + 3);
         m.window = (int32_t)dcp_rng_range(rng, 1, len + 5);
@@ -26,7 +28,8 @@ dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int3
         int32_t *r = malloc((size_t)len * 4 * sizeof *r);
         for (int32_t i = 0; i < len; i++)
             for (int j = 0; j < 2; j++) {
-                int32_t a = (int32_t)dcp_rng_range(rng, 0, len), b = (int32_t)dcp_rng_range(rng, 0, len);
+                int32_t a = (int32_t)dcp_rng_range(rng, 0, len),
+                        b = (int32_t)dcp_rng_range(rng, 0, len);
                 if (dcp_rng_range(rng, 0, 5) == 0) b = a; /* empty */
                 r[4 * i + 2 * j] = a < b ? a : b;
                 r[4 * i + 2 * j + 1] = a < b ? b : a;
@@ -35,7 +38,8 @@ dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int3
         *ranges_out = r;
         break;
     }
-    default: break;
+    default:
+        break;
     }
     return m;
 }
