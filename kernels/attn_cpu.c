@@ -95,7 +95,17 @@ static void softmax_update(attn_scratch_t *w, int32_t i, int32_t nc, const float
     }
 }
 
+/* The loops below are written to vectorise; on x86-64 GCC builds a baseline, an AVX2+FMA
+ * and an AVX-512 version of the tile loop and picks one at load time, so one binary runs
+ * everywhere and uses the wide units where they exist. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DCP_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DCP_MULTIVERSION
+#endif
+
 /* One KV tile against query rows [r0, r0 + nr) of head j. */
+DCP_MULTIVERSION
 static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_seq_info_t *seq,
                         const dcp_tile_group_t *g, const dcp_tile_t *t, int32_t kvh, int32_t r0,
                         int32_t nr)
