@@ -119,6 +119,7 @@ static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_c
     if (f->seqlens) {
         char **items, *storage;
         out->num_seqs = dcp_args_split(tool, "seqlens", f->seqlens, &items, &storage);
+        long long total = 0;
         out->lengths = calloc((size_t)out->num_seqs, sizeof *out->lengths);
         for (int32_t i = 0; i < out->num_seqs; i++) {
             char *end;
@@ -126,7 +127,11 @@ static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_c
             if (*end != '\0' || v < 1 || v > 2147483647)
                 dcp_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
             out->lengths[i] = (int32_t)v;
+            total += v;
         }
+        if (total > 2147483647)
+            dcp_args_fail(tool, "seqlens", "%lld tokens in all, more than 2^31 - 1",
+                          (long long)total);
         free(items);
         free(storage);
         return;
