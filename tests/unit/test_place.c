@@ -139,10 +139,12 @@ static void test_memory_cap(void)
 static void test_plans_are_deterministic(void)
 {
     const int32_t len[5] = {700, 33, 1, 250, 96};
-    const dcp_mask_t m = {.kind = DCP_MASK_LAMBDA, .sink = 4, .window = 40};
+    dcp_mask_t m[5];
+    for (int i = 0; i < 5; i++)
+        m[i] = (dcp_mask_t){.kind = DCP_MASK_LAMBDA, .sink = 4, .window = 40};
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++) {
-        dcp_plan_t *a = t_plan(len, 5, &m, "2x4", (dcp_strategy_t)s, 32, 3);
-        dcp_plan_t *b = t_plan(len, 5, &m, "2x4", (dcp_strategy_t)s, 32, 3);
+        dcp_plan_t *a = t_plan(len, 5, m, "2x4", (dcp_strategy_t)s, 32, 3, 2);
+        dcp_plan_t *b = t_plan(len, 5, m, "2x4", (dcp_strategy_t)s, 32, 3, 2);
         size_t na, nb;
         CU_ASSERT_EQUAL(dcp_plan_serialize(a, NULL, 0, &na), DCP_OK);
         CU_ASSERT_EQUAL(dcp_plan_serialize(b, NULL, 0, &nb), DCP_OK);

@@ -280,26 +280,6 @@ static void check_overlap(const dcp_plan_t *p)
     }
 }
 
-static dcp_plan_t *plan_with(const int32_t *len, int32_t n, const dcp_mask_t *m,
-                             const char *cluster, dcp_strategy_t s, int32_t block,
-                             int32_t divisions, int32_t head_blocks)
-{
-    const dcp_batch_t batch = {n, len, m};
-    const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
-    dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    o.strategy = s;
-    o.block_size = block;
-    o.divisions = divisions;
-    o.head_blocks = head_blocks;
-    dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
-    dcp_plan_t *p = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
-    dcp_cluster_destroy(c);
-    return p;
-}
-
 static void test_invariants_on_many_plans(void)
 {
     static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
@@ -319,8 +299,7 @@ static void test_invariants_on_many_plans(void)
                 const int32_t div = divisions[(kind + s + c) % 3];
                 const int32_t hb = 1 + (kind + c) % 2;
                 const int32_t block = (int32_t)dcp_rng_range(&rng, 8, 48);
-                dcp_plan_t *p =
-                    plan_with(len, 5, m, clusters[c], (dcp_strategy_t)s, block, div, hb);
+                dcp_plan_t *p = t_plan(len, 5, m, clusters[c], (dcp_strategy_t)s, block, div, hb);
                 CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_OK);
                 CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
                 CU_ASSERT_EQUAL(check_slots(p), 0);
@@ -338,7 +317,7 @@ static void test_simulator_catches_reuse(void)
 {
     const int32_t len[1] = {256};
     const dcp_mask_t m[1] = {{.kind = DCP_MASK_CAUSAL}};
-    dcp_plan_t *p = plan_with(len, 1, m, "1x4", DCP_STRATEGY_RING, 16, 2, 1);
+    dcp_plan_t *p = t_plan(len, 1, m, "1x4", DCP_STRATEGY_RING, 16, 2, 1);
     CU_ASSERT_EQUAL_FATAL(check_slots(p), 0);
     /* point every received KV slot at offset 0: blocks now overwrite each other */
     int changed = 0;
@@ -358,7 +337,7 @@ static void test_every_send_has_its_receive(void)
     const int32_t len[3] = {300, 1, 77};
     const dcp_mask_t m[3] = {
         {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
-    dcp_plan_t *p = plan_with(len, 3, m, "2x4", DCP_STRATEGY_ZIGZAG, 16, 4, 2);
+    dcp_plan_t *p = t_plan(len, 3, m, "2x4", DCP_STRATEGY_ZIGZAG, 16, 4, 2);
     int32_t *sends = calloc((size_t)p->num_xfers, sizeof *sends),
             *recvs = calloc((size_t)p->num_xfers, sizeof *recvs);
     int64_t sent = 0, recvd = 0;

@@ -9,8 +9,9 @@
  * included); CUSTOM ranges are written to *ranges_out (malloc'ed, 4 * L), else NULL. */
 dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int32_t **ranges_out);
 
-/* Plans `n` sequences all with `mask` on an NxG cluster; CU-asserts success. */
-dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *mask, const char *cluster,
-                   dcp_strategy_t strategy, int32_t block, int32_t divisions);
+/* Plans `n` sequences with masks[i] on a cluster spec, shape 4/2 heads x 8; CU-asserts
+ * success. */
+dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *masks, const char *cluster,
+                   dcp_strategy_t strategy, int32_t block, int32_t divisions, int32_t head_blocks);
 
 #endif
