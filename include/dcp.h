@@ -138,22 +138,45 @@ typedef enum {
     DCP_STRATEGY_RING = 0,   /* each sequence in R contiguous chunks, chunk r on rank r */
     DCP_STRATEGY_ZIGZAG = 1, /* 2R chunks, rank r holds chunks r and 2R-1-r */
     DCP_STRATEGY_LPT = 2,    /* FCP's longest-processing-time block distributor */
-    DCP_STRATEGY_COUNT = 3
+    DCP_STRATEGY_METIS = 3,  /* hierarchical multi-constraint METIS on the block hypergraph */
+    DCP_STRATEGY_COUNT = 4,  /* number of concrete strategies */
+    DCP_STRATEGY_AUTO = 100  /* per batch, the strategy and block size (B/2, B, 2B) with the
+                                lowest predicted attention time */
 } dcp_strategy_t;
 
-/* "ring", "zigzag", "lpt". */
+/* How the METIS strategy turns the hypergraph into a graph. */
+typedef enum {
+    DCP_EXPAND_CLIQUE = 0, /* every net a clique, edge weight w/(|e|-1); large nets banded */
+    DCP_EXPAND_STAR = 1    /* net owner joined to its members, METIS's volume objective */
+} dcp_expansion_t;
+
+/* How each communication step is issued. */
+typedef enum {
+    DCP_COMM_DIVISIONS = 0, /* all transfers of a step at once, overlapping the previous
+                               division's compute */
+    DCP_COMM_ROUNDS = 1     /* congestion-free rounds: each rank sends and receives at most
+                               `coalesce` blocks per round (FCP) */
+} dcp_comm_schedule_t;
+
+/* "ring", "zigzag", "lpt", "metis", "auto". */
 DCP_API const char *dcp_strategy_name(dcp_strategy_t strategy);
 DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out);
 
 typedef struct {
-    int32_t block_size;      /* B: tokens per token block, >= 1 (default 1024) */
-    int32_t head_blocks;     /* head groups, a divisor of num_kv_heads (default 1) */
-    int32_t divisions;       /* T >= 1: compute divisions per rank (default 4) */
-    dcp_strategy_t strategy; /* placement (default DCP_STRATEGY_LPT) */
-    double eps_inter;        /* allowed imbalance between nodes (default 0.4) */
-    double eps_intra;        /* allowed imbalance between a node's devices (default 0.1) */
-    int64_t mem_cap_bytes;   /* per-rank cap on owned data-block bytes; 0 = no cap */
-    uint64_t seed;           /* seed for randomised strategies; plans are deterministic */
+    int32_t block_size;        /* B: tokens per token block, >= 1 (default 1024) */
+    int32_t head_blocks;       /* head groups, a divisor of num_kv_heads (default 1) */
+    int32_t divisions;         /* T >= 1: compute divisions per rank (default 4) */
+    dcp_strategy_t strategy;   /* placement (default DCP_STRATEGY_METIS) */
+    double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.4) */
+    double eps_intra;          /* METIS: imbalance allowed between devices (default 0.1) */
+    int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */
+    uint64_t seed;             /* seed for randomised strategies; plans are deterministic */
+    dcp_expansion_t expansion; /* METIS graph (default DCP_EXPAND_CLIQUE) */
+    int32_t net_cap;           /* clique expansion: nets with more members are joined as a band
+                                  of this width instead of a full clique (default 32; 0 = never) */
+    int32_t refine;            /* METIS: 1 = balance repair and traffic refinement (default 1) */
+    dcp_comm_schedule_t comm_schedule; /* default DCP_COMM_DIVISIONS */
+    int32_t coalesce; /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */
@@ -163,12 +186,27 @@ DCP_API void dcp_plan_options_default(dcp_plan_options_t *opts_out);
  * is device r % G of node r / G. */
 typedef struct dcp_cluster dcp_cluster_t;
 
-/* "NxG[:intra=GBps][:inter=GBps][:lat=us]": N nodes of G devices; bandwidths in GB/s per
- * direction per device, latency in microseconds (defaults 300, 25, 5). */
+/* "NxG[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]": N nodes of G devices;
+ * link bandwidths in GB/s per direction per device, latency in microseconds, device peak in
+ * TFLOP/s and memory bandwidth in GB/s (defaults 300, 25, 5, 312, 1500). G may also name a
+ * machine preset, which sets G and every figure:
+ *   a100-efa  8 x A100 on NVSwitch, 4 x 100 Gb/s EFA per node (intra 300, inter 6.25,
+ *             lat 15, 312 TFLOP/s bf16, hbm 1555)
+ *   h100-ib   8 x H100 on NVSwitch, 8 x 400 Gb/s InfiniBand per node (intra 450, inter 50,
+ *             lat 3, 989 TFLOP/s bf16, hbm 3350)
+ * e.g. "4xh100-ib" or "2xa100-efa:inter=12.5". */
 DCP_API dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out);
 DCP_API void dcp_cluster_destroy(dcp_cluster_t *cluster);
 DCP_API int32_t dcp_cluster_num_ranks(const dcp_cluster_t *cluster);
 DCP_API int32_t dcp_cluster_num_nodes(const dcp_cluster_t *cluster);
+
+/* Replaces the cost model's kernel efficiency curve (fraction of peak reached on a tile
+ * whose geometric-mean edge is tile_tokens[i]; interpolated in log(tile_tokens), clamped at
+ * the ends), e.g. with figures measured by dcp-kernel-bench. n >= 1 points, tile_tokens
+ * increasing and > 0, efficiency in (0, 1]. Not to be called while the cluster plans. */
+DCP_API dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_t n,
+                                                  const double *tile_tokens,
+                                                  const double *efficiency);
 
 /* ---------------------------------------------------------------------------------------
  * Plans
@@ -200,6 +238,9 @@ typedef struct {
     double memory_imbalance;  /* max/mean - 1 of per-rank owned data-block bytes */
     int64_t max_buffer_bytes; /* max over ranks of the work buffers dcp allocates */
     int32_t num_transfers;    /* point-to-point block transfers */
+    int32_t num_phases;       /* communication launches in sequence (steps or rounds) */
+    double predicted_ms;      /* cost model: attention time of the slowest rank */
+    int32_t fallback;         /* 1 when METIS's result was invalid and lpt replaced it */
     double plan_ms;           /* wall time of dcp_plan_create; 0 for a deserialized plan */
 } dcp_plan_stats_t;
 
@@ -212,6 +253,7 @@ typedef struct {
     int64_t sent_bytes, recv_bytes;
     int64_t buffer_bytes; /* work buffers: staged, received and partial blocks, accumulators */
     int32_t num_instructions;
+    double predicted_ms; /* cost model: this rank's attention time */
 } dcp_rank_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_rank_stats(const dcp_plan_t *plan, int32_t rank,

@@ -99,7 +99,8 @@ static void softmax_update(attn_scratch_t *w, int32_t i, int32_t nc, const float
  * and an AVX-512 version of the tile loop and picks one at load time, so one binary runs
  * everywhere and uses the wide units where they exist. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DCP_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define DCP_MULTIVERSION                                                                           \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DCP_MULTIVERSION
 #endif

@@ -10,6 +10,7 @@ static const dcp_strategy_ops_t *const strategies[DCP_STRATEGY_COUNT] = {
     [DCP_STRATEGY_RING] = &dcp_strategy_ring,
     [DCP_STRATEGY_ZIGZAG] = &dcp_strategy_zigzag,
     [DCP_STRATEGY_LPT] = &dcp_strategy_lpt,
+    [DCP_STRATEGY_METIS] = &dcp_strategy_metis,
 };
 
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id)
@@ -19,6 +20,7 @@ const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id)
 
 const char *dcp_strategy_name(dcp_strategy_t strategy)
 {
+    if (strategy == DCP_STRATEGY_AUTO) return "auto";
     const dcp_strategy_ops_t *ops = dcp_strategy_ops(strategy);
     return ops ? ops->name : "unknown";
 }
@@ -33,7 +35,12 @@ dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out)
             *strategy_out = (dcp_strategy_t)i;
             return DCP_OK;
         }
-    return dcp_set_error(DCP_ERR_INVALID_ARG, "strategy '%s': unknown (ring, zigzag, lpt)", name);
+    if (!strcmp(name, "auto")) {
+        *strategy_out = DCP_STRATEGY_AUTO;
+        return DCP_OK;
+    }
+    return dcp_set_error(DCP_ERR_INVALID_ARG,
+                         "strategy '%s': unknown (ring, zigzag, lpt, metis, auto)", name);
 }
 
 void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p)

@@ -18,6 +18,7 @@ typedef struct {
 typedef struct {
     int32_t *blk_owner; /* [num_blocks], allocated by the caller */
     int32_t *comp_exec; /* [num_tiles * head_blocks], allocated by the caller */
+    int32_t fallback;   /* set when a strategy had to fall back to lpt */
 } dcp_placement_t;
 
 typedef struct {
@@ -35,6 +36,7 @@ const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
 extern const dcp_strategy_ops_t dcp_strategy_ring;
 extern const dcp_strategy_ops_t dcp_strategy_zigzag;
 extern const dcp_strategy_ops_t dcp_strategy_lpt;
+extern const dcp_strategy_ops_t dcp_strategy_metis;
 
 /* Shared by strategies: every computation block runs where its query block lives. */
 void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p);

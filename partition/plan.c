@@ -2,6 +2,7 @@
 #include "partition/plan.h"
 
 #include "include/base/error.h"
+#include "partition/place.h"
 #include "partition/program.h"
 #include "partition/wire.h"
 
@@ -16,11 +17,16 @@ void dcp_plan_options_default(dcp_plan_options_t *opts_out)
         .block_size = 1024,
         .head_blocks = 1,
         .divisions = 4,
-        .strategy = DCP_STRATEGY_LPT,
+        .strategy = DCP_STRATEGY_METIS,
         .eps_inter = 0.4,
         .eps_intra = 0.1,
         .mem_cap_bytes = 0,
         .seed = 0,
+        .expansion = DCP_EXPAND_CLIQUE,
+        .net_cap = 32,
+        .refine = 1,
+        .comm_schedule = DCP_COMM_DIVISIONS,
+        .coalesce = 1,
     };
 }
 
@@ -32,7 +38,7 @@ static dcp_status_t check_options(const dcp_plan_options_t *o)
     if (o->divisions < 1 || o->divisions > DCP_MAX_DIVISIONS)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.divisions = %d, must be in [1, %d]",
                              o->divisions, DCP_MAX_DIVISIONS);
-    if (!dcp_strategy_ops(o->strategy))
+    if (!dcp_strategy_ops(o->strategy) && o->strategy != DCP_STRATEGY_AUTO)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.strategy = %d is not a strategy",
                              (int)o->strategy);
     if (!(o->eps_inter >= 0) || !isfinite(o->eps_inter))
@@ -44,6 +50,22 @@ static dcp_status_t check_options(const dcp_plan_options_t *o)
     if (o->mem_cap_bytes < 0)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.mem_cap_bytes = %lld, must be >= 0",
                              (long long)o->mem_cap_bytes);
+    if (o->expansion != DCP_EXPAND_CLIQUE && o->expansion != DCP_EXPAND_STAR)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "options.expansion = %d is not a dcp_expansion_t",
+                             (int)o->expansion);
+    if (o->net_cap < 0 || o->net_cap == 1 || o->net_cap > 4096)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "options.net_cap = %d, must be 0 (no cap) or in [2, 4096]",
+                             o->net_cap);
+    if (o->refine != 0 && o->refine != 1)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "options.refine = %d, must be 0 or 1", o->refine);
+    if (o->comm_schedule != DCP_COMM_DIVISIONS && o->comm_schedule != DCP_COMM_ROUNDS)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "options.comm_schedule = %d is not a dcp_comm_schedule_t",
+                             (int)o->comm_schedule);
+    if (o->coalesce < 1 || o->coalesce > 65536)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "options.coalesce = %d, must be in [1, 65536]",
+                             o->coalesce);
     return DCP_OK;
 }
 
@@ -62,6 +84,7 @@ void dcp_plan_destroy(dcp_plan_t *p)
     free(p->blk_len);
     free(p->blk_owner);
     free(p->work_elems);
+    free(p->phase_step);
     free(p->prog_off);
     free(p->instrs);
     free(p->groups);
@@ -125,7 +148,10 @@ static dcp_status_t plan_build(dcp_plan_t *p, const dcp_batch_t *batch,
         out);
     const dcp_place_in_t in = {&b, cluster, &p->opts};
     DCP_CHECK_GOTO(ops->place(&in, &pl), st, out);
-    DCP_CHECK_GOTO(dcp_schedule_build(&b, &pl, cluster->num_ranks, p->opts.divisions, &s), st, out);
+    DCP_CHECK_GOTO(dcp_schedule_build(&b, &pl, cluster->num_ranks, p->opts.divisions,
+                                      p->opts.comm_schedule, p->opts.coalesce, &s),
+                   st, out);
+    p->fallback = pl.fallback;
     DCP_CHECK_GOTO(plan_take_inputs(p, &b, &pl), st, out);
     DCP_CHECK_GOTO(dcp_plan_derive_rows(p), st, out);
     DCP_CHECK_GOTO(dcp_program_emit(p, &b, &pl, &s), st, out);
@@ -136,6 +162,63 @@ out:
     free(pl.comp_exec);
     dcp_blocks_release(&b);
     return st;
+}
+
+static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                             dcp_plan_t **plan_out)
+{
+    dcp_plan_t *p;
+    DCP_CHECK(dcp_plan_alloc(&p));
+    p->num_ranks = cluster->num_ranks;
+    p->num_nodes = cluster->num_nodes;
+    p->devs_per_node = cluster->devs_per_node;
+    p->perf = cluster->perf;
+    p->opts = *o;
+    const dcp_status_t st = plan_build(p, batch, shape, cluster);
+    if (st != DCP_OK) {
+        dcp_plan_destroy(p);
+        return st;
+    }
+    *plan_out = p;
+    return DCP_OK;
+}
+
+/* DCP_STRATEGY_AUTO: every concrete strategy at block sizes B/2, B and 2B; the plan with
+ * the lowest predicted time wins (ties: the earlier candidate). */
+static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                              dcp_plan_t **plan_out)
+{
+    const int32_t blocks[3] = {o->block_size / 2 > 0 ? o->block_size / 2 : 1, o->block_size,
+                               o->block_size <= INT32_MAX / 2 ? 2 * o->block_size : o->block_size};
+    dcp_plan_t *best = NULL;
+    for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
+        for (int b = 0; b < 3; b++) {
+            if (b > 0 && blocks[b] == blocks[b - 1]) continue;
+            dcp_plan_options_t c = *o;
+            c.strategy = (dcp_strategy_t)s;
+            c.block_size = blocks[b];
+            dcp_plan_t *p = NULL;
+            const dcp_status_t st = plan_one(batch, shape, &c, cluster, &p);
+            if (st == DCP_ERR_CAPACITY) continue; /* this candidate does not fit: others may */
+            if (st != DCP_OK) {
+                dcp_plan_destroy(best);
+                return st;
+            }
+            if (!best || p->stats.predicted_ms < best->stats.predicted_ms) {
+                dcp_plan_destroy(best);
+                best = p;
+            } else {
+                dcp_plan_destroy(p);
+            }
+        }
+    if (!best)
+        return dcp_set_error(DCP_ERR_CAPACITY,
+                             "options.mem_cap_bytes = %lld: no strategy fits the batch",
+                             (long long)o->mem_cap_bytes);
+    *plan_out = best;
+    return DCP_OK;
 }
 
 dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -151,17 +234,9 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     else
         dcp_plan_options_default(&o);
     DCP_CHECK(check_options(&o));
-    dcp_plan_t *p;
-    DCP_CHECK(dcp_plan_alloc(&p));
-    p->num_ranks = cluster->num_ranks;
-    p->num_nodes = cluster->num_nodes;
-    p->devs_per_node = cluster->devs_per_node;
-    p->opts = o;
-    const dcp_status_t st = plan_build(p, batch, shape, cluster);
-    if (st != DCP_OK) {
-        dcp_plan_destroy(p);
-        return st;
-    }
+    dcp_plan_t *p = NULL;
+    DCP_CHECK(o.strategy == DCP_STRATEGY_AUTO ? plan_auto(batch, shape, &o, cluster, &p)
+                                              : plan_one(batch, shape, &o, cluster, &p));
     p->stats.plan_ms = (dcp_now() - t0) * 1e3;
     *plan_out = p;
     return DCP_OK;

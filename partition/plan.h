@@ -11,6 +11,7 @@
 #define DCP_PARTITION_PLAN_H
 
 #include "include/base/descr.h"
+#include "topo/cluster.h"
 
 #include <stdint.h>
 
@@ -53,9 +54,13 @@ struct dcp_plan {
     int32_t *blk_seq, *blk_start, *blk_len, *blk_owner;
 
     /* programs */
-    int32_t num_xfers;   /* transfer ids (tags) are in [0, num_xfers) */
-    int64_t *work_elems; /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
-    int64_t *prog_off;   /* [R + 1] */
+    int32_t num_xfers;     /* transfer ids (tags) are in [0, num_xfers) */
+    int32_t num_phases;    /* launches are numbered 0 .. num_phases - 1 in global order */
+    int32_t *phase_step;   /* [num_phases]: the step (0..T) each phase belongs to */
+    int32_t fallback;      /* the strategy fell back to lpt */
+    dcp_perf_model_t perf; /* the cluster figures the cost model uses */
+    int64_t *work_elems;   /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
+    int64_t *prog_off;     /* [R + 1] */
     dcp_instr_t *instrs;
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;

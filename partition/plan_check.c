@@ -37,8 +37,14 @@ static dcp_status_t check_meta(const dcp_plan_t *p)
         return CORRUPT("plan: dtype or scale is invalid");
     if (o->block_size < 1 || o->head_blocks < 1 || s->num_kv_heads % o->head_blocks != 0 ||
         o->divisions < 1 || o->divisions > 1024 || (unsigned)o->strategy >= DCP_STRATEGY_COUNT ||
-        !(o->eps_inter >= 0) || !(o->eps_intra >= 0) || o->mem_cap_bytes < 0)
+        !(o->eps_inter >= 0) || !(o->eps_intra >= 0) || o->mem_cap_bytes < 0 ||
+        (unsigned)o->expansion > DCP_EXPAND_STAR || o->net_cap < 0 || (o->refine & ~1) ||
+        (unsigned)o->comm_schedule > DCP_COMM_ROUNDS || o->coalesce < 1)
         return CORRUPT("plan: options are invalid");
+    if (dcp_perf_model_check(&p->perf, "plan cost model") != DCP_OK || (p->fallback & ~1))
+        return CORRUPT("plan: cost model figures are invalid");
+    if (p->num_phases < 0 || p->num_phases > (1 << 24))
+        return CORRUPT("plan: %d phases", p->num_phases);
     if (p->num_xfers < 0) return CORRUPT("plan: transfer count is negative");
     return DCP_OK;
 }
@@ -96,6 +102,10 @@ dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
             if (e < 0 || (b < DCP_BUF_STAGE && e != 0) || e > ((int64_t)1 << 50))
                 return CORRUPT("plan: rank %d buffer %d has %lld elements", r, b, (long long)e);
         }
+    for (int32_t ph = 0; ph < p->num_phases; ph++)
+        if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
+            (ph > 0 && p->phase_step[ph] < p->phase_step[ph - 1]))
+            return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
     if (p->prog_off[0] != 0 || p->prog_off[p->num_ranks] != p->num_instrs)
         return CORRUPT("plan: program offsets do not span the instructions");
     for (int32_t r = 0; r < p->num_ranks; r++)
@@ -305,12 +315,12 @@ static dcp_status_t check_launch(const where_t *w, const dcp_instr_t *in, pairin
     return DCP_OK;
 }
 
-static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
+/* launched[phase]: 0 not yet, 1 launched, 2 waited. */
+static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, uint8_t *launched)
 {
-    const int32_t steps = p->opts.divisions + 1;
     int32_t last_launch = -1, last_wait = -1;
-    uint8_t launched[1025] = {0};
     int64_t extent[DCP_BUF_COUNT] = {0};
+    memset(launched, 0, (size_t)p->num_phases);
     for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
         const where_t w = {p, r, i, extent};
         const dcp_instr_t *in = &p->instrs[i];
@@ -325,15 +335,15 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
             DCP_CHECK(check_copy(&w, in));
             break;
         case DCP_OP_COMM_LAUNCH:
-            if (in->arg <= last_launch || in->arg >= steps)
-                return bad(&w, "steps must be launched once each, in increasing order");
+            if (in->arg <= last_launch || in->arg >= p->num_phases)
+                return bad(&w, "phases must be launched once each, in increasing order");
             last_launch = in->arg;
             launched[in->arg] = 1;
             DCP_CHECK(check_launch(&w, in, pair));
             break;
         case DCP_OP_COMM_WAIT:
-            if (in->arg <= last_wait || in->arg >= steps || !launched[in->arg])
-                return bad(&w, "wait for a step not launched, or out of order");
+            if (in->arg <= last_wait || in->arg >= p->num_phases || !launched[in->arg])
+                return bad(&w, "wait for a phase not launched, or out of order");
             last_wait = in->arg;
             launched[in->arg] = 2;
             break;
@@ -341,8 +351,8 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
             return bad(&w, "unknown opcode");
         }
     }
-    for (int32_t s = 0; s < steps; s++)
-        if (launched[s] == 1) return CORRUPT("plan: rank %d never waits for step %d", r, s);
+    for (int32_t s = 0; s < p->num_phases; s++)
+        if (launched[s] == 1) return CORRUPT("plan: rank %d never waits for phase %d", r, s);
     /* work buffers are no larger than what the program addresses (slot-aligned), so a plan
      * cannot make a rank allocate memory it never uses */
     for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {
@@ -356,11 +366,13 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair)
 
 dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p)
 {
-    pairing_t *pair;
+    pairing_t *pair = NULL;
+    uint8_t *launched = NULL;
     DCP_CHECK(dcp_calloc(&pair, p->num_xfers, sizeof *pair, "plan check"));
+    dcp_status_t st = dcp_calloc(&launched, p->num_phases, 1, "plan check");
     for (int32_t x = 0; x < p->num_xfers; x++) pair[x].send_rank = pair[x].recv_rank = -1;
-    dcp_status_t st = DCP_OK;
-    for (int32_t r = 0; r < p->num_ranks && st == DCP_OK; r++) st = check_rank(p, r, pair);
+    for (int32_t r = 0; r < p->num_ranks && st == DCP_OK; r++)
+        st = check_rank(p, r, pair, launched);
     for (int32_t x = 0; x < p->num_xfers && st == DCP_OK; x++) {
         const pairing_t *q = &pair[x];
         if (q->send_rank < 0 || q->recv_rank < 0 || q->send_peer != q->recv_rank ||
@@ -369,5 +381,6 @@ dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p)
             st = CORRUPT("plan: transfer %d has no matching send and receive", x);
     }
     free(pair);
+    free(launched);
     return st;
 }

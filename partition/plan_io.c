@@ -225,7 +225,27 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_f64(c, &o->eps_intra);
     f_i64(c, &o->mem_cap_bytes);
     f_u64(c, &o->seed);
+    f_enum(c, &o->expansion);
+    f_i32(c, &o->net_cap);
+    f_i32(c, &o->refine);
+    f_enum(c, &o->comm_schedule);
+    f_i32(c, &o->coalesce);
     f_i32(c, &p->num_xfers);
+    f_i32(c, &p->num_phases);
+    f_i32(c, &p->fallback);
+    dcp_perf_model_t *m = &p->perf;
+    f_f64(c, &m->intra_gbps);
+    f_f64(c, &m->inter_gbps);
+    f_f64(c, &m->lat_us);
+    f_f64(c, &m->peak_tflops);
+    f_f64(c, &m->hbm_gbps);
+    f_i32(c, &m->eff_n);
+    if (!c->w && (c->r->bad || m->eff_n < 1 || m->eff_n > DCP_MAX_KERNEL_POINTS))
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: kernel table is corrupt");
+    for (int32_t i = 0; i < m->eff_n; i++) {
+        f_f64(c, &m->eff_tokens[i]);
+        f_f64(c, &m->eff_value[i]);
+    }
     return DCP_OK;
 }
 
@@ -296,6 +316,11 @@ static dcp_status_t f_programs(codec_t *c, dcp_plan_t *p)
     const int64_t want_prog = nprog, want_work = nwork;
     DCP_CHECK(f_array(c, &p->prog_off, &nprog, sizeof(int64_t), 8, e_i64, "program offsets"));
     DCP_CHECK(f_array(c, &p->work_elems, &nwork, sizeof(int64_t), 8, e_i64, "buffer sizes"));
+    int64_t nphase = p->num_phases;
+    DCP_CHECK(f_array(c, &p->phase_step, &nphase, sizeof(int32_t), 4, e_i32, "phase steps"));
+    if (nphase != p->num_phases)
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: %lld phase steps for %d phases",
+                             (long long)nphase, p->num_phases);
     if (nprog != want_prog || nwork != want_work)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
                              "plan bytes: program tables do not match %d ranks", p->num_ranks);

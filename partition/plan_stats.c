@@ -1,6 +1,7 @@
 /* Plan statistics, derived from the programs alone so that planned and loaded plans report
  * the same figures. */
 #include "partition/blocks.h"
+#include "partition/cost.h"
 #include "partition/mask.h"
 #include "partition/plan.h"
 
@@ -86,6 +87,17 @@ dcp_status_t dcp_plan_derive_stats(dcp_plan_t *p)
             st->max_rank_bytes = rs->sent_bytes + rs->recv_bytes;
         if (rs->buffer_bytes > st->max_buffer_bytes) st->max_buffer_bytes = rs->buffer_bytes;
     }
+    st->num_phases = p->num_phases;
+    st->fallback = p->fallback;
+    double *ms = NULL;
+    DCP_CHECK(dcp_calloc(&ms, p->num_ranks, sizeof *ms, "plan stats"));
+    const dcp_status_t cst = dcp_cost_predict(p, ms);
+    for (int32_t r = 0; cst == DCP_OK && r < p->num_ranks; r++) {
+        p->rank_stats[r].predicted_ms = ms[r];
+        if (ms[r] > st->predicted_ms) st->predicted_ms = ms[r];
+    }
+    free(ms);
+    DCP_CHECK(cst);
     st->compute_imbalance = imbalance(&p->rank_stats[0].flops, p->num_ranks, sizeof *p->rank_stats);
     st->memory_imbalance =
         imbalance(&p->rank_stats[0].memory_bytes, p->num_ranks, sizeof *p->rank_stats);

@@ -99,15 +99,15 @@ static void part_views(const emitter_t *e, int64_t off, int32_t len, dcp_view_t 
 
 /* ---- steps ---------------------------------------------------------------------------------- */
 
-static dcp_status_t emit_launch(emitter_t *e, int32_t step)
+static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
 {
     const dcp_schedule_t *s = e->s;
     const int32_t r = e->rank;
     const int64_t end = e->touch_off[r + 1];
     int64_t first = e->next_touch, last = first;
-    while (last < end && s->xfers[e->touch[last]].step == step) last++;
+    while (last < end && s->xfers[e->touch[last]].phase == phase) last++;
     e->next_touch = last;
-    e->launched[step] = first < last;
+    e->launched[phase] = first < last;
     if (first == last) return DCP_OK;
 
     const int64_t d = e->p->shape.head_dim;
@@ -148,18 +148,18 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t step)
             DCP_CHECK(push_comm(e, x->src, 0, xi, recv_buf[x->kind], e->dst_off[xi], n));
         }
     }
-    return push_instr(e, DCP_OP_COMM_LAUNCH, step, comm0, e->p->num_comm - comm0);
+    return push_instr(e, DCP_OP_COMM_LAUNCH, phase, comm0, e->p->num_comm - comm0);
 }
 
-/* Waits for a step and frees the send-side slots it used. */
-static dcp_status_t emit_wait(emitter_t *e, int32_t step)
+/* Waits for a phase and frees the send-side slots it used. */
+static dcp_status_t emit_wait(emitter_t *e, int32_t phase)
 {
-    if (!e->launched[step]) return DCP_OK;
-    DCP_CHECK(push_instr(e, DCP_OP_COMM_WAIT, step, 0, 0));
+    if (!e->launched[phase]) return DCP_OK;
+    DCP_CHECK(push_instr(e, DCP_OP_COMM_WAIT, phase, 0, 0));
     for (int64_t i = e->touch_off[e->rank]; i < e->next_touch; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &e->s->xfers[xi];
-        if (x->step != step || x->src != e->rank) continue;
+        if (x->phase != phase || x->src != e->rank) continue;
         const int slot = x->kind == DCP_XFER_PART ? SLOT_PART : SLOT_STAGE;
         DCP_CHECK(dcp_slots_free(&e->slots[slot], e->src_off[xi], xfer_elems(e, x)));
     }
@@ -247,7 +247,12 @@ static dcp_status_t emit_attn(emitter_t *e, int32_t div, int64_t c0, int64_t c1)
     }
     if (p->num_groups > group0)
         DCP_CHECK(push_instr(e, DCP_OP_ATTN, 0, group0, p->num_groups - group0));
-    /* received inputs whose last reader was this division are dead now */
+    return DCP_OK;
+}
+
+/* Received inputs whose last reader was division `div` are dead once it has run. */
+static dcp_status_t free_dead_inputs(emitter_t *e, int32_t div)
+{
     for (int64_t i = e->touch_off[e->rank]; i < e->next_touch; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &e->s->xfers[xi];
@@ -335,29 +340,100 @@ static dcp_status_t emit_copy_out(emitter_t *e, int64_t tokens)
     return push_instr(e, DCP_OP_COPY, 0, copy0, 2);
 }
 
-static dcp_status_t emit_rank(emitter_t *e, int32_t r)
+/* Every phase of a step, launched and waited one after the other. */
+static dcp_status_t run_step_blocking(emitter_t *e, int32_t step)
+{
+    for (int32_t ph = e->s->phase_first[step]; ph < e->s->phase_first[step + 1]; ph++) {
+        DCP_CHECK(emit_launch(e, ph));
+        DCP_CHECK(emit_wait(e, ph));
+    }
+    return DCP_OK;
+}
+
+/* Divisions: step d+1 is launched as one phase before step d is waited for, so its
+ * transfers run while division d-1 finishes and division d computes. */
+static dcp_status_t emit_divisions(emitter_t *e, const int64_t *div_end)
 {
     const dcp_schedule_t *s = e->s;
     const int32_t ndiv = s->num_divs;
+    for (int32_t ph = s->phase_first[0]; ph < s->phase_first[1]; ph++)
+        DCP_CHECK(emit_launch(e, ph));
+    int64_t c = s->rank_off[e->rank];
+    for (int32_t d = 0; d < ndiv; d++) {
+        if (d + 1 < ndiv)
+            for (int32_t ph = s->phase_first[d + 1]; ph < s->phase_first[d + 2]; ph++)
+                DCP_CHECK(emit_launch(e, ph));
+        for (int32_t ph = s->phase_first[d]; ph < s->phase_first[d + 1]; ph++)
+            DCP_CHECK(emit_wait(e, ph));
+        DCP_CHECK(emit_attn(e, d, c, div_end[d]));
+        DCP_CHECK(free_dead_inputs(e, d));
+        c = div_end[d];
+    }
+    return run_step_blocking(e, ndiv);
+}
+
+/* Where to cut [c0, c1) into n pieces of about equal FLOPs, at tile-group boundaries. */
+static void split_division(const emitter_t *e, int64_t c0, int64_t c1, int32_t n, int64_t *cut)
+{
+    const int32_t hb = e->b->head_blocks;
+    double total = 0;
+    for (int64_t i = c0; i < c1; i++)
+        total += (double)dcp_blocks_comp_flops(e->b, e->s->order[i] / hb);
+    double done = 0;
+    int32_t j = 1;
+    cut[0] = c0;
+    for (int64_t i = c0; i < c1 && j < n; i++) {
+        const int64_t c = e->s->order[i];
+        const int boundary =
+            i > c0 && (e->b->tile_q[c / hb] != e->b->tile_q[e->s->order[i - 1] / hb] ||
+                       c % hb != e->s->order[i - 1] % hb);
+        if (boundary && done >= total * j / n) cut[j++] = i;
+        done += (double)dcp_blocks_comp_flops(e->b, c / hb);
+    }
+    for (; j <= n; j++) cut[j] = c1;
+}
+
+/* Rounds: one round in flight at a time (each rank sends and receives at most one block
+ * per round), interleaved with pieces of the previous division's compute. */
+static dcp_status_t emit_rounds(emitter_t *e, const int64_t *div_end, int64_t *cut)
+{
+    const dcp_schedule_t *s = e->s;
+    const int32_t ndiv = s->num_divs;
+    DCP_CHECK(run_step_blocking(e, 0));
+    int64_t c = s->rank_off[e->rank];
+    for (int32_t d = 0; d < ndiv; d++) {
+        const int32_t p0 = d + 1 < ndiv ? s->phase_first[d + 1] : 0;
+        const int32_t np = d + 1 < ndiv ? s->phase_first[d + 2] - p0 : 0;
+        const int32_t pieces = np > 1 ? np : 1;
+        split_division(e, c, div_end[d], pieces, cut);
+        for (int32_t j = 0; j < pieces; j++) {
+            if (j < np) DCP_CHECK(emit_launch(e, p0 + j));
+            DCP_CHECK(emit_attn(e, d, cut[j], cut[j + 1]));
+            if (j < np) DCP_CHECK(emit_wait(e, p0 + j));
+        }
+        DCP_CHECK(free_dead_inputs(e, d));
+        c = div_end[d];
+    }
+    return run_step_blocking(e, ndiv);
+}
+
+static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t *cut)
+{
+    const dcp_schedule_t *s = e->s;
     e->rank = r;
     e->next_touch = e->touch_off[r];
-    for (int i = 0; i < SLOT_COUNT; i++) {
-        dcp_slots_release(&e->slots[i]);
-    }
+    for (int i = 0; i < SLOT_COUNT; i++) dcp_slots_release(&e->slots[i]);
     e->p->prog_off[r] = e->p->num_instrs;
-
-    DCP_CHECK(emit_launch(e, 0));
+    /* division d of this rank is order[div_end[d-1] .. div_end[d]) */
     int64_t c = s->rank_off[r];
-    for (int32_t d = 0; d < ndiv; d++) {
-        if (d + 1 < ndiv) DCP_CHECK(emit_launch(e, d + 1));
-        DCP_CHECK(emit_wait(e, d));
-        int64_t c1 = c;
-        while (c1 < s->rank_off[r + 1] && s->comp_div[s->order[c1]] == d) c1++;
-        DCP_CHECK(emit_attn(e, d, c, c1));
-        c = c1;
+    for (int32_t d = 0; d < s->num_divs; d++) {
+        while (c < s->rank_off[r + 1] && s->comp_div[s->order[c]] == d) c++;
+        div_end[d] = c;
     }
-    DCP_CHECK(emit_launch(e, ndiv));
-    DCP_CHECK(emit_wait(e, ndiv));
+    if (e->p->opts.comm_schedule == DCP_COMM_ROUNDS)
+        DCP_CHECK(emit_rounds(e, div_end, cut));
+    else
+        DCP_CHECK(emit_divisions(e, div_end));
     DCP_CHECK(emit_reduce(e));
     DCP_CHECK(emit_copy_out(e, e->p->rank_tokens[r]));
     for (int i = 0; i < SLOT_COUNT; i++)
@@ -391,6 +467,7 @@ dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_pl
                               const dcp_schedule_t *s)
 {
     emitter_t e = {.p = p, .b = b, .pl = pl, .s = s};
+    int64_t *div_end = NULL, *cut = NULL;
     dcp_status_t st;
     p->num_xfers = s->num_xfers;
     DCP_CHECK_GOTO(dcp_calloc(&p->prog_off, p->num_ranks + 1, sizeof *p->prog_off, "program"), st,
@@ -400,9 +477,18 @@ dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_pl
                    st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.src_off, s->num_xfers, sizeof *e.src_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.dst_off, s->num_xfers, sizeof *e.dst_off, "program"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&e.launched, s->num_divs + 1, 1, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e.launched, s->num_phases + 1, 1, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
     DCP_CHECK_GOTO(index_touches(&e), st, out);
-    for (int32_t r = 0; r < p->num_ranks; r++) DCP_CHECK_GOTO(emit_rank(&e, r), st, out);
+    p->num_phases = s->num_phases;
+    DCP_CHECK_GOTO(dcp_calloc(&p->phase_step, s->num_phases, sizeof *p->phase_step, "program"), st,
+                   out);
+    for (int32_t step = 0; step <= s->num_divs; step++)
+        for (int32_t ph = s->phase_first[step]; ph < s->phase_first[step + 1]; ph++)
+            p->phase_step[ph] = step;
+    for (int32_t r = 0; r < p->num_ranks; r++)
+        DCP_CHECK_GOTO(emit_rank(&e, r, div_end, cut), st, out);
     p->prog_off[p->num_ranks] = p->num_instrs;
     st = DCP_OK;
 out:
@@ -410,6 +496,8 @@ out:
     free(e.src_off);
     free(e.dst_off);
     free(e.launched);
+    free(div_end);
+    free(cut);
     free(e.touch_off);
     free(e.touch);
     return st;

@@ -1,16 +1,22 @@
 /*
  * Program emission: turns a schedule into one program per rank, assigning buffer slots.
  *
- * Rank r's program, for T divisions:
+ * Rank r's program, for T divisions, with one phase per step (DCP_COMM_DIVISIONS):
  *
  *     LAUNCH(0)
  *     for d in 0..T-1:  LAUNCH(d+1) if d+1 < T;  WAIT(d);  ATTN(division d)
  *     LAUNCH(T); WAIT(T); REDUCE; COPY(accumulators -> caller O, LSE)
  *
- * where LAUNCH(s) packs the blocks r sends in step s into staging slots (one COPY) and
- * starts those sends with the receives r expects in step s (one COMM_LAUNCH); launches and
- * waits without operations are left out. Every rank runs launches and waits in the same
- * step order, so no rank waits on a step that its peer has not launched.
+ * and with rounds (DCP_COMM_ROUNDS), where step s has phases s.0 .. s.k-1:
+ *
+ *     LAUNCH(0.j); WAIT(0.j) for each j
+ *     for d in 0..T-1:  for j:  LAUNCH(d+1.j); ATTN(piece j of division d); WAIT(d+1.j)
+ *     LAUNCH(T.j); WAIT(T.j) for each j;  REDUCE; COPY
+ *
+ * LAUNCH(p) packs the blocks r sends in phase p into staging slots (one COPY) and starts
+ * those sends with the receives r expects in p (one COMM_LAUNCH); launches and waits
+ * without operations are left out. Every rank launches and waits in increasing phase
+ * order, so no rank waits on a phase that a peer has not launched.
  */
 #ifndef DCP_PARTITION_PROGRAM_H
 #define DCP_PARTITION_PROGRAM_H

@@ -1,6 +1,7 @@
 #include "partition/schedule.h"
 
 #include "include/base/error.h"
+#include "partition/rounds.h"
 
 #include <stdlib.h>
 
@@ -22,8 +23,8 @@ static int need_cmp(const void *a, const void *b)
 static int xfer_cmp(const void *a, const void *b)
 {
     const dcp_transfer_t *x = a, *y = b;
-    const int32_t kx[6] = {x->step, x->src, x->dst, x->kind, x->block, x->head_group};
-    const int32_t ky[6] = {y->step, y->src, y->dst, y->kind, y->block, y->head_group};
+    const int32_t kx[6] = {x->phase, x->src, x->dst, x->kind, x->block, x->head_group};
+    const int32_t ky[6] = {y->phase, y->src, y->dst, y->kind, y->block, y->head_group};
     for (int i = 0; i < 6; i++)
         if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
     return 0;
@@ -161,8 +162,51 @@ static int32_t holder_of(const dcp_transfer_t *t)
 
 /* Deduplicates the sorted needs into transfers (first and last division of use), gives
  * them their global order, and builds the holder index. */
+/* Phases: one per step, or the step's transfers (contiguous, sorted by step) coloured into
+ * rounds and grouped `coalesce` rounds at a time. */
+static dcp_status_t assign_phases(dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
+{
+    const int32_t steps = s->num_divs + 1;
+    DCP_CHECK(dcp_calloc(&s->phase_first, steps + 1, sizeof(int32_t), "phases"));
+    int32_t *src = NULL, *dst = NULL, *colour = NULL;
+    dcp_status_t st = DCP_OK;
+    if (comm == DCP_COMM_ROUNDS) {
+        DCP_CHECK_GOTO(dcp_calloc(&src, s->num_xfers, sizeof *src, "phases"), st, out);
+        DCP_CHECK_GOTO(dcp_calloc(&dst, s->num_xfers, sizeof *dst, "phases"), st, out);
+        DCP_CHECK_GOTO(dcp_calloc(&colour, s->num_xfers, sizeof *colour, "phases"), st, out);
+    }
+    int32_t phases = 0, i = 0;
+    for (int32_t step = 0; step < steps; step++) {
+        s->phase_first[step] = phases;
+        const int32_t first = i;
+        while (i < s->num_xfers && s->xfers[i].step == step) i++;
+        if (comm != DCP_COMM_ROUNDS) {
+            for (int32_t x = first; x < i; x++) s->xfers[x].phase = phases;
+            phases += i > first;
+            continue;
+        }
+        for (int32_t x = first; x < i; x++) {
+            src[x - first] = s->xfers[x].src;
+            dst[x - first] = s->xfers[x].dst;
+        }
+        int32_t rounds = 0;
+        DCP_CHECK_GOTO(dcp_rounds_colour(i - first, src, dst, s->num_ranks, colour, &rounds), st,
+                       out);
+        for (int32_t x = first; x < i; x++)
+            s->xfers[x].phase = phases + colour[x - first] / coalesce;
+        phases += (rounds + coalesce - 1) / coalesce;
+    }
+    s->phase_first[steps] = phases;
+    s->num_phases = phases;
+out:
+    free(src);
+    free(dst);
+    free(colour);
+    return st;
+}
+
 static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t *p,
-                                    dcp_schedule_t *s)
+                                    dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
 {
     need_t *needs;
     int64_t n;
@@ -187,6 +231,7 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
                 .src = part ? e->holder : owner,
                 .dst = part ? owner : e->holder,
                 .step = part ? s->num_divs : e->div,
+                .phase = part ? s->num_divs : e->div,
                 .kind = e->kind,
                 .block = e->block,
                 .head_group = e->head,
@@ -197,6 +242,8 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
         s->xfers[x].last_div = e->div; /* needs of one item are sorted by division */
     }
     s->num_xfers = (int32_t)nx;
+    qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp); /* by step: phase == step here */
+    DCP_CHECK_GOTO(assign_phases(s, comm, coalesce), st, out);
     qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp);
     /* reuse the needs array as (holder, kind, block, head, transfer id) keys */
     for (int32_t i = 0; i < s->num_xfers; i++) {
@@ -212,12 +259,13 @@ out:
 }
 
 dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
-                                int32_t num_divs, dcp_schedule_t *s)
+                                int32_t num_divs, dcp_comm_schedule_t comm, int32_t coalesce,
+                                dcp_schedule_t *s)
 {
     *s = (dcp_schedule_t){.num_ranks = num_ranks, .num_divs = num_divs};
     dcp_status_t st;
     DCP_CHECK_GOTO(order_comps(b, p, s), st, err);
-    DCP_CHECK_GOTO(build_transfers(b, p, s), st, err);
+    DCP_CHECK_GOTO(build_transfers(b, p, s, comm, coalesce), st, err);
     return DCP_OK;
 err:
     dcp_schedule_release(s);
@@ -246,6 +294,7 @@ int32_t dcp_schedule_find(const dcp_schedule_t *s, int32_t holder, int32_t kind,
 void dcp_schedule_release(dcp_schedule_t *s)
 {
     free(s->comp_div);
+    free(s->phase_first);
     free(s->rank_off);
     free(s->order);
     free(s->xfers);

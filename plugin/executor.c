@@ -123,12 +123,12 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
     dcp_xfer_req_t **reqs = NULL;
     dcp_kernel_env_t env;
     st = check_call(ctx, plan, io);
-    if (st == DCP_OK) st = dcp_calloc(&reqs, plan->opts.divisions + 1, sizeof *reqs, "executor");
+    if (st == DCP_OK) st = dcp_calloc(&reqs, plan->num_phases, sizeof *reqs, "executor");
     if (st == DCP_OK) st = prepare(ctx, plan, io, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, &env, reqs);
     if (st != DCP_OK) {
         ctx->engine->ops->abort(ctx->engine);
-        for (int32_t s = 0; reqs && s <= plan->opts.divisions; s++)
+        for (int32_t s = 0; reqs && s < plan->num_phases; s++)
             ctx->engine->ops->cancel(ctx->engine, reqs[s]);
     }
     free(reqs);

@@ -7,9 +7,50 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DCP_DEFAULT_INTRA_GBPS 300.0
-#define DCP_DEFAULT_INTER_GBPS 25.0
-#define DCP_DEFAULT_LAT_US     5.0
+/* The default kernel curve: fraction of peak that a fused attention kernel reaches on a
+ * square tile of the given edge, in the range FlashAttention-2/3 report on A100/H100. It is
+ * an assumption until a measured table (dcp-kernel-bench) replaces it. */
+static const double default_tokens[] = {64, 128, 256, 512, 1024, 2048, 4096};
+static const double default_eff[] = {0.12, 0.25, 0.40, 0.52, 0.60, 0.65, 0.68};
+
+void dcp_perf_model_default(dcp_perf_model_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->intra_gbps = 300.0;
+    m->inter_gbps = 25.0;
+    m->lat_us = 5.0;
+    m->peak_tflops = 312.0;
+    m->hbm_gbps = 1500.0;
+    m->eff_n = (int32_t)(sizeof default_tokens / sizeof default_tokens[0]);
+    memcpy(m->eff_tokens, default_tokens, sizeof default_tokens);
+    memcpy(m->eff_value, default_eff, sizeof default_eff);
+}
+
+static int positive(double v)
+{
+    return isfinite(v) && v > 0;
+}
+
+dcp_status_t dcp_perf_model_check(const dcp_perf_model_t *m, const char *field)
+{
+    if (!positive(m->intra_gbps) || !positive(m->inter_gbps) || !positive(m->lat_us) ||
+        !positive(m->peak_tflops) || !positive(m->hbm_gbps))
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "%s: bandwidths, latency and peak must be positive numbers", field);
+    if (m->eff_n < 1 || m->eff_n > DCP_MAX_KERNEL_POINTS)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s: %d kernel points, need 1..%d", field,
+                             m->eff_n, DCP_MAX_KERNEL_POINTS);
+    for (int32_t i = 0; i < m->eff_n; i++) {
+        if (!positive(m->eff_tokens[i]) || (i > 0 && m->eff_tokens[i] <= m->eff_tokens[i - 1]))
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "%s: tile_tokens[%d] = %g, must be > 0 and increasing", field, i,
+                                 m->eff_tokens[i]);
+        if (!positive(m->eff_value[i]) || m->eff_value[i] > 1.0)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "%s: efficiency[%d] = %g, must be in (0, 1]",
+                                 field, i, m->eff_value[i]);
+    }
+    return DCP_OK;
+}
 
 dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **cluster_out)
 {
@@ -22,12 +63,24 @@ dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **clu
     c->num_nodes = nodes;
     c->devs_per_node = devs;
     c->num_ranks = nodes * devs;
-    c->intra_gbps = DCP_DEFAULT_INTRA_GBPS;
-    c->inter_gbps = DCP_DEFAULT_INTER_GBPS;
-    c->lat_us = DCP_DEFAULT_LAT_US;
+    dcp_perf_model_default(&c->perf);
     *cluster_out = c;
     return DCP_OK;
 }
+
+/* Machine presets: devices per node and figures. */
+typedef struct {
+    const char *name;
+    int32_t devs;
+    double intra, inter, lat, tflops, hbm;
+} preset_t;
+
+static const preset_t presets[] = {
+    /* NVLink3 600 GB/s both ways; 4 x 100 Gb/s EFA = 50 GB/s per node = 6.25 per device */
+    {"a100-efa", 8, 300.0, 6.25, 15.0, 312.0, 1555.0},
+    /* NVLink4 900 GB/s both ways; one 400 Gb/s HCA per GPU = 50 GB/s per device */
+    {"h100-ib", 8, 450.0, 50.0, 3.0, 989.0, 3350.0},
+};
 
 /* Parses a positive integer that spans [s, end) exactly. */
 static int parse_count(const char *s, const char *end, int32_t *out)
@@ -43,6 +96,15 @@ static int parse_count(const char *s, const char *end, int32_t *out)
     return v >= 1;
 }
 
+static const preset_t *find_preset(const char *s, const char *end)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strlen(presets[i].name) == (size_t)(end - s) &&
+            !memcmp(presets[i].name, s, (size_t)(end - s)))
+            return &presets[i];
+    return NULL;
+}
+
 static dcp_status_t parse_figure(const char *spec, const char *kv, const char *end,
                                  dcp_cluster_t *c)
 {
@@ -51,7 +113,7 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cluster spec '%s': '%.*s' is not key=value",
                              spec, (int)(end - kv), kv);
     char num[64];
-    size_t n = (size_t)(end - eq - 1);
+    const size_t n = (size_t)(end - eq - 1);
     if (n == 0 || n >= sizeof num)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cluster spec '%s': bad value for '%.*s'", spec,
                              (int)(eq - kv), kv);
@@ -59,23 +121,23 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
     num[n] = '\0';
     char *stop;
     errno = 0;
-    double v = strtod(num, &stop);
-    if (*stop != '\0' || errno != 0 || !isfinite(v) || v <= 0)
+    const double v = strtod(num, &stop);
+    if (*stop != '\0' || errno != 0 || !positive(v))
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "cluster spec '%s': '%.*s' needs a positive number, got '%s'", spec,
                              (int)(eq - kv), kv, num);
-    size_t klen = (size_t)(eq - kv);
-    if (klen == 5 && !memcmp(kv, "intra", 5))
-        c->intra_gbps = v;
-    else if (klen == 5 && !memcmp(kv, "inter", 5))
-        c->inter_gbps = v;
-    else if (klen == 3 && !memcmp(kv, "lat", 3))
-        c->lat_us = v;
-    else
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "cluster spec '%s': unknown key '%.*s' (intra, inter, lat)", spec,
-                             (int)klen, kv);
-    return DCP_OK;
+    const size_t klen = (size_t)(eq - kv);
+    static const char *keys[] = {"intra", "inter", "lat", "tflops", "hbm"};
+    double *dst[] = {&c->perf.intra_gbps, &c->perf.inter_gbps, &c->perf.lat_us,
+                     &c->perf.peak_tflops, &c->perf.hbm_gbps};
+    for (int i = 0; i < 5; i++)
+        if (strlen(keys[i]) == klen && !memcmp(kv, keys[i], klen)) {
+            *dst[i] = v;
+            return DCP_OK;
+        }
+    return dcp_set_error(DCP_ERR_INVALID_ARG,
+                         "cluster spec '%s': unknown key '%.*s' (intra, inter, lat, tflops, hbm)",
+                         spec, (int)klen, kv);
 }
 
 dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out)
@@ -85,13 +147,22 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     const char *colon = strchr(spec, ':');
     const char *shape_end = colon ? colon : spec + strlen(spec);
     const char *x = memchr(spec, 'x', (size_t)(shape_end - spec));
-    int32_t nodes, devs;
-    if (!x || !parse_count(spec, x, &nodes) || !parse_count(x + 1, shape_end, &devs))
+    int32_t nodes = 0, devs = 0;
+    const preset_t *pre = x ? find_preset(x + 1, shape_end) : NULL;
+    if (!x || !parse_count(spec, x, &nodes) || (!pre && !parse_count(x + 1, shape_end, &devs)))
         return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "cluster spec '%s': expected NxG[:intra=GBps][:inter=GBps][:lat=us]",
+                             "cluster spec '%s': expected NxG or NxPRESET (a100-efa, h100-ib) "
+                             "[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]",
                              spec);
     dcp_cluster_t *c = NULL;
-    DCP_CHECK(dcp_cluster_create(nodes, devs, &c));
+    DCP_CHECK(dcp_cluster_create(nodes, pre ? pre->devs : devs, &c));
+    if (pre) {
+        c->perf.intra_gbps = pre->intra;
+        c->perf.inter_gbps = pre->inter;
+        c->perf.lat_us = pre->lat;
+        c->perf.peak_tflops = pre->tflops;
+        c->perf.hbm_gbps = pre->hbm;
+    }
     dcp_status_t st = DCP_OK;
     for (const char *kv = colon; kv && st == DCP_OK;) {
         kv++;
@@ -104,6 +175,23 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
         return st;
     }
     *cluster_out = c;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_t n,
+                                          const double *tile_tokens, const double *efficiency)
+{
+    if (!cluster || !tile_tokens || !efficiency)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "kernel table: NULL argument");
+    dcp_perf_model_t m = cluster->perf;
+    if (n < 1 || n > DCP_MAX_KERNEL_POINTS)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "kernel table: n = %d, need 1..%d", n,
+                             DCP_MAX_KERNEL_POINTS);
+    m.eff_n = n;
+    memcpy(m.eff_tokens, tile_tokens, (size_t)n * sizeof *tile_tokens);
+    memcpy(m.eff_value, efficiency, (size_t)n * sizeof *efficiency);
+    DCP_CHECK(dcp_perf_model_check(&m, "kernel table"));
+    cluster->perf = m;
     return DCP_OK;
 }
 

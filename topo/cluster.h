@@ -1,24 +1,41 @@
-/* The cluster model: nodes, devices and link figures. Plain data; ranks are numbered node
- * by node (rank r is device r % G of node r / G). */
+/* The cluster model: nodes, devices, and the figures the cost model uses. Plain data; ranks
+ * are numbered node by node (rank r is device r % G of node r / G). */
 #ifndef DCP_TOPO_CLUSTER_H
 #define DCP_TOPO_CLUSTER_H
 
 #include "include/dcp.h"
 
 /* Upper bound on ranks a cluster may have (keeps rank ids and per-rank tables small). */
-#define DCP_MAX_RANKS 65536
+#define DCP_MAX_RANKS         65536
+#define DCP_MAX_KERNEL_POINTS 32
+
+/* What the cost model knows about the machine. */
+typedef struct {
+    double intra_gbps;  /* GB/s per direction per device between devices of one node */
+    double inter_gbps;  /* GB/s per direction per device to other nodes */
+    double lat_us;      /* per-transfer latency, microseconds */
+    double peak_tflops; /* dense peak of one device in the plan's dtype, TFLOP/s */
+    double hbm_gbps;    /* device memory bandwidth, GB/s (copies and merges) */
+    int32_t eff_n;      /* kernel efficiency curve: fraction of peak on a tile whose */
+    double eff_tokens[DCP_MAX_KERNEL_POINTS]; /* geometric-mean edge is eff_tokens[i] */
+    double eff_value[DCP_MAX_KERNEL_POINTS];
+} dcp_perf_model_t;
 
 struct dcp_cluster {
     int32_t num_nodes;
     int32_t devs_per_node;
     int32_t num_ranks;
-    double intra_gbps; /* GB/s per direction per device between devices of one node */
-    double inter_gbps; /* GB/s per direction per device to other nodes */
-    double lat_us;     /* per-message latency, microseconds */
+    dcp_perf_model_t perf;
 };
 
-/* A uniform cluster of `nodes` x `devs` with default link figures. */
+/* A uniform cluster of `nodes` x `devs` with default figures. */
 dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **cluster_out);
+
+/* The default figures (a generic NVLink node, the default kernel curve). */
+void dcp_perf_model_default(dcp_perf_model_t *m);
+
+/* Checks a model's figures; `field` names it in messages. */
+dcp_status_t dcp_perf_model_check(const dcp_perf_model_t *m, const char *field);
 
 static inline int32_t dcp_cluster_node_of(const dcp_cluster_t *c, int32_t rank)
 {

@@ -15,7 +15,8 @@
 static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
 
 static dcp_plan_t *plan_for(const dcp_harness_t *h, const char *cluster, dcp_strategy_t s,
-                            int32_t block, int32_t divisions, int32_t head_blocks)
+                            int32_t block, int32_t divisions, int32_t head_blocks,
+                            dcp_comm_schedule_t comm)
 {
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
@@ -25,6 +26,7 @@ static dcp_plan_t *plan_for(const dcp_harness_t *h, const char *cluster, dcp_str
     o.block_size = block;
     o.divisions = divisions;
     o.head_blocks = head_blocks;
+    o.comm_schedule = comm;
     const dcp_batch_t b = dcp_harness_batch(h);
     dcp_plan_t *p = NULL;
     const dcp_status_t st = dcp_plan_create(&b, &h->shape, &o, c, &p);
@@ -71,7 +73,10 @@ static void test_every_mask_strategy_and_rank_count(void)
         for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
             for (int c = 0; c < 4; c++) {
                 const int32_t divisions = 1 + (kind + s + c) % 4, hb = 1 + (s + c) % 2;
-                dcp_plan_t *p = plan_for(h, clusters[c], (dcp_strategy_t)s, 16, divisions, hb);
+                const dcp_comm_schedule_t comm =
+                    (kind + c) % 2 ? DCP_COMM_ROUNDS : DCP_COMM_DIVISIONS;
+                dcp_plan_t *p =
+                    plan_for(h, clusters[c], (dcp_strategy_t)s, 16, divisions, hb, comm);
                 char what[96];
                 snprintf(what, sizeof what, "mask %d strategy %s cluster %s", kind,
                          dcp_strategy_name((dcp_strategy_t)s), clusters[c]);
@@ -92,7 +97,7 @@ static void test_deserialized_plan_runs_identically(void)
     const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
     dcp_harness_t *h = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 4, m, &shape, 7, &h), DCP_OK);
-    dcp_plan_t *p = plan_for(h, "2x4", DCP_STRATEGY_LPT, 16, 3, 2);
+    dcp_plan_t *p = plan_for(h, "2x4", DCP_STRATEGY_METIS, 16, 3, 2, DCP_COMM_ROUNDS);
     size_t n;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
     void *bytes = malloc(n);
@@ -133,7 +138,7 @@ static void test_lengths_file_batch(void)
     CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, n, m, &shape, 5, &h), DCP_OK);
     CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2), DCP_OK);
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++) {
-        dcp_plan_t *p = plan_for(h, "2x4", (dcp_strategy_t)s, 64, 4, 1);
+        dcp_plan_t *p = plan_for(h, "2x4", (dcp_strategy_t)s, 64, 4, 1, DCP_COMM_DIVISIONS);
         expect_pass(h, p, "lengths file");
         dcp_plan_destroy(p);
     }

@@ -16,6 +16,9 @@ int dcp_suite_transport(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);
 int dcp_suite_gpu(void);
+int dcp_suite_metis(void);
+int dcp_suite_rounds(void);
+int dcp_suite_cost(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {

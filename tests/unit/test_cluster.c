@@ -13,9 +13,9 @@ static void test_spec_shapes_and_figures(void)
     CU_ASSERT_EQUAL(dcp_cluster_node_of(c, 15), 1);
     dcp_cluster_destroy(c);
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4:intra=300:inter=6.25:lat=5", &c), DCP_OK);
-    CU_ASSERT_DOUBLE_EQUAL(c->inter_gbps, 6.25, 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(c->intra_gbps, 300, 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(c->lat_us, 5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 6.25, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 300, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 5, 1e-12);
     dcp_cluster_destroy(c);
     dcp_cluster_destroy(NULL);
 }

@@ -37,7 +37,7 @@ typedef struct {
     content_t *cur[DCP_BUF_COUNT];
     int64_t *ready[DCP_BUF_COUNT], *pin[DCP_BUF_COUNT];
     int32_t *row_block;
-    int64_t wait_at[1025];
+    int64_t *wait_at; /* [num_phases] */
     int failures;
     const char *first_failure;
 } sim_t;
@@ -170,6 +170,7 @@ static void simulate_rank(sim_t *s)
         s->pin[b] = calloc((size_t)n + 1, sizeof(int64_t));
     }
     s->row_block = calloc((size_t)p->rank_tokens[r] + 1, sizeof(int32_t));
+    s->wait_at = calloc((size_t)p->num_phases + 1, sizeof *s->wait_at);
     for (int32_t t = 0; t < p->num_blocks; t++)
         if (p->blk_owner[t] == r)
             for (int32_t k = 0; k < p->blk_len[t]; k++) s->row_block[p->blk_row[t] + k] = t;
@@ -200,6 +201,7 @@ static void simulate_rank(sim_t *s)
         free(s->pin[b]);
     }
     free(s->row_block);
+    free(s->wait_at);
 }
 
 /* Runs the simulator over every rank; returns the number of violations. */
@@ -253,19 +255,35 @@ static void check_exactly_once(const dcp_plan_t *p, const int32_t *len, const dc
     free(all);
 }
 
-/* Division 0 (before any wait) reads only local rows; LAUNCH(d+1) comes before WAIT(d). */
+/* Division 0 (before any wait) reads only local rows. Divisions: step d+1 is launched
+ * before step d is waited for. Rounds: one phase in flight at a time, and in each phase a
+ * rank sends and receives at most `coalesce` blocks. */
 static void check_overlap(const dcp_plan_t *p)
 {
+    int64_t *launch_at = malloc(((size_t)p->num_phases + 1) * sizeof *launch_at);
+    int64_t *wait_at = malloc(((size_t)p->num_phases + 1) * sizeof *wait_at);
     for (int32_t r = 0; r < p->num_ranks; r++) {
-        int64_t launch_at[1025], wait_at[1025];
-        for (int i = 0; i < 1025; i++) launch_at[i] = wait_at[i] = -1;
-        int waited = 0;
+        for (int i = 0; i < p->num_phases; i++) launch_at[i] = wait_at[i] = -1;
+        int waited = 0, in_flight = 0;
         for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
             const dcp_instr_t *in = &p->instrs[i];
-            if (in->op == DCP_OP_COMM_LAUNCH) launch_at[in->arg] = i;
+            if (in->op == DCP_OP_COMM_LAUNCH) {
+                launch_at[in->arg] = i;
+                in_flight++;
+                int sends = 0, recvs = 0;
+                for (int64_t k = in->first; k < in->first + in->count; k++) {
+                    sends += p->comm[k].send;
+                    recvs += !p->comm[k].send;
+                }
+                if (p->opts.comm_schedule == DCP_COMM_ROUNDS) {
+                    CU_ASSERT(in_flight == 1);
+                    CU_ASSERT(sends <= p->opts.coalesce && recvs <= p->opts.coalesce);
+                }
+            }
             if (in->op == DCP_OP_COMM_WAIT) {
                 wait_at[in->arg] = i;
                 waited = 1;
+                in_flight--;
             }
             if (in->op != DCP_OP_ATTN || waited || p->opts.divisions == 1) continue;
             for (int64_t g = in->first; g < in->first + in->count; g++) {
@@ -275,9 +293,16 @@ static void check_overlap(const dcp_plan_t *p)
                     CU_ASSERT_EQUAL(p->tiles[t].k.buf, DCP_BUF_K);
             }
         }
-        for (int d = 0; d + 1 < p->opts.divisions; d++)
-            if (wait_at[d] >= 0 && launch_at[d + 1] >= 0) CU_ASSERT(launch_at[d + 1] < wait_at[d]);
+        if (p->opts.comm_schedule == DCP_COMM_DIVISIONS)
+            for (int32_t a = 0; a < p->num_phases; a++)
+                for (int32_t b = 0; b < p->num_phases; b++)
+                    if (p->phase_step[b] == p->phase_step[a] + 1 &&
+                        p->phase_step[b] < p->opts.divisions && wait_at[a] >= 0 &&
+                        launch_at[b] >= 0)
+                        CU_ASSERT(launch_at[b] < wait_at[a]);
     }
+    free(launch_at);
+    free(wait_at);
 }
 
 static void test_invariants_on_many_plans(void)
@@ -299,7 +324,15 @@ static void test_invariants_on_many_plans(void)
                 const int32_t div = divisions[(kind + s + c) % 3];
                 const int32_t hb = 1 + (kind + c) % 2;
                 const int32_t block = (int32_t)dcp_rng_range(&rng, 8, 48);
-                dcp_plan_t *p = t_plan(len, 5, m, clusters[c], (dcp_strategy_t)s, block, div, hb);
+                dcp_plan_options_t o;
+                dcp_plan_options_default(&o);
+                o.strategy = (dcp_strategy_t)s;
+                o.block_size = block;
+                o.divisions = div;
+                o.head_blocks = hb;
+                o.comm_schedule = (kind + c) % 3 == 2 ? DCP_COMM_ROUNDS : DCP_COMM_DIVISIONS;
+                o.coalesce = 1 + (kind % 2);
+                dcp_plan_t *p = t_plan_opts(len, 5, m, clusters[c], &o);
                 CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_OK);
                 CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
                 CU_ASSERT_EQUAL(check_slots(p), 0);

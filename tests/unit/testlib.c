@@ -47,18 +47,24 @@ dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int3
 dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *masks, const char *cluster,
                    dcp_strategy_t strategy, int32_t block, int32_t divisions, int32_t head_blocks)
 {
-    const dcp_batch_t batch = {n, lengths, masks};
-    const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t opts;
     dcp_plan_options_default(&opts);
     opts.strategy = strategy;
     opts.block_size = block;
     opts.divisions = divisions;
     opts.head_blocks = head_blocks;
+    return t_plan_opts(lengths, n, masks, cluster, &opts);
+}
+
+dcp_plan_t *t_plan_opts(const int32_t *lengths, int32_t n, const dcp_mask_t *masks,
+                        const char *cluster, const dcp_plan_options_t *opts)
+{
+    const dcp_batch_t batch = {n, lengths, masks};
+    const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
     dcp_plan_t *p = NULL;
-    const dcp_status_t st = dcp_plan_create(&batch, &shape, &opts, c, &p);
+    const dcp_status_t st = dcp_plan_create(&batch, &shape, opts, c, &p);
     if (st != DCP_OK) fprintf(stderr, "t_plan: %s\n", dcp_last_error());
     CU_ASSERT_EQUAL_FATAL(st, DCP_OK);
     dcp_cluster_destroy(c);

@@ -14,4 +14,8 @@ dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int3
 dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *masks, const char *cluster,
                    dcp_strategy_t strategy, int32_t block, int32_t divisions, int32_t head_blocks);
 
+/* The same with every option given. */
+dcp_plan_t *t_plan_opts(const int32_t *lengths, int32_t n, const dcp_mask_t *masks,
+                        const char *cluster, const dcp_plan_options_t *opts);
+
 #endif

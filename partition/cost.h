@@ -1,0 +1,26 @@
+/*
+ * The cost model: predicted attention time of every rank of a plan on the plan's cluster
+ * model (topo/cluster.h). It runs every rank's program on a model of the machine:
+ *  - ATTN: each tile takes its FLOPs / (peak x efficiency(tile)), where efficiency is the
+ *    kernel curve at the tile's geometric-mean edge sqrt(q_len x kv_len);
+ *  - COPY, REDUCE: bytes read and written / device memory bandwidth;
+ *  - a phase's transfers start when every rank taking part has launched it and last as long
+ *    as the busiest link of the rank or its peers: bytes / bandwidth per link class (the
+ *    intra- and inter-node links of a device work in parallel, each direction apart) plus
+ *    one latency; WAIT blocks until then.
+ * So divisions overlap their transfers with compute exactly as the program orders them.
+ */
+#ifndef DCP_PARTITION_COST_H
+#define DCP_PARTITION_COST_H
+
+#include "partition/plan.h"
+
+/* Fraction of peak on a tile whose geometric-mean edge is `tokens` (log-linear in the
+ * table, clamped at its ends). */
+double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens);
+
+/* Writes every rank's predicted time in milliseconds to ms_out[num_ranks]. The plan must be
+ * valid; rows and buffers must be derived. */
+dcp_status_t dcp_cost_predict(const dcp_plan_t *p, double *ms_out);
+
+#endif

@@ -1,0 +1,194 @@
+/* The METIS strategy: expansion weights, banded large nets, one-part clusters without METIS,
+ * validation with lpt as the fallback, and what it buys over lpt. */
+#include "partition/hypergraph.h"
+#include "partition/metis_graph.h"
+#include "partition/place.h"
+#include "partition/plan.h"
+#include "tests/unit/suites.h"
+#include "tests/unit/testlib.h"
+
+#include <CUnit/CUnit.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+
+static void blocks_of(dcp_blocks_t *b, const int32_t *len, int32_t n, dcp_mask_kind_t kind,
+                      int32_t block)
+{
+    dcp_mask_t *m = calloc((size_t)n, sizeof *m);
+    for (int32_t i = 0; i < n; i++) m[i].kind = kind;
+    const dcp_batch_t batch = {n, len, m};
+    *b = (dcp_blocks_t){0};
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(b, &batch, &shape, block, 1), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(b, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_tiles(b), DCP_OK);
+    free(m);
+}
+
+static idx_t edge_weight(const dcp_metis_graph_t *m, idx_t u, idx_t v)
+{
+    for (idx_t i = m->xadj[u]; i < m->xadj[u + 1]; i++)
+        if (m->adjncy[i] == v) return m->adjwgt[i];
+    return 0;
+}
+
+/* Three causal blocks, one head group: nets and the clique weights w / (|e| - 1). */
+static void test_clique_weights(void)
+{
+    const int32_t len[1] = {48};
+    dcp_blocks_t b;
+    blocks_of(&b, len, 1, DCP_MASK_CAUSAL, 16);
+    CU_ASSERT_EQUAL_FATAL(b.num_tiles, 6); /* (0,0) (1,0) (1,1) (2,0) (2,1) (2,2) */
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    /* KV(0) is read by tiles (0,0), (1,0), (2,0): net of 4 vertices with its owner */
+    const int64_t kv0 = (3 + 0) * 1 + 0;
+    CU_ASSERT_EQUAL(g.net_off[kv0 + 1] - g.net_off[kv0], 3);
+    CU_ASSERT_EQUAL(g.weight[kv0], dcp_blocks_xfer_bytes(&b, DCP_XFER_KV, 16));
+    CU_ASSERT_EQUAL(g.weight[0], dcp_blocks_xfer_bytes(&b, DCP_XFER_Q, 16) +
+                                     dcp_blocks_xfer_bytes(&b, DCP_XFER_PART, 16));
+    const int64_t nv = 3 + 6;
+    int32_t *local = malloc(nv * sizeof *local);
+    for (int64_t v = 0; v < nv; v++) local[v] = (int32_t)v;
+    dcp_metis_graph_t m;
+    CU_ASSERT_EQUAL_FATAL(
+        dcp_metis_graph_build(&b, &g, local, (int32_t)nv, DCP_EXPAND_CLIQUE, 0, &m), DCP_OK);
+    /* vertices: blocks 0-2, then tiles in order; tile (2,0) is vertex 3 + 3 = 6, (2,1) is 7 */
+    const idx_t kv_only = edge_weight(&m, 4, 6); /* (1,0)-(2,0): share KV(0) only, k = 4 */
+    const idx_t q_only = edge_weight(&m, 6, 7);  /* (2,0)-(2,1): share Q(2) only, k = 4 */
+    CU_ASSERT(kv_only > 0 && q_only > 0);
+    /* both nets have 4 vertices, so the ratio of the weights is the ratio of net weights */
+    const double ratio = (double)q_only / (double)kv_only;
+    const double expect = (double)g.weight[2] / (double)g.weight[kv0];
+    CU_ASSERT_DOUBLE_EQUAL(ratio, expect, expect * 1e-3);
+    /* the diagonal tile (1,1) is in Q(1) and KV(1): its edge to block 1 carries both nets */
+    const idx_t both = edge_weight(&m, 1, 5);
+    const double w_q1 = (double)g.weight[1] / 2, w_kv1 = (double)g.weight[3 + 1] / 2;
+    const double scale = (double)kv_only / ((double)g.weight[kv0] / 3);
+    CU_ASSERT_DOUBLE_EQUAL((double)both, (w_q1 + w_kv1) * scale, (w_q1 + w_kv1) * scale * 1e-5);
+    /* vertex weights: FLOPs on tiles only, bytes on blocks only */
+    for (idx_t v = 0; v < m.nv; v++) {
+        CU_ASSERT((v < 3) == (m.vwgt[2 * v] == 0));
+        CU_ASSERT((v < 3) == (m.vwgt[2 * v + 1] > 0));
+    }
+    dcp_metis_graph_release(&m);
+    free(local);
+    dcp_hypergraph_release(&g);
+    dcp_blocks_release(&b);
+}
+
+/* A long causal sequence: KV(0) has one member per query block. With a cap the graph has
+ * O(members x cap) edges instead of a quadratic clique. */
+static void test_large_nets_are_banded(void)
+{
+    const int32_t len[1] = {64 * 200};
+    dcp_blocks_t b;
+    blocks_of(&b, len, 1, DCP_MASK_CAUSAL, 64);
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    const int64_t nv = b.num_blocks + g.num_comps;
+    int32_t *local = malloc(nv * sizeof *local);
+    for (int64_t v = 0; v < nv; v++) local[v] = (int32_t)v;
+    dcp_metis_graph_t full, band;
+    CU_ASSERT_EQUAL_FATAL(
+        dcp_metis_graph_build(&b, &g, local, (int32_t)nv, DCP_EXPAND_CLIQUE, 0, &full), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        dcp_metis_graph_build(&b, &g, local, (int32_t)nv, DCP_EXPAND_CLIQUE, 16, &band), DCP_OK);
+    /* every net has at most 201 vertices: a band of 8 neighbours plus the owner star */
+    CU_ASSERT(band.edges <= g.num_nets * 201 * 9 / 2 + 1);
+    CU_ASSERT(band.edges * 5 < full.edges);
+    dcp_metis_graph_t star;
+    CU_ASSERT_EQUAL_FATAL(
+        dcp_metis_graph_build(&b, &g, local, (int32_t)nv, DCP_EXPAND_STAR, 0, &star), DCP_OK);
+    CU_ASSERT_PTR_NOT_NULL(star.vsize);
+    CU_ASSERT(star.vsize[0] > 0 && star.vsize[b.num_blocks] == 0);
+    dcp_metis_graph_release(&full);
+    dcp_metis_graph_release(&band);
+    dcp_metis_graph_release(&star);
+    free(local);
+    dcp_hypergraph_release(&g);
+    dcp_blocks_release(&b);
+}
+
+static dcp_plan_t *plan_with(const int32_t *len, int32_t n, const char *spec, const char *cluster,
+                             dcp_strategy_t s, int32_t block, dcp_expansion_t how)
+{
+    dcp_mask_t *m = calloc((size_t)n, sizeof *m);
+    for (int32_t i = 0; i < n; i++) dcp_mask_parse(spec, &m[i]);
+    const dcp_batch_t batch = {n, len, m};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = s;
+    o.block_size = block;
+    o.expansion = how;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+    dcp_cluster_destroy(c);
+    free(m);
+    return p;
+}
+
+/* One block cannot be balanced over four ranks: METIS's result is rejected and lpt's used. */
+static void test_invalid_result_falls_back_to_lpt(void)
+{
+    const int32_t len[1] = {40};
+    dcp_plan_t *p = plan_with(len, 1, "causal", "1x4", DCP_STRATEGY_METIS, 64, DCP_EXPAND_CLIQUE);
+    CU_ASSERT_EQUAL(p->stats.fallback, 1);
+    dcp_plan_destroy(p);
+    const int32_t many[8] = {512, 512, 512, 512, 512, 512, 512, 512};
+    p = plan_with(many, 8, "causal", "1x4", DCP_STRATEGY_METIS, 64, DCP_EXPAND_CLIQUE);
+    CU_ASSERT_EQUAL(p->stats.fallback, 0);
+    CU_ASSERT(p->stats.compute_imbalance <= 0.1 + 0.02);
+    CU_ASSERT(p->stats.memory_imbalance <= 0.1 + 0.02);
+    /* whole sequences fit on ranks: METIS keeps every sequence in one place */
+    CU_ASSERT_EQUAL(p->stats.comm_bytes, 0);
+    dcp_plan_destroy(p);
+}
+
+/* One node of one device: no METIS call, everything on rank 0, no traffic. */
+static void test_single_part_needs_no_metis(void)
+{
+    const int32_t len[3] = {300, 1, 77};
+    dcp_plan_t *p =
+        plan_with(len, 3, "lambda:4:30", "1x1", DCP_STRATEGY_METIS, 32, DCP_EXPAND_CLIQUE);
+    CU_ASSERT_EQUAL(p->stats.fallback, 0);
+    CU_ASSERT_EQUAL(p->stats.comm_bytes, 0);
+    dcp_plan_destroy(p);
+}
+
+/* On long-tailed batches METIS moves less data than lpt and keeps it inside nodes, with
+ * both expansions. */
+static void test_metis_moves_less_than_lpt(void)
+{
+    int32_t len[12] = {6000, 3000, 2500, 1800, 900, 700, 500, 300, 120, 60, 20, 1};
+    for (int how = 0; how < 2; how++) {
+        dcp_plan_t *m =
+            plan_with(len, 12, "causal", "2x4", DCP_STRATEGY_METIS, 256, (dcp_expansion_t)how);
+        dcp_plan_t *l =
+            plan_with(len, 12, "causal", "2x4", DCP_STRATEGY_LPT, 256, (dcp_expansion_t)how);
+        dcp_plan_t *z =
+            plan_with(len, 12, "causal", "2x4", DCP_STRATEGY_ZIGZAG, 256, (dcp_expansion_t)how);
+        CU_ASSERT(m->stats.comm_bytes < l->stats.comm_bytes);
+        CU_ASSERT(m->stats.inter_node_bytes < z->stats.inter_node_bytes);
+        if (how == DCP_EXPAND_CLIQUE) CU_ASSERT_EQUAL(m->stats.fallback, 0);
+        dcp_plan_destroy(m);
+        dcp_plan_destroy(l);
+        dcp_plan_destroy(z);
+    }
+}
+
+int dcp_suite_metis(void)
+{
+    static const dcp_test_t tests[] = {
+        {"clique_weights", test_clique_weights},
+        {"large_nets_are_banded", test_large_nets_are_banded},
+        {"invalid_result_falls_back_to_lpt", test_invalid_result_falls_back_to_lpt},
+        {"single_part_needs_no_metis", test_single_part_needs_no_metis},
+        {"metis_moves_less_than_lpt", test_metis_moves_less_than_lpt},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("metis", tests);
+}
