@@ -26,7 +26,7 @@ LDLIBS_ALL = -lmetis -lpthread -lm
 
 LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
-TOOLS = dcp-attn-test
+TOOLS = dcp-attn-test dcp-plan
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
 
 ifneq ($(NVCC),)

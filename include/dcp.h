@@ -173,7 +173,7 @@ typedef struct {
     uint64_t seed;             /* seed for randomised strategies; plans are deterministic */
     dcp_expansion_t expansion; /* METIS graph (default DCP_EXPAND_CLIQUE) */
     int32_t net_cap;           /* clique expansion: nets with more members are joined as a band
-                                  of this width instead of a full clique (default 32; 0 = never) */
+                                  of this width instead of a full clique (default 12; 0 = never) */
     int32_t refine;            /* METIS: 1 = balance repair and traffic refinement (default 1) */
     dcp_comm_schedule_t comm_schedule; /* default DCP_COMM_DIVISIONS */
     int32_t coalesce; /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */

@@ -50,21 +50,60 @@ void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p)
             p->comp_exec[t * b->head_blocks + h] = p->blk_owner[b->tile_q[t]];
 }
 
+dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
+                             int64_t **flops_out, int64_t **mem_out)
+{
+    int64_t *f = NULL, *m = NULL;
+    DCP_CHECK(dcp_calloc(&f, num_ranks, sizeof *f, "loads"));
+    const dcp_status_t st = dcp_calloc(&m, num_ranks, sizeof *m, "loads");
+    if (st != DCP_OK) {
+        free(f);
+        return st;
+    }
+    for (int64_t c = 0; c < b->num_tiles * b->head_blocks; c++)
+        f[p->comp_exec[c]] += dcp_blocks_comp_flops(b, c / b->head_blocks);
+    for (int32_t t = 0; t < b->num_blocks; t++)
+        m[p->blk_owner[t]] += dcp_blocks_token_bytes(b, b->blk_len[t]);
+    *flops_out = f;
+    *mem_out = m;
+    return DCP_OK;
+}
+
+void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int strict,
+                      double *flops_bound, double *mem_bound)
+{
+    double tf = 0, tm = 0, mf = 0, mm = 0;
+    for (int64_t t = 0; t < b->num_tiles; t++) {
+        const double f = (double)dcp_blocks_comp_flops(b, t);
+        tf += f * b->head_blocks;
+        mf = f > mf ? f : mf;
+    }
+    for (int32_t t = 0; t < b->num_blocks; t++) {
+        const double m = (double)dcp_blocks_token_bytes(b, b->blk_len[t]);
+        tm += m;
+        mm = m > mm ? m : mm;
+    }
+    const double af = tf / num_ranks, am = tm / num_ranks;
+    *flops_bound = (1.0 + tol) * af;
+    *mem_bound = (1.0 + tol) * am;
+    if (strict) return;
+    if (af + mf > *flops_bound) *flops_bound = af + mf;
+    if (am + mm > *mem_bound) *mem_bound = am + mm;
+}
+
 dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t *p)
 {
     const int64_t cap = in->opts->mem_cap_bytes;
     if (cap <= 0) return DCP_OK;
-    const dcp_blocks_t *b = in->blocks;
-    int64_t *mem;
-    DCP_CHECK(dcp_calloc(&mem, in->cluster->num_ranks, sizeof *mem, "memory per rank"));
-    for (int32_t t = 0; t < b->num_blocks; t++)
-        mem[p->blk_owner[t]] += dcp_blocks_token_bytes(b, b->blk_len[t]);
+    int64_t *flops, *mem;
+    DCP_CHECK(dcp_place_loads(in->blocks, p, in->cluster->num_ranks, &flops, &mem));
     dcp_status_t st = DCP_OK;
     for (int32_t r = 0; r < in->cluster->num_ranks && st == DCP_OK; r++)
         if (mem[r] > cap)
             st = dcp_set_error(
                 DCP_ERR_CAPACITY, "options.mem_cap_bytes = %lld: %s places %lld bytes on rank %d",
                 (long long)cap, dcp_strategy_name(in->opts->strategy), (long long)mem[r], r);
+    free(flops);
     free(mem);
     return st;
 }

@@ -44,6 +44,17 @@ void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p);
 /* Fails with DCP_ERR_CAPACITY when some rank owns more than the cap (0 = no cap). */
 dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t *p);
 
+/* Per-rank FLOPs and owned bytes of a placement (two malloc'ed arrays of num_ranks). */
+dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
+                             int64_t **flops_out, int64_t **mem_out);
+
+/* The most a rank may hold within tolerance tol: (1 + tol) x the mean (`strict`), or, when
+ * not strict, the mean plus the largest single block if that is more - blocks can be too
+ * coarse for the strict bound (80 blocks on 32 ranks cannot come closer than one block to
+ * the mean), so validation accepts it while repair still aims at the strict one. */
+void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int strict,
+                      double *flops_bound, double *mem_bound);
+
 /* Forward FLOPs of every token block's queries over all head groups ([num_blocks]). */
 dcp_status_t dcp_place_query_flops(const dcp_blocks_t *b, int64_t **flops_out);
 

@@ -1,12 +1,17 @@
 /*
  * The METIS strategy: the block hypergraph expanded to a graph (partition/metis_graph.h)
- * and partitioned with METIS 5.1 multi-constraint k-way (compute, memory), hierarchically:
+ * and partitioned with METIS 5.1 under two constraints (compute, memory), hierarchically:
  * first into nodes with imbalance eps_inter, then each node's part into its devices with
- * eps_intra; then balance repair and traffic refinement (partition/refine.h) bring every
- * rank within eps_intra of the mean. The result is validated - every vertex placed, compute
- * and memory within (1 + eps_intra) of the mean, the memory cap - and replaced by lpt if it
- * fails. METIS is not thread-safe and installs signal handlers while it runs: every call
- * holds one process-wide mutex. A fixed seed makes it deterministic.
+ * eps_intra; then balance repair and traffic refinement (partition/refine.h).
+ *
+ * METIS's two methods, direct k-way and recursive bisection, each win on some batches (the
+ * spread between them is as large as between cap or tolerance settings), so both run and
+ * the valid result with the lowest link time (intra- and inter-node bytes over their
+ * bandwidths) is kept. A result is valid when every rank is within the balance bounds of
+ * place.h and the memory cap; when neither is, lpt replaces them (stats.fallback).
+ *
+ * METIS is not thread-safe and installs signal handlers while it runs: every call holds one
+ * process-wide mutex. A fixed seed makes it deterministic.
  */
 #include "partition/metis_graph.h"
 #include "partition/place.h"
@@ -14,18 +19,17 @@
 
 #include "include/base/error.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t metis_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Balance slack on top of eps_intra before a result counts as invalid: block granularity
- * can make the exact bound unreachable. */
-#define BALANCE_SLACK 0.02
+typedef enum { METHOD_KWAY = 0, METHOD_RB = 1, METHOD_COUNT = 2 } metis_method_t;
 
-static dcp_status_t run_metis(dcp_metis_graph_t *m, int32_t nparts, double eps, dcp_expansion_t how,
-                              uint64_t seed, idx_t *part)
+static dcp_status_t run_metis(dcp_metis_graph_t *m, int32_t nparts, double eps, metis_method_t how,
+                              const dcp_plan_options_t *o, idx_t *part)
 {
     if (nparts == 1 || m->nv < 2 * nparts) {
         /* nothing to split (METIS refuses graphs with fewer vertices than parts and says so
@@ -35,27 +39,35 @@ static dcp_status_t run_metis(dcp_metis_graph_t *m, int32_t nparts, double eps, 
     }
     idx_t options[METIS_NOPTIONS];
     METIS_SetDefaultOptions(options);
-    options[METIS_OPTION_SEED] = (idx_t)(seed & 0x7fffffff);
-    options[METIS_OPTION_OBJTYPE] = how == DCP_EXPAND_STAR ? METIS_OBJTYPE_VOL : METIS_OBJTYPE_CUT;
+    options[METIS_OPTION_SEED] = (idx_t)(o->seed & 0x7fffffff);
     options[METIS_OPTION_NUMBERING] = 0;
+    const int vol = o->expansion == DCP_EXPAND_STAR;
+    if (how == METHOD_KWAY)
+        options[METIS_OPTION_OBJTYPE] = vol ? METIS_OBJTYPE_VOL : METIS_OBJTYPE_CUT;
     idx_t ncon = 2, np = nparts, objval = 0;
     real_t ubvec[2] = {(real_t)(1.0 + eps), (real_t)(1.0 + eps)};
+    idx_t *adjwgt = vol ? NULL : m->adjwgt;
     pthread_mutex_lock(&metis_mu);
-    const int rc = METIS_PartGraphKway(&m->nv, &ncon, m->xadj, m->adjncy, m->vwgt, m->vsize,
-                                       how == DCP_EXPAND_STAR ? NULL : m->adjwgt, &np, NULL, ubvec,
-                                       options, &objval, part);
+    const int rc =
+        how == METHOD_KWAY
+            ? METIS_PartGraphKway(&m->nv, &ncon, m->xadj, m->adjncy, m->vwgt, m->vsize, adjwgt, &np,
+                                  NULL, ubvec, options, &objval, part)
+            : METIS_PartGraphRecursive(&m->nv, &ncon, m->xadj, m->adjncy, m->vwgt, m->vsize, adjwgt,
+                                       &np, NULL, ubvec, options, &objval, part);
     pthread_mutex_unlock(&metis_mu);
     if (rc == METIS_OK) return DCP_OK;
     return dcp_set_error(rc == METIS_ERROR_MEMORY ? DCP_ERR_NO_MEMORY : DCP_ERR_INTERNAL,
-                         "metis: METIS_PartGraphKway returned %d on %d vertices, %d parts", rc,
-                         (int)m->nv, nparts);
+                         "metis: %s returned %d on %d vertices, %d parts",
+                         how == METHOD_KWAY ? "METIS_PartGraphKway" : "METIS_PartGraphRecursive",
+                         rc, (int)m->nv, nparts);
 }
 
 /* Partitions the vertices marked with `node` in node_of (all of them when node < 0) into
  * nparts, writing part + base into dest[v]. */
 static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
-                                    const dcp_place_in_t *in, const int32_t *node_of, int32_t node,
-                                    int32_t nparts, double eps, int32_t base, int32_t *dest)
+                                    const dcp_place_in_t *in, metis_method_t how,
+                                    const int32_t *node_of, int32_t node, int32_t nparts,
+                                    double eps, int32_t base, int32_t *dest)
 {
     const int64_t nv = g->num_blocks + g->num_comps;
     int32_t *local = NULL, n = 0;
@@ -64,11 +76,12 @@ static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&local, nv, sizeof *local, "metis"), st, out);
     for (int64_t v = 0; v < nv; v++) local[v] = node < 0 || node_of[v] == node ? n++ : -1;
+    st = DCP_OK;
     if (n == 0) goto out;
     DCP_CHECK_GOTO(
         dcp_metis_graph_build(b, g, local, n, in->opts->expansion, in->opts->net_cap, &m), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&part, n, sizeof *part, "metis"), st, out);
-    DCP_CHECK_GOTO(run_metis(&m, nparts, eps, in->opts->expansion, in->opts->seed, part), st, out);
+    DCP_CHECK_GOTO(run_metis(&m, nparts, eps, how, in->opts, part), st, out);
     for (idx_t v = 0; v < m.nv; v++) {
         if (part[v] < 0 || part[v] >= nparts) {
             st = dcp_set_error(DCP_ERR_INTERNAL, "metis: vertex %d in part %d", (int)v,
@@ -77,7 +90,6 @@ static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_
         }
         dest[m.vert[v]] = base + (int32_t)part[v];
     }
-    st = DCP_OK;
 out:
     dcp_metis_graph_release(&m);
     free(local);
@@ -85,39 +97,9 @@ out:
     return st;
 }
 
-/* Every rank within (1 + tol) of the mean FLOPs and bytes, and under the memory cap. */
-static int balanced(const dcp_blocks_t *b, const dcp_place_in_t *in, const dcp_placement_t *p,
-                    double tol)
-{
-    const int32_t nr = in->cluster->num_ranks;
-    int64_t *f = calloc((size_t)nr, sizeof *f), *m = calloc((size_t)nr, sizeof *m);
-    if (!f || !m) {
-        free(f);
-        free(m);
-        return 0;
-    }
-    double tf = 0, tm = 0;
-    for (int64_t c = 0; c < b->num_tiles * b->head_blocks; c++) {
-        f[p->comp_exec[c]] += dcp_blocks_comp_flops(b, c / b->head_blocks);
-        tf += (double)dcp_blocks_comp_flops(b, c / b->head_blocks);
-    }
-    for (int32_t t = 0; t < b->num_blocks; t++) {
-        m[p->blk_owner[t]] += dcp_blocks_token_bytes(b, b->blk_len[t]);
-        tm += (double)dcp_blocks_token_bytes(b, b->blk_len[t]);
-    }
-    int ok = 1;
-    for (int32_t r = 0; r < nr; r++) {
-        ok &= (double)f[r] <= (1.0 + tol) * tf / nr + 1.0 &&
-              (double)m[r] <= (1.0 + tol) * tm / nr + 1.0;
-        ok &= in->opts->mem_cap_bytes <= 0 || m[r] <= in->opts->mem_cap_bytes;
-    }
-    free(f);
-    free(m);
-    return ok;
-}
-
+/* Nodes first, then each node's devices. */
 static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
-                                 const dcp_place_in_t *in, dcp_placement_t *p)
+                                 const dcp_place_in_t *in, metis_method_t how, dcp_placement_t *p)
 {
     const dcp_cluster_t *c = in->cluster;
     const int64_t nv = g->num_blocks + g->num_comps;
@@ -126,18 +108,62 @@ static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *
     DCP_CHECK_GOTO(dcp_calloc(&node_of, nv, sizeof *node_of, "metis"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&rank_of, nv, sizeof *rank_of, "metis"), st, out);
     DCP_CHECK_GOTO(
-        partition_level(b, g, in, NULL, -1, c->num_nodes, in->opts->eps_inter, 0, node_of), st,
+        partition_level(b, g, in, how, NULL, -1, c->num_nodes, in->opts->eps_inter, 0, node_of), st,
         out);
     for (int32_t n = 0; n < c->num_nodes; n++)
-        DCP_CHECK_GOTO(partition_level(b, g, in, node_of, n, c->devs_per_node, in->opts->eps_intra,
-                                       n * c->devs_per_node, rank_of),
+        DCP_CHECK_GOTO(partition_level(b, g, in, how, node_of, n, c->devs_per_node,
+                                       in->opts->eps_intra, n * c->devs_per_node, rank_of),
                        st, out);
     for (int32_t t = 0; t < b->num_blocks; t++) p->blk_owner[t] = rank_of[t];
     for (int64_t cc = 0; cc < g->num_comps; cc++) p->comp_exec[cc] = rank_of[g->num_blocks + cc];
-    st = DCP_OK;
 out:
     free(node_of);
     free(rank_of);
+    return st;
+}
+
+/* Every rank within the balance bounds (place.h) and under the memory cap. */
+static int balanced(const dcp_blocks_t *b, const dcp_place_in_t *in, const dcp_placement_t *p,
+                    double tol)
+{
+    const int32_t nr = in->cluster->num_ranks;
+    int64_t *f, *m;
+    if (dcp_place_loads(b, p, nr, &f, &m) != DCP_OK) return 0;
+    double fb, mb;
+    dcp_place_bounds(b, nr, tol, 0, &fb, &mb);
+    int ok = 1;
+    for (int32_t r = 0; r < nr; r++) {
+        ok &= (double)f[r] <= fb && (double)m[r] <= mb;
+        ok &= in->opts->mem_cap_bytes <= 0 || m[r] <= in->opts->mem_cap_bytes;
+    }
+    free(f);
+    free(m);
+    return ok;
+}
+
+/* Seconds the placement's transfers occupy the links: what the methods compete on. */
+static double link_seconds(const dcp_hypergraph_t *g, const dcp_place_in_t *in,
+                           const dcp_placement_t *p)
+{
+    const dcp_cluster_t *c = in->cluster;
+    int64_t total = 0, inter = 0;
+    if (dcp_hypergraph_traffic(g, p->blk_owner, p->comp_exec, c->num_ranks, c->devs_per_node,
+                               &total, &inter) != DCP_OK)
+        return INFINITY;
+    return (double)(total - inter) / (c->perf.intra_gbps * 1e9) +
+           (double)inter / (c->perf.inter_gbps * 1e9);
+}
+
+/* One method: partition, refine, and its link time when the result is valid (else inf). */
+static dcp_status_t try_method(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
+                               const dcp_place_in_t *in, metis_method_t how, dcp_placement_t *p,
+                               double *seconds)
+{
+    *seconds = INFINITY;
+    dcp_status_t st = hierarchical(b, g, in, how, p);
+    if (st == DCP_OK && in->opts->refine) st = dcp_refine(b, g, in, in->opts->eps_intra, p);
+    if (st == DCP_ERR_INTERNAL) return DCP_OK; /* METIS refused: this method just loses */
+    if (st == DCP_OK && balanced(b, in, p, in->opts->eps_intra)) *seconds = link_seconds(g, in, p);
     return st;
 }
 
@@ -150,16 +176,32 @@ static int32_t metis_chunks(int32_t num_ranks)
 static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
 {
     const dcp_blocks_t *b = in->blocks;
+    const int64_t ncomp = b->num_tiles * b->head_blocks;
     dcp_hypergraph_t g;
+    dcp_placement_t cand = {0};
     DCP_CHECK(dcp_hypergraph_build(b, &g));
-    dcp_status_t st = hierarchical(b, &g, in, p);
-    if (st == DCP_OK && in->opts->refine) st = dcp_refine(b, &g, in, in->opts->eps_intra, p);
+    dcp_status_t st;
+    DCP_CHECK_GOTO(dcp_calloc(&cand.blk_owner, b->num_blocks, sizeof(int32_t), "metis"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&cand.comp_exec, ncomp, sizeof(int32_t), "metis"), st, out);
+    double best = INFINITY;
+    for (int how = 0; how < METHOD_COUNT; how++) {
+        double seconds;
+        DCP_CHECK_GOTO(try_method(b, &g, in, (metis_method_t)how, &cand, &seconds), st, out);
+        if (seconds < best) {
+            best = seconds;
+            memcpy(p->blk_owner, cand.blk_owner, (size_t)b->num_blocks * sizeof(int32_t));
+            memcpy(p->comp_exec, cand.comp_exec, (size_t)ncomp * sizeof(int32_t));
+        }
+    }
+    if (best == INFINITY) { /* no valid result: lpt places within the cap or says why */
+        p->fallback = 1;
+        st = dcp_strategy_lpt.place(in, p);
+    }
+out:
+    free(cand.blk_owner);
+    free(cand.comp_exec);
     dcp_hypergraph_release(&g);
-    if (st != DCP_OK && st != DCP_ERR_INTERNAL) return st;
-    if (st == DCP_OK && balanced(b, in, p, in->opts->eps_intra + BALANCE_SLACK)) return DCP_OK;
-    /* METIS failed or its result is out of bounds: lpt places within the cap or says why */
-    p->fallback = 1;
-    return dcp_strategy_lpt.place(in, p);
+    return st;
 }
 
 const dcp_strategy_ops_t dcp_strategy_metis = {DCP_STRATEGY_METIS, "metis", metis_chunks,

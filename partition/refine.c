@@ -134,35 +134,65 @@ static void repair_compute(refiner_t *r)
     }
 }
 
+static void move_block(refiner_t *r, int32_t t, int32_t to)
+{
+    r->mem[r->owner[t]] -= blk_bytes(r, t);
+    r->mem[to] += blk_bytes(r, t);
+    r->owner[t] = to;
+}
+
+/* The cheapest way to take bytes off rank a: move one of its blocks to a rank with room, or,
+ * where no block fits anywhere (blocks are coarse), swap one for a smaller block of another
+ * rank. Returns 0 when neither exists. */
+static int shed_memory(refiner_t *r, int32_t a, double bound)
+{
+    int32_t best_t = -1, best_to = -1, best_u = -1;
+    double best = INFINITY;
+    for (int32_t t = 0; t < r->b->num_blocks; t++) {
+        if (r->owner[t] != a) continue;
+        const double now = blk_cost(r, t, a);
+        for (int32_t to = 0; to < r->nr; to++) {
+            if (to == a || (double)(r->mem[to] + blk_bytes(r, t)) > bound) continue;
+            const double d = blk_cost(r, t, to) - now;
+            if (d < best) {
+                best = d;
+                best_t = t;
+                best_to = to;
+            }
+        }
+    }
+    if (best_t >= 0) {
+        move_block(r, best_t, best_to);
+        return 1;
+    }
+    for (int32_t t = 0; t < r->b->num_blocks; t++) {
+        if (r->owner[t] != a) continue;
+        const double now_t = blk_cost(r, t, a);
+        for (int32_t u = 0; u < r->b->num_blocks; u++) {
+            const int32_t to = r->owner[u];
+            const int64_t gain = blk_bytes(r, t) - blk_bytes(r, u);
+            if (to == a || gain <= 0 || (double)(r->mem[to] + gain) > bound) continue;
+            const double d = blk_cost(r, t, to) - now_t + blk_cost(r, u, a) - blk_cost(r, u, to);
+            if (d < best) {
+                best = d;
+                best_t = t;
+                best_u = u;
+                best_to = to;
+            }
+        }
+    }
+    if (best_t < 0) return 0;
+    move_block(r, best_t, best_to);
+    move_block(r, best_u, a);
+    return 1;
+}
+
 static void repair_memory(refiner_t *r, int64_t cap)
 {
     const double bound = cap > 0 && (double)cap < r->bound_mem ? (double)cap : r->bound_mem;
-    for (int32_t guard = 0; guard < r->b->num_blocks; guard++) {
+    for (int32_t guard = 0; guard < 4 * r->b->num_blocks; guard++) {
         const int32_t a = argmax(r->mem, r->nr);
-        if ((double)r->mem[a] <= bound) return;
-        const int32_t node0 = a / r->devs * r->devs;
-        const int32_t cand[2] = {argmin_in(r->mem, node0, node0 + r->devs),
-                                 argmin_in(r->mem, 0, r->nr)};
-        int32_t best_t = -1, best_to = -1;
-        double best = INFINITY;
-        for (int32_t t = 0; t < r->b->num_blocks; t++) {
-            if (r->owner[t] != a) continue;
-            const double now = blk_cost(r, t, a);
-            for (int i = 0; i < 2; i++) {
-                const int32_t to = cand[i];
-                if (to == a || (double)(r->mem[to] + blk_bytes(r, t)) > bound) continue;
-                const double d = blk_cost(r, t, to) - now;
-                if (d < best) {
-                    best = d;
-                    best_t = t;
-                    best_to = to;
-                }
-            }
-        }
-        if (best_t < 0) return;
-        r->mem[a] -= blk_bytes(r, best_t);
-        r->mem[best_to] += blk_bytes(r, best_t);
-        r->owner[best_t] = best_to;
+        if ((double)r->mem[a] <= bound || !shed_memory(r, a, bound)) return;
     }
 }
 
@@ -208,23 +238,14 @@ dcp_status_t dcp_refine(const dcp_blocks_t *b, const dcp_hypergraph_t *g, const 
     if (g->num_nets * r.nr > REFINE_MAX_CELLS) return DCP_OK;
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&r.cnt, g->num_nets * r.nr, sizeof(int32_t), "refine"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&r.flops, r.nr, sizeof(int64_t), "refine"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&r.mem, r.nr, sizeof(int64_t), "refine"), st, out);
-    double tot_f = 0, tot_m = 0;
+    DCP_CHECK_GOTO(dcp_place_loads(b, p, r.nr, &r.flops, &r.mem), st, out);
     for (int64_t cc = 0; cc < g->num_comps; cc++) {
         int64_t nets[2];
         dcp_comp_nets(b, cc, nets);
         (*cell(&r, nets[0], r.exec[cc]))++;
         (*cell(&r, nets[1], r.exec[cc]))++;
-        r.flops[r.exec[cc]] += comp_flops(&r, cc);
-        tot_f += (double)comp_flops(&r, cc);
     }
-    for (int32_t t = 0; t < b->num_blocks; t++) {
-        r.mem[r.owner[t]] += blk_bytes(&r, t);
-        tot_m += (double)blk_bytes(&r, t);
-    }
-    r.bound_flops = (1.0 + tol) * tot_f / r.nr;
-    r.bound_mem = (1.0 + tol) * tot_m / r.nr;
+    dcp_place_bounds(b, r.nr, tol, 1, &r.bound_flops, &r.bound_mem);
     repair_compute(&r);
     repair_memory(&r, in->opts->mem_cap_bytes);
     reduce_traffic(&r);

@@ -2,6 +2,7 @@
 
 #include "plugin/cli/lengths.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ void dcp_common_defaults(dcp_common_flags_t *f)
         .divisions = 4,
         .mask = "causal",
         .strategy = "lpt",
+        .scale = 1.0,
     };
 }
 
@@ -112,30 +114,34 @@ static void resolve_strategies(const char *tool, const dcp_common_flags_t *f, dc
     free(storage);
 }
 
-static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+static void parse_seqlens(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
 {
-    if (f->seqlens && f->lengths_file)
-        dcp_args_fail(tool, "seqlens", "give either --seqlens or --lengths-file");
-    if (f->seqlens) {
-        char **items, *storage;
-        out->num_seqs = dcp_args_split(tool, "seqlens", f->seqlens, &items, &storage);
-        long long total = 0;
-        out->lengths = calloc((size_t)out->num_seqs, sizeof *out->lengths);
-        for (int32_t i = 0; i < out->num_seqs; i++) {
-            char *end;
-            const long long v = strtoll(items[i], &end, 10);
-            if (*end != '\0' || v < 1 || v > 2147483647)
-                dcp_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
-            out->lengths[i] = (int32_t)v;
-            total += v;
-        }
-        if (total > 2147483647)
-            dcp_args_fail(tool, "seqlens", "%lld tokens in all, more than 2^31 - 1",
-                          (long long)total);
-        free(items);
-        free(storage);
-        return;
+    char **items, *storage;
+    const int32_t n = dcp_args_split(tool, "seqlens", f->seqlens, &items, &storage);
+    long long total = 0;
+    out->lengths = calloc((size_t)n, sizeof *out->lengths);
+    for (int32_t i = 0; i < n; i++) {
+        char *end;
+        const long long v = strtoll(items[i], &end, 10);
+        if (*end != '\0' || v < 1 || v > 2147483647)
+            dcp_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
+        const long long scaled = llround((double)v * f->scale);
+        out->lengths[i] = (int32_t)(scaled < 1 ? 1 : scaled > 2147483647 ? 2147483647 : scaled);
+        total += out->lengths[i];
     }
+    if (total > 2147483647)
+        dcp_args_fail(tool, "seqlens", "%lld tokens in all, more than 2^31 - 1", total);
+    out->num_batches = 1;
+    out->batch_first = calloc(2, sizeof *out->batch_first);
+    out->batch_first[1] = n;
+    free(items);
+    free(storage);
+}
+
+/* Lengths from the file or the built-in histogram: one batch filled to exactly --tokens
+ * (the attention test), or --batches batches packed the way DCP packs them (the planner). */
+static void sample_lengths(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+{
     dcp_length_source_t src = {NULL, 0};
     int32_t *pool = NULL;
     if (f->lengths_file) {
@@ -144,11 +150,40 @@ static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_c
             dcp_args_fail(tool, "lengths-file", "%s", dcp_last_error());
         src = (dcp_length_source_t){pool, n};
     }
-    const int64_t max_len = f->max_len > 0 ? f->max_len : f->tokens;
-    if (dcp_lengths_fill(&src, f->tokens, (int32_t)(max_len < 2147483647 ? max_len : 2147483647),
-                         (uint64_t)f->seed, &out->lengths, &out->num_seqs) != DCP_OK)
-        dcp_args_fail(tool, "max-len", "%s", dcp_last_error());
+    if (f->batches > 0) {
+        if (dcp_lengths_pack(&src, f->tokens, f->scale, (int32_t)f->batches, (uint64_t)f->seed,
+                             &out->lengths, &out->batch_first, &out->num_batches) != DCP_OK)
+            dcp_args_fail(tool, "batches", "%s", dcp_last_error());
+        if (out->num_batches < f->batches)
+            fprintf(stderr, "%s: the lengths fill only %d batches of %lld tokens\n", tool,
+                    out->num_batches, (long long)f->tokens);
+    } else {
+        const int64_t max_len = f->max_len > 0 ? f->max_len : f->tokens;
+        int32_t n = 0;
+        if (dcp_lengths_fill(&src, f->tokens,
+                             (int32_t)(max_len < 2147483647 ? max_len : 2147483647),
+                             (uint64_t)f->seed, &out->lengths, &n) != DCP_OK)
+            dcp_args_fail(tool, "max-len", "%s", dcp_last_error());
+        for (int32_t i = 0; i < n; i++) {
+            const long long s = llround(out->lengths[i] * f->scale);
+            out->lengths[i] = (int32_t)(s < 1 ? 1 : s > 2147483647 ? 2147483647 : s);
+        }
+        out->num_batches = 1;
+        out->batch_first = calloc(2, sizeof *out->batch_first);
+        out->batch_first[1] = n;
+    }
     free(pool);
+}
+
+static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+{
+    if (f->seqlens && f->lengths_file)
+        dcp_args_fail(tool, "seqlens", "give either --seqlens or --lengths-file");
+    if (!(f->scale > 0)) dcp_args_fail(tool, "scale", "must be > 0");
+    if (f->seqlens)
+        parse_seqlens(tool, f, out);
+    else
+        sample_lengths(tool, f, out);
 }
 
 void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
@@ -182,6 +217,7 @@ void dcp_common_free(dcp_common_t *c)
     free(c->mask_names);
     free(c->masks);
     free(c->strategies);
+    free(c->batch_first);
     free(c->lengths);
     memset(c, 0, sizeof *c);
 }

@@ -10,6 +10,8 @@ typedef struct {
     int64_t ranks, tokens, max_len, seed, heads, kv_heads, head_dim, block, head_blocks, divisions;
     int64_t mem_cap;
     const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
+    int64_t batches; /* 0: one batch filled to --tokens; else DCP's packing into this many */
+    double scale;    /* every length multiplied by this (default 1) */
 } dcp_common_flags_t;
 
 /* Number of table entries dcp_common_args() fills. */
@@ -25,7 +27,8 @@ typedef struct {
     char **mask_names; /* canonical text of each mask */
     int32_t num_strategies;
     dcp_strategy_t *strategies;
-    int32_t num_seqs;
+    int32_t num_batches;
+    int32_t *batch_first; /* batch b: lengths[batch_first[b] .. batch_first[b + 1]) */
     int32_t *lengths;
     dcp_attn_shape_t shape;
     dcp_plan_options_t opts; /* strategy left to the caller */

@@ -32,13 +32,13 @@ static const dcp_col_t cols[] = {
 static void print_header(const dcp_common_t *c, const dcp_harness_t *h)
 {
     int32_t longest = 0;
-    for (int32_t s = 0; s < c->num_seqs; s++)
-        longest = c->lengths[s] > longest ? c->lengths[s] : longest;
+    for (int32_t s = 0; s < h->num_seqs; s++)
+        longest = h->lengths[s] > longest ? h->lengths[s] : longest;
     printf("# %s: %d ranks (%dx%d), %lld tokens in %d sequences (longest %d), heads %d/%d x %d, "
            "fp32 cpu, block %d, head blocks %d, divisions %d\n",
            tool, dcp_cluster_num_ranks(c->cluster), dcp_cluster_num_nodes(c->cluster),
            dcp_cluster_num_ranks(c->cluster) / dcp_cluster_num_nodes(c->cluster),
-           (long long)h->tokens, c->num_seqs, longest, c->shape.num_heads, c->shape.num_kv_heads,
+           (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads, c->shape.num_kv_heads,
            c->shape.head_dim, c->opts.block_size, c->opts.head_blocks, c->opts.divisions);
 }
 
@@ -150,11 +150,12 @@ int main(int argc, char **argv)
 
     int failed = 0;
     for (int32_t m = 0; m < c.num_masks; m++) {
-        dcp_mask_t *masks = calloc((size_t)c.num_seqs, sizeof *masks);
-        for (int32_t s = 0; s < c.num_seqs; s++) masks[s] = c.masks[m];
+        const int32_t nseq = c.batch_first[1]; /* one batch */
+        dcp_mask_t *masks = calloc((size_t)nseq, sizeof *masks);
+        for (int32_t s = 0; s < nseq; s++) masks[s] = c.masks[m];
         dcp_harness_t *h = NULL;
         dcp_status_t st =
-            dcp_harness_create(c.lengths, c.num_seqs, masks, &c.shape, (uint64_t)f.seed, &h);
+            dcp_harness_create(c.lengths, nseq, masks, &c.shape, (uint64_t)f.seed, &h);
         if (st == DCP_OK && rf.check) st = dcp_harness_reference(h, (int32_t)rf.threads);
         free(masks);
         if (st != DCP_OK) {

@@ -3,6 +3,7 @@
 #include "include/base/error.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,4 +101,82 @@ dcp_status_t dcp_lengths_fill(const dcp_length_source_t *src, int64_t tokens, in
     *lengths_out = v;
     *count_out = (int32_t)n;
     return DCP_OK;
+}
+
+/* The next length of the packing stream: a shuffled pass over the pool, or a draw. */
+static int next_length(const dcp_length_source_t *src, const int64_t *order, int64_t *pos,
+                       dcp_rng_t *rng, int32_t *len)
+{
+    if (!src->pool) {
+        *len = dcp_length_draw(src, rng);
+        return 1;
+    }
+    if (*pos >= src->pool_size) return 0;
+    *len = src->pool[order[(*pos)++]];
+    return 1;
+}
+
+dcp_status_t dcp_lengths_pack(const dcp_length_source_t *src, int64_t tokens, double scale,
+                              int32_t max_batches, uint64_t seed, int32_t **lengths_out,
+                              int32_t **first_out, int32_t *num_batches_out)
+{
+    if (tokens < 1 || max_batches < 1 || !(scale > 0))
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "pack: tokens, batches and scale must be > 0");
+    dcp_rng_t rng = {seed};
+    int64_t *order = NULL, pos = 0, n = 0, cap = 0, fcap = 0;
+    int32_t *v = NULL, *first = NULL, nb = 0, cur_n = 0;
+    int64_t cur_tokens = 0, draws = 0;
+    dcp_status_t st = DCP_OK;
+    if (src->pool) {
+        DCP_CHECK_GOTO(dcp_calloc(&order, src->pool_size, sizeof *order, "pack"), st, out);
+        for (int64_t i = 0; i < src->pool_size; i++) order[i] = i;
+        for (int64_t i = src->pool_size - 1; i > 0; i--) { /* Fisher-Yates */
+            const int64_t j = dcp_rng_range(&rng, 0, i), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    DCP_CHECK_GOTO(dcp_reserve(&first, &fcap, 1, sizeof *first, "pack"), st, out);
+    int32_t len;
+    while (nb < max_batches && next_length(src, order, &pos, &rng, &len)) {
+        if (++draws > 100000000) break;
+        const int64_t l = llround(len * scale) > 0 ? llround(len * scale) : 1;
+        if (l > tokens) continue;
+        if (cur_tokens + l > tokens) { /* close the batch: keep it if >= 75% full */
+            if (4 * cur_tokens >= 3 * tokens) {
+                DCP_CHECK_GOTO(dcp_reserve(&first, &fcap, nb + 2, sizeof *first, "pack"), st, out);
+                first[++nb] = (int32_t)n;
+            } else {
+                n -= cur_n;
+            }
+            cur_tokens = 0;
+            cur_n = 0;
+            if (nb == max_batches) break;
+        }
+        DCP_CHECK_GOTO(dcp_reserve(&v, &cap, n + 1, sizeof *v, "pack"), st, out);
+        v[n++] = (int32_t)l;
+        cur_n++;
+        cur_tokens += l;
+    }
+    if (nb < max_batches && 4 * cur_tokens >= 3 * tokens) { /* the last, open batch */
+        DCP_CHECK_GOTO(dcp_reserve(&first, &fcap, nb + 2, sizeof *first, "pack"), st, out);
+        first[++nb] = (int32_t)n;
+    }
+    if (nb == 0) {
+        st = dcp_set_error(DCP_ERR_INVALID_ARG,
+                           "pack: the lengths fill no batch of %lld tokens to 75%%",
+                           (long long)tokens);
+        goto out;
+    }
+    first[0] = 0;
+    *lengths_out = v;
+    *first_out = first;
+    *num_batches_out = nb;
+    v = NULL;
+    first = NULL;
+out:
+    free(order);
+    free(v);
+    free(first);
+    return st;
 }

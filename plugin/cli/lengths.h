@@ -24,4 +24,14 @@ int32_t dcp_length_draw(const dcp_length_source_t *src, dcp_rng_t *rng);
 dcp_status_t dcp_lengths_fill(const dcp_length_source_t *src, int64_t tokens, int32_t max_len,
                               uint64_t seed, int32_t **lengths_out, int32_t *count_out);
 
+/* DCP's packing of consecutive batches of `tokens` tokens: lengths come from the file in
+ * an order shuffled with the seed (or as seeded draws from the histogram), each multiplied
+ * by `scale` (at least 1 token); lengths above `tokens` are dropped; lengths are added to
+ * the current batch while they fit, and a batch is kept when it is at least 75% full.
+ * Writes up to max_batches batches: batch b is lengths[first[b] .. first[b + 1]) (both
+ * malloc'ed); fewer when a file runs out. */
+dcp_status_t dcp_lengths_pack(const dcp_length_source_t *src, int64_t tokens, double scale,
+                              int32_t max_batches, uint64_t seed, int32_t **lengths_out,
+                              int32_t **first_out, int32_t *num_batches_out);
+
 #endif
