@@ -21,7 +21,7 @@ void dcp_common_defaults(dcp_common_flags_t *f)
         .head_blocks = 1,
         .divisions = 4,
         .mask = "causal",
-        .strategy = "lpt",
+        .strategy = "metis",
         .scale = 1.0,
     };
 }
@@ -52,7 +52,7 @@ void dcp_common_args(dcp_common_flags_t *f, dcp_arg_t *a)
         {"divisions", DCP_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank (default 4)",
          0},
         {"strategy", DCP_ARG_STR, &f->strategy, 0, 0,
-         "ring, zigzag, lpt, a comma list, or all (default lpt)", 0},
+         "ring, zigzag, lpt, metis, auto, a comma list, or all", 0},
         {"mem-cap", DCP_ARG_INT, &f->mem_cap, 0, INT64_MAX,
          "per-rank cap on owned block bytes (default none)", 0},
     };

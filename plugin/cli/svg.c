@@ -86,8 +86,12 @@ static void grids(svg_t *s, const int64_t *cell_base)
             s->y += row_h + 22;
             row_h = 0;
         }
-        fprintf(s->f, "<text x='%.1f' y='%.1f' font-size='10'>seq %d (%d)</text>\n", x, s->y + 9,
-                seq, p->seqs[seq].len);
+        /* narrow grids get a short label so that neighbours do not overlap */
+        if (w >= 70)
+            fprintf(s->f, "<text x='%.1f' y='%.1f' font-size='10'>seq %d (%d)</text>\n", x,
+                    s->y + 9, seq, p->seqs[seq].len);
+        else
+            fprintf(s->f, "<text x='%.1f' y='%.1f' font-size='8'>%d</text>\n", x, s->y + 9, seq);
         const double y0 = s->y + 13;
         char col[48];
         for (int32_t a = 0; a < nb; a++) {
