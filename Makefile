@@ -22,11 +22,11 @@ CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SAN) -fPIC \
 	-fvisibility=hidden -I. -MMD -MP
-LDLIBS_ALL = -lmetis -lpthread -lm
+LDLIBS_ALL = -lhwloc -lmetis -lpthread -lm
 
 LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
-TOOLS = dcp-attn-test dcp-plan
+TOOLS = dcp-attn-test dcp-plan dcp-topo
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
 
 ifneq ($(NVCC),)

@@ -19,6 +19,7 @@ int dcp_suite_gpu(void);
 int dcp_suite_metis(void);
 int dcp_suite_rounds(void);
 int dcp_suite_cost(void);
+int dcp_suite_topo(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {
