@@ -61,7 +61,7 @@ static void test_h100_ib_node(void)
     CU_ASSERT_EQUAL(t->num_gpus, 8);
     CU_ASSERT_EQUAL(t->num_nics, 11);
     for (int32_t g = 0; g < 8; g++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "mlx5_%d", g);
         CU_ASSERT_EQUAL(t->gpus[g].nic, nic_named(t, name));
         CU_ASSERT_EQUAL(t->gpus[g].nic_path, DCP_PATH_PIX);
