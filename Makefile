@@ -22,9 +22,12 @@ CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SAN) -fPIC \
 	-fvisibility=hidden -I. -MMD -MP
-LDLIBS_ALL = -lhwloc -lmetis -lpthread -lm
+LDLIBS_ALL = -lucp -luct -lucs -lhwloc -lmetis -lpthread -lm
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 
 LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
+MPI_SRCS = $(wildcard plugin/mpi/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
 TOOLS = dcp-attn-test dcp-plan dcp-topo
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
@@ -38,6 +41,7 @@ LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+MPI_OBJS = $(MPI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS = $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_BINS = $(TOOLS:%=$(BUILD)/bin/%)
@@ -47,13 +51,22 @@ EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 .PHONY: all lib tools tests run test test-asan test-run deps install clean
 all: lib tools
 
-lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so
+lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
 tools: $(TOOL_BINS)
 tests: $(TEST_BIN) $(EXAMPLE_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+# the MPI bootstrap is the only code that sees MPI
+$(BUILD)/obj/plugin/mpi/%.o: plugin/mpi/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
+
+$(BUILD)/lib/libdcp_mpi.a: $(MPI_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
@@ -71,9 +84,11 @@ $(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/lib
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+# tools that run as one rank per process under mpirun also link the MPI bootstrap
+$(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o $(CLI_OBJS) \
+		$(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
-	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) $(MPI_LIBS)
 
 $(TEST_BIN): $(TEST_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)

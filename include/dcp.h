@@ -194,7 +194,10 @@ typedef struct dcp_cluster dcp_cluster_t;
  *             lat 15, 312 TFLOP/s bf16, hbm 1555)
  *   h100-ib   8 x H100 on NVSwitch, 8 x 400 Gb/s InfiniBand per node (intra 450, inter 50,
  *             lat 3, 989 TFLOP/s bf16, hbm 3350)
- * e.g. "4xh100-ib" or "2xa100-efa:inter=12.5". */
+ * or G may be "@FILE", an hwloc XML capture of one node (lstopo --of xml, taken with I/O
+ * devices): G is its NVIDIA GPU count, inter and lat follow from the NIC each GPU uses
+ * (its rate shared by the GPUs on it), the rest keep the defaults. FILE may not hold ':'.
+ * e.g. "4xh100-ib", "2xa100-efa:inter=12.5", "4x@node.xml:intra=450". */
 DCP_API dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out);
 DCP_API void dcp_cluster_destroy(dcp_cluster_t *cluster);
 DCP_API int32_t dcp_cluster_num_ranks(const dcp_cluster_t *cluster);
@@ -300,6 +303,23 @@ typedef struct {
     float *lse;
 } dcp_tensors_t;
 
+/* How the ranks of a job (processes, possibly on many nodes) find each other: an allgather
+ * of a few bytes, called while contexts are created and destroyed. Every rank passes `bytes`
+ * bytes in `send`; `recv` receives size x bytes, rank r's at offset r x bytes. Collective:
+ * all ranks call it in the same order. A host framework supplies its own (over its process
+ * group); dcp_bootstrap_mpi() supplies one over MPI. */
+typedef dcp_status_t (*dcp_allgather_fn)(void *state, const void *send, void *recv, size_t bytes);
+
+typedef struct {
+    int32_t rank, size;
+    dcp_allgather_fn allgather;
+    void *state; /* passed to allgather; borrowed */
+} dcp_bootstrap_t;
+
+/* A bootstrap over MPI_COMM_WORLD. Defined in libdcp_mpi (link -ldcp_mpi and MPI) so that
+ * libdcp itself does not depend on MPI. MPI must be initialised. */
+DCP_API dcp_status_t dcp_bootstrap_mpi(dcp_bootstrap_t *bootstrap_out);
+
 /* A group of in-process ranks (threads of one process) that exchange blocks through
  * shared memory. Thread-safe; destroy only after every context on it is destroyed. */
 typedef struct dcp_group dcp_group_t;
@@ -308,9 +328,14 @@ DCP_API dcp_status_t dcp_group_create(int32_t num_ranks, dcp_group_t **group_out
 DCP_API void dcp_group_destroy(dcp_group_t *group);
 
 typedef struct {
-    int32_t rank;       /* this rank, in [0, group size) */
-    dcp_group_t *group; /* borrowed in-process group */
-    double timeout_s;   /* per-wait transfer timeout; 0 = $DCP_TIMEOUT_S or 60 s */
+    int32_t rank;                     /* with a group: this rank, in [0, group size) */
+    dcp_group_t *group;               /* ranks are threads: the borrowed in-process group */
+    const dcp_bootstrap_t *bootstrap; /* ranks are processes: borrowed, used by create and
+                                         destroy (both collective); exactly one of the two */
+    double timeout_s;                 /* per-wait transfer timeout; 0 = $DCP_TIMEOUT_S or 60 s */
+    const char *transport_intra;      /* engine within a node: "ucx", "nccl", "ipc", "inproc";
+                                         NULL: $DCP_TRANSPORT_INTRA, else chosen by topology */
+    const char *transport_inter;      /* engine between nodes, likewise ($DCP_TRANSPORT_INTER) */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
@@ -320,6 +345,15 @@ typedef struct dcp_context dcp_context_t;
 DCP_API dcp_status_t dcp_context_create(const dcp_context_config_t *config,
                                         dcp_context_t **ctx_out);
 DCP_API void dcp_context_destroy(dcp_context_t *ctx);
+
+/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name,
+ * devices per node, and link figures where the NICs report them. Owned by the context.
+ * DCP_ERR_UNSUPPORTED when the ranks are not placed node by node with the same count on
+ * every node (the cluster model numbers ranks node by node). */
+DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx, const dcp_cluster_t **cluster_out);
+
+/* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
+DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
 /* Runs this rank's forward program of `plan` (fp32 on CPU) over `io`. Every rank of the
  * group must call it with the same plan. O and LSE are written only on success; when a peer

@@ -4,6 +4,7 @@
 #include "include/base/error.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 double dcp_context_default_timeout(void)
@@ -17,23 +18,39 @@ double dcp_context_default_timeout(void)
     return 60.0;
 }
 
+/* Threads of one process: the in-process engine over the group's hub, on every link. */
+static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t *config)
+{
+    const char *names[DCP_LINK_COUNT] = {config->transport_intra, config->transport_inter};
+    for (int l = 0; l < DCP_LINK_COUNT; l++) {
+        const dcp_engine_env_t env = {.threads = 1, .override = {names[0], names[1]}};
+        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL));
+    }
+    snprintf(ctx->cluster_why, sizeof ctx->cluster_why,
+             "the ranks are threads: plan with a cluster of the caller's choosing");
+    ctx->rank = config->rank;
+    return dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
+}
+
 dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
 {
     if (!config || !ctx_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
-    if (!config->group) return dcp_set_error(DCP_ERR_INVALID_ARG, "config.group is NULL");
+    if (!config->group == !config->bootstrap)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config: give exactly one of group (threads) and bootstrap (processes)");
     if (!(config->timeout_s >= 0) || !isfinite(config->timeout_s))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.timeout_s = %g, must be >= 0",
                              config->timeout_s);
     dcp_context_t *ctx;
     DCP_CHECK(dcp_calloc(&ctx, 1, sizeof *ctx, "context"));
-    const dcp_status_t st =
-        dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
+    const dcp_status_t st = config->group ? attach_group(ctx, config) : dcp_job_attach(ctx, config);
     if (st != DCP_OK) {
+        dcp_engine_destroy(ctx->engine);
+        dcp_cluster_destroy(ctx->cluster);
         free(ctx);
         return st;
     }
-    ctx->rank = config->rank;
     ctx->kernels = &dcp_kernels_cpu;
     ctx->timeout_s = config->timeout_s > 0 ? config->timeout_s : dcp_context_default_timeout();
     *ctx_out = ctx;
@@ -49,7 +66,23 @@ void dcp_context_destroy(dcp_context_t *ctx)
     }
     free(ctx->ops);
     dcp_engine_destroy(ctx->engine);
+    dcp_cluster_destroy(ctx->cluster);
     free(ctx);
+}
+
+dcp_status_t dcp_context_cluster(const dcp_context_t *ctx, const dcp_cluster_t **cluster_out)
+{
+    if (!ctx || !cluster_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "cluster_out" : "ctx");
+    if (!ctx->cluster) return dcp_set_error(DCP_ERR_UNSUPPORTED, "context: %s", ctx->cluster_why);
+    *cluster_out = ctx->cluster;
+    return DCP_OK;
+}
+
+const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node)
+{
+    return ctx ? dcp_engine_kind_name(ctx->engine_kind[inter_node ? DCP_LINK_INTER : DCP_LINK_INTRA])
+               : "none";
 }
 
 dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes)

@@ -6,6 +6,7 @@
 #include "kernels/kernel.h"
 #include "transport/engine.h"
 #include "transport/inproc.h"
+#include "transport/select.h"
 
 struct dcp_group {
     dcp_inproc_hub_t *hub;
@@ -14,6 +15,9 @@ struct dcp_group {
 struct dcp_context {
     int32_t rank;
     dcp_engine_t *engine;
+    dcp_engine_kind_t engine_kind[DCP_LINK_COUNT];
+    dcp_cluster_t *cluster; /* process ranks: the cluster they form, when it is regular */
+    char cluster_why[160];  /* why there is none */
     const dcp_kernels_t *kernels;
     double timeout_s;
     /* work buffers, grown to the largest plan run so far and reused */
@@ -26,6 +30,10 @@ struct dcp_context {
 
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */
 double dcp_context_default_timeout(void);
+
+/* The engine side of a context of process ranks (plugin/job.c): gathers every rank's node
+ * over the bootstrap, builds the cluster, chooses and creates the engines. */
+dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *config);
 
 /* Makes work buffer b hold at least `bytes` (registered with the engine). */
 dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes);

@@ -1,6 +1,7 @@
 #include "topo/cluster.h"
 
 #include "include/base/error.h"
+#include "topo/node_figures.h"
 
 #include <errno.h>
 #include <math.h>
@@ -149,13 +150,27 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     const char *x = memchr(spec, 'x', (size_t)(shape_end - spec));
     int32_t nodes = 0, devs = 0;
     const preset_t *pre = x ? find_preset(x + 1, shape_end) : NULL;
-    if (!x || !parse_count(spec, x, &nodes) || (!pre && !parse_count(x + 1, shape_end, &devs)))
+    const int xml = x && x[1] == '@';
+    if (!x || !parse_count(spec, x, &nodes) ||
+        (!pre && !xml && !parse_count(x + 1, shape_end, &devs)))
         return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "cluster spec '%s': expected NxG or NxPRESET (a100-efa, h100-ib) "
-                             "[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]",
+                             "cluster spec '%s': expected NxG, NxPRESET (a100-efa, h100-ib) or "
+                             "Nx@NODE.xml [:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]",
                              spec);
+    dcp_perf_model_t node_perf;
+    dcp_perf_model_default(&node_perf);
+    if (xml) {
+        char path[4096];
+        const size_t n = (size_t)(shape_end - x - 2);
+        if (n == 0 || n >= sizeof path)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "cluster spec '%s': bad file name", spec);
+        memcpy(path, x + 2, n);
+        path[n] = '\0';
+        DCP_CHECK(dcp_node_figures_from_xml(path, &devs, &node_perf));
+    }
     dcp_cluster_t *c = NULL;
     DCP_CHECK(dcp_cluster_create(nodes, pre ? pre->devs : devs, &c));
+    c->perf = node_perf;
     if (pre) {
         c->perf.intra_gbps = pre->intra;
         c->perf.inter_gbps = pre->inter;

@@ -17,6 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Tags with this bit belong to the engines' own control messages; data tags never set it. */
+#define DCP_TAG_CONTROL (1ull << 63)
+
 typedef struct {
     int32_t peer;
     int32_t send; /* 1: send ptr[0..bytes) to peer; 0: receive into it from peer */

@@ -223,7 +223,7 @@ static void test_failed_group_stays_failed(void)
     CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
     dcp_context_t *ctx[2] = {NULL, NULL};
     for (int r = 0; r < 2; r++) {
-        const dcp_context_config_t cfg = {r, g, 60.0};
+        const dcp_context_config_t cfg = {.rank = r, .group = g, .timeout_s = 60.0};
         CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cfg, &ctx[r]), DCP_OK);
     }
     /* a clean batch first */
@@ -256,8 +256,7 @@ static dcp_status_t forward_once(const dcp_plan_t *p, const dcp_tensors_t *io)
 {
     dcp_group_t *g = NULL;
     dcp_context_t *ctx = NULL;
-    const dcp_context_config_t cfg = {0, NULL, 0};
-    dcp_context_config_t c = cfg;
+    dcp_context_config_t c = {.rank = 0};
     CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
     c.group = g;
     CU_ASSERT_EQUAL_FATAL(dcp_context_create(&c, &ctx), DCP_OK);
@@ -273,7 +272,8 @@ static void test_context_and_executor_arguments(void)
     dcp_context_t *ctx = NULL;
     CU_ASSERT_EQUAL(dcp_group_create(0, &g), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
-    const dcp_context_config_t bad_rank = {2, g, 0}, no_group = {0, NULL, 0}, bad_t = {0, g, -1};
+    const dcp_context_config_t bad_rank = {.rank = 2, .group = g}, no_group = {.rank = 0},
+                               bad_t = {.group = g, .timeout_s = -1};
     CU_ASSERT_EQUAL(dcp_context_create(&bad_rank, &ctx), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_context_create(&no_group, &ctx), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_context_create(&bad_t, &ctx), DCP_ERR_INVALID_ARG);

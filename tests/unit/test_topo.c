@@ -1,5 +1,6 @@
 /* Topology discovery on hwloc XML captures (tests/data), without the hardware, and the
  * engine chosen for each link class. */
+#include "topo/cluster.h"
 #include "topo/node.h"
 #include "transport/select.h"
 #include "tests/unit/suites.h"
@@ -148,6 +149,31 @@ static void test_gpus_spread_over_equal_nics(void)
     free(t);
 }
 
+/* A cluster planned from a capture: GPUs per node from the XML, per-device network rate
+ * from the NIC each GPU uses (A100: 100 Gb/s EFA shared by two GPUs; H100: one 400 Gb/s
+ * HCA each). */
+static void test_cluster_from_capture(void)
+{
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x@tests/data/a100-efa.xml", &c), DCP_OK);
+    CU_ASSERT_EQUAL(c->num_ranks, 16);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 6.25, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 15.0, 1e-9);
+    dcp_cluster_destroy(c);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x@tests/data/h100-ib.xml:intra=450", &c),
+                          DCP_OK);
+    CU_ASSERT_EQUAL(c->devs_per_node, 8);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 50.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 450.0, 1e-9);
+    dcp_cluster_destroy(c);
+    c = NULL;
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("2x@tests/data/this-machine.xml", &c),
+                    DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "no NVIDIA GPU"));
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("2x@", &c), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(c);
+}
+
 static void test_engine_per_link(void)
 {
     dcp_engine_kind_t k;
@@ -187,6 +213,7 @@ int dcp_suite_topo(void)
         {"this_machine", test_this_machine},
         {"busid_order", test_busid_order},
         {"gpus_spread_over_equal_nics", test_gpus_spread_over_equal_nics},
+        {"cluster_from_capture", test_cluster_from_capture},
         {"engine_per_link", test_engine_per_link},
         {NULL, NULL},
     };

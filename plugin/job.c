@@ -1,0 +1,91 @@
+/*
+ * Contexts of process ranks (one rank per process, any number of nodes): every rank
+ * discovers its node with hwloc, the ranks allgather what they found over the bootstrap,
+ * ranks with the same host name form a node, and the engine of each link class is chosen
+ * from what the nodes have (transport/select.h).
+ */
+#include "include/base/error.h"
+#include "plugin/context.h"
+#include "topo/cluster.h"
+#include "topo/node.h"
+#include "transport/ucx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* What each rank tells the others; the same layout on every rank (one build). */
+typedef struct {
+    char host[64];
+    int32_t nic;  /* best NIC kind of the node (dcp_nic_kind_t) */
+    int32_t gpus; /* GPUs hwloc sees on the node */
+} rank_info_t;
+
+static void describe_self(rank_info_t *me)
+{
+    memset(me, 0, sizeof *me);
+    if (gethostname(me->host, sizeof me->host - 1) != 0) snprintf(me->host, sizeof me->host, "?");
+    me->nic = DCP_NIC_ETH;
+    dcp_node_topo_t *node = calloc(1, sizeof *node);
+    /* a machine hwloc cannot read still runs, over TCP */
+    if (node && dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {
+        me->gpus = node->num_gpus;
+        for (int32_t k = 0; k < node->num_nics; k++)
+            if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;
+    }
+    free(node);
+}
+
+/* Nodes by host name; the cluster when ranks are placed node by node, evenly. */
+static dcp_status_t build_cluster(dcp_context_t *ctx, const rank_info_t *all, int32_t n)
+{
+    /* runs of ranks on one host: each host one run, every run as long */
+    int32_t nodes = 0, per = 0, blocked = 1;
+    for (int32_t r = 0; r < n;) {
+        int32_t e = r;
+        while (e < n && !strcmp(all[e].host, all[r].host)) e++;
+        for (int32_t q = 0; q < r; q++) blocked &= strcmp(all[q].host, all[r].host) != 0;
+        if (nodes++ == 0) per = e - r;
+        else blocked &= e - r == per;
+        r = e;
+    }
+    if (!blocked) {
+        snprintf(ctx->cluster_why, sizeof ctx->cluster_why,
+                 "ranks are not placed node by node with the same count per node "
+                 "(e.g. mpirun --map-by node:... places them round robin)");
+        return DCP_OK;
+    }
+    return dcp_cluster_create(nodes, per, &ctx->cluster);
+}
+
+dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *config)
+{
+    const dcp_bootstrap_t *bs = config->bootstrap;
+    if (!bs->allgather || bs->size < 1 || bs->rank < 0 || bs->rank >= bs->size)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "config.bootstrap: rank %d of %d, allgather %s",
+                             bs->rank, bs->size, bs->allgather ? "set" : "NULL");
+    rank_info_t me, *all = NULL;
+    describe_self(&me);
+    DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "job"));
+    dcp_status_t st;
+    DCP_CHECK_GOTO(bs->allgather(bs->state, &me, all, sizeof me), st, out);
+    DCP_CHECK_GOTO(build_cluster(ctx, all, bs->size), st, out);
+    /* host buffers (the CPU executor) */
+    dcp_engine_env_t env = {.nic = DCP_NIC_ETH};
+    for (int32_t r = 0; r < bs->size; r++)
+        if (all[r].nic < (int32_t)env.nic) env.nic = (dcp_nic_kind_t)all[r].nic;
+    env.override[DCP_LINK_INTRA] = config->transport_intra ? config->transport_intra
+                                                           : getenv("DCP_TRANSPORT_INTRA");
+    env.override[DCP_LINK_INTER] = config->transport_inter ? config->transport_inter
+                                                           : getenv("DCP_TRANSPORT_INTER");
+    for (int l = 0; l < DCP_LINK_COUNT; l++)
+        DCP_CHECK_GOTO(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL), st,
+                       out);
+    /* for host memory every link is UCX (the only engine that moves it between processes) */
+    ctx->rank = bs->rank;
+    st = dcp_ucx_engine_create(bs, &ctx->engine);
+out:
+    free(all);
+    return st;
+}

@@ -1,0 +1,399 @@
+#include "transport/ucx.h"
+
+#include "include/base/error.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+
+/* Control messages carry the top tag bit, which data tags never set. */
+#define TAG_ABORT (DCP_TAG_CONTROL | 0xab0full)
+
+/* How long a closing endpoint may flush before it is closed by force. */
+#define CLOSE_FLUSH_S 5.0
+
+typedef struct ucx_engine ucx_engine_t;
+
+typedef struct {
+    ucx_engine_t *e;
+    int32_t peer;
+} peer_ref_t;
+
+struct ucx_engine {
+    dcp_engine_t base;
+    const dcp_bootstrap_t *bs;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;
+    peer_ref_t *refs;
+    int32_t failed_peer;  /* first peer reported dead or aborted, -1 while none */
+    int32_t self_failed;  /* this rank announced its own failure */
+    void *abort_req;      /* the posted receive for abort notices */
+    int32_t abort_from;
+};
+
+struct dcp_xfer_req {
+    int64_t n, pending;
+    void **reqs;          /* in-flight UCX requests (NULL once complete) */
+    ucs_status_t *status; /* completion status of each op */
+    int32_t *peer;
+};
+
+static dcp_status_t ucx_error(ucs_status_t s, const char *what)
+{
+    return dcp_set_error(DCP_ERR_SYSTEM, "ucx: %s: %s", what, ucs_status_string(s));
+}
+
+static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep, (void)status;
+    peer_ref_t *ref = arg;
+    if (ref->e->failed_peer < 0) ref->e->failed_peer = ref->peer;
+}
+
+static void progress(ucx_engine_t *e)
+{
+    for (int i = 0; i < 64 && ucp_worker_progress(e->worker); i++) {
+    }
+    if (e->abort_req && ucp_request_check_status(e->abort_req) != UCS_INPROGRESS) {
+        ucp_request_free(e->abort_req);
+        e->abort_req = NULL;
+        if (e->failed_peer < 0) e->failed_peer = e->abort_from;
+    }
+}
+
+/* Posts the standing receive for abort notices. */
+static dcp_status_t post_abort_listener(ucx_engine_t *e)
+{
+    ucp_request_param_t p = {0};
+    void *r = ucp_tag_recv_nbx(e->worker, &e->abort_from, sizeof e->abort_from, TAG_ABORT,
+                               ~0ull, &p);
+    if (UCS_PTR_IS_ERR(r)) return ucx_error(UCS_PTR_STATUS(r), "abort listener");
+    e->abort_req = r; /* a receive never completes at once unless a notice is already there */
+    return DCP_OK;
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+static void free_req(dcp_xfer_req_t *r)
+{
+    if (!r) return;
+    free(r->reqs);
+    free(r->status);
+    free(r->peer);
+    free(r);
+}
+
+/* Collects finished operations; returns the first error as a dcp status. */
+static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
+{
+    for (int64_t i = 0; i < r->n; i++) {
+        if (r->reqs[i]) {
+            const ucs_status_t s = ucp_request_check_status(r->reqs[i]);
+            if (s == UCS_INPROGRESS) continue;
+            ucp_request_free(r->reqs[i]);
+            r->reqs[i] = NULL;
+            r->status[i] = s;
+            r->pending--;
+        }
+        const ucs_status_t s = r->status[i];
+        if (s == UCS_OK || s == UCS_INPROGRESS) continue;
+        if (s == UCS_ERR_MESSAGE_TRUNCATED)
+            return dcp_set_error(DCP_ERR_INTERNAL,
+                                 "ucx: rank %d and peer %d posted different sizes for one tag",
+                                 e->base.rank, r->peer[i]);
+        if (s == UCS_ERR_CANCELED) continue;
+        return dcp_set_error(DCP_ERR_PEER, "ucx: transfer with rank %d failed: %s", r->peer[i],
+                             ucs_status_string(s));
+    }
+    return DCP_OK;
+}
+
+static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int64_t n,
+                               dcp_xfer_req_t **req_out)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    for (int64_t k = 0; k < n; k++)
+        if (ops[k].peer < 0 || ops[k].peer >= base->size || ops[k].peer == base->rank ||
+            (ops[k].tag & DCP_TAG_CONTROL))
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "ucx: op %lld has peer %d or a control tag",
+                                 (long long)k, ops[k].peer);
+    dcp_xfer_req_t *r = NULL;
+    DCP_CHECK(dcp_calloc(&r, 1, sizeof *r, "ucx request"));
+    dcp_status_t st;
+    DCP_CHECK_GOTO(dcp_calloc(&r->reqs, n, sizeof *r->reqs, "ucx request"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&r->status, n, sizeof *r->status, "ucx request"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&r->peer, n, sizeof *r->peer, "ucx request"), st, err);
+    r->n = n;
+    for (int64_t k = 0; k < n; k++) {
+        ucp_request_param_t p = {0};
+        void *q = ops[k].send
+                      ? ucp_tag_send_nbx(e->eps[ops[k].peer], ops[k].ptr, ops[k].bytes, ops[k].tag, &p)
+                      : ucp_tag_recv_nbx(e->worker, ops[k].ptr, ops[k].bytes, ops[k].tag, ~0ull, &p);
+        r->peer[k] = ops[k].peer;
+        if (UCS_PTR_IS_ERR(q)) {
+            r->status[k] = UCS_PTR_STATUS(q);
+        } else if (q) {
+            r->reqs[k] = q;
+            r->status[k] = UCS_INPROGRESS;
+            r->pending++;
+        }
+    }
+    *req_out = r;
+    return DCP_OK;
+err:
+    free_req(r);
+    return st;
+}
+
+static dcp_status_t ucx_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_out)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    progress(e);
+    const dcp_status_t st = harvest(e, r);
+    *done_out = r->pending == 0;
+    return st;
+}
+
+static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    const double deadline = dcp_now() + timeout_s;
+    for (uint64_t spin = 0;; spin++) {
+        progress(e);
+        DCP_CHECK(harvest(e, r));
+        if (r->pending == 0) break;
+        if (e->failed_peer >= 0)
+            return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed; rank %d stops waiting",
+                                 e->failed_peer, base->rank);
+        if ((spin & 255) == 0 && dcp_now() > deadline)
+            return dcp_set_error(DCP_ERR_TIMEOUT,
+                                 "ucx: rank %d waited %.1f s for %lld of %lld transfers",
+                                 base->rank, timeout_s, (long long)r->pending, (long long)r->n);
+        sched_yield(); /* ranks may share cores: let the peer run */
+    }
+    free_req(r);
+    return DCP_OK;
+}
+
+static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    if (!r) return;
+    for (int64_t i = 0; i < r->n; i++)
+        if (r->reqs[i]) ucp_request_cancel(e->worker, r->reqs[i]);
+    const double deadline = dcp_now() + CLOSE_FLUSH_S;
+    while (r->pending > 0 && dcp_now() < deadline) {
+        progress(e);
+        harvest(e, r);
+    }
+    for (int64_t i = 0; i < r->n; i++) /* still running: UCX frees them when they end */
+        if (r->reqs[i]) ucp_request_free(r->reqs[i]);
+    free_req(r);
+}
+
+/* Tells every peer that this rank has failed, flushing the notices briefly. */
+static void ucx_abort(dcp_engine_t *base)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    if (e->self_failed) return;
+    e->self_failed = 1;
+    void **reqs = calloc((size_t)base->size, sizeof *reqs);
+    int32_t *me = calloc((size_t)base->size, sizeof *me);
+    if (!reqs || !me) {
+        free(reqs);
+        free(me);
+        return;
+    }
+    for (int32_t p = 0; p < base->size; p++) {
+        if (p == base->rank) continue;
+        me[p] = base->rank;
+        ucp_request_param_t prm = {0};
+        void *q = ucp_tag_send_nbx(e->eps[p], &me[p], sizeof me[p], TAG_ABORT, &prm);
+        reqs[p] = UCS_PTR_IS_PTR(q) ? q : NULL;
+    }
+    const double deadline = dcp_now() + 1.0;
+    for (int busy = 1; busy && dcp_now() < deadline;) {
+        progress(e);
+        busy = 0;
+        for (int32_t p = 0; p < base->size; p++)
+            if (reqs[p] && ucp_request_check_status(reqs[p]) == UCS_INPROGRESS) busy = 1;
+    }
+    for (int32_t p = 0; p < base->size; p++)
+        if (reqs[p]) {
+            if (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS) ucp_request_cancel(e->worker, reqs[p]);
+            ucp_request_free(reqs[p]);
+        }
+    free(reqs);
+    free(me);
+}
+
+static dcp_status_t ucx_health(dcp_engine_t *base)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    progress(e);
+    if (e->self_failed) return dcp_set_error(DCP_ERR_PEER, "ucx: this rank has failed before");
+    if (e->failed_peer >= 0)
+        return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d of the job failed", e->failed_peer);
+    return DCP_OK;
+}
+
+static dcp_status_t ucx_register(dcp_engine_t *base, void *ptr, size_t bytes)
+{
+    (void)base, (void)ptr, (void)bytes; /* host memory: UCX registers on demand and caches */
+    return DCP_OK;
+}
+
+static void ucx_deregister(dcp_engine_t *base, void *ptr)
+{
+    (void)base, (void)ptr;
+}
+
+/* Closes every endpoint, flushing first while the job is healthy. */
+static void close_eps(ucx_engine_t *e)
+{
+    const int healthy = e->failed_peer < 0 && !e->self_failed;
+    const int32_t n = e->base.size;
+    void **reqs = calloc((size_t)n, sizeof *reqs);
+    for (int32_t p = 0; p < n; p++) {
+        if (!e->eps || !e->eps[p]) continue;
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
+        void *q = ucp_ep_close_nbx(e->eps[p], &prm);
+        if (reqs && UCS_PTR_IS_PTR(q)) reqs[p] = q;
+    }
+    const double deadline = dcp_now() + CLOSE_FLUSH_S;
+    for (int busy = 1; busy && reqs;) {
+        ucp_worker_progress(e->worker);
+        busy = 0;
+        for (int32_t p = 0; p < n; p++)
+            if (reqs[p] && ucp_request_check_status(reqs[p]) == UCS_INPROGRESS) busy = 1;
+        if (dcp_now() > deadline) break;
+    }
+    for (int32_t p = 0; p < n && reqs; p++)
+        if (reqs[p]) ucp_request_free(reqs[p]);
+    free(reqs);
+}
+
+static void ucx_destroy(dcp_engine_t *base)
+{
+    ucx_engine_t *e = (ucx_engine_t *)base;
+    if (e->worker) {
+        /* peers may still be completing sends to this rank (a rendezvous ends with an
+         * acknowledgement): meet them before closing, unless the job has already failed */
+        if (e->failed_peer < 0 && !e->self_failed && e->bs) {
+            char one = 0, *all = malloc((size_t)base->size);
+            if (all) e->bs->allgather(e->bs->state, &one, all, 1);
+            free(all);
+        }
+        if (e->abort_req) {
+            ucp_request_cancel(e->worker, e->abort_req);
+            ucp_worker_progress(e->worker);
+            ucp_request_free(e->abort_req);
+        }
+        close_eps(e);
+        ucp_worker_destroy(e->worker);
+    }
+    if (e->ctx) ucp_cleanup(e->ctx);
+    free(e->eps);
+    free(e->refs);
+    free(e);
+}
+
+static const dcp_engine_ops_t ucx_ops = {
+    .name = "ucx",
+    .mem_register = ucx_register,
+    .mem_deregister = ucx_deregister,
+    .launch = ucx_launch,
+    .test = ucx_test,
+    .wait = ucx_wait,
+    .cancel = ucx_cancel,
+    .abort = ucx_abort,
+    .health = ucx_health,
+    .destroy = ucx_destroy,
+};
+
+static dcp_status_t init_worker(ucx_engine_t *e)
+{
+    ucp_config_t *cfg = NULL;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK) return ucx_error(s, "ucp_config_read");
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
+    s = ucp_init(&params, cfg, &e->ctx);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) return ucx_error(s, "ucp_init");
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    s = ucp_worker_create(e->ctx, &wp, &e->worker);
+    if (s != UCS_OK) return ucx_error(s, "ucp_worker_create");
+    return DCP_OK;
+}
+
+/* Exchanges worker addresses (lengths first, then padded addresses) and connects to every
+ * peer with peer error handling. */
+static dcp_status_t connect_peers(ucx_engine_t *e)
+{
+    const int32_t n = e->base.size;
+    ucp_address_t *addr = NULL;
+    size_t len = 0;
+    ucs_status_t s = ucp_worker_get_address(e->worker, &addr, &len);
+    if (s != UCS_OK) return ucx_error(s, "ucp_worker_get_address");
+    uint64_t mine = len, *lens = NULL, most = 0;
+    char *all = NULL, *padded = NULL;
+    dcp_status_t st;
+    DCP_CHECK_GOTO(dcp_calloc(&lens, n, sizeof *lens, "ucx addresses"), st, out);
+    DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, &mine, lens, sizeof mine), st, out);
+    for (int32_t p = 0; p < n; p++) most = lens[p] > most ? lens[p] : most;
+    DCP_CHECK_GOTO(dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses"), st, out);
+    memcpy(padded, addr, len);
+    DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, padded, all, most), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->eps, n, sizeof *e->eps, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->refs, n, sizeof *e->refs, "ucx endpoints"), st, out);
+    for (int32_t p = 0; p < n; p++) {
+        if (p == e->base.rank) continue;
+        e->refs[p] = (peer_ref_t){e, p};
+        ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                              .address = (const ucp_address_t *)(all + (size_t)most * p),
+                              .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                              .err_handler = {.cb = ep_failed, .arg = &e->refs[p]}};
+        s = ucp_ep_create(e->worker, &ep, &e->eps[p]);
+        if (s != UCS_OK) {
+            st = ucx_error(s, "ucp_ep_create");
+            goto out;
+        }
+    }
+    st = DCP_OK;
+out:
+    ucp_worker_release_address(e->worker, addr);
+    free(lens);
+    free(padded);
+    free(all);
+    return st;
+}
+
+dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_t **engine_out)
+{
+    if (!bootstrap || !bootstrap->allgather || bootstrap->size < 1 || bootstrap->rank < 0 ||
+        bootstrap->rank >= bootstrap->size)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "ucx: bootstrap rank %d of %d is invalid",
+                             bootstrap ? bootstrap->rank : -1, bootstrap ? bootstrap->size : -1);
+    ucx_engine_t *e = NULL;
+    DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "ucx engine"));
+    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size};
+    e->bs = bootstrap;
+    e->failed_peer = -1;
+    dcp_status_t st;
+    DCP_CHECK_GOTO(init_worker(e), st, err);
+    DCP_CHECK_GOTO(connect_peers(e), st, err);
+    DCP_CHECK_GOTO(post_abort_listener(e), st, err);
+    *engine_out = &e->base;
+    return DCP_OK;
+err:
+    e->bs = NULL; /* no collective teardown: the peers may not have come this far */
+    ucx_destroy(&e->base);
+    return st;
+}

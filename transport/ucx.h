@@ -1,0 +1,17 @@
+/*
+ * The UCX engine (UCP tag matching), one worker per rank, host memory. Worker addresses are
+ * exchanged over the bootstrap; every transfer is a tagged send or receive progressed
+ * explicitly by test/wait. Failures reach the peers two ways: endpoints use UCX's peer
+ * error handling (a dead peer's operations complete with an error), and a rank that fails
+ * on its own sends an abort notice that every peer keeps a receive posted for.
+ */
+#ifndef DCP_TRANSPORT_UCX_H
+#define DCP_TRANSPORT_UCX_H
+
+#include "transport/engine.h"
+
+/* Collective over the bootstrap (and so is the engine's destroy while it is healthy). The
+ * bootstrap is borrowed for the engine's lifetime. */
+dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_t **engine_out);
+
+#endif
