@@ -112,15 +112,19 @@ test: deps
 test-run:
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
+	tests/mpi/run.sh $(BUILD)/bin
+	tests/mpi/kill.sh $(BUILD)/bin
 
 test-asan: deps
 	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests tools
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 \
+		UBSAN_OPTIONS=print_stacktrace=1 \
+		LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(MAKE) BUILD=build-asan test-run
 
 DEB_PKGS = libhwloc-dev hwloc libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
-	openmpi-bin pkg-config
+	openmpi-bin pkg-config procps
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \

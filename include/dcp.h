@@ -358,9 +358,16 @@ DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_no
 /* Runs this rank's forward program of `plan` (fp32 on CPU) over `io`. Every rank of the
  * group must call it with the same plan. O and LSE are written only on success; when a peer
  * fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of hanging, and a failing
- * rank marks its group failed so that later calls on it return DCP_ERR_PEER at once. */
+ * rank marks its group failed so that later calls on it return DCP_ERR_PEER at once. After a
+ * failure, destroy the context before freeing or overwriting that call's Q, K and V: a send
+ * to a dead peer cannot always be withdrawn and may read them until the engine is gone. */
 DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
                                  const dcp_tensors_t *io);
+
+/* Waits until every rank of the context has called it. Through the context's engine, so it
+ * fails like dcp_forward (DCP_ERR_PEER, DCP_ERR_TIMEOUT) instead of hanging on a dead rank;
+ * for timing and for fencing batches. */
+DCP_API dcp_status_t dcp_context_barrier(dcp_context_t *ctx);
 
 /* Convenience: runs all ranks of `plan` as threads of this process, rank r on io[r]
  * (io has dcp_plan_stats_t.num_ranks entries). Returns the first failure of any rank. */

@@ -60,12 +60,12 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
 void dcp_context_destroy(dcp_context_t *ctx)
 {
     if (!ctx) return;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) {
+    for (int b = 0; b < DCP_BUF_COUNT; b++)
         if (ctx->work[b]) ctx->engine->ops->mem_deregister(ctx->engine, ctx->work[b]);
-        free(ctx->work[b]);
-    }
-    free(ctx->ops);
+    /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);
+    for (int b = 0; b < DCP_BUF_COUNT; b++) free(ctx->work[b]);
+    free(ctx->ops);
     dcp_cluster_destroy(ctx->cluster);
     free(ctx);
 }

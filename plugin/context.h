@@ -23,6 +23,7 @@ struct dcp_context {
     /* work buffers, grown to the largest plan run so far and reused */
     void *work[DCP_BUF_COUNT];
     size_t work_cap[DCP_BUF_COUNT];
+    uint32_t barriers; /* barriers so far: each one's tags differ from the last's */
     /* scratch for launches */
     dcp_xfer_op_t *ops;
     int64_t ops_cap;

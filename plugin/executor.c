@@ -75,7 +75,7 @@ static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_ke
         ctx->ops[i] = (dcp_xfer_op_t){
             .peer = op->peer,
             .send = op->send,
-            .tag = (uint64_t)(p->fingerprint & 0x7fffffffu) << 32 | (uint32_t)op->transfer,
+            .tag = dcp_tag_data(p->fingerprint, (uint32_t)op->transfer),
             .ptr = (char *)env->bufs[op->buf] + (size_t)op->off * es,
             .bytes = (size_t)op->elems * es,
         };

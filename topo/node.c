@@ -5,6 +5,7 @@
 #include "include/base/error.h"
 
 #include <hwloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,7 +196,11 @@ static void choose_nics(hwloc_topology_t t, dcp_node_topo_t *n, hwloc_obj_t *gpu
     }
 }
 
-static dcp_status_t load(hwloc_topology_t *t, const char *xml_path)
+/* hwloc's PCI discovery goes through libpciaccess, whose global state is not thread-safe:
+ * ranks that are threads of one process load their topologies one at a time. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static dcp_status_t load_locked(hwloc_topology_t *t, const char *xml_path)
 {
     if (hwloc_topology_init(t) != 0)
         return dcp_set_error(DCP_ERR_SYSTEM, "topo: hwloc_topology_init failed");
@@ -211,6 +216,14 @@ static dcp_status_t load(hwloc_topology_t *t, const char *xml_path)
                              xml_path ? xml_path : "");
     }
     return DCP_OK;
+}
+
+static dcp_status_t load(hwloc_topology_t *t, const char *xml_path)
+{
+    pthread_mutex_lock(&load_lock);
+    const dcp_status_t st = load_locked(t, xml_path);
+    pthread_mutex_unlock(&load_lock);
+    return st;
 }
 
 dcp_status_t dcp_node_discover(const char *xml_path, const char *const *busids, int32_t num_busids,

@@ -4,10 +4,11 @@
  * wait() complete it. Messages are matched by (peer, tag). Engines: in-process (threads of
  * one process) here; UCX, NCCL and CUDA IPC behind the same table.
  *
- * Ownership: a launched region must stay valid and untouched until its request completes
- * or is cancelled. wait() frees the request on success; on failure the request stays
- * alive and the caller must cancel() it (which withdraws unmatched operations) before
- * freeing the regions.
+ * Ownership: a launched region must stay valid and untouched until its request completes.
+ * wait() frees the request on success; on failure the request stays alive and the caller
+ * must cancel() it, which withdraws what can be withdrawn and frees the request. What could
+ * not be withdrawn (a send to a dead peer) may reference its region until the engine is
+ * destroyed.
  */
 #ifndef DCP_TRANSPORT_ENGINE_H
 #define DCP_TRANSPORT_ENGINE_H
@@ -17,8 +18,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Tags with this bit belong to the engines' own control messages; data tags never set it. */
+/* Tag spaces: bit 63 the engines' own control messages (launch() refuses it), bit 62 the
+ * context's barriers, below them a plan's block transfers. */
 #define DCP_TAG_CONTROL (1ull << 63)
+#define DCP_TAG_SYNC    (1ull << 62)
+
+/* A block transfer's tag: 30 bits of the plan's fingerprint (ranks that run different plans
+ * do not match each other's blocks) and the transfer's index. */
+static inline uint64_t dcp_tag_data(uint32_t fingerprint, uint32_t transfer)
+{
+    return (uint64_t)(fingerprint & 0x3fffffffu) << 32 | transfer;
+}
 
 typedef struct {
     int32_t peer;

@@ -2,16 +2,36 @@
 
 #include "include/base/error.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 /* Control messages carry the top tag bit, which data tags never set. */
 #define TAG_ABORT (DCP_TAG_CONTROL | 0xab0full)
 
 /* How long a closing endpoint may flush before it is closed by force. */
 #define CLOSE_FLUSH_S 5.0
+
+/* How long cancel() lets withdrawn operations finish before leaving them to the worker's
+ * destruction (a send to a dead peer never finishes). */
+#define CANCEL_GRACE_S 0.2
+
+/* How often waits look whether same-node peers are still alive. */
+#define LIVENESS_PERIOD_S 0.1
+
+/* What each rank tells the others before connecting. */
+typedef struct {
+    char host[64];
+    int64_t pid;
+    uint64_t pidns; /* inode of /proc/self/ns/pid: equal host and namespace, pid is meaningful */
+    uint64_t addr_len;
+} peer_info_t;
 
 typedef struct ucx_engine ucx_engine_t;
 
@@ -27,6 +47,9 @@ struct ucx_engine {
     ucp_worker_h worker;
     ucp_ep_h *eps;
     peer_ref_t *refs;
+    int64_t *local_pid;   /* same-node peers: their pid (liveness checks), else 0 */
+    uint8_t *peer_mode;   /* endpoint created with UCX peer error handling */
+    double next_liveness; /* when waits next look at local_pid */
     int32_t failed_peer;  /* first peer reported dead or aborted, -1 while none */
     int32_t self_failed;  /* this rank announced its own failure */
     void *abort_req;      /* the posted receive for abort notices */
@@ -50,6 +73,34 @@ static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
     (void)ep, (void)status;
     peer_ref_t *ref = arg;
     if (ref->e->failed_peer < 0) ref->e->failed_peer = ref->peer;
+}
+
+/* A same-node peer that has exited (or is a zombie) has failed: shared-memory transports
+ * have no peer error handling in UCX, so waits look for themselves. */
+static int process_gone(int64_t pid)
+{
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[64], state = 0;
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    /* "pid (comm) S ...": the state follows the last ')' */
+    char buf[512];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')');
+    if (close && close[1] == ' ') state = close[2];
+    return state == 'Z' || state == 'X';
+}
+
+static void check_liveness(ucx_engine_t *e)
+{
+    const double now = dcp_now();
+    if (now < e->next_liveness || !e->local_pid) return;
+    e->next_liveness = now + LIVENESS_PERIOD_S;
+    for (int32_t p = 0; p < e->base.size && e->failed_peer < 0; p++)
+        if (e->local_pid[p] > 0 && process_gone(e->local_pid[p])) e->failed_peer = p;
 }
 
 static void progress(ucx_engine_t *e)
@@ -164,9 +215,11 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
         progress(e);
         DCP_CHECK(harvest(e, r));
         if (r->pending == 0) break;
+        check_liveness(e);
         if (e->failed_peer >= 0)
-            return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed; rank %d stops waiting",
-                                 e->failed_peer, base->rank);
+            return dcp_set_error(DCP_ERR_PEER,
+                                 "ucx: rank %d failed; rank %d stops waiting after %.2f s",
+                                 e->failed_peer, base->rank, dcp_now() - deadline + timeout_s);
         if ((spin & 255) == 0 && dcp_now() > deadline)
             return dcp_set_error(DCP_ERR_TIMEOUT,
                                  "ucx: rank %d waited %.1f s for %lld of %lld transfers",
@@ -183,7 +236,7 @@ static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
     if (!r) return;
     for (int64_t i = 0; i < r->n; i++)
         if (r->reqs[i]) ucp_request_cancel(e->worker, r->reqs[i]);
-    const double deadline = dcp_now() + CLOSE_FLUSH_S;
+    const double deadline = dcp_now() + CANCEL_GRACE_S;
     while (r->pending > 0 && dcp_now() < deadline) {
         progress(e);
         harvest(e, r);
@@ -207,7 +260,7 @@ static void ucx_abort(dcp_engine_t *base)
         return;
     }
     for (int32_t p = 0; p < base->size; p++) {
-        if (p == base->rank) continue;
+        if (p == base->rank || p == e->failed_peer) continue;
         me[p] = base->rank;
         ucp_request_param_t prm = {0};
         void *q = ucp_tag_send_nbx(e->eps[p], &me[p], sizeof me[p], TAG_ABORT, &prm);
@@ -233,6 +286,7 @@ static dcp_status_t ucx_health(dcp_engine_t *base)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
     progress(e);
+    check_liveness(e);
     if (e->self_failed) return dcp_set_error(DCP_ERR_PEER, "ucx: this rank has failed before");
     if (e->failed_peer >= 0)
         return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d of the job failed", e->failed_peer);
@@ -258,6 +312,9 @@ static void close_eps(ucx_engine_t *e)
     void **reqs = calloc((size_t)n, sizeof *reqs);
     for (int32_t p = 0; p < n; p++) {
         if (!e->eps || !e->eps[p]) continue;
+        /* a failed job: endpoints with peer error handling close by force; the others are
+         * left to the worker's destruction (UCX allows force only with peer handling) */
+        if (!healthy && !e->peer_mode[p]) continue;
         ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                    .flags = healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
         void *q = ucp_ep_close_nbx(e->eps[p], &prm);
@@ -298,6 +355,8 @@ static void ucx_destroy(dcp_engine_t *base)
     if (e->ctx) ucp_cleanup(e->ctx);
     free(e->eps);
     free(e->refs);
+    free(e->local_pid);
+    free(e->peer_mode);
     free(e);
 }
 
@@ -330,46 +389,91 @@ static dcp_status_t init_worker(ucx_engine_t *e)
     return DCP_OK;
 }
 
-/* Exchanges worker addresses (lengths first, then padded addresses) and connects to every
- * peer with peer error handling. */
+static void describe_self(peer_info_t *me, size_t addr_len)
+{
+    memset(me, 0, sizeof *me);
+    if (gethostname(me->host, sizeof me->host - 1) != 0) me->host[0] = '\0';
+    me->pid = (int64_t)getpid();
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) == 0) me->pidns = (uint64_t)st.st_ino;
+    me->addr_len = addr_len;
+}
+
+/* Which peers get UCX peer error handling. UCX 1.13's shared-memory transports have none,
+ * so asking for it within a node would push same-node traffic onto TCP or the NIC:
+ *   auto (default)  peer handling between nodes; within a node none, with liveness checks
+ *   peer            peer handling everywhere (same-node traffic leaves shared memory)
+ *   none            nowhere: dead peers are found by liveness checks (same node) and
+ *                   timeouts
+ * from $DCP_UCX_ERR_MODE. */
+static dcp_status_t err_mode_policy(int *mode_out)
+{
+    const char *v = getenv("DCP_UCX_ERR_MODE");
+    static const char *names[3] = {"auto", "peer", "none"};
+    for (int i = 0; i < 3; i++)
+        if (!v || !strcmp(v, names[i])) {
+            *mode_out = v ? i : 0;
+            return DCP_OK;
+        }
+    return dcp_set_error(DCP_ERR_INVALID_ARG, "DCP_UCX_ERR_MODE = '%s': use auto, peer or none", v);
+}
+
+/* Exchanges host, pid and worker address (lengths first, then padded addresses) and
+ * connects to every peer. */
 static dcp_status_t connect_peers(ucx_engine_t *e)
 {
     const int32_t n = e->base.size;
+    int policy = 0;
+    DCP_CHECK(err_mode_policy(&policy));
     ucp_address_t *addr = NULL;
     size_t len = 0;
     ucs_status_t s = ucp_worker_get_address(e->worker, &addr, &len);
     if (s != UCS_OK) return ucx_error(s, "ucp_worker_get_address");
-    uint64_t mine = len, *lens = NULL, most = 0;
+    peer_info_t me, *info = NULL;
+    describe_self(&me, len);
+    uint64_t most = 0;
     char *all = NULL, *padded = NULL;
     dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&lens, n, sizeof *lens, "ucx addresses"), st, out);
-    DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, &mine, lens, sizeof mine), st, out);
-    for (int32_t p = 0; p < n; p++) most = lens[p] > most ? lens[p] : most;
+    DCP_CHECK_GOTO(dcp_calloc(&info, n, sizeof *info, "ucx addresses"), st, out);
+    DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, &me, info, sizeof me), st, out);
+    for (int32_t p = 0; p < n; p++) most = info[p].addr_len > most ? info[p].addr_len : most;
     DCP_CHECK_GOTO(dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses"), st, out);
     memcpy(padded, addr, len);
     DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, padded, all, most), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->eps, n, sizeof *e->eps, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->refs, n, sizeof *e->refs, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->local_pid, n, sizeof *e->local_pid, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->peer_mode, n, sizeof *e->peer_mode, "ucx endpoints"), st, out);
     for (int32_t p = 0; p < n; p++) {
         if (p == e->base.rank) continue;
+        const int local = !strcmp(info[p].host, me.host) && info[p].pidns == me.pidns;
+        if (local && info[p].pid != me.pid) e->local_pid[p] = info[p].pid;
+        e->peer_mode[p] = policy == 1 || (policy == 0 && !local);
         e->refs[p] = (peer_ref_t){e, p};
         ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                            UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
                               .address = (const ucp_address_t *)(all + (size_t)most * p),
-                              .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-                              .err_handler = {.cb = ep_failed, .arg = &e->refs[p]}};
+                              .err_mode = UCP_ERR_HANDLING_MODE_NONE};
+        if (e->peer_mode[p]) {
+            ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+            ep.err_handler = (ucp_err_handler_t){.cb = ep_failed, .arg = &e->refs[p]};
+        }
         s = ucp_ep_create(e->worker, &ep, &e->eps[p]);
         if (s != UCS_OK) {
-            st = ucx_error(s, "ucp_ep_create");
+            st = dcp_set_error(DCP_ERR_SYSTEM,
+                               "ucx: no transport from rank %d to rank %d (%s)%s: %s",
+                               e->base.rank, p, local ? "same node" : "other node",
+                               e->peer_mode[p] ? " with peer error handling" : "",
+                               ucs_status_string(s));
             goto out;
         }
     }
     st = DCP_OK;
 out:
     ucp_worker_release_address(e->worker, addr);
-    free(lens);
+    free(info);
     free(padded);
     free(all);
     return st;

@@ -1,13 +1,19 @@
 /*
- * dcp-attn-test: plans a batch, runs the forward pass on in-process ranks, and (with
- * --check) compares O and LSE with the double-precision single-device reference. One table
- * per mask, one row per strategy; --json prints one JSON object per (mask, strategy).
- * Exit status: 0 all good, 1 a check failed or a run failed, 2 bad flags.
+ * dcp-attn-test: plans a batch, runs the forward pass, and (with --check) compares O and LSE
+ * with the double-precision single-device reference. One table per mask, one row per
+ * strategy; --json prints one JSON object per (mask, strategy).
+ *
+ * Started plainly, the ranks are threads of this process. Started by an MPI launcher
+ * (mpirun, srun), each process is one rank: every rank plans the batch and the plans'
+ * checksums are compared, blocks move over the engines the topology selects (UCX for host
+ * memory), and rank 0 prints. Exit status: 0 all good, 1 a check failed or a run failed,
+ * 2 bad flags.
  */
 #include "include/dcp.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/report.h"
+#include "plugin/mpi/launch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +28,12 @@ typedef struct {
     double timeout, tol;
 } run_flags_t;
 
+/* The job when ranks are processes; ctx NULL when they are threads. */
+typedef struct {
+    dcp_context_t *ctx;
+    dcp_bootstrap_t bs;
+} job_t;
+
 static const dcp_col_t cols[] = {
     {"strategy", -8},    {"comm(MB)", 9},     {"inter(MB)", 9}, {"maxrank(MB)", 11},
     {"comp-imb(%)", 11}, {"mem-imb(%)", 10},  {"plan(ms)", 9},  {"exec(ms)", 9},
@@ -29,15 +41,22 @@ static const dcp_col_t cols[] = {
 };
 #define NCOLS ((int)(sizeof cols / sizeof cols[0]))
 
-static void print_header(const dcp_common_t *c, const dcp_harness_t *h)
+static void print_header(const dcp_common_t *c, const dcp_cluster_t *cluster,
+                         const dcp_harness_t *h, const job_t *job)
 {
     int32_t longest = 0;
     for (int32_t s = 0; s < h->num_seqs; s++)
         longest = h->lengths[s] > longest ? h->lengths[s] : longest;
-    printf("# %s: %d ranks (%dx%d), %lld tokens in %d sequences (longest %d), heads %d/%d x %d, "
-           "fp32 cpu, block %d, head blocks %d, divisions %d\n",
-           tool, dcp_cluster_num_ranks(c->cluster), dcp_cluster_num_nodes(c->cluster),
-           dcp_cluster_num_ranks(c->cluster) / dcp_cluster_num_nodes(c->cluster),
+    char ranks[96];
+    if (job->ctx)
+        snprintf(ranks, sizeof ranks, "processes, engines %s in a node, %s between nodes",
+                 dcp_context_transport(job->ctx, 0), dcp_context_transport(job->ctx, 1));
+    else
+        snprintf(ranks, sizeof ranks, "threads");
+    printf("# %s: %d ranks (%dx%d) as %s, %lld tokens in %d sequences (longest %d), heads "
+           "%d/%d x %d, fp32 cpu, block %d, head blocks %d, divisions %d\n",
+           tool, dcp_cluster_num_ranks(cluster), dcp_cluster_num_nodes(cluster),
+           dcp_cluster_num_ranks(cluster) / dcp_cluster_num_nodes(cluster), ranks,
            (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads, c->shape.num_kv_heads,
            c->shape.head_dim, c->opts.block_size, c->opts.head_blocks, c->opts.divisions);
 }
@@ -86,35 +105,161 @@ static void print_json(const char *mask, const char *strategy, const dcp_plan_st
     dcp_json_num(&j, "plan_ms", ps->plan_ms);
     dcp_json_num(&j, "exec_ms", r->exec_ms);
     dcp_json_num(&j, "gflops", r->exec_ms > 0 ? ps->total_flops / (r->exec_ms * 1e6) : 0.0);
+    char digest[24];
+    snprintf(digest, sizeof digest, "%016llx", (unsigned long long)r->digest);
+    dcp_json_str(&j, "digest", digest);
     dcp_json_end(&j);
 }
 
-/* One (mask, strategy) run; returns 1 when it failed. */
-static int run_one(const dcp_common_t *c, const dcp_harness_t *h, const char *mask,
-                   dcp_strategy_t strategy, const run_flags_t *rf)
+/* Every rank planned the same batch alike: their plans' serialized bytes hash the same.
+ * Collective; a rank whose planning failed makes every rank fail. */
+static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_plan_t *plan)
+{
+    typedef struct {
+        int32_t status, pad;
+        uint64_t hash;
+    } vote_t;
+    vote_t mine = {(int32_t)st, 0, 0}, *all = calloc((size_t)job->bs.size, sizeof mine);
+    unsigned char *bytes = NULL;
+    size_t n = 0;
+    if (st == DCP_OK && dcp_plan_serialize(plan, NULL, 0, &n) == DCP_OK && (bytes = malloc(n)) &&
+        dcp_plan_serialize(plan, bytes, n, &n) == DCP_OK) {
+        mine.hash = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < n; i++) mine.hash = (mine.hash ^ bytes[i]) * 0x100000001b3ull;
+    }
+    free(bytes);
+    if (!all) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+        dcp_mpi_stop(1, 1);
+        exit(1);
+    }
+    dcp_status_t out = job->bs.allgather(job->bs.state, &mine, all, sizeof mine);
+    for (int32_t r = 0; out == DCP_OK && r < job->bs.size; r++)
+        if (all[r].status != DCP_OK) {
+            out = (dcp_status_t)all[r].status;
+        } else if (all[r].hash != all[0].hash) {
+            fprintf(stderr, "%s: rank %d's plan differs from rank 0's (checksum %016llx vs %016llx)\n",
+                    tool, r, (unsigned long long)all[r].hash, (unsigned long long)all[0].hash);
+            out = DCP_ERR_INTERNAL;
+        }
+    free(all);
+    return out;
+}
+
+/* One (mask, strategy) run; returns 1 when it failed. A failed run of a job's ranks ends
+ * the job (the engines may be broken, a peer may be dead). */
+static int run_one(const dcp_common_t *c, const dcp_cluster_t *cluster, dcp_harness_t *h,
+                   const char *mask, dcp_strategy_t strategy, const run_flags_t *rf,
+                   const job_t *job)
 {
     dcp_plan_options_t opts = c->opts;
     opts.strategy = strategy;
     const dcp_batch_t batch = dcp_harness_batch(h);
     dcp_plan_t *plan = NULL;
-    dcp_status_t st = dcp_plan_create(&batch, &h->shape, &opts, c->cluster, &plan);
+    dcp_status_t st = dcp_plan_create(&batch, &h->shape, &opts, cluster, &plan);
     dcp_plan_stats_t ps;
     dcp_harness_result_t r = {0};
+    int broken = 0;
     if (st == DCP_OK) st = dcp_plan_get_stats(plan, &ps);
-    if (st == DCP_OK)
-        st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout, rf->tol,
-                             &r);
+    if (job->ctx) {
+        st = plans_agree(job, st, plan);
+        /* each process checks its own rows: the reference of its sequences only */
+        if (st == DCP_OK && rf->check)
+            st = dcp_harness_reference(h, (int32_t)rf->threads, plan, job->bs.rank);
+        if (plan) { /* every rank has one, or none has */
+            st = dcp_harness_run_rank(h, plan, job->ctx, &job->bs, (int32_t)rf->warmup,
+                                      (int32_t)rf->iters, rf->tol, &r);
+            broken = st != DCP_OK;
+        }
+    } else if (st == DCP_OK) {
+        st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout,
+                             rf->tol, &r);
+    }
     dcp_plan_destroy(plan);
     if (st != DCP_OK) {
-        fprintf(stderr, "%s: mask %s, strategy %s: %s: %s\n", tool, mask,
-                dcp_strategy_name(strategy), dcp_status_string(st), dcp_last_error());
+        fprintf(stderr, "%s: rank %d: mask %s, strategy %s: %s: %s\n", tool,
+                job->ctx ? job->bs.rank : 0, mask, dcp_strategy_name(strategy),
+                dcp_status_string(st), dcp_last_error());
+        if (broken) {
+            fflush(NULL);
+            dcp_mpi_stop(1, 1);
+            exit(1);
+        }
         return 1;
     }
-    if (rf->json)
-        print_json(mask, dcp_strategy_name(strategy), &ps, &r, rf);
-    else
-        print_row(dcp_strategy_name(strategy), &ps, &r, rf);
+    if (!job->ctx || job->bs.rank == 0) {
+        if (rf->json)
+            print_json(mask, dcp_strategy_name(strategy), &ps, &r, rf);
+        else
+            print_row(dcp_strategy_name(strategy), &ps, &r, rf);
+    }
     return rf->check && !r.passed;
+}
+
+/* Every (mask, strategy) pair; returns 1 when any failed. */
+static int run_all(const dcp_common_t *c, const dcp_cluster_t *cluster, const run_flags_t *rf,
+                   const job_t *job, uint64_t seed)
+{
+    int failed = 0;
+    const int talk = !job->ctx || job->bs.rank == 0;
+    for (int32_t m = 0; m < c->num_masks; m++) {
+        const int32_t nseq = c->batch_first[1]; /* one batch */
+        dcp_mask_t *masks = calloc((size_t)nseq, sizeof *masks);
+        for (int32_t s = 0; masks && s < nseq; s++) masks[s] = c->masks[m];
+        dcp_harness_t *h = NULL;
+        dcp_status_t st = masks ? dcp_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
+                                : DCP_ERR_NO_MEMORY;
+        if (st == DCP_OK && rf->check && !job->ctx)
+            st = dcp_harness_reference(h, (int32_t)rf->threads, NULL, 0);
+        free(masks);
+        if (st != DCP_OK) { /* the same on every rank: same inputs */
+            fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+            dcp_harness_destroy(h);
+            return 1;
+        }
+        if (talk && !rf->json) {
+            if (m == 0) print_header(c, cluster, h, job);
+            printf("\nmask %s\n", c->mask_names[m]);
+            dcp_table_header(stdout, cols, NCOLS);
+            fflush(stdout);
+        }
+        for (int32_t s = 0; s < c->num_strategies; s++)
+            failed |= run_one(c, cluster, h, c->mask_names[m], c->strategies[s], rf, job);
+        if (talk) fflush(stdout);
+        dcp_harness_destroy(h);
+    }
+    return failed;
+}
+
+/* Ranks as processes: the bootstrap over MPI, a context per process, and the cluster it
+ * discovered (or --cluster / --ranks, which must match the job). */
+static int run_job(int *argc, char ***argv, dcp_common_t *c, const dcp_arg_t *args, int nargs,
+                   run_flags_t *rf, uint64_t seed)
+{
+    job_t job = {0};
+    dcp_status_t st = dcp_mpi_start(argc, argv, &job.bs);
+    if (st == DCP_OK) {
+        const dcp_context_config_t cfg = {.bootstrap = &job.bs, .timeout_s = rf->timeout};
+        st = dcp_context_create(&cfg, &job.ctx);
+    }
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+        dcp_mpi_stop(1, 1);
+        return 1;
+    }
+    const dcp_cluster_t *cluster = c->cluster;
+    if (!dcp_args_seen(args, nargs, "cluster") && !dcp_args_seen(args, nargs, "ranks") &&
+        dcp_context_cluster(job.ctx, &cluster) != DCP_OK)
+        dcp_args_fail(tool, "cluster", "%s; give --cluster NxG", dcp_last_error());
+    if (dcp_cluster_num_ranks(cluster) != job.bs.size)
+        dcp_args_fail(tool, "cluster", "the cluster has %d ranks, the job %d processes",
+                      dcp_cluster_num_ranks(cluster), job.bs.size);
+    if (!dcp_args_seen(args, nargs, "threads")) rf->threads = 1; /* the ranks share the cores */
+    const int failed = run_all(c, cluster, rf, &job, seed);
+    /* a run that failed may have left the engines broken: the launcher ends the job */
+    dcp_context_destroy(job.ctx);
+    dcp_mpi_stop(0, 0);
+    return failed;
 }
 
 int main(int argc, char **argv)
@@ -147,32 +292,11 @@ int main(int argc, char **argv)
     if (!(rf.tol > 0)) dcp_args_fail(tool, "tol", "must be > 0");
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
-
-    int failed = 0;
-    for (int32_t m = 0; m < c.num_masks; m++) {
-        const int32_t nseq = c.batch_first[1]; /* one batch */
-        dcp_mask_t *masks = calloc((size_t)nseq, sizeof *masks);
-        for (int32_t s = 0; s < nseq; s++) masks[s] = c.masks[m];
-        dcp_harness_t *h = NULL;
-        dcp_status_t st =
-            dcp_harness_create(c.lengths, nseq, masks, &c.shape, (uint64_t)f.seed, &h);
-        if (st == DCP_OK && rf.check) st = dcp_harness_reference(h, (int32_t)rf.threads);
-        free(masks);
-        if (st != DCP_OK) {
-            fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
-            dcp_harness_destroy(h);
-            failed = 1;
-            break;
-        }
-        if (!rf.json) {
-            if (m == 0) print_header(&c, h);
-            printf("\nmask %s\n", c.mask_names[m]);
-            dcp_table_header(stdout, cols, NCOLS);
-        }
-        for (int32_t s = 0; s < c.num_strategies; s++)
-            failed |= run_one(&c, h, c.mask_names[m], c.strategies[s], &rf);
-        dcp_harness_destroy(h);
-    }
+    const int nargs = DCP_COMMON_NARGS + 7;
+    const job_t threads = {0};
+    const int failed = dcp_mpi_launched()
+                           ? run_job(&argc, &argv, &c, args, nargs, &rf, (uint64_t)f.seed)
+                           : run_all(&c, c.cluster, &rf, &threads, (uint64_t)f.seed);
     dcp_common_free(&c);
     return failed;
 }

@@ -1,8 +1,8 @@
 /*
- * End-to-end check of a plan: random Q/K/V for a batch, each rank's rows laid out as the
- * plan says, the forward pass run on in-process ranks, and the gathered O and LSE compared
- * with the double-precision single-device reference. Shared by dcp-attn-test and the
- * end-to-end test suite.
+ * End-to-end check of a plan: random Q/K/V for a batch (the same on every process for one
+ * seed), each rank's rows laid out as the plan says, the forward pass run on in-process ranks
+ * or on this process's rank of a job, and O and LSE compared with the double-precision
+ * single-device reference. Shared by dcp-attn-test and the end-to-end test suite.
  */
 #ifndef DCP_CLI_HARNESS_H
 #define DCP_CLI_HARNESS_H
@@ -16,7 +16,9 @@ typedef struct {
     dcp_attn_shape_t shape; /* scale resolved, used by plans and the reference alike */
     int64_t tokens;
     float *q, *k, *v;        /* whole batch, THD, sequences concatenated */
+    int64_t *seq_start;      /* first token of each sequence */
     double *ref_o, *ref_lse; /* NULL until dcp_harness_reference() */
+    uint8_t *ref_done;       /* sequences whose reference is computed */
 } dcp_harness_t;
 
 typedef struct {
@@ -25,8 +27,9 @@ typedef struct {
     double max_lse_err; /* max |LSE - LSE_ref| / max(1, |LSE_ref|) over finite LSE */
     int64_t bad_values; /* NaN, unwritten, or -inf where the reference is finite (or back) */
     int passed;         /* everything within tol (only when the reference exists) */
-    uint64_t digest;    /* hash of every rank's O and LSE bytes: equal runs, equal digest */
-    double exec_ms;     /* median wall time of dcp_forward_inproc */
+    uint64_t digest;    /* hash of every rank's O and LSE bytes: equal outputs, equal digest,
+                           whether the ranks ran as threads or as processes */
+    double exec_ms;     /* median wall time of one forward pass over all ranks */
 } dcp_harness_result_t;
 
 dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
@@ -37,12 +40,25 @@ void dcp_harness_destroy(dcp_harness_t *h);
 /* The batch as the planner takes it. */
 dcp_batch_t dcp_harness_batch(const dcp_harness_t *h);
 
-dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads);
+/* The reference of every sequence (plan NULL), or only of those with rows on `rank` of
+ * `plan` (what that rank's check needs); sequences computed before are kept. */
+dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_plan_t *plan,
+                                   int32_t rank);
 
-/* Runs `plan` warmup + iters times and checks the last run against the reference (if any)
- * with tolerance `tol`. */
+/* Runs `plan` warmup + iters times on in-process ranks and checks the last run against the
+ * reference (if any) with tolerance `tol`. */
 dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
                              int32_t iters, double timeout_s, double tol,
                              dcp_harness_result_t *result_out);
+
+/* The same for this process's rank of a job: collective over `bootstrap` (every rank calls
+ * it with the same plan); each run is timed from a common start to the last rank's end, and
+ * the result, reduced over the ranks, is the same on every rank. A failure before the
+ * forward pass is agreed on (every rank returns it); a forward pass that fails returns at
+ * once, with no further collective (a peer may be dead): the caller ends the job. */
+dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan,
+                                  dcp_context_t *ctx, const dcp_bootstrap_t *bootstrap,
+                                  int32_t warmup, int32_t iters, double tol,
+                                  dcp_harness_result_t *result_out);
 
 #endif

@@ -69,7 +69,7 @@ static void test_every_mask_strategy_and_rank_count(void)
         }
         dcp_harness_t *h = NULL;
         CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 6, m, &shape, 100 + kind, &h), DCP_OK);
-        CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
         for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
             for (int c = 0; c < 4; c++) {
                 const int32_t divisions = 1 + (kind + s + c) % 4, hb = 1 + (s + c) % 2;
@@ -136,7 +136,7 @@ static void test_lengths_file_batch(void)
     const dcp_attn_shape_t shape = {2, 1, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_harness_t *h = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, n, m, &shape, 5, &h), DCP_OK);
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++) {
         dcp_plan_t *p = plan_for(h, "2x4", (dcp_strategy_t)s, 64, 4, 1, DCP_COMM_DIVISIONS);
         expect_pass(h, p, "lengths file");

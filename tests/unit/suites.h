@@ -20,6 +20,7 @@ int dcp_suite_metis(void);
 int dcp_suite_rounds(void);
 int dcp_suite_cost(void);
 int dcp_suite_topo(void);
+int dcp_suite_ucx(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {

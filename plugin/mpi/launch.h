@@ -1,0 +1,18 @@
+/* For dcp's tools: whether an MPI launcher started this process, and MPI set-up around the
+ * MPI bootstrap. Part of libdcp_mpi; libdcp never sees MPI. */
+#ifndef DCP_MPI_LAUNCH_H
+#define DCP_MPI_LAUNCH_H
+
+#include "include/dcp.h"
+
+/* 1 when mpirun/mpiexec/srun (Open MPI, MPICH-style PMI, PMIx) started this process. */
+int dcp_mpi_launched(void);
+
+/* MPI_Init and the bootstrap over MPI_COMM_WORLD. */
+dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out);
+
+/* MPI_Finalize when healthy; after a failure MPI_Abort(code), so that the launcher ends the
+ * job instead of waiting on ranks that will never finalize. */
+void dcp_mpi_stop(int failed, int code);
+
+#endif

@@ -1,0 +1,307 @@
+/* The UCX engine with ranks as threads of this process (each rank its own UCP context and
+ * worker, addresses exchanged over a shared-memory bootstrap): all-to-all copies eager and
+ * rendezvous, size mismatches, peer aborts, timeouts and bad arguments; and contexts of
+ * process ranks (the path mpirun takes) run over it, checked against the reference. */
+#include "include/base/error.h"
+#include "plugin/cli/harness.h"
+#include "tests/unit/shm_bootstrap.h"
+#include "tests/unit/suites.h"
+#include "transport/ucx.h"
+
+#include <CUnit/CUnit.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXR 4
+
+typedef struct scenario scenario_t;
+typedef void (*rank_fn)(scenario_t *s, dcp_engine_t *e, int32_t rank);
+
+struct scenario {
+    shm_bootstrap_t *bs;
+    int32_t n;
+    rank_fn fn;
+    dcp_status_t create_st[MAXR], st[MAXR];
+    double secs[MAXR];
+    char msg[MAXR][256];
+    int32_t round;
+};
+
+typedef struct {
+    scenario_t *s;
+    int32_t rank;
+} rank_arg_t;
+
+static void *rank_main(void *p)
+{
+    rank_arg_t *a = p;
+    scenario_t *s = a->s;
+    const dcp_bootstrap_t b = shm_bootstrap_rank(s->bs, a->rank);
+    dcp_engine_t *e = NULL;
+    s->create_st[a->rank] = dcp_ucx_engine_create(&b, &e);
+    if (s->create_st[a->rank] != DCP_OK) return NULL;
+    s->fn(s, e, a->rank);
+    dcp_engine_destroy(e);
+    return NULL;
+}
+
+static void run(scenario_t *s, int32_t n, rank_fn fn)
+{
+    s->n = n;
+    s->fn = fn;
+    s->bs = shm_bootstrap_create(n, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s->bs);
+    pthread_t t[MAXR];
+    rank_arg_t a[MAXR];
+    for (int32_t r = 0; r < n; r++) {
+        a[r] = (rank_arg_t){s, r};
+        pthread_create(&t[r], NULL, rank_main, &a[r]);
+    }
+    for (int32_t r = 0; r < n; r++) pthread_join(t[r], NULL);
+    shm_bootstrap_destroy(s->bs);
+    for (int32_t r = 0; r < n; r++) CU_ASSERT_EQUAL(s->create_st[r], DCP_OK);
+}
+
+/* Waits for one group of ops, recording the outcome of rank r. */
+static void launch_wait(scenario_t *s, dcp_engine_t *e, int32_t r, const dcp_xfer_op_t *ops,
+                        int64_t n, double timeout_s)
+{
+    dcp_xfer_req_t *req = NULL;
+    const double t0 = dcp_now();
+    s->st[r] = e->ops->launch(e, ops, n, &req);
+    if (s->st[r] == DCP_OK) {
+        s->st[r] = e->ops->wait(e, req, timeout_s);
+        if (s->st[r] != DCP_OK) e->ops->cancel(e, req);
+    }
+    s->secs[r] = dcp_now() - t0;
+    if (s->st[r] != DCP_OK) dcp_error_save(s->msg[r], sizeof s->msg[r]);
+}
+
+/* ---- all to all ------------------------------------------------------------------------ */
+
+/* 1000 bytes go eagerly; 1 MiB + 3 takes UCX's rendezvous path. */
+static const size_t sizes[2] = {1000, (1u << 20) + 3};
+
+static unsigned char pattern(int32_t from, int32_t to, int32_t round, size_t i)
+{
+    return (unsigned char)(from * 31 + to * 7 + round * 13 + i * 2654435761u);
+}
+
+static void all_to_all(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    unsigned char *send[MAXR] = {0}, *recv[MAXR] = {0};
+    dcp_xfer_op_t ops[2 * MAXR];
+    int ok = 1;
+    for (int32_t round = 0; round < 2; round++) {
+        const size_t bytes = sizes[round];
+        int64_t n = 0;
+        for (int32_t k = 0; k < s->n; k++) {
+            /* odd ranks post in the opposite order */
+            const int32_t p = r % 2 ? s->n - 1 - k : k;
+            if (p == r) continue;
+            send[p] = malloc(bytes);
+            recv[p] = calloc(1, bytes);
+            for (size_t i = 0; i < bytes; i++) send[p][i] = pattern(r, p, round, i);
+            ops[n++] = (dcp_xfer_op_t){p, 0, (uint64_t)(p * MAXR + r), recv[p], bytes};
+            ops[n++] = (dcp_xfer_op_t){p, 1, (uint64_t)(r * MAXR + p), send[p], bytes};
+        }
+        launch_wait(s, e, r, ops, n, 30.0);
+        for (int32_t p = 0; p < s->n; p++) {
+            if (p == r) continue;
+            for (size_t i = 0; i < bytes && s->st[r] == DCP_OK; i++)
+                ok &= recv[p][i] == pattern(p, r, round, i);
+            free(send[p]);
+            free(recv[p]);
+        }
+        if (s->st[r] != DCP_OK) break;
+    }
+    if (s->st[r] == DCP_OK && !ok) s->st[r] = DCP_ERR_INTERNAL;
+}
+
+static void test_all_to_all(void)
+{
+    scenario_t s = {0};
+    run(&s, 4, all_to_all);
+    for (int32_t r = 0; r < 4; r++) {
+        if (s.st[r] != DCP_OK) fprintf(stderr, "rank %d: %s\n", r, s.msg[r]);
+        CU_ASSERT_EQUAL(s.st[r], DCP_OK);
+    }
+}
+
+/* ---- size mismatch --------------------------------------------------------------------- */
+
+static void mismatch(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    char buf[2000] = {0};
+    const dcp_xfer_op_t op = {1 - r, r == 0, 7, buf, r == 0 ? 2000 : 1000};
+    launch_wait(s, e, r, &op, 1, 10.0);
+}
+
+static void test_size_mismatch_is_an_error(void)
+{
+    scenario_t s = {0};
+    run(&s, 2, mismatch);
+    CU_ASSERT_EQUAL(s.st[1], DCP_ERR_INTERNAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.msg[1], "different sizes"));
+}
+
+/* ---- a peer that fails ----------------------------------------------------------------- */
+
+static void aborting(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    if (r == 1) {
+        e->ops->abort(e);
+        s->st[r] = e->ops->health(e);
+        return;
+    }
+    int32_t word = 0;
+    const dcp_xfer_op_t op = {1, 0, 5, &word, sizeof word};
+    launch_wait(s, e, r, &op, 1, 20.0);
+}
+
+static void test_abort_ends_peer_wait(void)
+{
+    scenario_t s = {0};
+    run(&s, 2, aborting);
+    CU_ASSERT_EQUAL(s.st[0], DCP_ERR_PEER);
+    CU_ASSERT(s.secs[0] < 10.0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.msg[0], "rank 1"));
+    CU_ASSERT_EQUAL(s.st[1], DCP_ERR_PEER); /* a failed rank stays failed */
+}
+
+/* ---- timeout --------------------------------------------------------------------------- */
+
+static void waiting(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    if (r == 1) return;
+    int32_t word = 0;
+    const dcp_xfer_op_t op = {1, 0, 9, &word, sizeof word};
+    launch_wait(s, e, r, &op, 1, 0.3);
+    if (e->ops->health(e) != DCP_OK) s->st[r] = DCP_ERR_INTERNAL;
+}
+
+static void test_wait_times_out(void)
+{
+    scenario_t s = {0};
+    run(&s, 2, waiting);
+    CU_ASSERT_EQUAL(s.st[0], DCP_ERR_TIMEOUT);
+    CU_ASSERT(s.secs[0] >= 0.3 && s.secs[0] < 5.0);
+}
+
+/* ---- bad arguments --------------------------------------------------------------------- */
+
+static void bad_ops(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    int32_t word = 0;
+    dcp_xfer_req_t *req = NULL;
+    const dcp_xfer_op_t self = {r, 1, 1, &word, sizeof word};
+    const dcp_xfer_op_t control = {1 - r, 1, DCP_TAG_CONTROL | 1, &word, sizeof word};
+    const dcp_xfer_op_t far = {2, 1, 1, &word, sizeof word};
+    int bad = 0;
+    bad += e->ops->launch(e, &self, 1, &req) == DCP_ERR_INVALID_ARG;
+    bad += e->ops->launch(e, &control, 1, &req) == DCP_ERR_INVALID_ARG;
+    bad += e->ops->launch(e, &far, 1, &req) == DCP_ERR_INVALID_ARG;
+    s->st[r] = bad == 3 && req == NULL ? DCP_OK : DCP_ERR_INTERNAL;
+}
+
+static void test_bad_arguments(void)
+{
+    scenario_t s = {0};
+    run(&s, 2, bad_ops);
+    CU_ASSERT(s.st[0] == DCP_OK && s.st[1] == DCP_OK);
+    dcp_engine_t *e = NULL;
+    const dcp_bootstrap_t no_fn = {0, 2, NULL, NULL}, bad_rank = {3, 2, NULL, NULL};
+    CU_ASSERT_EQUAL(dcp_ucx_engine_create(&no_fn, &e), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_ucx_engine_create(&bad_rank, &e), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_ucx_engine_create(NULL, &e), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(e);
+}
+
+/* ---- contexts of process ranks --------------------------------------------------------- */
+
+typedef struct {
+    shm_bootstrap_t *bs;
+    int32_t rank;
+    const dcp_harness_t *h;
+    const dcp_plan_t *plan;
+    dcp_status_t st;
+    dcp_harness_result_t res;
+    int32_t nodes;
+    char intra[16];
+} job_rank_t;
+
+static void *job_rank(void *p)
+{
+    job_rank_t *j = p;
+    const dcp_bootstrap_t b = shm_bootstrap_rank(j->bs, j->rank);
+    const dcp_context_config_t cfg = {.bootstrap = &b, .timeout_s = 30};
+    dcp_context_t *ctx = NULL;
+    j->st = dcp_context_create(&cfg, &ctx);
+    if (j->st != DCP_OK) return NULL;
+    const dcp_cluster_t *c = NULL;
+    if (dcp_context_cluster(ctx, &c) == DCP_OK) j->nodes = dcp_cluster_num_nodes(c);
+    snprintf(j->intra, sizeof j->intra, "%s", dcp_context_transport(ctx, 0));
+    j->st = dcp_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
+    dcp_context_destroy(ctx);
+    return NULL;
+}
+
+/* Four ranks with a context each over the bootstrap: the cluster they discover (one node),
+ * the engine chosen (UCX), and outputs equal to the reference and bit-identical to the same
+ * plan on in-process ranks. */
+static void test_job_contexts_match_threads(void)
+{
+    const int32_t len[3] = {700, 1, 300};
+    const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL},
+                             {.kind = DCP_MASK_CAUSAL}};
+    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
+    dcp_harness_t *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 3, m, &shape, 3, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 64;
+    const dcp_batch_t batch = dcp_harness_batch(h);
+    dcp_plan_t *plan = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &h->shape, &o, c, &plan), DCP_OK);
+    dcp_harness_result_t inproc;
+    CU_ASSERT_EQUAL_FATAL(dcp_harness_run(h, plan, 0, 1, 30.0, 1e-5, &inproc), DCP_OK);
+    job_rank_t j[4];
+    pthread_t t[4];
+    shm_bootstrap_t *bs = shm_bootstrap_create(4, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
+    for (int32_t r = 0; r < 4; r++) {
+        j[r] = (job_rank_t){.bs = bs, .rank = r, .h = h, .plan = plan};
+        pthread_create(&t[r], NULL, job_rank, &j[r]);
+    }
+    for (int32_t r = 0; r < 4; r++) pthread_join(t[r], NULL);
+    for (int32_t r = 0; r < 4; r++) {
+        CU_ASSERT_EQUAL(j[r].st, DCP_OK);
+        CU_ASSERT(j[r].res.passed);
+        CU_ASSERT_EQUAL(j[r].res.digest, inproc.digest);
+        CU_ASSERT_EQUAL(j[r].nodes, 1);
+        CU_ASSERT_STRING_EQUAL(j[r].intra, "ucx");
+    }
+    shm_bootstrap_destroy(bs);
+    dcp_plan_destroy(plan);
+    dcp_cluster_destroy(c);
+    dcp_harness_destroy(h);
+}
+
+int dcp_suite_ucx(void)
+{
+    static const dcp_test_t tests[] = {
+        {"all_to_all", test_all_to_all},
+        {"size_mismatch_is_an_error", test_size_mismatch_is_an_error},
+        {"abort_ends_peer_wait", test_abort_ends_peer_wait},
+        {"wait_times_out", test_wait_times_out},
+        {"bad_arguments", test_bad_arguments},
+        {"job_contexts_match_threads", test_job_contexts_match_threads},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("ucx", tests);
+}
