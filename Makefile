@@ -29,15 +29,19 @@ MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
-TOOLS = dcp-attn-test dcp-plan dcp-topo
+TOOLS = dcp-attn-test dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
 
 ifneq ($(NVCC),)
 CU_SRCS = $(wildcard kernels/cuda/*.cu)
-LIB_SRCS := $(filter-out kernels/device_none.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c,$(LIB_SRCS))
+# the NCCL engine sees the CUDA runtime and NCCL headers; libnccl is loaded at run time
+$(BUILD)/obj/transport/nccl.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
 	--Werror all-warnings -MMD -MP
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+else
+LIB_SRCS := $(filter-out transport/nccl.c,$(LIB_SRCS))
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
@@ -85,10 +89,12 @@ $(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/lib
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
 # tools that run as one rank per process under mpirun also link the MPI bootstrap
-$(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o $(CLI_OBJS) \
-		$(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
+MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-transport-bench
+$(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o
+$(BUILD)/bin/dcp-transport-bench: $(BUILD)/obj/plugin/cli/dcp_transport_bench.o
+$(MPI_TOOL_BINS): $(CLI_OBJS) $(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
-	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL) $(MPI_LIBS)
+	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LIBS)
 
 $(TEST_BIN): $(TEST_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)

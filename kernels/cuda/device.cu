@@ -32,3 +32,22 @@ extern "C" int dcp_cuda_selftest(void)
     cudaFree(dev);
     return ok;
 }
+
+extern "C" void *dcp_cuda_alloc(int device, size_t bytes)
+{
+    void *p = NULL;
+    if (cudaSetDevice(device) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void dcp_cuda_free(void *ptr)
+{
+    if (ptr) cudaFree(ptr);
+}

@@ -14,6 +14,17 @@ int dcp_mpi_launched(void)
     return 0;
 }
 
+int dcp_mpi_local_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                 "PMI_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v) return atoi(v);
+    }
+    return 0;
+}
+
 dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out)
 {
     const int rc = MPI_Init(argc, argv);

@@ -8,6 +8,10 @@
 /* 1 when mpirun/mpiexec/srun (Open MPI, MPICH-style PMI, PMIx) started this process. */
 int dcp_mpi_launched(void);
 
+/* This process's rank among those of its node, from the launcher's environment (Open MPI,
+ * MPICH/Hydra, Slurm); 0 when none says. */
+int dcp_mpi_local_rank(void);
+
 /* MPI_Init and the bootstrap over MPI_COMM_WORLD. */
 dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out);
 

@@ -1,6 +1,8 @@
 /* The in-process engine: matching in either order, real copies, size mismatches, timeouts,
  * peer failure, cancellation. */
+#include "kernels/cuda/device.h"
 #include "transport/inproc.h"
+#include "transport/nccl.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>
@@ -170,6 +172,29 @@ static void test_bad_peer_rejected(void)
     CU_ASSERT_EQUAL(dcp_inproc_hub_create(0, &hub), DCP_ERR_INVALID_ARG);
 }
 
+/* Without a GPU (or without CUDA in the build) the NCCL engine says so; bad arguments are
+ * refused before anything is loaded. */
+static dcp_status_t copy_allgather(void *state, const void *send, void *recv, size_t bytes)
+{
+    (void)state;
+    memcpy(recv, send, bytes); /* one rank */
+    return DCP_OK;
+}
+
+static void test_nccl_engine_without_gpu(void)
+{
+    dcp_engine_t *e = NULL;
+    const dcp_bootstrap_t none = {0, 1, NULL, NULL}, one = {0, 1, copy_allgather, NULL};
+    CU_ASSERT_EQUAL(dcp_nccl_engine_create(&none, 0, NULL, &e), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, -1, NULL, &e),
+                    dcp_cuda_device_count() > 0 ? DCP_ERR_INVALID_ARG : DCP_ERR_UNSUPPORTED);
+    if (dcp_cuda_device_count() == 0) {
+        CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, 0, NULL, &e), DCP_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "CUDA"));
+    }
+    CU_ASSERT_PTR_NULL(e);
+}
+
 int dcp_suite_transport(void)
 {
     static const dcp_test_t tests[] = {
@@ -178,6 +203,7 @@ int dcp_suite_transport(void)
         {"timeout_and_cancel", test_timeout_and_cancel},
         {"peer_failure_ends_waits", test_peer_failure_ends_waits},
         {"bad_peer_rejected", test_bad_peer_rejected},
+        {"nccl_engine_without_gpu", test_nccl_engine_without_gpu},
         {NULL, NULL},
     };
     return dcp_add_suite("transport", tests);

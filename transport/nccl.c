@@ -1,0 +1,366 @@
+#include "transport/nccl.h"
+
+#include "include/base/error.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How long communicator set-up and finalisation may take. */
+#define SETUP_TIMEOUT_S 120.0
+
+/* The NCCL entry points dcp uses, resolved from the loaded library. */
+typedef struct {
+    void *lib;
+    ncclResult_t (*get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+    ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
+    ncclResult_t (*finalize)(ncclComm_t);
+    ncclResult_t (*destroy)(ncclComm_t);
+    ncclResult_t (*abort)(ncclComm_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
+    ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    const char *(*error_string)(ncclResult_t);
+} nccl_api_t;
+
+typedef struct {
+    dcp_engine_t base;
+    nccl_api_t api;
+    ncclComm_t comm;
+    int owns_comm;
+    int device;
+    cudaStream_t stream;
+    int failed; /* the communicator was aborted: every later call fails */
+} nccl_engine_t;
+
+struct dcp_xfer_req {
+    cudaEvent_t done;
+};
+
+static dcp_status_t load_api(nccl_api_t *a)
+{
+    const char *path = getenv("DCP_NCCL_LIB");
+    a->lib = dlopen(path ? path : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!a->lib)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: cannot load %s (%s); set DCP_NCCL_LIB",
+                             path ? path : "libnccl.so.2", dlerror());
+    struct {
+        void **fn;
+        const char *name;
+    } syms[] = {
+        {(void **)&a->get_unique_id, "ncclGetUniqueId"},
+        {(void **)&a->init_rank_config, "ncclCommInitRankConfig"},
+        {(void **)&a->async_error, "ncclCommGetAsyncError"},
+        {(void **)&a->finalize, "ncclCommFinalize"},
+        {(void **)&a->destroy, "ncclCommDestroy"},
+        {(void **)&a->abort, "ncclCommAbort"},
+        {(void **)&a->group_start, "ncclGroupStart"},
+        {(void **)&a->group_end, "ncclGroupEnd"},
+        {(void **)&a->send, "ncclSend"},
+        {(void **)&a->recv, "ncclRecv"},
+        {(void **)&a->error_string, "ncclGetErrorString"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].fn = dlsym(a->lib, syms[i].name);
+        if (!*syms[i].fn) {
+            dlclose(a->lib);
+            a->lib = NULL;
+            return dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: the library lacks %s (NCCL >= 2.14)",
+                                 syms[i].name);
+        }
+    }
+    return DCP_OK;
+}
+
+static dcp_status_t cuda_error(cudaError_t e, const char *what)
+{
+    return dcp_set_error(DCP_ERR_SYSTEM, "nccl: %s: %s", what, cudaGetErrorString(e));
+}
+
+static dcp_status_t nccl_error(const nccl_engine_t *e, ncclResult_t r, const char *what)
+{
+    /* remote and system errors mean a peer or its link is gone */
+    const dcp_status_t st = r == ncclRemoteError || r == ncclSystemError ? DCP_ERR_PEER
+                                                                         : DCP_ERR_SYSTEM;
+    return dcp_set_error(st, "nccl: %s on rank %d: %s", what, e->base.rank,
+                         e->api.error_string(r));
+}
+
+/* Waits for a non-blocking communicator to leave ncclInProgress. */
+static dcp_status_t settle(nccl_engine_t *e, const char *what, double timeout_s)
+{
+    const double deadline = dcp_now() + timeout_s;
+    for (;;) {
+        ncclResult_t r = ncclSuccess;
+        e->api.async_error(e->comm, &r);
+        if (r == ncclSuccess) return DCP_OK;
+        if (r != ncclInProgress) return nccl_error(e, r, what);
+        if (dcp_now() > deadline)
+            return dcp_set_error(DCP_ERR_TIMEOUT, "nccl: %s on rank %d took over %.0f s", what,
+                                 e->base.rank, timeout_s);
+        sched_yield();
+    }
+}
+
+static void fail(nccl_engine_t *e)
+{
+    if (e->failed) return;
+    e->failed = 1;
+    if (e->comm && e->owns_comm) e->api.abort(e->comm);
+}
+
+static dcp_status_t nccl_register(dcp_engine_t *base, void *ptr, size_t bytes)
+{
+    (void)base, (void)ptr, (void)bytes; /* NCCL copies through its own buffers */
+    return DCP_OK;
+}
+
+static void nccl_deregister(dcp_engine_t *base, void *ptr)
+{
+    (void)base, (void)ptr;
+}
+
+/* Per peer and direction, tag order: the order NCCL will match in on both sides. */
+static int op_order(const void *a, const void *b)
+{
+    const dcp_xfer_op_t *x = *(const dcp_xfer_op_t *const *)a, *y = *(const dcp_xfer_op_t *const *)b;
+    if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
+    if (x->send != y->send) return x->send < y->send ? -1 : 1;
+    return (x->tag > y->tag) - (x->tag < y->tag);
+}
+
+static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int64_t n,
+                                dcp_xfer_req_t **req_out)
+{
+    nccl_engine_t *e = (nccl_engine_t *)base;
+    if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
+    for (int64_t k = 0; k < n; k++)
+        if (ops[k].peer < 0 || ops[k].peer >= base->size || ops[k].peer == base->rank)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: op %lld has peer %d", (long long)k,
+                                 ops[k].peer);
+    const dcp_xfer_op_t **order = NULL;
+    dcp_xfer_req_t *r = NULL;
+    dcp_status_t st;
+    DCP_CHECK(dcp_calloc(&order, n, sizeof *order, "nccl launch"));
+    DCP_CHECK_GOTO(dcp_calloc(&r, 1, sizeof *r, "nccl request"), st, out);
+    for (int64_t k = 0; k < n; k++) order[k] = &ops[k];
+    qsort(order, (size_t)n, sizeof *order, op_order);
+    cudaError_t ce = cudaSetDevice(e->device);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+    if (ce != cudaSuccess) {
+        st = cuda_error(ce, "event");
+        goto out;
+    }
+    ncclResult_t nr = e->api.group_start();
+    for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
+        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8,
+                                          order[k]->peer, e->comm, e->stream)
+                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8,
+                                          order[k]->peer, e->comm, e->stream);
+    const ncclResult_t end = e->api.group_end();
+    if (nr == ncclSuccess || nr == ncclInProgress) nr = end;
+    if (nr == ncclInProgress) {
+        st = settle(e, "group launch", SETUP_TIMEOUT_S);
+    } else {
+        st = nr == ncclSuccess ? DCP_OK : nccl_error(e, nr, "group launch");
+    }
+    if (st == DCP_OK && (ce = cudaEventRecord(r->done, e->stream)) != cudaSuccess)
+        st = cuda_error(ce, "event record");
+out:
+    free(order);
+    if (st != DCP_OK) {
+        if (r && r->done) cudaEventDestroy(r->done);
+        free(r);
+        fail(e);
+        return st;
+    }
+    *req_out = r;
+    return DCP_OK;
+}
+
+static void free_req(dcp_xfer_req_t *r)
+{
+    if (!r) return;
+    if (r->done) cudaEventDestroy(r->done);
+    free(r);
+}
+
+static dcp_status_t query(nccl_engine_t *e, dcp_xfer_req_t *r, int *done)
+{
+    const cudaError_t q = cudaEventQuery(r->done);
+    *done = q == cudaSuccess;
+    if (q != cudaSuccess && q != cudaErrorNotReady) return cuda_error(q, "event query");
+    ncclResult_t a = ncclSuccess;
+    e->api.async_error(e->comm, &a);
+    if (a != ncclSuccess && a != ncclInProgress) return nccl_error(e, a, "transfer");
+    return DCP_OK;
+}
+
+static dcp_status_t nccl_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_out)
+{
+    nccl_engine_t *e = (nccl_engine_t *)base;
+    if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
+    return query(e, r, done_out);
+}
+
+static dcp_status_t nccl_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s)
+{
+    nccl_engine_t *e = (nccl_engine_t *)base;
+    const double deadline = dcp_now() + timeout_s;
+    for (;;) {
+        if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
+        int done = 0;
+        const dcp_status_t st = query(e, r, &done);
+        if (st != DCP_OK) return st;
+        if (done) break;
+        if (dcp_now() > deadline)
+            return dcp_set_error(DCP_ERR_TIMEOUT, "nccl: rank %d waited %.1f s for a launch",
+                                 base->rank, timeout_s);
+        sched_yield();
+    }
+    free_req(r);
+    return DCP_OK;
+}
+
+/* NCCL cannot withdraw operations: the communicator is aborted, which ends them. */
+static void nccl_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
+{
+    nccl_engine_t *e = (nccl_engine_t *)base;
+    if (!r) return;
+    fail(e);
+    free_req(r);
+}
+
+/* NCCL has no failure notice: aborting ends this rank's side, and the peers' operations
+ * with it fail on their side (remote error) or time out. */
+static void nccl_abort(dcp_engine_t *base)
+{
+    fail((nccl_engine_t *)base);
+}
+
+static dcp_status_t nccl_health(dcp_engine_t *base)
+{
+    nccl_engine_t *e = (nccl_engine_t *)base;
+    if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
+    ncclResult_t a = ncclSuccess;
+    e->api.async_error(e->comm, &a);
+    return a == ncclSuccess || a == ncclInProgress ? DCP_OK : nccl_error(e, a, "health");
+}
+
+static void nccl_destroy(dcp_engine_t *base)
+{
+    nccl_engine_t *e = (nccl_engine_t *)base;
+    if (e->comm && e->owns_comm) {
+        if (!e->failed && e->api.finalize(e->comm) != ncclSuccess) fail(e);
+        if (!e->failed && settle(e, "finalize", SETUP_TIMEOUT_S) != DCP_OK) fail(e);
+        if (!e->failed) e->api.destroy(e->comm); /* after an abort the comm is gone */
+    }
+    if (e->stream) cudaStreamDestroy(e->stream);
+    if (e->api.lib) dlclose(e->api.lib);
+    free(e);
+}
+
+static const dcp_engine_ops_t nccl_ops = {
+    .name = "nccl",
+    .mem_register = nccl_register,
+    .mem_deregister = nccl_deregister,
+    .launch = nccl_launch,
+    .test = nccl_test,
+    .wait = nccl_wait,
+    .cancel = nccl_cancel,
+    .abort = nccl_abort,
+    .health = nccl_health,
+    .destroy = nccl_destroy,
+};
+
+/* Host and GPU of every rank: two ranks of one host on one GPU cannot run NCCL. */
+typedef struct {
+    char host[64];
+    char busid[32];
+} gpu_id_t;
+
+static dcp_status_t check_one_rank_per_gpu(const dcp_bootstrap_t *bs, int device)
+{
+    gpu_id_t me, *all = NULL;
+    memset(&me, 0, sizeof me);
+    if (gethostname(me.host, sizeof me.host - 1) != 0) me.host[0] = '\0';
+    const cudaError_t ce = cudaDeviceGetPCIBusId(me.busid, sizeof me.busid, device);
+    if (ce != cudaSuccess) return cuda_error(ce, "device bus id");
+    DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "nccl"));
+    dcp_status_t st = bs->allgather(bs->state, &me, all, sizeof me);
+    for (int32_t a = 0; st == DCP_OK && a < bs->size; a++)
+        for (int32_t b = a + 1; st == DCP_OK && b < bs->size; b++)
+            if (!strcmp(all[a].host, all[b].host) && !strcmp(all[a].busid, all[b].busid))
+                st = dcp_set_error(DCP_ERR_UNSUPPORTED,
+                                   "nccl: ranks %d and %d share GPU %s on %s; NCCL needs one rank "
+                                   "per GPU (use the ucx engine, or one process per GPU)",
+                                   a, b, all[a].busid, all[a].host);
+    free(all);
+    return st;
+}
+
+static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs)
+{
+    DCP_CHECK(check_one_rank_per_gpu(bs, e->device));
+    ncclUniqueId mine, *ids = NULL;
+    memset(&mine, 0, sizeof mine);
+    if (bs->rank == 0) {
+        const ncclResult_t r = e->api.get_unique_id(&mine);
+        if (r != ncclSuccess) return nccl_error(e, r, "ncclGetUniqueId");
+    }
+    DCP_CHECK(dcp_calloc(&ids, bs->size, sizeof *ids, "nccl"));
+    dcp_status_t st = bs->allgather(bs->state, &mine, ids, sizeof mine);
+    if (st == DCP_OK) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0; /* waits can give up, and abort */
+        const ncclResult_t r = e->api.init_rank_config(&e->comm, bs->size, ids[0], bs->rank, &cfg);
+        st = r == ncclSuccess || r == ncclInProgress ? settle(e, "communicator set-up",
+                                                              SETUP_TIMEOUT_S)
+                                                     : nccl_error(e, r, "ncclCommInitRankConfig");
+    }
+    free(ids);
+    return st;
+}
+
+dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
+                                    dcp_engine_t **engine_out)
+{
+    if (!bootstrap || !bootstrap->allgather || bootstrap->size < 1 || bootstrap->rank < 0 ||
+        bootstrap->rank >= bootstrap->size || !engine_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: bad bootstrap or engine_out");
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: no CUDA device");
+    if (device < 0 || device >= count)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: device %d of %d", device, count);
+    nccl_engine_t *e = NULL;
+    DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "nccl engine"));
+    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size};
+    e->device = device;
+    dcp_status_t st;
+    DCP_CHECK_GOTO(load_api(&e->api), st, err);
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        st = cuda_error(ce, "stream");
+        goto err;
+    }
+    if (lent_comm) {
+        e->comm = (ncclComm_t)lent_comm;
+    } else {
+        e->owns_comm = 1;
+        DCP_CHECK_GOTO(open_comm(e, bootstrap), st, err);
+    }
+    *engine_out = &e->base;
+    return DCP_OK;
+err:
+    fail(e);
+    nccl_destroy(&e->base);
+    return st;
+}

@@ -1,0 +1,22 @@
+/*
+ * The NCCL engine: device buffers between GPUs, one rank per GPU. The communicator is
+ * created from a unique id shared over the bootstrap (ncclCommInitRankConfig, non-blocking
+ * so that a wait can give up), or lent by an embedding caller. Each launch is one group of
+ * ncclSend/ncclRecv on the engine's stream; NCCL matches point-to-point messages by order,
+ * so every launch issues, per peer and direction, its operations in tag order (both sides
+ * of a transfer hold the same tag). NCCL is loaded at run time (libnccl.so.2, or
+ * $DCP_NCCL_LIB), so that dcp builds and runs where it is absent.
+ */
+#ifndef DCP_TRANSPORT_NCCL_H
+#define DCP_TRANSPORT_NCCL_H
+
+#include "transport/engine.h"
+
+/* Collective over the bootstrap. `device` is this rank's CUDA device; ranks of one host
+ * that name the same GPU get DCP_ERR_UNSUPPORTED (NCCL needs one rank per GPU). With
+ * `lent_comm` (an ncclComm_t of the same ranks) no communicator is created and none is
+ * destroyed. DCP_ERR_UNSUPPORTED without CUDA in the build, a device, or libnccl. */
+dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
+                                    dcp_engine_t **engine_out);
+
+#endif

@@ -1,0 +1,10 @@
+/* Builds without CUDA: no NCCL engine. */
+#include "include/base/error.h"
+#include "transport/nccl.h"
+
+dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
+                                    dcp_engine_t **engine_out)
+{
+    (void)bootstrap, (void)device, (void)lent_comm, (void)engine_out;
+    return dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: this build of dcp has no CUDA");
+}
