@@ -67,6 +67,9 @@ dcp_status_t dcp_engine_choose(const dcp_engine_env_t *env, dcp_link_class_t lin
     } else if (env->gpu_buffers && env->nic == DCP_NIC_EFA && env->have_nccl) {
         k = DCP_ENGINE_NCCL;
         why = "EFA: NCCL with its EFA plugin (UCX 1.13 has no EFA transport)";
+    } else if (env->gpu_buffers && !env->ucx_cuda && env->have_nccl) {
+        k = DCP_ENGINE_NCCL;
+        why = "GPU buffers and a UCX built without CUDA: NCCL";
     } else {
         k = DCP_ENGINE_UCX;
         why = env->nic == DCP_NIC_ETH  ? "TCP: UCX"

@@ -4,6 +4,7 @@
  *   same node, GPU buffers                         CUDA IPC (NCCL over NVLink if no IPC)
  *   same node, host buffers                        UCX (shared memory)
  *   other node, GPU buffers, EFA                   NCCL (its EFA plugin; UCX 1.13 has no EFA)
+ *   other node, GPU buffers, UCX without CUDA      NCCL
  *   other node, otherwise (InfiniBand, RoCE, TCP)  UCX
  * A choice can be overridden per link class (the context config, or DCP_TRANSPORT_INTRA /
  * DCP_TRANSPORT_INTER), and is refused when the engine cannot move those buffers.
@@ -28,6 +29,7 @@ typedef struct {
     int threads;                          /* the ranks are threads of one process */
     int gpu_buffers;                      /* blocks live in device memory */
     int have_nccl, have_ipc;              /* engines this build and machine offer */
+    int ucx_cuda;                         /* UCX moves device memory (built with CUDA) */
     dcp_nic_kind_t nic;                   /* the best NIC kind between nodes */
     const char *override[DCP_LINK_COUNT]; /* engine names, NULL for the default */
 } dcp_engine_env_t;

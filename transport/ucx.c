@@ -501,3 +501,19 @@ err:
     ucx_destroy(&e->base);
     return st;
 }
+
+int dcp_ucx_supports_cuda(void)
+{
+    ucp_config_t *cfg = NULL;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK) return 0;
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
+    ucp_context_h ctx = NULL;
+    const ucs_status_t s = ucp_init(&params, cfg, &ctx);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) return 0;
+    ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    const int cuda = ucp_context_query(ctx, &attr) == UCS_OK &&
+                     (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+    ucp_cleanup(ctx);
+    return cuda;
+}

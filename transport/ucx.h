@@ -14,4 +14,8 @@
  * bootstrap is borrowed for the engine's lifetime. */
 dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_t **engine_out);
 
+/* Whether this UCX build moves CUDA device memory (a UCP context asked for its memory
+ * types); Debian's UCX does not. */
+int dcp_ucx_supports_cuda(void);
+
 #endif

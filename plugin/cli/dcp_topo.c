@@ -7,6 +7,7 @@
 #include "plugin/cli/report.h"
 #include "topo/node.h"
 #include "transport/select.h"
+#include "transport/ucx.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ static void choose(const dcp_node_topo_t *n, engines_t *e)
     dcp_engine_env_t env = {.gpu_buffers = n->num_gpus > 0,
                             .have_nccl = n->num_gpus > 0,
                             .have_ipc = 0,
+                            .ucx_cuda = dcp_ucx_supports_cuda(),
                             .nic = DCP_NIC_ETH};
     for (int32_t k = 0; k < n->num_nics; k++)
         if (n->nics[k].kind < env.nic) env.nic = n->nics[k].kind;

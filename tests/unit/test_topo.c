@@ -187,9 +187,15 @@ static void test_engine_per_link(void)
         .gpu_buffers = 1, .have_nccl = 1, .have_ipc = 1, .nic = DCP_NIC_EFA};
     CU_ASSERT(dcp_engine_choose(&efa, DCP_LINK_INTRA, &k, NULL) == DCP_OK && k == DCP_ENGINE_IPC);
     CU_ASSERT(dcp_engine_choose(&efa, DCP_LINK_INTER, &k, NULL) == DCP_OK && k == DCP_ENGINE_NCCL);
-    const dcp_engine_env_t ib = {.gpu_buffers = 1, .have_nccl = 1, .nic = DCP_NIC_IB};
+    const dcp_engine_env_t ib = {
+        .gpu_buffers = 1, .have_nccl = 1, .ucx_cuda = 1, .nic = DCP_NIC_IB};
     CU_ASSERT(dcp_engine_choose(&ib, DCP_LINK_INTRA, &k, NULL) == DCP_OK && k == DCP_ENGINE_NCCL);
     CU_ASSERT(dcp_engine_choose(&ib, DCP_LINK_INTER, &k, NULL) == DCP_OK && k == DCP_ENGINE_UCX);
+    /* a UCX without CUDA cannot move device memory: NCCL between nodes */
+    dcp_engine_env_t ib_host_ucx = ib;
+    ib_host_ucx.ucx_cuda = 0;
+    CU_ASSERT(dcp_engine_choose(&ib_host_ucx, DCP_LINK_INTER, &k, NULL) == DCP_OK &&
+              k == DCP_ENGINE_NCCL);
     /* overrides, and the ones that cannot work */
     dcp_engine_env_t o = ib;
     o.override[DCP_LINK_INTER] = "nccl";
