@@ -350,7 +350,8 @@ DCP_API void dcp_context_destroy(dcp_context_t *ctx);
  * devices per node, and link figures where the NICs report them. Owned by the context.
  * DCP_ERR_UNSUPPORTED when the ranks are not placed node by node with the same count on
  * every node (the cluster model numbers ranks node by node). */
-DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx, const dcp_cluster_t **cluster_out);
+DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
+                                         const dcp_cluster_t **cluster_out);
 
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);

@@ -37,8 +37,9 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     if (!config || !ctx_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
     if (!config->group == !config->bootstrap)
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "config: give exactly one of group (threads) and bootstrap (processes)");
+        return dcp_set_error(
+            DCP_ERR_INVALID_ARG,
+            "config: give exactly one of group (threads) and bootstrap (processes)");
     if (!(config->timeout_s >= 0) || !isfinite(config->timeout_s))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.timeout_s = %g, must be >= 0",
                              config->timeout_s);
@@ -81,7 +82,8 @@ dcp_status_t dcp_context_cluster(const dcp_context_t *ctx, const dcp_cluster_t *
 
 const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node)
 {
-    return ctx ? dcp_engine_kind_name(ctx->engine_kind[inter_node ? DCP_LINK_INTER : DCP_LINK_INTRA])
+    return ctx ? dcp_engine_kind_name(
+                     ctx->engine_kind[inter_node ? DCP_LINK_INTER : DCP_LINK_INTRA])
                : "none";
 }
 

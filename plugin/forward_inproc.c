@@ -21,7 +21,8 @@ static void *rank_main(void *arg)
 {
     rank_job_t *j = arg;
     dcp_context_t *ctx = NULL;
-    const dcp_context_config_t cfg = {.rank = j->rank, .group = j->group, .timeout_s = j->timeout_s};
+    const dcp_context_config_t cfg = {
+        .rank = j->rank, .group = j->group, .timeout_s = j->timeout_s};
     j->status = dcp_context_create(&cfg, &ctx);
     if (j->status == DCP_OK) j->status = dcp_forward(ctx, j->plan, &j->io[j->rank]);
     if (j->status != DCP_OK) dcp_error_save(j->error, sizeof j->error);

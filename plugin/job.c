@@ -46,8 +46,10 @@ static dcp_status_t build_cluster(dcp_context_t *ctx, const rank_info_t *all, in
         int32_t e = r;
         while (e < n && !strcmp(all[e].host, all[r].host)) e++;
         for (int32_t q = 0; q < r; q++) blocked &= strcmp(all[q].host, all[r].host) != 0;
-        if (nodes++ == 0) per = e - r;
-        else blocked &= e - r == per;
+        if (nodes++ == 0)
+            per = e - r;
+        else
+            blocked &= e - r == per;
         r = e;
     }
     if (!blocked) {
@@ -75,10 +77,10 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
     dcp_engine_env_t env = {.nic = DCP_NIC_ETH};
     for (int32_t r = 0; r < bs->size; r++)
         if (all[r].nic < (int32_t)env.nic) env.nic = (dcp_nic_kind_t)all[r].nic;
-    env.override[DCP_LINK_INTRA] = config->transport_intra ? config->transport_intra
-                                                           : getenv("DCP_TRANSPORT_INTRA");
-    env.override[DCP_LINK_INTER] = config->transport_inter ? config->transport_inter
-                                                           : getenv("DCP_TRANSPORT_INTER");
+    env.override[DCP_LINK_INTRA] =
+        config->transport_intra ? config->transport_intra : getenv("DCP_TRANSPORT_INTRA");
+    env.override[DCP_LINK_INTER] =
+        config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
     for (int l = 0; l < DCP_LINK_COUNT; l++)
         DCP_CHECK_GOTO(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL), st,
                        out);

@@ -153,10 +153,11 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     const int xml = x && x[1] == '@';
     if (!x || !parse_count(spec, x, &nodes) ||
         (!pre && !xml && !parse_count(x + 1, shape_end, &devs)))
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "cluster spec '%s': expected NxG, NxPRESET (a100-efa, h100-ib) or "
-                             "Nx@NODE.xml [:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]",
-                             spec);
+        return dcp_set_error(
+            DCP_ERR_INVALID_ARG,
+            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, h100-ib) or "
+            "Nx@NODE.xml [:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]",
+            spec);
     dcp_perf_model_t node_perf;
     dcp_perf_model_default(&node_perf);
     if (xml) {

@@ -86,10 +86,9 @@ static dcp_status_t cuda_error(cudaError_t e, const char *what)
 static dcp_status_t nccl_error(const nccl_engine_t *e, ncclResult_t r, const char *what)
 {
     /* remote and system errors mean a peer or its link is gone */
-    const dcp_status_t st = r == ncclRemoteError || r == ncclSystemError ? DCP_ERR_PEER
-                                                                         : DCP_ERR_SYSTEM;
-    return dcp_set_error(st, "nccl: %s on rank %d: %s", what, e->base.rank,
-                         e->api.error_string(r));
+    const dcp_status_t st =
+        r == ncclRemoteError || r == ncclSystemError ? DCP_ERR_PEER : DCP_ERR_SYSTEM;
+    return dcp_set_error(st, "nccl: %s on rank %d: %s", what, e->base.rank, e->api.error_string(r));
 }
 
 /* Waits for a non-blocking communicator to leave ncclInProgress. */
@@ -129,7 +128,8 @@ static void nccl_deregister(dcp_engine_t *base, void *ptr)
 /* Per peer and direction, tag order: the order NCCL will match in on both sides. */
 static int op_order(const void *a, const void *b)
 {
-    const dcp_xfer_op_t *x = *(const dcp_xfer_op_t *const *)a, *y = *(const dcp_xfer_op_t *const *)b;
+    const dcp_xfer_op_t *x = *(const dcp_xfer_op_t *const *)a,
+                        *y = *(const dcp_xfer_op_t *const *)b;
     if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
     if (x->send != y->send) return x->send < y->send ? -1 : 1;
     return (x->tag > y->tag) - (x->tag < y->tag);
@@ -159,10 +159,10 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     }
     ncclResult_t nr = e->api.group_start();
     for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
-        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8,
-                                          order[k]->peer, e->comm, e->stream)
-                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8,
-                                          order[k]->peer, e->comm, e->stream);
+        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
+                                          e->comm, e->stream)
+                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
+                                          e->comm, e->stream);
     const ncclResult_t end = e->api.group_end();
     if (nr == ncclSuccess || nr == ncclInProgress) nr = end;
     if (nr == ncclInProgress) {
@@ -320,9 +320,9 @@ static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs)
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.blocking = 0; /* waits can give up, and abort */
         const ncclResult_t r = e->api.init_rank_config(&e->comm, bs->size, ids[0], bs->rank, &cfg);
-        st = r == ncclSuccess || r == ncclInProgress ? settle(e, "communicator set-up",
-                                                              SETUP_TIMEOUT_S)
-                                                     : nccl_error(e, r, "ncclCommInitRankConfig");
+        st = r == ncclSuccess || r == ncclInProgress
+                 ? settle(e, "communicator set-up", SETUP_TIMEOUT_S)
+                 : nccl_error(e, r, "ncclCommInitRankConfig");
     }
     free(ids);
     return st;

@@ -118,8 +118,8 @@ static void progress(ucx_engine_t *e)
 static dcp_status_t post_abort_listener(ucx_engine_t *e)
 {
     ucp_request_param_t p = {0};
-    void *r = ucp_tag_recv_nbx(e->worker, &e->abort_from, sizeof e->abort_from, TAG_ABORT,
-                               ~0ull, &p);
+    void *r =
+        ucp_tag_recv_nbx(e->worker, &e->abort_from, sizeof e->abort_from, TAG_ABORT, ~0ull, &p);
     if (UCS_PTR_IS_ERR(r)) return ucx_error(UCS_PTR_STATUS(r), "abort listener");
     e->abort_req = r; /* a receive never completes at once unless a notice is already there */
     return DCP_OK;
@@ -179,9 +179,10 @@ static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int
     r->n = n;
     for (int64_t k = 0; k < n; k++) {
         ucp_request_param_t p = {0};
-        void *q = ops[k].send
-                      ? ucp_tag_send_nbx(e->eps[ops[k].peer], ops[k].ptr, ops[k].bytes, ops[k].tag, &p)
-                      : ucp_tag_recv_nbx(e->worker, ops[k].ptr, ops[k].bytes, ops[k].tag, ~0ull, &p);
+        void *q =
+            ops[k].send
+                ? ucp_tag_send_nbx(e->eps[ops[k].peer], ops[k].ptr, ops[k].bytes, ops[k].tag, &p)
+                : ucp_tag_recv_nbx(e->worker, ops[k].ptr, ops[k].bytes, ops[k].tag, ~0ull, &p);
         r->peer[k] = ops[k].peer;
         if (UCS_PTR_IS_ERR(q)) {
             r->status[k] = UCS_PTR_STATUS(q);
@@ -275,7 +276,8 @@ static void ucx_abort(dcp_engine_t *base)
     }
     for (int32_t p = 0; p < base->size; p++)
         if (reqs[p]) {
-            if (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS) ucp_request_cancel(e->worker, reqs[p]);
+            if (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS)
+                ucp_request_cancel(e->worker, reqs[p]);
             ucp_request_free(reqs[p]);
         }
     free(reqs);
@@ -462,11 +464,10 @@ static dcp_status_t connect_peers(ucx_engine_t *e)
         }
         s = ucp_ep_create(e->worker, &ep, &e->eps[p]);
         if (s != UCS_OK) {
-            st = dcp_set_error(DCP_ERR_SYSTEM,
-                               "ucx: no transport from rank %d to rank %d (%s)%s: %s",
-                               e->base.rank, p, local ? "same node" : "other node",
-                               e->peer_mode[p] ? " with peer error handling" : "",
-                               ucs_status_string(s));
+            st = dcp_set_error(
+                DCP_ERR_SYSTEM, "ucx: no transport from rank %d to rank %d (%s)%s: %s",
+                e->base.rank, p, local ? "same node" : "other node",
+                e->peer_mode[p] ? " with peer error handling" : "", ucs_status_string(s));
             goto out;
         }
     }

@@ -138,7 +138,8 @@ static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_pla
         if (all[r].status != DCP_OK) {
             out = (dcp_status_t)all[r].status;
         } else if (all[r].hash != all[0].hash) {
-            fprintf(stderr, "%s: rank %d's plan differs from rank 0's (checksum %016llx vs %016llx)\n",
+            fprintf(stderr,
+                    "%s: rank %d's plan differs from rank 0's (checksum %016llx vs %016llx)\n",
                     tool, r, (unsigned long long)all[r].hash, (unsigned long long)all[0].hash);
             out = DCP_ERR_INTERNAL;
         }
@@ -172,8 +173,8 @@ static int run_one(const dcp_common_t *c, const dcp_cluster_t *cluster, dcp_harn
             broken = st != DCP_OK;
         }
     } else if (st == DCP_OK) {
-        st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout,
-                             rf->tol, &r);
+        st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout, rf->tol,
+                             &r);
     }
     dcp_plan_destroy(plan);
     if (st != DCP_OK) {

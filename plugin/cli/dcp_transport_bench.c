@@ -27,8 +27,8 @@
 
 static const char *tool = "dcp-transport-bench";
 
-#define MAX_SIZES 32
-#define TIMEOUT_S 60.0
+#define MAX_SIZES  32
+#define TIMEOUT_S  60.0
 #define SYNC_BYTES 64 /* the buffer's head: handshake and acknowledgement bytes */
 
 typedef struct {
@@ -51,7 +51,10 @@ static void parse_sizes(const char *list, bench_t *b)
     for (int i = 0; i < n; i++) {
         char *end;
         long long v = strtoll(items[i], &end, 10);
-        const long long unit = *end == 'K' ? 1024 : *end == 'M' ? 1 << 20 : *end == 'G' ? 1 << 30 : 1;
+        const long long unit = *end == 'K'   ? 1024
+                               : *end == 'M' ? 1 << 20
+                               : *end == 'G' ? 1 << 30
+                                             : 1;
         if (unit > 1) end++;
         if (*end != '\0' || v < 1 || v > (1ll << 30) / unit)
             dcp_args_fail(tool, "sizes", "'%s' is not a size in 1..1G (suffixes K, M, G)",
@@ -81,8 +84,8 @@ static dcp_status_t handshake(dcp_engine_t *e, char *byte)
 }
 
 /* Seconds for `iters` launches of `window` messages of `bytes`, measured on rank 0. */
-static dcp_status_t stream(dcp_engine_t *e, char *sync, char *buf, int64_t bytes,
-                           int64_t window, int64_t iters, double *secs)
+static dcp_status_t stream(dcp_engine_t *e, char *sync, char *buf, int64_t bytes, int64_t window,
+                           int64_t iters, double *secs)
 {
     const int32_t peer = 1 - e->rank, send = e->rank == 0;
     dcp_xfer_op_t ops[64];
@@ -98,8 +101,7 @@ static dcp_status_t stream(dcp_engine_t *e, char *sync, char *buf, int64_t bytes
 }
 
 /* Median one-way latency over `iters` round trips of `bytes`. */
-static dcp_status_t pingpong(dcp_engine_t *e, char *buf, int64_t bytes, int64_t iters,
-                             double *us)
+static dcp_status_t pingpong(dcp_engine_t *e, char *buf, int64_t bytes, int64_t iters, double *us)
 {
     const int32_t peer = 1 - e->rank;
     double *t = NULL;
@@ -258,9 +260,8 @@ static int run_threads(const bench_t *b)
 static int run_processes(int *argc, char ***argv, const bench_t *b, const char *engine)
 {
     const int gpu = !strcmp(engine, "nccl");
-    const int device = gpu && dcp_cuda_device_count() > 0
-                           ? dcp_mpi_local_rank() % dcp_cuda_device_count()
-                           : 0;
+    const int device =
+        gpu && dcp_cuda_device_count() > 0 ? dcp_mpi_local_rank() % dcp_cuda_device_count() : 0;
     dcp_bootstrap_t bs;
     dcp_engine_t *e = NULL;
     char *mem = NULL;

@@ -257,8 +257,8 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_harness_res
     }
     res->digest = x;
     res->max_rel_err = ref_max > 0 ? res->max_abs_err / ref_max : res->max_abs_err;
-    res->passed = c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol &&
-                  res->max_lse_err <= tol;
+    res->passed =
+        c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol && res->max_lse_err <= tol;
 }
 
 static int cmp_double(const void *a, const void *b)

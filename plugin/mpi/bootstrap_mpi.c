@@ -11,7 +11,8 @@ static dcp_status_t mpi_allgather(void *state, const void *send, void *recv, siz
     (void)state;
     if (bytes > INT_MAX)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "mpi bootstrap: %zu bytes per rank", bytes);
-    const int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+    const int rc =
+        MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
         return dcp_set_error(DCP_ERR_SYSTEM, "mpi bootstrap: MPI_Allgather returned %d", rc);
     return DCP_OK;

@@ -160,8 +160,7 @@ static void test_cluster_from_capture(void)
     CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 6.25, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 15.0, 1e-9);
     dcp_cluster_destroy(c);
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x@tests/data/h100-ib.xml:intra=450", &c),
-                          DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x@tests/data/h100-ib.xml:intra=450", &c), DCP_OK);
     CU_ASSERT_EQUAL(c->devs_per_node, 8);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 50.0, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 450.0, 1e-9);

@@ -254,8 +254,8 @@ static void *job_rank(void *p)
 static void test_job_contexts_match_threads(void)
 {
     const int32_t len[3] = {700, 1, 300};
-    const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL},
-                             {.kind = DCP_MASK_CAUSAL}};
+    const dcp_mask_t m[3] = {
+        {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
     const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
     dcp_harness_t *h = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 3, m, &shape, 3, &h), DCP_OK);
