@@ -3,6 +3,7 @@
 #include "include/base/error.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 #include <unistd.h>
 
 /* Control messages carry the top tag bit, which data tags never set. */
@@ -101,6 +103,26 @@ static void check_liveness(ucx_engine_t *e)
     e->next_liveness = now + LIVENESS_PERIOD_S;
     for (int32_t p = 0; p < e->base.size && e->failed_peer < 0; p++)
         if (e->local_pid[p] > 0 && process_gone(e->local_pid[p])) e->failed_peer = p;
+}
+
+/* UCX treats a failed single-copy (CMA) transfer on an endpoint without peer error
+ * handling - ours within a node - as fatal and aborts the process. The failure is a peer
+ * that died mid-transfer: the operation still completes with an error, which becomes
+ * DCP_ERR_PEER, so that one message is kept from ending the process. Other messages pass. */
+static ucs_log_func_rc_t keep_cma_failures_nonfatal(const char *file, unsigned line,
+                                                    const char *function, ucs_log_level_t level,
+                                                    const ucs_log_component_config_t *comp,
+                                                    const char *message, va_list ap)
+{
+    (void)file, (void)line, (void)comp, (void)message, (void)ap;
+    if (level == UCS_LOG_LEVEL_FATAL && function && !strcmp(function, "uct_cma_ep_tx_error"))
+        return UCS_LOG_FUNC_RC_STOP;
+    return UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+static void install_log_filter(void)
+{
+    ucs_log_push_handler(keep_cma_failures_nonfatal);
 }
 
 static void progress(ucx_engine_t *e)
@@ -377,6 +399,8 @@ static const dcp_engine_ops_t ucx_ops = {
 
 static dcp_status_t init_worker(ucx_engine_t *e)
 {
+    static pthread_once_t filter_once = PTHREAD_ONCE_INIT;
+    pthread_once(&filter_once, install_log_filter);
     ucp_config_t *cfg = NULL;
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK) return ucx_error(s, "ucp_config_read");
