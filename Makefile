@@ -28,7 +28,8 @@ MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 
 LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
-CLI_SRCS = $(filter-out plugin/cli/dcp_%.c,$(wildcard plugin/cli/*.c))
+CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c,$(wildcard plugin/cli/*.c))
+MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
 TOOLS = dcp-attn-test dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
 
@@ -46,25 +47,31 @@ endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 MPI_OBJS = $(MPI_SRCS:%.c=$(BUILD)/obj/%.o)
+MPI_CLI_OBJS = $(MPI_CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS = $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_BINS = $(TOOLS:%=$(BUILD)/bin/%)
 TEST_BIN = $(BUILD)/bin/dcp-tests
 EXAMPLE_BIN = $(BUILD)/bin/dcp-example
+EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
 .PHONY: all lib tools tests run test test-asan test-run deps install clean
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
 tools: $(TOOL_BINS)
-tests: $(TEST_BIN) $(EXAMPLE_BIN)
+tests: $(TEST_BIN) $(EXAMPLE_BIN) $(EXAMPLE_MPI_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-# the MPI bootstrap is the only code that sees MPI
+# the MPI bootstrap and the tools' MPI set-up are the only code that sees MPI
 $(BUILD)/obj/plugin/mpi/%.o: plugin/mpi/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/plugin/cli/mpi_%.o: plugin/cli/mpi_%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 
@@ -92,7 +99,7 @@ $(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/lib
 MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-transport-bench
 $(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o
 $(BUILD)/bin/dcp-transport-bench: $(BUILD)/obj/plugin/cli/dcp_transport_bench.o
-$(MPI_TOOL_BINS): $(CLI_OBJS) $(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
+$(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LIBS)
 
@@ -104,6 +111,12 @@ $(TEST_BIN): $(TEST_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
 $(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(WARN) $(SAN) -Iinclude -o $@ $< -L$(BUILD)/lib -ldcp -Wl,-rpath,$(abspath $(BUILD)/lib)
+
+# and its MPI form: dcp.h, libdcp_mpi and libdcp.so, with the user's MPI
+$(EXAMPLE_MPI_BIN): tests/e2e/example_mpi.c $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) $(SAN) $(MPI_CFLAGS) -Iinclude -o $@ $< -L$(BUILD)/lib -ldcp_mpi -ldcp \
+		-Wl,-rpath,$(abspath $(BUILD)/lib) $(MPI_LIBS)
 
 # The main job: a built-in long-tailed batch on 8 in-process ranks (2x4), causal and lambda
 # masks, every strategy, checked against the double-precision reference.
@@ -146,7 +159,7 @@ deps:
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
-	install -m 644 $(BUILD)/lib/libdcp.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp_mpi.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/lib/libdcp.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/dcp.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/

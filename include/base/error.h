@@ -14,8 +14,9 @@
 #endif
 
 /* Records `fmt` as the calling thread's last error and returns `status`. The function that
- * first sees a failure calls it; callers only propagate. */
-dcp_status_t dcp_set_error(dcp_status_t status, const char *fmt, ...) DCP_PRINTF(2, 3);
+ * first sees a failure calls it; callers only propagate. Exported from libdcp.so though not
+ * in dcp.h: libdcp_mpi, linked beside it, reports through it. */
+DCP_API dcp_status_t dcp_set_error(dcp_status_t status, const char *fmt, ...) DCP_PRINTF(2, 3);
 
 /* Copies the calling thread's last error text into buf (for handing it across threads). */
 void dcp_error_save(char *buf, size_t capacity);

@@ -13,7 +13,7 @@
 #include "plugin/cli/common.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/report.h"
-#include "plugin/mpi/launch.h"
+#include "plugin/cli/mpi_launch.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include "kernels/cuda/device.h"
 #include "plugin/cli/args.h"
 #include "plugin/cli/report.h"
-#include "plugin/mpi/launch.h"
+#include "plugin/cli/mpi_launch.h"
 #include "transport/inproc.h"
 #include "transport/nccl.h"
 #include "transport/ucx.h"

@@ -1,8 +1,9 @@
 #!/bin/bash
-# Multi-process attention tests: dcp-attn-test --check under mpirun with 2, 4 and 8
-# processes, over UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and
-# metis strategies. Each run must pass the reference check, and its outputs must be
-# bit-identical (same digest) to the same plans run on in-process ranks.
+# Multi-process attention tests: the README's MPI example (dcp.h + libdcp.so + libdcp_mpi)
+# on 3 processes, then dcp-attn-test --check under mpirun with 2, 4 and 8 processes, over
+# UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and metis strategies.
+# Each run must pass the reference check, and its outputs must be bit-identical (same
+# digest) to the same plans run on in-process ranks.
 #
 #   tests/mpi/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -30,6 +31,12 @@ fail() {
 
 # digest of each (mask, strategy) line, in order
 digests() { sed -n 's/.*"mask": "\([^"]*\)", "strategy": "\([^"]*\)".*"digest": "\([0-9a-f]*\)".*/\1 \2 \3/p' "$1"; }
+
+if out=$("${mpirun[@]}" -np 3 "$bin/dcp-example-mpi" 2>&1); then
+    echo "ok   example-mpi: $out"
+else
+    fail "example-mpi: $out"
+fi
 
 for np in 2 4 8; do
     case $np in 2) cluster=1x2 ;; 4) cluster=2x2 ;; 8) cluster=2x4 ;; esac

@@ -1,7 +1,8 @@
 /* For dcp's tools: whether an MPI launcher started this process, and MPI set-up around the
- * MPI bootstrap. Part of libdcp_mpi; libdcp never sees MPI. */
-#ifndef DCP_MPI_LAUNCH_H
-#define DCP_MPI_LAUNCH_H
+ * MPI bootstrap. Tool code (it may end the job), linked only into the tools that run under
+ * mpirun; the libraries never abort. */
+#ifndef DCP_CLI_MPI_LAUNCH_H
+#define DCP_CLI_MPI_LAUNCH_H
 
 #include "include/dcp.h"
 

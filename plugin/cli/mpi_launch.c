@@ -1,4 +1,4 @@
-#include "plugin/mpi/launch.h"
+#include "plugin/cli/mpi_launch.h"
 
 #include "include/base/error.h"
 
