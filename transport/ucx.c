@@ -247,7 +247,7 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
             return dcp_set_error(DCP_ERR_TIMEOUT,
                                  "ucx: rank %d waited %.1f s for %lld of %lld transfers",
                                  base->rank, timeout_s, (long long)r->pending, (long long)r->n);
-        sched_yield(); /* ranks may share cores: let the peer run */
+        if (spin >= 32) sched_yield(); /* a short spin, then let ranks sharing a core run */
     }
     free_req(r);
     return DCP_OK;
