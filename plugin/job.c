@@ -8,6 +8,7 @@
 #include "plugin/context.h"
 #include "topo/cluster.h"
 #include "topo/node.h"
+#include "transport/bootstrap.h"
 #include "transport/ucx.h"
 
 #include <stdio.h>
@@ -71,8 +72,8 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
     describe_self(&me);
     DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "job"));
     dcp_status_t st;
-    DCP_CHECK_GOTO(bs->allgather(bs->state, &me, all, sizeof me), st, out);
-    DCP_CHECK_GOTO(build_cluster(ctx, all, bs->size), st, out);
+    DCP_CHECK_GOTO(dcp_bootstrap_allgather(bs, &me, all, sizeof me, "rank descriptions"), st, out);
+    st = build_cluster(ctx, all, bs->size);
     /* host buffers (the CPU executor) */
     dcp_engine_env_t env = {.nic = DCP_NIC_ETH};
     for (int32_t r = 0; r < bs->size; r++)
@@ -81,9 +82,10 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
         config->transport_intra ? config->transport_intra : getenv("DCP_TRANSPORT_INTRA");
     env.override[DCP_LINK_INTER] =
         config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
-    for (int l = 0; l < DCP_LINK_COUNT; l++)
-        DCP_CHECK_GOTO(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL), st,
-                       out);
+    for (int l = 0; l < DCP_LINK_COUNT && st == DCP_OK; l++)
+        st = dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL);
+    /* ranks may have been given different settings: all go on, or none */
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "engine choice"), st, out);
     /* for host memory every link is UCX (the only engine that moves it between processes) */
     ctx->rank = bs->rank;
     st = dcp_ucx_engine_create(bs, &ctx->engine);

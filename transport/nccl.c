@@ -1,6 +1,7 @@
 #include "transport/nccl.h"
 
 #include "include/base/error.h"
+#include "transport/bootstrap.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -293,7 +294,7 @@ static dcp_status_t check_one_rank_per_gpu(const dcp_bootstrap_t *bs, int device
     const cudaError_t ce = cudaDeviceGetPCIBusId(me.busid, sizeof me.busid, device);
     if (ce != cudaSuccess) return cuda_error(ce, "device bus id");
     DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "nccl"));
-    dcp_status_t st = bs->allgather(bs->state, &me, all, sizeof me);
+    dcp_status_t st = dcp_bootstrap_allgather(bs, &me, all, sizeof me, "nccl GPU ids");
     for (int32_t a = 0; st == DCP_OK && a < bs->size; a++)
         for (int32_t b = a + 1; st == DCP_OK && b < bs->size; b++)
             if (!strcmp(all[a].host, all[b].host) && !strcmp(all[a].busid, all[b].busid))
@@ -310,12 +311,11 @@ static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs)
     DCP_CHECK(check_one_rank_per_gpu(bs, e->device));
     ncclUniqueId mine, *ids = NULL;
     memset(&mine, 0, sizeof mine);
-    if (bs->rank == 0) {
-        const ncclResult_t r = e->api.get_unique_id(&mine);
-        if (r != ncclSuccess) return nccl_error(e, r, "ncclGetUniqueId");
-    }
+    const ncclResult_t got = bs->rank == 0 ? e->api.get_unique_id(&mine) : ncclSuccess;
+    DCP_CHECK(dcp_bootstrap_agree(
+        bs, got == ncclSuccess ? DCP_OK : nccl_error(e, got, "ncclGetUniqueId"), "nccl unique id"));
     DCP_CHECK(dcp_calloc(&ids, bs->size, sizeof *ids, "nccl"));
-    dcp_status_t st = bs->allgather(bs->state, &mine, ids, sizeof mine);
+    dcp_status_t st = dcp_bootstrap_allgather(bs, &mine, ids, sizeof mine, "nccl unique id");
     if (st == DCP_OK) {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.blocking = 0; /* waits can give up, and abort */
@@ -343,19 +343,19 @@ dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "nccl engine"));
     e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size};
     e->device = device;
-    dcp_status_t st;
-    DCP_CHECK_GOTO(load_api(&e->api), st, err);
-    cudaError_t ce = cudaSetDevice(device);
-    if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
-    if (ce != cudaSuccess) {
-        st = cuda_error(ce, "stream");
-        goto err;
-    }
+    dcp_status_t st = load_api(&e->api);
+    cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
+    if (st == DCP_OK && ce == cudaSuccess)
+        ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
+    if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "stream");
+    /* a rank without NCCL or a stream fails every rank, not only itself */
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "nccl set-up"), st, err);
     if (lent_comm) {
         e->comm = (ncclComm_t)lent_comm;
     } else {
         e->owns_comm = 1;
-        DCP_CHECK_GOTO(open_comm(e, bootstrap), st, err);
+        DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, open_comm(e, bootstrap), "nccl communicator"),
+                       st, err);
     }
     *engine_out = &e->base;
     return DCP_OK;

@@ -1,6 +1,7 @@
 #include "transport/ucx.h"
 
 #include "include/base/error.h"
+#include "transport/bootstrap.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -445,28 +446,32 @@ static dcp_status_t err_mode_policy(int *mode_out)
 }
 
 /* Exchanges host, pid and worker address (lengths first, then padded addresses) and
- * connects to every peer. */
-static dcp_status_t connect_peers(ucx_engine_t *e)
+ * connects to every peer. `local` is this rank's set-up so far: every rank learns of any
+ * rank's failure and all fail together. */
+static dcp_status_t connect_peers(ucx_engine_t *e, dcp_status_t setup)
 {
     const int32_t n = e->base.size;
     int policy = 0;
-    DCP_CHECK(err_mode_policy(&policy));
     ucp_address_t *addr = NULL;
     size_t len = 0;
-    ucs_status_t s = ucp_worker_get_address(e->worker, &addr, &len);
-    if (s != UCS_OK) return ucx_error(s, "ucp_worker_get_address");
+    if (setup == DCP_OK) setup = err_mode_policy(&policy);
+    if (setup == DCP_OK) {
+        const ucs_status_t s = ucp_worker_get_address(e->worker, &addr, &len);
+        if (s != UCS_OK) setup = ucx_error(s, "ucp_worker_get_address");
+    }
     peer_info_t me, *info = NULL;
     describe_self(&me, len);
     uint64_t most = 0;
     char *all = NULL, *padded = NULL;
     dcp_status_t st;
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(e->bs, setup, "ucx worker set-up"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&info, n, sizeof *info, "ucx addresses"), st, out);
-    DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, &me, info, sizeof me), st, out);
+    DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, &me, info, sizeof me, "ucx peer info"), st, out);
     for (int32_t p = 0; p < n; p++) most = info[p].addr_len > most ? info[p].addr_len : most;
     DCP_CHECK_GOTO(dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses"), st, out);
     memcpy(padded, addr, len);
-    DCP_CHECK_GOTO(e->bs->allgather(e->bs->state, padded, all, most), st, out);
+    DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, padded, all, most, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->eps, n, sizeof *e->eps, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->refs, n, sizeof *e->refs, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->local_pid, n, sizeof *e->local_pid, "ucx endpoints"), st, out);
@@ -486,7 +491,7 @@ static dcp_status_t connect_peers(ucx_engine_t *e)
             ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
             ep.err_handler = (ucp_err_handler_t){.cb = ep_failed, .arg = &e->refs[p]};
         }
-        s = ucp_ep_create(e->worker, &ep, &e->eps[p]);
+        const ucs_status_t s = ucp_ep_create(e->worker, &ep, &e->eps[p]);
         if (s != UCS_OK) {
             st = dcp_set_error(
                 DCP_ERR_SYSTEM, "ucx: no transport from rank %d to rank %d (%s)%s: %s",
@@ -497,7 +502,7 @@ static dcp_status_t connect_peers(ucx_engine_t *e)
     }
     st = DCP_OK;
 out:
-    ucp_worker_release_address(e->worker, addr);
+    if (addr) ucp_worker_release_address(e->worker, addr);
     free(info);
     free(padded);
     free(all);
@@ -515,14 +520,14 @@ dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_
     e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size};
     e->bs = bootstrap;
     e->failed_peer = -1;
-    dcp_status_t st;
-    DCP_CHECK_GOTO(init_worker(e), st, err);
-    DCP_CHECK_GOTO(connect_peers(e), st, err);
-    DCP_CHECK_GOTO(post_abort_listener(e), st, err);
+    /* a rank whose worker failed still takes part in the exchanges, so that all fail */
+    dcp_status_t st = connect_peers(e, init_worker(e));
+    if (st == DCP_OK) st = post_abort_listener(e);
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "ucx connection"), st, err);
     *engine_out = &e->base;
     return DCP_OK;
 err:
-    e->bs = NULL; /* no collective teardown: the peers may not have come this far */
+    e->bs = NULL; /* every rank fails here: no collective teardown */
     ucx_destroy(&e->base);
     return st;
 }

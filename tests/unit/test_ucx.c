@@ -292,6 +292,49 @@ static void test_job_contexts_match_threads(void)
     dcp_harness_destroy(h);
 }
 
+/* One rank given an engine that cannot serve its buffers: every rank's context creation
+ * fails (none is left waiting in a collective), the bad rank naming its setting, the others
+ * naming the rank. */
+typedef struct {
+    shm_bootstrap_t *bs;
+    int32_t rank;
+    dcp_status_t st;
+    char msg[256];
+} mismatch_rank_t;
+
+static void *mismatch_rank(void *p)
+{
+    mismatch_rank_t *m = p;
+    const dcp_bootstrap_t b = shm_bootstrap_rank(m->bs, m->rank);
+    const dcp_context_config_t cfg = {.bootstrap = &b,
+                                      .transport_intra = m->rank == 2 ? "nccl" : NULL};
+    dcp_context_t *ctx = NULL;
+    m->st = dcp_context_create(&cfg, &ctx);
+    dcp_error_save(m->msg, sizeof m->msg);
+    dcp_context_destroy(ctx);
+    return NULL;
+}
+
+static void test_config_mismatch_fails_everywhere(void)
+{
+    mismatch_rank_t m[3];
+    pthread_t t[3];
+    shm_bootstrap_t *bs = shm_bootstrap_create(3, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
+    for (int32_t r = 0; r < 3; r++) {
+        m[r] = (mismatch_rank_t){.bs = bs, .rank = r};
+        pthread_create(&t[r], NULL, mismatch_rank, &m[r]);
+    }
+    for (int32_t r = 0; r < 3; r++) pthread_join(t[r], NULL);
+    shm_bootstrap_destroy(bs);
+    CU_ASSERT_EQUAL(m[2].st, DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(m[2].msg, "nccl"));
+    for (int32_t r = 0; r < 2; r++) {
+        CU_ASSERT_EQUAL(m[r].st, DCP_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(m[r].msg, "rank 2"));
+    }
+}
+
 int dcp_suite_ucx(void)
 {
     static const dcp_test_t tests[] = {
@@ -301,6 +344,7 @@ int dcp_suite_ucx(void)
         {"wait_times_out", test_wait_times_out},
         {"bad_arguments", test_bad_arguments},
         {"job_contexts_match_threads", test_job_contexts_match_threads},
+        {"config_mismatch_fails_everywhere", test_config_mismatch_fails_everywhere},
         {NULL, NULL},
     };
     return dcp_add_suite("ucx", tests);
