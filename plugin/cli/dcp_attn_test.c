@@ -9,10 +9,12 @@
  * memory), and rank 0 prints. Exit status: 0 all good, 1 a check failed or a run failed,
  * 2 bad flags.
  */
+#include "include/base/error.h"
 #include "include/dcp.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/report.h"
+#include "transport/bootstrap.h"
 #include "plugin/cli/mpi_launch.h"
 
 #include <math.h>
@@ -115,36 +117,25 @@ static void print_json(const char *mask, const char *strategy, const dcp_plan_st
  * Collective; a rank whose planning failed makes every rank fail. */
 static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_plan_t *plan)
 {
-    typedef struct {
-        int32_t status, pad;
-        uint64_t hash;
-    } vote_t;
-    vote_t mine = {(int32_t)st, 0, 0}, *all = calloc((size_t)job->bs.size, sizeof mine);
+    DCP_CHECK(dcp_bootstrap_agree(&job->bs, st, "planning"));
+    uint64_t mine = 0xcbf29ce484222325ull, *all = NULL;
     unsigned char *bytes = NULL;
     size_t n = 0;
-    if (st == DCP_OK && dcp_plan_serialize(plan, NULL, 0, &n) == DCP_OK && (bytes = malloc(n)) &&
-        dcp_plan_serialize(plan, bytes, n, &n) == DCP_OK) {
-        mine.hash = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < n; i++) mine.hash = (mine.hash ^ bytes[i]) * 0x100000001b3ull;
-    }
+    st = dcp_plan_serialize(plan, NULL, 0, &n);
+    if (st == DCP_OK) st = dcp_calloc(&bytes, (int64_t)n, 1, "plan bytes");
+    if (st == DCP_OK) st = dcp_plan_serialize(plan, bytes, n, &n);
+    for (size_t i = 0; st == DCP_OK && i < n; i++) mine = (mine ^ bytes[i]) * 0x100000001b3ull;
     free(bytes);
-    if (!all) {
-        fprintf(stderr, "%s: out of memory\n", tool);
-        dcp_mpi_stop(1, 1);
-        exit(1);
-    }
-    dcp_status_t out = job->bs.allgather(job->bs.state, &mine, all, sizeof mine);
-    for (int32_t r = 0; out == DCP_OK && r < job->bs.size; r++)
-        if (all[r].status != DCP_OK) {
-            out = (dcp_status_t)all[r].status;
-        } else if (all[r].hash != all[0].hash) {
-            fprintf(stderr,
-                    "%s: rank %d's plan differs from rank 0's (checksum %016llx vs %016llx)\n",
-                    tool, r, (unsigned long long)all[r].hash, (unsigned long long)all[0].hash);
-            out = DCP_ERR_INTERNAL;
-        }
+    if (st == DCP_OK) st = dcp_calloc(&all, job->bs.size, sizeof *all, "plan checksums");
+    DCP_CHECK(dcp_bootstrap_agree(&job->bs, st, "plan checksum"));
+    st = dcp_bootstrap_allgather(&job->bs, &mine, all, sizeof mine, "plan checksums");
+    for (int32_t r = 1; st == DCP_OK && r < job->bs.size; r++)
+        if (all[r] != all[0])
+            st = dcp_set_error(DCP_ERR_INTERNAL,
+                               "rank %d's plan differs from rank 0's (checksum %016llx vs %016llx)",
+                               r, (unsigned long long)all[r], (unsigned long long)all[0]);
     free(all);
-    return out;
+    return st;
 }
 
 /* One (mask, strategy) run; returns 1 when it failed. A failed run of a job's ranks ends

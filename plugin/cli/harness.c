@@ -3,6 +3,7 @@
 #include "include/base/error.h"
 #include "kernels/reference.h"
 #include "plugin/cli/rng.h"
+#include "transport/bootstrap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -205,7 +206,6 @@ typedef struct {
     int64_t bad;
     uint64_t digest; /* FNV-1a over the rank's O then LSE bytes */
     int32_t checked;
-    int32_t status; /* the rank's dcp_status_t (process ranks) */
 } rank_check_t;
 
 static void check_rank(const dcp_harness_t *h, const rank_io_t *r, int32_t rank, rank_check_t *c)
@@ -300,21 +300,6 @@ out:
     return st;
 }
 
-/* Every rank's status, gathered: the first failure, the same on every rank. */
-static dcp_status_t agree(const dcp_bootstrap_t *bs, dcp_status_t mine, int32_t *all)
-{
-    char why[256] = "";
-    if (mine != DCP_OK) dcp_error_save(why, sizeof why);
-    const int32_t s = (int32_t)mine;
-    DCP_CHECK(bs->allgather(bs->state, &s, all, sizeof s));
-    for (int32_t r = 0; r < bs->size; r++)
-        if (all[r] != DCP_OK)
-            return r == bs->rank ? dcp_set_error(mine, "%s", why)
-                                 : dcp_set_error((dcp_status_t)all[r], "rank %d failed (%s)", r,
-                                                 dcp_status_string((dcp_status_t)all[r]));
-    return DCP_OK;
-}
-
 dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan,
                                   dcp_context_t *ctx, const dcp_bootstrap_t *bootstrap,
                                   int32_t warmup, int32_t iters, double tol,
@@ -325,14 +310,10 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
     rank_io_t r = {0};
     double *times = NULL;
     rank_check_t *checks = NULL;
-    int32_t *status = NULL;
     dcp_status_t st = rank_io_build(h, plan, me, me + 1, &r);
     if (st == DCP_OK) st = dcp_calloc(&times, iters, sizeof *times, "harness");
     if (st == DCP_OK) st = dcp_calloc(&checks, bootstrap->size, sizeof *checks, "harness");
-    if (st == DCP_OK) st = dcp_calloc(&status, bootstrap->size, sizeof *status, "harness");
-    if (!status) return st; /* cannot take part in the agreement: the job's launcher ends it */
-    /* a common start, the forward pass, and the gather of statuses that ends the timing */
-    DCP_CHECK_GOTO(agree(bootstrap, st, status), st, out);
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "harness set-up"), st, out);
     /* timed from a common start to the last rank's end; through the engine, which fails
      * on a dead peer where the bootstrap's collective would wait for ever */
     for (int32_t i = 0; i < warmup + iters; i++) {
@@ -352,7 +333,6 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
     reduce(checks, bootstrap->size, tol, &res);
     *result_out = res;
 out:
-    free(status);
     free(checks);
     free(times);
     rank_io_free(&r);
