@@ -8,6 +8,7 @@
 #include "plugin/context.h"
 #include "topo/cluster.h"
 #include "topo/node.h"
+#include "topo/node_figures.h"
 #include "transport/bootstrap.h"
 #include "transport/ucx.h"
 
@@ -19,8 +20,10 @@
 /* What each rank tells the others; the same layout on every rank (one build). */
 typedef struct {
     char host[64];
-    int32_t nic;  /* best NIC kind of the node (dcp_nic_kind_t) */
-    int32_t gpus; /* GPUs hwloc sees on the node */
+    int32_t nic;       /* best NIC kind of the node (dcp_nic_kind_t) */
+    int32_t gpus;      /* GPUs hwloc sees on the node */
+    double inter_gbps; /* per-device network figures of its node, 0 unknown (no GPU) */
+    double lat_us;
 } rank_info_t;
 
 static void describe_self(rank_info_t *me)
@@ -34,6 +37,10 @@ static void describe_self(rank_info_t *me)
         me->gpus = node->num_gpus;
         for (int32_t k = 0; k < node->num_nics; k++)
             if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;
+        dcp_perf_model_t perf = {0};
+        dcp_node_figures(node, &perf);
+        me->inter_gbps = perf.inter_gbps;
+        me->lat_us = perf.lat_us;
     }
     free(node);
 }
@@ -59,7 +66,20 @@ static dcp_status_t build_cluster(dcp_context_t *ctx, const rank_info_t *all, in
                  "(e.g. mpirun --map-by node:... places them round robin)");
         return DCP_OK;
     }
-    return dcp_cluster_create(nodes, per, &ctx->cluster);
+    DCP_CHECK(dcp_cluster_create(nodes, per, &ctx->cluster));
+    /* the network figures where every node knows them: the slowest node's */
+    double inter = 0, lat = 0;
+    int known = 1;
+    for (int32_t r = 0; r < n; r++) {
+        known &= all[r].inter_gbps > 0;
+        if (inter == 0 || all[r].inter_gbps < inter) inter = all[r].inter_gbps;
+        if (all[r].lat_us > lat) lat = all[r].lat_us;
+    }
+    if (known) {
+        ctx->cluster->perf.inter_gbps = inter;
+        ctx->cluster->perf.lat_us = lat;
+    }
+    return DCP_OK;
 }
 
 dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *config)
