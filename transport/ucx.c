@@ -364,11 +364,8 @@ static void ucx_destroy(dcp_engine_t *base)
     if (e->worker) {
         /* peers may still be completing sends to this rank (a rendezvous ends with an
          * acknowledgement): meet them before closing, unless the job has already failed */
-        if (e->failed_peer < 0 && !e->self_failed && e->bs) {
-            char one = 0, *all = malloc((size_t)base->size);
-            if (all) e->bs->allgather(e->bs->state, &one, all, 1);
-            free(all);
-        }
+        if (e->failed_peer < 0 && !e->self_failed && e->bs)
+            dcp_bootstrap_agree(e->bs, DCP_OK, "ucx close");
         if (e->abort_req) {
             ucp_request_cancel(e->worker, e->abort_req);
             ucp_worker_progress(e->worker);

@@ -154,11 +154,14 @@ static int run_one(const dcp_common_t *c, const dcp_cluster_t *cluster, dcp_harn
     int broken = 0;
     if (st == DCP_OK) st = dcp_plan_get_stats(plan, &ps);
     if (job->ctx) {
+        /* every step ends in a vote, so that all ranks go on or none does */
         st = plans_agree(job, st, plan);
         /* each process checks its own rows: the reference of its sequences only */
         if (st == DCP_OK && rf->check)
-            st = dcp_harness_reference(h, (int32_t)rf->threads, plan, job->bs.rank);
-        if (plan) { /* every rank has one, or none has */
+            st = dcp_bootstrap_agree(
+                &job->bs, dcp_harness_reference(h, (int32_t)rf->threads, plan, job->bs.rank),
+                "reference");
+        if (st == DCP_OK) {
             st = dcp_harness_run_rank(h, plan, job->ctx, &job->bs, (int32_t)rf->warmup,
                                       (int32_t)rf->iters, rf->tol, &r);
             broken = st != DCP_OK;

@@ -44,12 +44,6 @@ static const dcp_col_t cols[] = {
 };
 #define NCOLS ((int)(sizeof cols / sizeof cols[0]))
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void read_kernel_table(const char *path, dcp_cluster_t *c)
 {
     FILE *f = fopen(path, "r");
@@ -201,7 +195,6 @@ static void print_table(const dcp_common_t *c, agg_t *aggs)
     for (int32_t i = 0; i < c->num_strategies; i++) {
         agg_t *a = &aggs[i];
         if (!a->n) continue;
-        qsort(a->plan_ms, (size_t)a->n_ms, sizeof *a->plan_ms, cmp_double);
         char cell[NCOLS][32];
         snprintf(cell[0], 32, "%s", dcp_strategy_name(c->strategies[i]));
         snprintf(cell[1], 32, "%.1f", a->comm / a->n / 1e6);
@@ -214,7 +207,7 @@ static void print_table(const dcp_common_t *c, agg_t *aggs)
         snprintf(cell[5], 32, "%.1f", 100 * a->comp_imb);
         snprintf(cell[6], 32, "%.1f", 100 * a->mem_imb);
         snprintf(cell[7], 32, "%.1f", a->phases / a->n);
-        snprintf(cell[8], 32, "%.2f", a->plan_ms[a->n_ms / 2]);
+        snprintf(cell[8], 32, "%.2f", dcp_median(a->plan_ms, a->n_ms));
         snprintf(cell[9], 32, "%.3f", a->predicted / a->n);
         snprintf(cell[10], 32, "%d/%d", a->fallbacks, a->n);
         dcp_table_row(stdout, cols, NCOLS, cell);

@@ -120,23 +120,9 @@ static dcp_status_t pingpong(dcp_engine_t *e, char *buf, int64_t bytes, int64_t 
         }
         t[i] = (dcp_now() - t0) * 1e6 / 2;
     }
-    if (st == DCP_OK) {
-        for (int64_t i = 1; i < iters; i++) /* insertion sort: small, once */
-            for (int64_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
-                const double x = t[j];
-                t[j] = t[j - 1];
-                t[j - 1] = x;
-            }
-        *us = t[iters / 2];
-    }
+    if (st == DCP_OK) *us = dcp_median(t, iters);
     free(t);
     return st;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Bytes of the buffer a rank needs: the sync head and a window of the largest size. */
@@ -165,8 +151,7 @@ static dcp_status_t run_rank(dcp_engine_t *e, const bench_t *b, char *mem, figur
             DCP_CHECK_GOTO(stream(e, sync, buf, bytes, b->window, iters, &t), st, out);
             if (r >= b->warmup) secs[r - b->warmup] = t;
         }
-        qsort(secs, (size_t)b->reps, sizeof *secs, cmp_double);
-        out[s].gbps = (double)bytes * b->window * iters / secs[b->reps / 2] / 1e9;
+        out[s].gbps = (double)bytes * b->window * iters / dcp_median(secs, b->reps) / 1e9;
         int64_t lat_iters = (b->budget_mb << 20) / (8 * bytes);
         lat_iters = lat_iters < 11 ? 11 : lat_iters > 2001 ? 2001 : lat_iters;
         DCP_CHECK_GOTO(pingpong(e, buf, bytes, lat_iters / 10 + 1, &out[s].lat_us), st, out);

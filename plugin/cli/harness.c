@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "kernels/reference.h"
+#include "plugin/cli/report.h"
 #include "plugin/cli/rng.h"
 #include "transport/bootstrap.h"
 
@@ -261,12 +262,6 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_harness_res
         c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol && res->max_lse_err <= tol;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
                              int32_t iters, double timeout_s, double tol,
                              dcp_harness_result_t *result_out)
@@ -287,9 +282,8 @@ dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int
         DCP_CHECK_GOTO(dcp_forward_inproc(plan, r.io, timeout_s), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
     }
-    qsort(times, (size_t)iters, sizeof *times, cmp_double);
     dcp_harness_result_t res = {0};
-    res.exec_ms = times[iters / 2];
+    res.exec_ms = dcp_median(times, iters);
     for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
     reduce(checks, r.n, tol, &res);
     *result_out = res;
@@ -327,9 +321,8 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
     rank_check_t mine;
     check_rank(h, &r, me, &mine);
     DCP_CHECK_GOTO(bootstrap->allgather(bootstrap->state, &mine, checks, sizeof mine), st, out);
-    qsort(times, (size_t)iters, sizeof *times, cmp_double);
     dcp_harness_result_t res = {0};
-    res.exec_ms = times[iters / 2];
+    res.exec_ms = dcp_median(times, iters);
     reduce(checks, bootstrap->size, tol, &res);
     *result_out = res;
 out:

@@ -1,7 +1,20 @@
 #include "plugin/cli/report.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double dcp_median(double *v, int64_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
 
 void dcp_table_header(FILE *f, const dcp_col_t *cols, int n)
 {

@@ -14,6 +14,9 @@ void dcp_table_header(FILE *f, const dcp_col_t *cols, int n);
 /* cells[i] is printed in column i. */
 void dcp_table_row(FILE *f, const dcp_col_t *cols, int n, char cells[][32]);
 
+/* Sorts v[0..n) in place and returns its median (the upper one for even n); n >= 1. */
+double dcp_median(double *v, int64_t n);
+
 /* One JSON object on one line. Non-finite numbers become null. */
 typedef struct {
     FILE *f;

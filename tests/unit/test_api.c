@@ -213,6 +213,13 @@ static void *fwd_thread(void *arg)
     return NULL;
 }
 
+static void *barrier_thread(void *arg)
+{
+    fwd_t *f = arg;
+    f->st = dcp_context_barrier(f->ctx);
+    return NULL;
+}
+
 /* A group with a failed rank stays failed: later forwards return DCP_ERR_PEER at once. */
 static void test_failed_group_stays_failed(void)
 {
@@ -233,6 +240,18 @@ static void test_failed_group_stays_failed(void)
     fwd_thread(&f[0]);
     pthread_join(th, NULL);
     CU_ASSERT(f[0].st == DCP_OK && f[1].st == DCP_OK);
+    /* threads: the in-process engine, and no cluster of their own */
+    CU_ASSERT_STRING_EQUAL(dcp_context_transport(ctx[0], 0), "inproc");
+    CU_ASSERT_STRING_EQUAL(dcp_context_transport(ctx[1], 1), "inproc");
+    const dcp_cluster_t *none = NULL;
+    CU_ASSERT_EQUAL(dcp_context_cluster(ctx[0], &none), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "threads"));
+    CU_ASSERT_PTR_NULL(none);
+    /* a barrier meets when both ranks call it */
+    pthread_create(&th, NULL, barrier_thread, &f[1]);
+    barrier_thread(&f[0]);
+    pthread_join(th, NULL);
+    CU_ASSERT(f[0].st == DCP_OK && f[1].st == DCP_OK);
     /* rank 1 fails on a NULL tensor: rank 0 ends with DCP_ERR_PEER */
     dcp_tensors_t broken = t.io[1];
     broken.q = NULL;
@@ -245,6 +264,9 @@ static void test_failed_group_stays_failed(void)
     /* and the next batch on the group fails at once, on every rank */
     CU_ASSERT_EQUAL(dcp_forward(ctx[0], p, &t.io[0]), DCP_ERR_PEER);
     CU_ASSERT_EQUAL(dcp_forward(ctx[1], p, &t.io[1]), DCP_ERR_PEER);
+    /* so does a barrier, alone, instead of waiting for the other rank */
+    CU_ASSERT_EQUAL(dcp_context_barrier(ctx[0]), DCP_ERR_PEER);
+    CU_ASSERT_EQUAL(dcp_context_barrier(NULL), DCP_ERR_INVALID_ARG);
     for (int r = 0; r < 2; r++) dcp_context_destroy(ctx[r]);
     dcp_group_destroy(g);
     tensors_free(&t);
@@ -277,7 +299,13 @@ static void test_context_and_executor_arguments(void)
     CU_ASSERT_EQUAL(dcp_context_create(&bad_rank, &ctx), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_context_create(&no_group, &ctx), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_context_create(&bad_t, &ctx), DCP_ERR_INVALID_ARG);
+    /* an engine that cannot move host buffers between threads, named with its link */
+    const dcp_context_config_t gpu_only = {.group = g, .transport_inter = "nccl"};
+    CU_ASSERT_EQUAL(dcp_context_create(&gpu_only, &ctx), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "inter = nccl"));
     CU_ASSERT_PTR_NULL(ctx);
+    const dcp_cluster_t *cl = NULL;
+    CU_ASSERT_EQUAL(dcp_context_cluster(NULL, &cl), DCP_ERR_INVALID_ARG);
     dcp_group_destroy(g);
     dcp_plan_t *bf16 = small_plan("1x2", DCP_DTYPE_BF16);
     dcp_plan_t *three = small_plan("1x3", DCP_DTYPE_FP32);

@@ -116,18 +116,13 @@ static dcp_plan_t *plan_with(const int32_t *len, int32_t n, const char *spec, co
 {
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) dcp_mask_parse(spec, &m[i]);
-    const dcp_batch_t batch = {n, len, m};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
     o.strategy = s;
     o.block_size = block;
     o.expansion = how;
     o.refine = refine;
-    dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
-    dcp_plan_t *p = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
-    dcp_cluster_destroy(c);
+    dcp_plan_t *p = t_plan_opts(len, n, m, cluster, &o);
     free(m);
     return p;
 }

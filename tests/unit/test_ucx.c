@@ -221,12 +221,16 @@ static void test_bad_arguments(void)
 
 /* ---- contexts of process ranks --------------------------------------------------------- */
 
+/* One rank of a job run as a thread: its context over the shared bootstrap, then, when
+ * there is a plan, the harness's process-rank run. */
 typedef struct {
     shm_bootstrap_t *bs;
     int32_t rank;
+    const char *transport_intra;
     const dcp_harness_t *h;
     const dcp_plan_t *plan;
     dcp_status_t st;
+    char msg[256];
     dcp_harness_result_t res;
     int32_t nodes;
     char intra[16];
@@ -236,16 +240,34 @@ static void *job_rank(void *p)
 {
     job_rank_t *j = p;
     const dcp_bootstrap_t b = shm_bootstrap_rank(j->bs, j->rank);
-    const dcp_context_config_t cfg = {.bootstrap = &b, .timeout_s = 30};
+    const dcp_context_config_t cfg = {
+        .bootstrap = &b, .timeout_s = 30, .transport_intra = j->transport_intra};
     dcp_context_t *ctx = NULL;
     j->st = dcp_context_create(&cfg, &ctx);
-    if (j->st != DCP_OK) return NULL;
-    const dcp_cluster_t *c = NULL;
-    if (dcp_context_cluster(ctx, &c) == DCP_OK) j->nodes = dcp_cluster_num_nodes(c);
-    snprintf(j->intra, sizeof j->intra, "%s", dcp_context_transport(ctx, 0));
-    j->st = dcp_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
+    if (j->st == DCP_OK) {
+        const dcp_cluster_t *c = NULL;
+        if (dcp_context_cluster(ctx, &c) == DCP_OK) j->nodes = dcp_cluster_num_nodes(c);
+        snprintf(j->intra, sizeof j->intra, "%s", dcp_context_transport(ctx, 0));
+        if (j->plan) j->st = dcp_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
+    }
+    if (j->st != DCP_OK) dcp_error_save(j->msg, sizeof j->msg);
     dcp_context_destroy(ctx);
     return NULL;
+}
+
+/* Runs j[0..n) (bs and rank filled in here) and waits for all. */
+static void run_job(job_rank_t *j, int32_t n)
+{
+    pthread_t t[MAXR];
+    shm_bootstrap_t *bs = shm_bootstrap_create(n, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
+    for (int32_t r = 0; r < n; r++) {
+        j[r].bs = bs;
+        j[r].rank = r;
+        pthread_create(&t[r], NULL, job_rank, &j[r]);
+    }
+    for (int32_t r = 0; r < n; r++) pthread_join(t[r], NULL);
+    shm_bootstrap_destroy(bs);
 }
 
 /* Four ranks with a context each over the bootstrap: the cluster they discover (one node),
@@ -271,14 +293,8 @@ static void test_job_contexts_match_threads(void)
     dcp_harness_result_t inproc;
     CU_ASSERT_EQUAL_FATAL(dcp_harness_run(h, plan, 0, 1, 30.0, 1e-5, &inproc), DCP_OK);
     job_rank_t j[4];
-    pthread_t t[4];
-    shm_bootstrap_t *bs = shm_bootstrap_create(4, 4096);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
-    for (int32_t r = 0; r < 4; r++) {
-        j[r] = (job_rank_t){.bs = bs, .rank = r, .h = h, .plan = plan};
-        pthread_create(&t[r], NULL, job_rank, &j[r]);
-    }
-    for (int32_t r = 0; r < 4; r++) pthread_join(t[r], NULL);
+    for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.h = h, .plan = plan};
+    run_job(j, 4);
     for (int32_t r = 0; r < 4; r++) {
         CU_ASSERT_EQUAL(j[r].st, DCP_OK);
         CU_ASSERT(j[r].res.passed);
@@ -286,7 +302,6 @@ static void test_job_contexts_match_threads(void)
         CU_ASSERT_EQUAL(j[r].nodes, 1);
         CU_ASSERT_STRING_EQUAL(j[r].intra, "ucx");
     }
-    shm_bootstrap_destroy(bs);
     dcp_plan_destroy(plan);
     dcp_cluster_destroy(c);
     dcp_harness_destroy(h);
@@ -295,43 +310,15 @@ static void test_job_contexts_match_threads(void)
 /* One rank given an engine that cannot serve its buffers: every rank's context creation
  * fails (none is left waiting in a collective), the bad rank naming its setting, the others
  * naming the rank. */
-typedef struct {
-    shm_bootstrap_t *bs;
-    int32_t rank;
-    dcp_status_t st;
-    char msg[256];
-} mismatch_rank_t;
-
-static void *mismatch_rank(void *p)
-{
-    mismatch_rank_t *m = p;
-    const dcp_bootstrap_t b = shm_bootstrap_rank(m->bs, m->rank);
-    const dcp_context_config_t cfg = {.bootstrap = &b,
-                                      .transport_intra = m->rank == 2 ? "nccl" : NULL};
-    dcp_context_t *ctx = NULL;
-    m->st = dcp_context_create(&cfg, &ctx);
-    dcp_error_save(m->msg, sizeof m->msg);
-    dcp_context_destroy(ctx);
-    return NULL;
-}
-
 static void test_config_mismatch_fails_everywhere(void)
 {
-    mismatch_rank_t m[3];
-    pthread_t t[3];
-    shm_bootstrap_t *bs = shm_bootstrap_create(3, 4096);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
-    for (int32_t r = 0; r < 3; r++) {
-        m[r] = (mismatch_rank_t){.bs = bs, .rank = r};
-        pthread_create(&t[r], NULL, mismatch_rank, &m[r]);
-    }
-    for (int32_t r = 0; r < 3; r++) pthread_join(t[r], NULL);
-    shm_bootstrap_destroy(bs);
-    CU_ASSERT_EQUAL(m[2].st, DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(m[2].msg, "nccl"));
+    job_rank_t j[3] = {{0}, {0}, {.transport_intra = "nccl"}};
+    run_job(j, 3);
+    CU_ASSERT_EQUAL(j[2].st, DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(j[2].msg, "nccl"));
     for (int32_t r = 0; r < 2; r++) {
-        CU_ASSERT_EQUAL(m[r].st, DCP_ERR_UNSUPPORTED);
-        CU_ASSERT_PTR_NOT_NULL(strstr(m[r].msg, "rank 2"));
+        CU_ASSERT_EQUAL(j[r].st, DCP_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(j[r].msg, "rank 2"));
     }
 }
 
