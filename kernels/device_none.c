@@ -1,5 +1,13 @@
-/* Builds without nvcc: no CUDA devices. */
+/* Builds without nvcc: no CUDA devices; every device call fails with DCP_ERR_UNSUPPORTED. */
+#include "include/base/error.h"
 #include "kernels/cuda/device.h"
+#include "kernels/kernel.h"
+
+static dcp_status_t no_cuda(const char *what)
+{
+    return dcp_set_error(DCP_ERR_UNSUPPORTED, "%s: this build has no CUDA (nvcc was not found)",
+                         what);
+}
 
 int dcp_cuda_device_count(void)
 {
@@ -9,6 +17,12 @@ int dcp_cuda_device_count(void)
 int dcp_cuda_selftest(void)
 {
     return 0;
+}
+
+dcp_status_t dcp_cuda_set_device(int device)
+{
+    (void)device;
+    return no_cuda("cuda set device");
 }
 
 void *dcp_cuda_alloc(int device, size_t bytes)
@@ -21,3 +35,78 @@ void dcp_cuda_free(void *ptr)
 {
     (void)ptr;
 }
+
+int dcp_cuda_is_device_ptr(const void *ptr, int device)
+{
+    (void)ptr, (void)device;
+    return 0;
+}
+
+dcp_status_t dcp_cuda_stream_create(int device, void **stream_out)
+{
+    (void)device, (void)stream_out;
+    return no_cuda("cuda stream");
+}
+
+void dcp_cuda_stream_destroy(void *stream)
+{
+    (void)stream;
+}
+
+dcp_status_t dcp_cuda_stream_sync(void *stream)
+{
+    (void)stream;
+    return no_cuda("cuda stream");
+}
+
+dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return no_cuda("cuda copy");
+}
+
+dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
+{
+    (void)dst, (void)n, (void)value, (void)stream;
+    return no_cuda("cuda fill");
+}
+
+dcp_status_t dcp_cuda_timer_start(void *stream, void **timer_out)
+{
+    (void)stream, (void)timer_out;
+    return no_cuda("cuda timer");
+}
+
+dcp_status_t dcp_cuda_timer_stop(void *timer, void *stream, double *ms_out)
+{
+    (void)timer, (void)stream, (void)ms_out;
+    return no_cuda("cuda timer");
+}
+
+static dcp_status_t attn_none(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                              int64_t num_groups, const dcp_tile_t *tiles)
+{
+    (void)env, (void)groups, (void)num_groups, (void)tiles;
+    return no_cuda("cuda attention");
+}
+
+static dcp_status_t merge_none(const dcp_kernel_env_t *env, const dcp_merge_item_t *items,
+                               int64_t num_items, const dcp_merge_src_t *srcs)
+{
+    (void)env, (void)items, (void)num_items, (void)srcs;
+    return no_cuda("cuda merge");
+}
+
+static dcp_status_t copy_none(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
+                              int64_t num_items)
+{
+    (void)env, (void)items, (void)num_items;
+    return no_cuda("cuda copy");
+}
+
+const dcp_kernels_t dcp_kernels_cuda = {
+    .name = "cuda",
+    .attn_fwd = attn_none,
+    .merge = merge_none,
+    .copy = copy_none,
+};

@@ -15,6 +15,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     void *bufs[DCP_BUF_COUNT];  /* base of each buffer of the rank (NULL if empty) */
     const dcp_seq_info_t *seqs; /* masks and lengths, indexed by tile group seq */
@@ -22,6 +26,7 @@ typedef struct {
     int32_t head_dim;
     float scale;
     dcp_dtype_t dtype; /* element type of Q, K, V, O and staging buffers */
+    int32_t max_rows;  /* most rows of a tile group, merge or copy item (GPU grid sizes) */
     void *stream;      /* CUDA stream (NULL on CPU) */
 } dcp_kernel_env_t;
 
@@ -37,5 +42,13 @@ typedef struct {
 
 /* fp32 kernels on the calling thread. */
 extern const dcp_kernels_t dcp_kernels_cpu;
+
+/* bf16/fp16 kernels queued on env->stream (kernels/cuda/); without CUDA in the build every
+ * entry fails with DCP_ERR_UNSUPPORTED. */
+extern const dcp_kernels_t dcp_kernels_cuda;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,7 @@
 #ifndef DCP_BASE_DESCR_H
 #define DCP_BASE_DESCR_H
 
+#include "include/base/hd.h"
 #include "include/dcp.h"
 
 #include <stdint.h>
@@ -32,7 +33,7 @@ typedef enum {
 #define DCP_BUF_FIRST_WORK DCP_BUF_ACC_O
 
 /* True when buffer b holds fp32 regardless of the plan dtype. */
-static inline int dcp_buf_is_fp32(int b)
+DCP_HD int dcp_buf_is_fp32(int b)
 {
     return b == DCP_BUF_LSE || b == DCP_BUF_ACC_O || b == DCP_BUF_ACC_LSE || b == DCP_BUF_PART;
 }

@@ -13,6 +13,10 @@
 #define DCP_PRINTF(f, a)
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Records `fmt` as the calling thread's last error and returns `status`. The function that
  * first sees a failure calls it; callers only propagate. Exported from libdcp.so though not
  * in dcp.h: libdcp_mpi, linked beside it, reports through it. */
@@ -44,5 +48,9 @@ dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap, int64_t need, size_t siz
 
 /* Monotonic clock in seconds. */
 double dcp_now(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

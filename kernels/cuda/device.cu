@@ -1,6 +1,16 @@
+/* CUDA runtime calls behind kernels/cuda/device.h. */
 #include "kernels/cuda/device.h"
 
+#include "include/base/error.h"
+
 #include <cuda_runtime.h>
+#include <new>
+
+static dcp_status_t fail(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError(); /* clear a sticky-free error so the next call starts clean */
+    return dcp_set_error(DCP_ERR_SYSTEM, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
 
 extern "C" int dcp_cuda_device_count(void)
 {
@@ -33,6 +43,12 @@ extern "C" int dcp_cuda_selftest(void)
     return ok;
 }
 
+extern "C" dcp_status_t dcp_cuda_set_device(int device)
+{
+    const cudaError_t e = cudaSetDevice(device);
+    return e == cudaSuccess ? DCP_OK : fail(e, "set device");
+}
+
 extern "C" void *dcp_cuda_alloc(int device, size_t bytes)
 {
     void *p = NULL;
@@ -50,4 +66,98 @@ extern "C" void *dcp_cuda_alloc(int device, size_t bytes)
 extern "C" void dcp_cuda_free(void *ptr)
 {
     if (ptr) cudaFree(ptr);
+}
+
+extern "C" int dcp_cuda_is_device_ptr(const void *ptr, int device)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (a.type == cudaMemoryTypeManaged) return 1;
+    return a.type == cudaMemoryTypeDevice && a.device == device;
+}
+
+extern "C" dcp_status_t dcp_cuda_stream_create(int device, void **stream_out)
+{
+    cudaStream_t s;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return fail(e, "stream create");
+    *stream_out = s;
+    return DCP_OK;
+}
+
+extern "C" void dcp_cuda_stream_destroy(void *stream)
+{
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+extern "C" dcp_status_t dcp_cuda_stream_sync(void *stream)
+{
+    const cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    return e == cudaSuccess ? DCP_OK : fail(e, "stream synchronize");
+}
+
+extern "C" dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes == 0) return DCP_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
+    return e == cudaSuccess ? DCP_OK : fail(e, "copy");
+}
+
+static __global__ void fill_kernel(float *dst, int64_t n, float value)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = value;
+}
+
+extern "C" dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
+{
+    if (n <= 0) return DCP_OK;
+    const int64_t blocks = (n + 255) / 256;
+    fill_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>(
+        dst, n, value);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? DCP_OK : fail(e, "fill launch");
+}
+
+typedef struct {
+    cudaEvent_t start, stop;
+} cuda_timer_t;
+
+extern "C" dcp_status_t dcp_cuda_timer_start(void *stream, void **timer_out)
+{
+    cuda_timer_t *t = new (std::nothrow) cuda_timer_t;
+    if (!t) return dcp_set_error(DCP_ERR_NO_MEMORY, "cuda timer");
+    cudaError_t e = cudaEventCreate(&t->start);
+    if (e == cudaSuccess) {
+        e = cudaEventCreate(&t->stop);
+        if (e != cudaSuccess) cudaEventDestroy(t->start);
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(t->start, (cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        delete t;
+        return fail(e, "timer start");
+    }
+    *timer_out = t;
+    return DCP_OK;
+}
+
+extern "C" dcp_status_t dcp_cuda_timer_stop(void *timer, void *stream, double *ms_out)
+{
+    cuda_timer_t *t = (cuda_timer_t *)timer;
+    float ms = 0.0f;
+    cudaError_t e = cudaEventRecord(t->stop, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(t->stop);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, t->start, t->stop);
+    cudaEventDestroy(t->start);
+    cudaEventDestroy(t->stop);
+    delete t;
+    if (e != cudaSuccess) return fail(e, "timer stop");
+    *ms_out = ms;
+    return DCP_OK;
 }

@@ -1,9 +1,13 @@
-/* CUDA devices visible to this process, and a launch check of this build's device code.
- * Both are callable from C; builds without nvcc link kernels/device_none.c instead. */
+/* CUDA devices, memory and streams as seen from C: what the executor, the tools and the
+ * tests need around the kernels. Builds without nvcc link kernels/device_none.c instead,
+ * where there are no devices and every call fails with DCP_ERR_UNSUPPORTED. */
 #ifndef DCP_KERNELS_CUDA_DEVICE_H
 #define DCP_KERNELS_CUDA_DEVICE_H
 
+#include "include/dcp.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -12,13 +16,35 @@ extern "C" {
 /* 0 without a driver, a device, or CUDA in this build. */
 int dcp_cuda_device_count(void);
 
+/* Launches a kernel on device 0 that writes a pattern, copies it back and checks it:
+ * 1 when the build's device code runs on this GPU, 0 otherwise (no device included). */
+int dcp_cuda_selftest(void);
+
+/* Makes `device` current for the calling thread. */
+dcp_status_t dcp_cuda_set_device(int device);
+
 /* Device memory on `device` (zeroed), NULL on failure or without CUDA; and its release. */
 void *dcp_cuda_alloc(int device, size_t bytes);
 void dcp_cuda_free(void *ptr);
 
-/* Launches a kernel on device 0 that writes a pattern, copies it back and checks it:
- * 1 when the build's device code runs on this GPU, 0 otherwise (no device included). */
-int dcp_cuda_selftest(void);
+/* 1 when ptr is device (or managed) memory that kernels on `device` may address. */
+int dcp_cuda_is_device_ptr(const void *ptr, int device);
+
+/* A non-blocking stream on `device` (it does not wait for the legacy default stream). */
+dcp_status_t dcp_cuda_stream_create(int device, void **stream_out);
+void dcp_cuda_stream_destroy(void *stream);
+/* Waits for the stream's work; reports the first asynchronous error of the device. */
+dcp_status_t dcp_cuda_stream_sync(void *stream);
+
+/* bytes from src to dst (host or device, any device) on `stream`, then waits for it. */
+dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);
+
+/* n floats of dst set to value, queued on `stream`. */
+dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream);
+
+/* Timing: an event pair around work queued on a stream; milliseconds between them. */
+dcp_status_t dcp_cuda_timer_start(void *stream, void **timer_out);
+dcp_status_t dcp_cuda_timer_stop(void *timer, void *stream, double *ms_out);
 
 #ifdef __cplusplus
 }

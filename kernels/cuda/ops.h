@@ -1,0 +1,23 @@
+/* The CUDA kernels behind dcp_kernels_cuda (bf16 and fp16 plans). Descriptors, sequence
+ * table and buffers are device memory; every launch goes on env->stream. */
+#ifndef DCP_KERNELS_CUDA_OPS_H
+#define DCP_KERNELS_CUDA_OPS_H
+
+#include "kernels/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                               int64_t num_groups, const dcp_tile_t *tiles);
+dcp_status_t dcp_cuda_merge(const dcp_kernel_env_t *env, const dcp_merge_item_t *items,
+                            int64_t num_items, const dcp_merge_src_t *srcs);
+dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
+                           int64_t num_items);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
