@@ -336,6 +336,9 @@ typedef struct {
     const char *transport_intra;      /* engine within a node: "ucx", "nccl", "ipc", "inproc";
                                          NULL: $DCP_TRANSPORT_INTRA, else chosen by topology */
     const char *transport_inter;      /* engine between nodes, likewise ($DCP_TRANSPORT_INTER) */
+    const char *device;               /* where the rank computes: NULL or "cpu" (fp32 plans);
+                                         "cuda" (in-process rank r on GPU r % count, a process
+                                         on GPU local-rank % count) or "cuda:N" (bf16/fp16) */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
@@ -356,8 +359,11 @@ DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
-/* Runs this rank's forward program of `plan` (fp32 on CPU) over `io`. Every rank of the
- * group must call it with the same plan. O and LSE are written only on success; when a peer
+/* Runs this rank's forward program of `plan` over `io`: fp32 plans on a CPU context; bf16 or
+ * fp16 plans on a CUDA context, whose io pointers are device memory of its GPU (16-byte
+ * aligned). On a GPU the call orders itself after the work already queued on the legacy
+ * default stream and returns once O and LSE are written. Every rank of the group must call
+ * it with the same plan. O and LSE are written only on success; when a peer
  * fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of hanging, and a failing
  * rank marks its group failed so that later calls on it return DCP_ERR_PEER at once. After a
  * failure, destroy the context before freeing or overwriting that call's Q, K and V: a send
@@ -371,9 +377,11 @@ DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
 DCP_API dcp_status_t dcp_context_barrier(dcp_context_t *ctx);
 
 /* Convenience: runs all ranks of `plan` as threads of this process, rank r on io[r]
- * (io has dcp_plan_stats_t.num_ranks entries). Returns the first failure of any rank. */
+ * (io has dcp_plan_stats_t.num_ranks entries), each on `device` as in
+ * dcp_context_config_t (NULL: the CPU; "cuda": rank r on GPU r % count, so several ranks
+ * may share one GPU). Returns the first failure of any rank. */
 DCP_API dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
-                                        double timeout_s);
+                                        double timeout_s, const char *device);
 
 #ifdef __cplusplus
 }

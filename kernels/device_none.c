@@ -9,6 +9,11 @@ static dcp_status_t no_cuda(const char *what)
                          what);
 }
 
+int dcp_cuda_built(void)
+{
+    return 0;
+}
+
 int dcp_cuda_device_count(void)
 {
     return 0;
@@ -54,6 +59,17 @@ void dcp_cuda_stream_destroy(void *stream)
 }
 
 dcp_status_t dcp_cuda_stream_sync(void *stream)
+{
+    (void)stream;
+    return no_cuda("cuda stream");
+}
+
+void dcp_cuda_stream_drain(void *stream)
+{
+    (void)stream;
+}
+
+dcp_status_t dcp_cuda_stream_after_default(void *stream)
 {
     (void)stream;
     return no_cuda("cuda stream");

@@ -1,6 +1,7 @@
 #include "kernels/reference.h"
 
 #include "include/base/error.h"
+#include "include/base/half.h"
 #include "include/base/mask_rule.h"
 
 #include <math.h>
@@ -16,12 +17,15 @@ typedef struct {
     double scale;
     const float *q, *k, *v;
     double *o, *lse;
+    float *o_low; /* the plain low-precision computation, or NULL */
+    dcp_dtype_t dtype;
     atomic_long next; /* next (sequence, head) work item */
     int32_t max_len;
 } ref_job_t;
 
 /* Query i of sequence s, head h: two passes over the allowed keys (max, then sums). */
-static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, double *score)
+static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, double *score,
+                      float *acc_low)
 {
     const int64_t base = j->seq_start[s];
     const int32_t kvh = h / (j->hq / j->hkv), d = j->d;
@@ -40,40 +44,58 @@ static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, doubl
     double *orow = j->o + ((base + i) * j->hq + h) * d;
     for (int32_t x = 0; x < d; x++) orow[x] = 0;
     double *lrow = j->lse + (base + i) * j->hq + h;
+    float *olow = j->o_low ? j->o_low + ((base + i) * j->hq + h) * d : NULL;
+    if (olow)
+        for (int32_t x = 0; x < d; x++) olow[x] = acc_low[x] = 0.0f;
     if (m == -INFINITY) {
         *lrow = -INFINITY;
         return;
     }
     double sum = 0;
+    float sum_low = 0.0f;
     for (int r = 0; r < 2; r++)
         for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
             const double p = exp(score[key] - m);
             sum += p;
             const float *vr = j->v + ((base + key) * j->hkv + kvh) * d;
             for (int32_t x = 0; x < d; x++) orow[x] += p * (double)vr[x];
+            if (!olow) continue;
+            /* as a plain low-precision kernel: P stored in the input type, fp32 sums */
+            const float pl = dcp_round_to(j->dtype, (float)p);
+            sum_low += (float)p;
+            for (int32_t x = 0; x < d; x++) acc_low[x] += pl * vr[x];
         }
     for (int32_t x = 0; x < d; x++) orow[x] /= sum;
     *lrow = m + log(sum);
+    if (olow)
+        for (int32_t x = 0; x < d; x++) olow[x] = dcp_round_to(j->dtype, acc_low[x] / sum_low);
 }
 
 static void *ref_worker(void *arg)
 {
     ref_job_t *j = arg;
     double *score = malloc((size_t)j->max_len * sizeof *score);
-    if (!score) return (void *)1;
+    float *acc_low = malloc((size_t)j->d * sizeof *acc_low);
+    if (!score || !acc_low) {
+        free(score);
+        free(acc_low);
+        return (void *)1;
+    }
     for (;;) {
         const long item = atomic_fetch_add(&j->next, 1);
         if (item >= (long)j->num_seqs * j->hq) break;
         const int32_t s = (int32_t)(item / j->hq), h = (int32_t)(item % j->hq);
-        for (int32_t i = 0; i < j->seqs[s].len; i++) ref_query(j, s, h, i, score);
+        for (int32_t i = 0; i < j->seqs[s].len; i++) ref_query(j, s, h, i, score, acc_low);
     }
     free(score);
+    free(acc_low);
     return NULL;
 }
 
 dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
                                      const dcp_attn_shape_t *shape, const float *q, const float *k,
-                                     const float *v, double *o, double *lse, int32_t threads)
+                                     const float *v, double *o, double *lse, float *o_low,
+                                     int32_t threads)
 {
     if (!seqs || !shape || !q || !k || !v || !o || !lse || num_seqs < 1 ||
         shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0)
@@ -88,7 +110,9 @@ dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seq
                    .k = k,
                    .v = v,
                    .o = o,
-                   .lse = lse};
+                   .lse = lse,
+                   .o_low = o_low,
+                   .dtype = shape->dtype};
     atomic_init(&j.next, 0);
     DCP_CHECK(dcp_calloc(&j.seq_start, num_seqs, sizeof(int64_t), "reference"));
     for (int32_t s = 0; s < num_seqs; s++) {

@@ -6,9 +6,13 @@
 #include "include/base/descr.h"
 
 /* o: [tokens, Hq, D], lse: [tokens, Hq] (natural log; -inf and O = 0 for a query with no
- * allowed key). `shape->scale` 0 means 1/sqrt(D). Runs on `threads` threads (>= 1). */
+ * allowed key). `shape->scale` 0 means 1/sqrt(D). Runs on `threads` threads (>= 1).
+ * With o_low (same layout), also the plain computation in shape->dtype that the GPU
+ * kernels' error is judged against (FlashAttention's rule): probabilities rounded to the
+ * dtype before P.V, fp32 sums, the output rounded to the dtype. */
 dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
                                      const dcp_attn_shape_t *shape, const float *q, const float *k,
-                                     const float *v, double *o, double *lse, int32_t threads);
+                                     const float *v, double *o, double *lse, float *o_low,
+                                     int32_t threads);
 
 #endif

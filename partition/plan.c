@@ -7,6 +7,7 @@
 #include "partition/wire.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +290,8 @@ dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate)
     const uint32_t a = dcp_crc32c(p->blk_owner, (size_t)p->num_blocks * sizeof *p->blk_owner);
     const uint32_t b = dcp_crc32c(p->comm, (size_t)p->num_comm * sizeof *p->comm);
     p->fingerprint = a ^ (b * 0x9E3779B1u);
+    static atomic_uint_fast64_t serials = 1;
+    p->serial = atomic_fetch_add(&serials, 1);
     return dcp_plan_derive_stats(p);
 }
 

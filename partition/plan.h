@@ -76,6 +76,7 @@ struct dcp_plan {
     int64_t *buf_elems;   /* [R * DCP_BUF_COUNT]: every buffer's size in elements */
     dcp_rank_stats_t *rank_stats;
     dcp_plan_stats_t stats;
+    uint64_t serial;      /* unique per plan object in this process (device caches key on it) */
     uint32_t fingerprint; /* hash of owners and comm ops: ranks running different plans
                              use different tags, so they fail instead of mixing blocks */
 };

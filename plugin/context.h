@@ -4,6 +4,7 @@
 
 #include "include/base/descr.h"
 #include "kernels/kernel.h"
+#include "plugin/device_plan.h"
 #include "transport/engine.h"
 #include "transport/inproc.h"
 #include "transport/select.h"
@@ -19,6 +20,10 @@ struct dcp_context {
     dcp_cluster_t *cluster; /* process ranks: the cluster they form, when it is regular */
     char cluster_why[160];  /* why there is none */
     const dcp_kernels_t *kernels;
+    int32_t device;    /* CUDA device ordinal; -1: the CPU */
+    void *stream;      /* GPU: kernels and buffer set-up */
+    void *xfer_stream; /* GPU: the in-process block copies this rank performs */
+    dcp_dev_plan_t dev_plan;
     double timeout_s;
     /* work buffers, grown to the largest plan run so far and reused */
     void *work[DCP_BUF_COUNT];
@@ -36,7 +41,12 @@ double dcp_context_default_timeout(void);
  * over the bootstrap, builds the cluster, chooses and creates the engines. */
 dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *config);
 
-/* Makes work buffer b hold at least `bytes` (registered with the engine). */
+/* Makes work buffer b hold at least `bytes` (registered with the engine), in host memory or
+ * on the context's GPU. */
 dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes);
+
+/* The context's place of computation from config->device and the rank: -1 for the CPU, a
+ * CUDA ordinal otherwise. `local_rank` picks the GPU for "cuda". */
+dcp_status_t dcp_context_parse_device(const char *device, int32_t local_rank, int32_t *device_out);
 
 #endif

@@ -5,8 +5,16 @@
  * failure the rank tells its peers (engine abort), withdraws its outstanding transfers and
  * returns without having touched the caller's O and LSE (those are written by the last
  * COPY only).
+ *
+ * On a GPU the kernels queue on the context's compute stream and the descriptors come from
+ * the plan's device copy. Before a COMM_LAUNCH the host waits for the compute stream: the
+ * blocks a step sends were written by earlier kernels, and the slots it receives into were
+ * read by them. Transfers then run beside the kernels queued after the launch (in-process
+ * copies on the peers' transfer streams, NCCL on its own), which is the overlap of division
+ * d + 1's transfers with division d's kernels that the program's order sets up.
  */
 #include "include/base/error.h"
+#include "kernels/cuda/device.h"
 #include "partition/plan.h"
 #include "plugin/context.h"
 
@@ -21,17 +29,45 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p,
     if (p->num_ranks != ctx->engine->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
-    if (p->shape.dtype != DCP_DTYPE_FP32)
+    const int gpu = ctx->device >= 0;
+    if (!gpu && p->shape.dtype != DCP_DTYPE_FP32)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "plan dtype: the CPU executor runs fp32 plans only");
-    if (p->rank_tokens[ctx->rank] > 0 && (!io->q || !io->k || !io->v || !io->o || !io->lse))
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s is NULL on rank %d with %lld tokens",
-                             !io->q   ? "q"
-                             : !io->k ? "k"
-                             : !io->v ? "v"
-                             : !io->o ? "o"
-                                      : "lse",
-                             ctx->rank, (long long)p->rank_tokens[ctx->rank]);
+    if (gpu && p->shape.dtype == DCP_DTYPE_FP32)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "plan dtype: the GPU executor runs bf16 and fp16 plans");
+    if (p->rank_tokens[ctx->rank] == 0) return DCP_OK;
+    const void *ptr[5] = {io->q, io->k, io->v, io->o, io->lse};
+    static const char *const name[5] = {"q", "k", "v", "o", "lse"};
+    for (int i = 0; i < 5; i++) {
+        if (!ptr[i])
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s is NULL on rank %d with %lld tokens",
+                                 name[i], ctx->rank, (long long)p->rank_tokens[ctx->rank]);
+        if (!gpu) continue;
+        if (!dcp_cuda_is_device_ptr(ptr[i], ctx->device))
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "io.%s on rank %d is not device memory of GPU %d", name[i],
+                                 ctx->rank, ctx->device);
+        if ((uintptr_t)ptr[i] % (i < 4 ? 16 : 4) != 0)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s on rank %d is not %d-byte aligned",
+                                 name[i], ctx->rank, i < 4 ? 16 : 4);
+    }
+    return DCP_OK;
+}
+
+/* Sets every accumulator to the empty partial: O = 0, LSE = -inf. */
+static dcp_status_t clear_accumulators(dcp_context_t *ctx, const dcp_plan_t *p,
+                                       const dcp_kernel_env_t *env)
+{
+    const int64_t no = dcp_plan_buf_elems(p, ctx->rank, DCP_BUF_ACC_O);
+    const int64_t nl = dcp_plan_buf_elems(p, ctx->rank, DCP_BUF_ACC_LSE);
+    float *o = env->bufs[DCP_BUF_ACC_O], *lse = env->bufs[DCP_BUF_ACC_LSE];
+    if (ctx->device >= 0) {
+        DCP_CHECK(dcp_cuda_fill_f32(o, no, 0.0f, ctx->stream));
+        return dcp_cuda_fill_f32(lse, nl, -INFINITY, ctx->stream);
+    }
+    if (no > 0) memset(o, 0, (size_t)no * sizeof(float));
+    for (int64_t i = 0; i < nl; i++) lse[i] = -INFINITY;
     return DCP_OK;
 }
 
@@ -45,24 +81,41 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_t
         DCP_CHECK(dcp_context_reserve(ctx, b, (size_t)n * dcp_plan_elem_bytes(p, b)));
         env->bufs[b] = n > 0 ? ctx->work[b] : NULL;
     }
+    if (ctx->device >= 0) {
+        DCP_CHECK(dcp_cuda_set_device(ctx->device));
+        DCP_CHECK(dcp_cuda_stream_after_default(ctx->stream));
+        DCP_CHECK(dcp_dev_plan_sync(&ctx->dev_plan, p, ctx->device, ctx->stream));
+        env->stream = ctx->stream;
+        env->max_rows = ctx->dev_plan.max_rows;
+    }
     env->bufs[DCP_BUF_Q] = (void *)io->q;
     env->bufs[DCP_BUF_K] = (void *)io->k;
     env->bufs[DCP_BUF_V] = (void *)io->v;
     env->bufs[DCP_BUF_O] = io->o;
     env->bufs[DCP_BUF_LSE] = io->lse;
-    env->seqs = p->seqs;
+    env->seqs = ctx->device >= 0 ? ctx->dev_plan.seqs : p->seqs;
     env->q_heads = p->qpg;
     env->kv_heads = p->kvpg;
     env->head_dim = p->shape.head_dim;
     env->scale = p->shape.scale;
     env->dtype = p->shape.dtype;
-    /* accumulators start as the empty partial: O = 0, LSE = -inf */
-    const int64_t no = dcp_plan_buf_elems(p, ctx->rank, DCP_BUF_ACC_O);
-    const int64_t nl = dcp_plan_buf_elems(p, ctx->rank, DCP_BUF_ACC_LSE);
-    if (no > 0) memset(env->bufs[DCP_BUF_ACC_O], 0, (size_t)no * sizeof(float));
-    float *lse = env->bufs[DCP_BUF_ACC_LSE];
-    for (int64_t i = 0; i < nl; i++) lse[i] = -INFINITY;
-    return DCP_OK;
+    return clear_accumulators(ctx, p, env);
+}
+
+/* The descriptor arrays the kernels read: the plan's, or its device copy. */
+typedef struct {
+    const dcp_tile_group_t *groups;
+    const dcp_tile_t *tiles;
+    const dcp_merge_item_t *merges;
+    const dcp_merge_src_t *srcs;
+    const dcp_copy_item_t *copies;
+} descr_t;
+
+static descr_t descriptors(const dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    if (ctx->device < 0) return (descr_t){p->groups, p->tiles, p->merges, p->merge_srcs, p->copies};
+    const dcp_dev_plan_t *d = &ctx->dev_plan;
+    return (descr_t){d->groups, d->tiles, d->merges, d->srcs, d->copies};
 }
 
 static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_kernel_env_t *env,
@@ -87,19 +140,21 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
                                 const dcp_kernel_env_t *env, dcp_xfer_req_t **reqs)
 {
     const dcp_kernels_t *k = ctx->kernels;
+    const descr_t d = descriptors(ctx, p);
     for (int64_t i = p->prog_off[ctx->rank]; i < p->prog_off[ctx->rank + 1]; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
         case DCP_OP_ATTN:
-            DCP_CHECK(k->attn_fwd(env, p->groups + in->first, in->count, p->tiles));
+            DCP_CHECK(k->attn_fwd(env, d.groups + in->first, in->count, d.tiles));
             break;
         case DCP_OP_REDUCE:
-            DCP_CHECK(k->merge(env, p->merges + in->first, in->count, p->merge_srcs));
+            DCP_CHECK(k->merge(env, d.merges + in->first, in->count, d.srcs));
             break;
         case DCP_OP_COPY:
-            DCP_CHECK(k->copy(env, p->copies + in->first, in->count));
+            DCP_CHECK(k->copy(env, d.copies + in->first, in->count));
             break;
         case DCP_OP_COMM_LAUNCH:
+            if (ctx->device >= 0) DCP_CHECK(dcp_cuda_stream_sync(ctx->stream));
             DCP_CHECK(launch(ctx, p, env, in, &reqs[in->arg]));
             break;
         case DCP_OP_COMM_WAIT:
@@ -110,7 +165,8 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
             return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
         }
     }
-    return DCP_OK;
+    /* on a GPU: O and LSE are written when the call returns */
+    return ctx->device >= 0 ? dcp_cuda_stream_sync(ctx->stream) : DCP_OK;
 }
 
 /* Every failure of a rank, bad arguments included, is announced to its peers: they are
@@ -127,6 +183,7 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
     if (st == DCP_OK) st = prepare(ctx, plan, io, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, &env, reqs);
     if (st != DCP_OK) {
+        if (ctx->device >= 0) dcp_cuda_stream_drain(ctx->stream); /* kernels still queued */
         ctx->engine->ops->abort(ctx->engine);
         for (int32_t s = 0; reqs && s < plan->num_phases; s++)
             ctx->engine->ops->cancel(ctx->engine, reqs[s]);

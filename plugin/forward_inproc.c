@@ -13,6 +13,7 @@ typedef struct {
     dcp_group_t *group;
     int32_t rank;
     double timeout_s;
+    const char *device;
     dcp_status_t status;
     char error[512];
 } rank_job_t;
@@ -22,7 +23,7 @@ static void *rank_main(void *arg)
     rank_job_t *j = arg;
     dcp_context_t *ctx = NULL;
     const dcp_context_config_t cfg = {
-        .rank = j->rank, .group = j->group, .timeout_s = j->timeout_s};
+        .rank = j->rank, .group = j->group, .timeout_s = j->timeout_s, .device = j->device};
     j->status = dcp_context_create(&cfg, &ctx);
     if (j->status == DCP_OK) j->status = dcp_forward(ctx, j->plan, &j->io[j->rank]);
     if (j->status != DCP_OK) dcp_error_save(j->error, sizeof j->error);
@@ -44,7 +45,8 @@ static const rank_job_t *first_failure(const rank_job_t *jobs, int32_t n)
     return pick;
 }
 
-dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io, double timeout_s)
+dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io, double timeout_s,
+                                const char *device)
 {
     if (!plan || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "io" : "plan");
     const int32_t n = plan->num_ranks;
@@ -65,7 +67,7 @@ dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
     }
     int32_t started = 0;
     for (int32_t r = 0; r < n; r++) {
-        jobs[r] = (rank_job_t){plan, io, group, r, timeout_s, DCP_OK, ""};
+        jobs[r] = (rank_job_t){plan, io, group, r, timeout_s, device, DCP_OK, ""};
         if (r == 0) continue; /* rank 0 runs on the calling thread */
         if (pthread_create(&tid[r], NULL, rank_main, &jobs[r]) != 0) {
             jobs[r].status = dcp_set_error(DCP_ERR_SYSTEM, "cannot start the thread of rank %d", r);

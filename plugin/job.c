@@ -10,6 +10,7 @@
 #include "topo/node.h"
 #include "topo/node_figures.h"
 #include "transport/bootstrap.h"
+#include "transport/nccl.h"
 #include "transport/ucx.h"
 
 #include <stdio.h>
@@ -106,9 +107,20 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
         st = dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL);
     /* ranks may have been given different settings: all go on, or none */
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "engine choice"), st, out);
-    /* for host memory every link is UCX (the only engine that moves it between processes) */
     ctx->rank = bs->rank;
-    st = dcp_ucx_engine_create(bs, &ctx->engine);
+    /* the GPU: by the rank's place among the ranks of its host */
+    int32_t local = 0;
+    for (int32_t r = 0; r < bs->rank; r++) local += strcmp(all[r].host, me.host) == 0;
+    st = dcp_context_parse_device(config->device, local, &ctx->device);
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "device choice"), st, out);
+    /* host memory: every link is UCX (the only engine that moves it between processes);
+     * device memory: NCCL, one rank per GPU */
+    if (ctx->device >= 0) {
+        ctx->engine_kind[DCP_LINK_INTRA] = ctx->engine_kind[DCP_LINK_INTER] = DCP_ENGINE_NCCL;
+        st = dcp_nccl_engine_create(bs, ctx->device, NULL, &ctx->engine);
+    } else {
+        st = dcp_ucx_engine_create(bs, &ctx->engine);
+    }
 out:
     free(all);
     return st;

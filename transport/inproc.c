@@ -15,6 +15,7 @@ struct dcp_xfer_req {
     int64_t n;
     dcp_xfer_op_t *ops;
     int mismatch; /* a peer posted a different size for one of the tags */
+    int copy_failed;
 };
 
 typedef struct {
@@ -43,6 +44,8 @@ struct dcp_inproc_hub {
 typedef struct {
     dcp_engine_t base;
     dcp_inproc_hub_t *hub;
+    dcp_inproc_copy_fn copy; /* NULL: memcpy */
+    void *copy_user;
 } inproc_engine_t;
 
 dcp_status_t dcp_inproc_hub_create(int32_t size, dcp_inproc_hub_t **hub_out)
@@ -88,11 +91,12 @@ int32_t dcp_inproc_hub_size(const dcp_inproc_hub_t *hub)
 }
 
 /* Marks one operation of req done; the caller holds the mailbox lock the op lived in. */
-static void complete(dcp_inproc_hub_t *h, dcp_xfer_req_t *req, int mismatch)
+static void complete(dcp_inproc_hub_t *h, dcp_xfer_req_t *req, int mismatch, int copy_failed)
 {
     pthread_mutex_lock(&h->done_mu);
     req->remaining--;
     req->mismatch |= mismatch;
+    req->copy_failed |= copy_failed;
     pthread_cond_broadcast(&h->done_cv);
     pthread_mutex_unlock(&h->done_mu);
 }
@@ -111,9 +115,10 @@ static void remove_at(pending_t *list, int64_t *n, int64_t i)
 
 /* Posts one operation of rank `self`: matches it against the peer's pending side, or
  * queues it. Matching copies and completes both requests under the receiver's lock. */
-static dcp_status_t post(dcp_inproc_hub_t *h, int32_t self, const dcp_xfer_op_t *op,
-                         dcp_xfer_req_t *req)
+static dcp_status_t post(inproc_engine_t *ie, const dcp_xfer_op_t *op, dcp_xfer_req_t *req)
 {
+    dcp_inproc_hub_t *h = ie->hub;
+    const int32_t self = ie->base.rank;
     const int32_t dst = op->send ? op->peer : self, src = op->send ? self : op->peer;
     mailbox_t *b = &h->box[dst];
     dcp_status_t st = DCP_OK;
@@ -125,14 +130,17 @@ static dcp_status_t post(dcp_inproc_hub_t *h, int32_t self, const dcp_xfer_op_t 
         const pending_t m = other[i];
         remove_at(other, nother, i);
         const int mismatch = m.bytes != op->bytes;
+        int copy_failed = 0;
         if (!mismatch && op->bytes > 0) {
-            if (op->send)
-                memcpy(m.ptr, op->ptr, op->bytes);
+            void *to = op->send ? m.ptr : op->ptr;
+            const void *from = op->send ? op->ptr : m.ptr;
+            if (ie->copy)
+                copy_failed = ie->copy(ie->copy_user, to, from, op->bytes) != DCP_OK;
             else
-                memcpy(op->ptr, m.ptr, op->bytes);
+                memcpy(to, from, op->bytes);
         }
-        complete(h, m.req, mismatch);
-        complete(h, req, mismatch);
+        complete(h, m.req, mismatch, copy_failed);
+        complete(h, req, mismatch, copy_failed);
     } else {
         pending_t **list = op->send ? &b->sends : &b->recvs;
         int64_t *n = op->send ? &b->nsends : &b->nrecvs;
@@ -188,7 +196,7 @@ static dcp_status_t ip_launch(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t
     req->n = n;
     req->remaining = n;
     for (int64_t k = 0; k < n; k++) {
-        st = post(ie->hub, e->rank, &ops[k], req);
+        st = post(ie, &ops[k], req);
         if (st != DCP_OK) {
             withdraw(ie->hub, e->rank, req);
             free_req(req);
@@ -205,6 +213,8 @@ static dcp_status_t req_status(const dcp_engine_t *e, const dcp_xfer_req_t *req)
         return dcp_set_error(DCP_ERR_INTERNAL,
                              "inproc: rank %d and a peer posted different sizes for one tag",
                              e->rank);
+    if (req->copy_failed)
+        return dcp_set_error(DCP_ERR_SYSTEM, "inproc: a block copy of rank %d failed", e->rank);
     return DCP_OK;
 }
 
@@ -321,4 +331,11 @@ dcp_status_t dcp_inproc_engine_create(dcp_inproc_hub_t *hub, int32_t rank,
     ie->hub = hub;
     *engine_out = &ie->base;
     return DCP_OK;
+}
+
+void dcp_inproc_engine_set_copy(dcp_engine_t *engine, dcp_inproc_copy_fn copy, void *user)
+{
+    inproc_engine_t *ie = (inproc_engine_t *)engine;
+    ie->copy = copy;
+    ie->copy_user = user;
 }

@@ -20,4 +20,10 @@ int32_t dcp_inproc_hub_size(const dcp_inproc_hub_t *hub);
 dcp_status_t dcp_inproc_engine_create(dcp_inproc_hub_t *hub, int32_t rank,
                                       dcp_engine_t **engine_out);
 
+/* How this rank's thread moves the bytes of the matches it completes (memcpy unless set):
+ * ranks on GPUs copy device memory on their transfer stream. The copy must be finished when
+ * it returns. */
+typedef dcp_status_t (*dcp_inproc_copy_fn)(void *user, void *dst, const void *src, size_t bytes);
+void dcp_inproc_engine_set_copy(dcp_engine_t *engine, dcp_inproc_copy_fn copy, void *user);
+
 #endif

@@ -12,6 +12,11 @@ static dcp_status_t fail(cudaError_t e, const char *what)
     return dcp_set_error(DCP_ERR_SYSTEM, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
 
+extern "C" int dcp_cuda_built(void)
+{
+    return 1;
+}
+
 extern "C" int dcp_cuda_device_count(void)
 {
     int n = 0;
@@ -98,6 +103,23 @@ extern "C" dcp_status_t dcp_cuda_stream_sync(void *stream)
 {
     const cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
     return e == cudaSuccess ? DCP_OK : fail(e, "stream synchronize");
+}
+
+extern "C" void dcp_cuda_stream_drain(void *stream)
+{
+    (void)cudaStreamSynchronize((cudaStream_t)stream);
+    (void)cudaGetLastError();
+}
+
+extern "C" dcp_status_t dcp_cuda_stream_after_default(void *stream)
+{
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return fail(e, "event create");
+    e = cudaEventRecord(ev, cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)stream, ev, 0);
+    cudaEventDestroy(ev);
+    return e == cudaSuccess ? DCP_OK : fail(e, "wait for the default stream");
 }
 
 extern "C" dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)

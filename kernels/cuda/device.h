@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* 1 when this build has CUDA code (nvcc was found), 0 otherwise. */
+int dcp_cuda_built(void);
+
 /* 0 without a driver, a device, or CUDA in this build. */
 int dcp_cuda_device_count(void);
 
@@ -35,6 +38,10 @@ dcp_status_t dcp_cuda_stream_create(int device, void **stream_out);
 void dcp_cuda_stream_destroy(void *stream);
 /* Waits for the stream's work; reports the first asynchronous error of the device. */
 dcp_status_t dcp_cuda_stream_sync(void *stream);
+/* The same on failure paths: waits, records nothing. */
+void dcp_cuda_stream_drain(void *stream);
+/* Makes later work on `stream` wait for what is queued on the legacy default stream now. */
+dcp_status_t dcp_cuda_stream_after_default(void *stream);
 
 /* bytes from src to dst (host or device, any device) on `stream`, then waits for it. */
 dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);

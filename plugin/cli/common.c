@@ -221,3 +221,16 @@ void dcp_common_free(dcp_common_t *c)
     free(c->lengths);
     memset(c, 0, sizeof *c);
 }
+
+dcp_dtype_t dcp_dtype_arg(const char *tool, const char *flag, const char *text)
+{
+    static const dcp_dtype_t all[3] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(text, dcp_dtype_name(all[i]))) return all[i];
+    dcp_args_fail(tool, flag, "'%s': bf16, fp16 or fp32", text);
+}
+
+const char *dcp_dtype_name(dcp_dtype_t dtype)
+{
+    return dtype == DCP_DTYPE_BF16 ? "bf16" : dtype == DCP_DTYPE_FP16 ? "fp16" : "fp32";
+}

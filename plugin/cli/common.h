@@ -40,4 +40,8 @@ void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp
                         dcp_common_t *out);
 void dcp_common_free(dcp_common_t *c);
 
+/* "fp32", "bf16", "fp16": parsed (exits 2 naming --<flag> otherwise) and named. */
+dcp_dtype_t dcp_dtype_arg(const char *tool, const char *flag, const char *text);
+const char *dcp_dtype_name(dcp_dtype_t dtype);
+
 #endif

@@ -8,6 +8,10 @@
  * checksums are compared, blocks move over the engines the topology selects (UCX for host
  * memory), and rank 0 prints. Exit status: 0 all good, 1 a check failed or a run failed,
  * 2 bad flags.
+ *
+ * --device cuda runs the ranks on GPUs (thread rank r on GPU r % count, so all ranks may
+ * share one GPU; a process on GPU local-rank % count, blocks over NCCL) in bf16 or fp16
+ * (--dtype), checked by FlashAttention's rule against the plain low-precision computation.
  */
 #include "include/base/error.h"
 #include "include/dcp.h"
@@ -20,6 +24,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char *tool = "dcp-attn-test";
@@ -28,6 +33,7 @@ typedef struct {
     int check, json;
     int64_t warmup, iters, threads;
     double timeout, tol;
+    const char *device, *dtype;
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -44,7 +50,7 @@ static const dcp_col_t cols[] = {
 #define NCOLS ((int)(sizeof cols / sizeof cols[0]))
 
 static void print_header(const dcp_common_t *c, const dcp_cluster_t *cluster,
-                         const dcp_harness_t *h, const job_t *job)
+                         const dcp_harness_t *h, const job_t *job, const run_flags_t *rf)
 {
     int32_t longest = 0;
     for (int32_t s = 0; s < h->num_seqs; s++)
@@ -56,11 +62,12 @@ static void print_header(const dcp_common_t *c, const dcp_cluster_t *cluster,
     else
         snprintf(ranks, sizeof ranks, "threads");
     printf("# %s: %d ranks (%dx%d) as %s, %lld tokens in %d sequences (longest %d), heads "
-           "%d/%d x %d, fp32 cpu, block %d, head blocks %d, divisions %d\n",
+           "%d/%d x %d, %s %s, block %d, head blocks %d, divisions %d\n",
            tool, dcp_cluster_num_ranks(cluster), dcp_cluster_num_nodes(cluster),
            dcp_cluster_num_ranks(cluster) / dcp_cluster_num_nodes(cluster), ranks,
            (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads, c->shape.num_kv_heads,
-           c->shape.head_dim, c->opts.block_size, c->opts.head_blocks, c->opts.divisions);
+           c->shape.head_dim, dcp_dtype_name(c->shape.dtype), rf->device, c->opts.block_size,
+           c->opts.head_blocks, c->opts.divisions);
 }
 
 static void print_row(const char *strategy, const dcp_plan_stats_t *ps,
@@ -168,7 +175,7 @@ static int run_one(const dcp_common_t *c, const dcp_cluster_t *cluster, dcp_harn
         }
     } else if (st == DCP_OK) {
         st = dcp_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout, rf->tol,
-                             &r);
+                             rf->device, &r);
     }
     dcp_plan_destroy(plan);
     if (st != DCP_OK) {
@@ -213,7 +220,7 @@ static int run_all(const dcp_common_t *c, const dcp_cluster_t *cluster, const ru
             return 1;
         }
         if (talk && !rf->json) {
-            if (m == 0) print_header(c, cluster, h, job);
+            if (m == 0) print_header(c, cluster, h, job, rf);
             printf("\nmask %s\n", c->mask_names[m]);
             dcp_table_header(stdout, cols, NCOLS);
             fflush(stdout);
@@ -234,7 +241,8 @@ static int run_job(int *argc, char ***argv, dcp_common_t *c, const dcp_arg_t *ar
     job_t job = {0};
     dcp_status_t st = dcp_mpi_start(argc, argv, &job.bs);
     if (st == DCP_OK) {
-        const dcp_context_config_t cfg = {.bootstrap = &job.bs, .timeout_s = rf->timeout};
+        const dcp_context_config_t cfg = {
+            .bootstrap = &job.bs, .timeout_s = rf->timeout, .device = rf->device};
         st = dcp_context_create(&cfg, &job.ctx);
     }
     if (st != DCP_OK) {
@@ -262,10 +270,11 @@ int main(int argc, char **argv)
     dcp_common_flags_t f;
     dcp_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, cores > 0 ? cores : 1, 0, 1e-5};
-    dcp_arg_t args[DCP_COMMON_NARGS + 7];
+    run_flags_t rf = {0, 0, 0, 1, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL};
+    enum { OWN = 9 };
+    dcp_arg_t args[DCP_COMMON_NARGS + OWN];
     dcp_common_args(&f, args);
-    const dcp_arg_t own[7] = {
+    const dcp_arg_t own[OWN] = {
         {"check", DCP_ARG_FLAG, &rf.check, 0, 0,
          "compare with the double-precision reference; exit 1 beyond --tol", 0},
         {"json", DCP_ARG_FLAG, &rf.json, 0, 0,
@@ -277,17 +286,29 @@ int main(int argc, char **argv)
          0},
         {"timeout", DCP_ARG_DOUBLE, &rf.timeout, 0, 0,
          "transfer timeout in s (default $DCP_TIMEOUT_S or 60)", 0},
-        {"tol", DCP_ARG_DOUBLE, &rf.tol, 0, 0, "relative tolerance of --check (default 1e-5)", 0},
+        {"tol", DCP_ARG_DOUBLE, &rf.tol, 0, 0,
+         "relative tolerance of --check on the CPU (default 1e-5)", 0},
+        {"device", DCP_ARG_STR, &rf.device, 0, 0, "cpu, cuda or cuda:N (default cpu)", 0},
+        {"dtype", DCP_ARG_STR, &rf.dtype, 0, 0,
+         "fp32 (cpu), bf16 or fp16 (cuda) (default: fp32 on cpu, bf16 on cuda)", 0},
     };
-    for (int i = 0; i < 7; i++) args[DCP_COMMON_NARGS + i] = own[i];
-    dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + 7, tool,
+    for (int i = 0; i < OWN; i++) args[DCP_COMMON_NARGS + i] = own[i];
+    dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + OWN, tool,
                    "Plans a batch, runs dynamic context-parallel attention on in-process ranks\n"
                    "and checks it against a single-device double-precision reference.");
     if (rf.timeout < 0) dcp_args_fail(tool, "timeout", "must be >= 0");
     if (!(rf.tol > 0)) dcp_args_fail(tool, "tol", "must be > 0");
+    const int gpu = strcmp(rf.device, "cpu") != 0;
+    if (gpu && strncmp(rf.device, "cuda", 4) != 0)
+        dcp_args_fail(tool, "device", "'%s': cpu, cuda or cuda:N", rf.device);
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
-    const int nargs = DCP_COMMON_NARGS + 7;
+    c.shape.dtype = rf.dtype ? dcp_dtype_arg(tool, "dtype", rf.dtype)
+                             : (gpu ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32);
+    if (gpu == (c.shape.dtype == DCP_DTYPE_FP32))
+        dcp_args_fail(tool, "dtype", "%s runs %s", gpu ? "a GPU" : "the CPU",
+                      gpu ? "bf16 or fp16" : "fp32");
+    const int nargs = DCP_COMMON_NARGS + OWN;
     const job_t threads = {0};
     const int failed = dcp_mpi_launched()
                            ? run_job(&argc, &argv, &c, args, nargs, &rf, (uint64_t)f.seed)

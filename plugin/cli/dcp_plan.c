@@ -77,14 +77,7 @@ static void apply_flags(const plan_flags_t *pf, dcp_common_t *c)
         c->opts.comm_schedule = DCP_COMM_ROUNDS;
     else
         dcp_args_fail(tool, "comm-schedule", "'%s': divisions or rounds", pf->comm);
-    if (!strcmp(pf->dtype, "bf16"))
-        c->shape.dtype = DCP_DTYPE_BF16;
-    else if (!strcmp(pf->dtype, "fp16"))
-        c->shape.dtype = DCP_DTYPE_FP16;
-    else if (!strcmp(pf->dtype, "fp32"))
-        c->shape.dtype = DCP_DTYPE_FP32;
-    else
-        dcp_args_fail(tool, "dtype", "'%s': bf16, fp16 or fp32", pf->dtype);
+    c->shape.dtype = dcp_dtype_arg(tool, "dtype", pf->dtype);
     c->opts.net_cap = (int32_t)pf->net_cap;
     c->opts.refine = !pf->no_refine;
     c->opts.coalesce = (int32_t)pf->coalesce;
@@ -226,9 +219,7 @@ static void print_header(const dcp_common_t *c)
            "heads %d/%d x %d %s, block %d, head blocks %d, divisions %d, %s, %s expansion\n",
            tool, nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
            (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
-           c->shape.dtype == DCP_DTYPE_FP32   ? "fp32"
-           : c->shape.dtype == DCP_DTYPE_BF16 ? "bf16"
-                                              : "fp16",
+           dcp_dtype_name(c->shape.dtype),
            c->opts.block_size, c->opts.head_blocks, c->opts.divisions,
            c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
            c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");

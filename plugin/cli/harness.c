@@ -1,9 +1,12 @@
 #include "plugin/cli/harness.h"
 
 #include "include/base/error.h"
+#include "include/base/half.h"
+#include "kernels/cuda/device.h"
 #include "kernels/reference.h"
 #include "plugin/cli/report.h"
 #include "plugin/cli/rng.h"
+#include "plugin/context.h"
 #include "transport/bootstrap.h"
 
 #include <math.h>
@@ -21,6 +24,7 @@ void dcp_harness_destroy(dcp_harness_t *h)
     free(h->v);
     free(h->ref_o);
     free(h->ref_lse);
+    free(h->low_o);
     free(h->ref_done);
     free(h);
 }
@@ -53,6 +57,10 @@ dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const 
     for (int64_t i = 0; i < nq; i++) h->q[i] = (float)dcp_rng_normal(&rng);
     for (int64_t i = 0; i < nkv; i++) h->k[i] = (float)dcp_rng_normal(&rng);
     for (int64_t i = 0; i < nkv; i++) h->v[i] = (float)dcp_rng_normal(&rng);
+    /* inputs exactly representable in the plan dtype: the reference sees what the GPU sees */
+    for (int64_t i = 0; i < nq; i++) h->q[i] = dcp_round_to(shape->dtype, h->q[i]);
+    for (int64_t i = 0; i < nkv; i++) h->k[i] = dcp_round_to(shape->dtype, h->k[i]);
+    for (int64_t i = 0; i < nkv; i++) h->v[i] = dcp_round_to(shape->dtype, h->v[i]);
     *harness_out = h;
     return DCP_OK;
 err:
@@ -86,6 +94,8 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
         DCP_CHECK(dcp_calloc(&h->ref_o, h->tokens * hq * d, sizeof(double), "reference O"));
         DCP_CHECK(dcp_calloc(&h->ref_lse, h->tokens * hq, sizeof(double), "reference LSE"));
         DCP_CHECK(dcp_calloc(&h->ref_done, h->num_seqs, 1, "reference"));
+        if (h->shape.dtype != DCP_DTYPE_FP32)
+            DCP_CHECK(dcp_calloc(&h->low_o, h->tokens * hq * d, sizeof(float), "plain O"));
     }
     uint8_t *want = NULL;
     DCP_CHECK(dcp_calloc(&want, h->num_seqs, 1, "reference"));
@@ -111,7 +121,7 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
         const int64_t t = h->seq_start[s];
         st = dcp_reference_attention(seqs, e - s, &h->shape, h->q + t * hq * d, h->k + t * hkv * d,
                                      h->v + t * hkv * d, h->ref_o + t * hq * d, h->ref_lse + t * hq,
-                                     threads);
+                                     h->low_o ? h->low_o + t * hq * d : NULL, threads);
         if (st == DCP_OK) memset(h->ref_done + s, 1, (size_t)(e - s));
         s = e;
     }
@@ -123,14 +133,21 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
 /* Per-rank tensors of ranks [lo, hi), and where each local row comes from in the batch. */
 typedef struct {
     dcp_tensors_t *io;
-    float **bufs;   /* 5 per rank: q, k, v, o, lse */
+    float **bufs;   /* 5 per rank: q, k, v, o, lse (host, fp32) */
+    void **dev;     /* 5 per rank on a GPU: the same in the plan dtype (lse fp32) */
+    int32_t *gpu;   /* each rank's GPU, -1: the CPU */
     int64_t **rows; /* global row of each local row */
     int64_t *ntok;
     int32_t n, lo, hi;
+    int64_t width[5]; /* elements per row of q, k, v, o, lse */
+    dcp_dtype_t dtype;
 } rank_io_t;
 
 static void rank_io_free(rank_io_t *r)
 {
+    for (int32_t i = 0; r->dev && i < 5 * r->n; i++) dcp_cuda_free(r->dev[i]);
+    free(r->dev);
+    free(r->gpu);
     for (int32_t i = 0; r->bufs && i < 5 * r->n; i++) free(r->bufs[i]);
     for (int32_t i = 0; r->rows && i < r->n; i++) free(r->rows[i]);
     free(r->io);
@@ -148,9 +165,7 @@ static dcp_status_t rank_io_fill(const dcp_harness_t *h, const dcp_plan_t *plan,
     DCP_CHECK(dcp_calloc(&spans, nspans, sizeof *spans, "harness"));
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_plan_local_layout(plan, rank, spans, nspans, NULL, NULL), st, out);
-    const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
-    const int64_t nt = r->ntok[rank];
-    const int64_t widths[5] = {hq * d, hkv * d, hkv * d, hq * d, hq};
+    const int64_t nt = r->ntok[rank], *widths = r->width;
     for (int j = 0; j < 5; j++)
         DCP_CHECK_GOTO(
             dcp_calloc(&r->bufs[5 * rank + j], nt * widths[j], sizeof(float), "rank tensors"), st,
@@ -172,8 +187,50 @@ out:
     return st;
 }
 
+static size_t elem_bytes(const rank_io_t *r, int j)
+{
+    return j == 4 || r->dtype == DCP_DTYPE_FP32 ? 4 : 2;
+}
+
+/* Host tensor j of a rank to its GPU (2-byte types packed on the way), or back. */
+static dcp_status_t move(rank_io_t *r, int32_t rank, int j, int to_gpu)
+{
+    const int64_t n = r->ntok[rank] * r->width[j];
+    float *host = r->bufs[5 * rank + j];
+    void *dev = r->dev[5 * rank + j];
+    const size_t es = elem_bytes(r, j);
+    if (es == 4)
+        return to_gpu ? dcp_cuda_memcpy(dev, host, (size_t)n * 4, NULL)
+                      : dcp_cuda_memcpy(host, dev, (size_t)n * 4, NULL);
+    uint16_t *tmp;
+    DCP_CHECK(dcp_calloc(&tmp, n, sizeof *tmp, "harness staging"));
+    if (to_gpu) dcp_pack_half(r->dtype, host, tmp, n);
+    dcp_status_t st = to_gpu ? dcp_cuda_memcpy(dev, tmp, (size_t)n * 2, NULL)
+                             : dcp_cuda_memcpy(tmp, dev, (size_t)n * 2, NULL);
+    if (st == DCP_OK && !to_gpu) dcp_unpack_half(r->dtype, tmp, host, n);
+    free(tmp);
+    return st;
+}
+
+/* A rank on a GPU gets device copies of its tensors; io points at them. */
+static dcp_status_t rank_io_to_gpu(rank_io_t *r, int32_t rank)
+{
+    void **d = &r->dev[5 * rank];
+    for (int j = 0; j < 5; j++) {
+        const size_t bytes = (size_t)(r->ntok[rank] * r->width[j]) * elem_bytes(r, j);
+        if (!(d[j] = dcp_cuda_alloc(r->gpu[rank], bytes ? bytes : 16)))
+            return dcp_set_error(DCP_ERR_NO_MEMORY, "harness: %zu bytes on GPU %d", bytes,
+                                 r->gpu[rank]);
+        if (j < 3) DCP_CHECK(move(r, rank, j, 1));
+    }
+    r->io[rank] = (dcp_tensors_t){d[0], d[1], d[2], d[3], d[4]};
+    return DCP_OK;
+}
+
+/* Tensors of ranks [lo, hi): on `device` as the contexts place in-process ranks, or, for
+ * this process's rank of a job, on job_gpu (-1: the CPU). */
 static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t lo,
-                                  int32_t hi, rank_io_t *r)
+                                  int32_t hi, const char *device, int32_t job_gpu, rank_io_t *r)
 {
     dcp_plan_stats_t ps;
     DCP_CHECK(dcp_plan_get_stats(plan, &ps));
@@ -187,23 +244,51 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
     DCP_CHECK(dcp_calloc(&r->bufs, 5 * r->n, sizeof *r->bufs, "harness"));
     DCP_CHECK(dcp_calloc(&r->rows, r->n, sizeof *r->rows, "harness"));
     DCP_CHECK(dcp_calloc(&r->ntok, r->n, sizeof *r->ntok, "harness"));
-    for (int32_t rank = lo; rank < hi; rank++) DCP_CHECK(rank_io_fill(h, plan, r, rank));
+    DCP_CHECK(dcp_calloc(&r->dev, 5 * r->n, sizeof *r->dev, "harness"));
+    DCP_CHECK(dcp_calloc(&r->gpu, r->n, sizeof *r->gpu, "harness"));
+    const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
+    const int64_t widths[5] = {hq * d, hkv * d, hkv * d, hq * d, hq};
+    memcpy(r->width, widths, sizeof widths);
+    r->dtype = h->shape.dtype;
+    for (int32_t rank = lo; rank < hi; rank++) {
+        DCP_CHECK(rank_io_fill(h, plan, r, rank));
+        if (job_gpu >= 0)
+            r->gpu[rank] = job_gpu;
+        else
+            DCP_CHECK(dcp_context_parse_device(device, rank, &r->gpu[rank]));
+        if (r->gpu[rank] >= 0) DCP_CHECK(rank_io_to_gpu(r, rank));
+    }
     return DCP_OK;
 }
 
 /* Outputs are poisoned with NaN before every run, so an unwritten element cannot pass. */
-static void poison(const dcp_harness_t *h, rank_io_t *r)
+static dcp_status_t poison(const dcp_harness_t *h, rank_io_t *r)
 {
     const int64_t hq = h->shape.num_heads, d = h->shape.head_dim;
     for (int32_t rank = r->lo; rank < r->hi; rank++) {
         for (int64_t i = 0; i < r->ntok[rank] * hq * d; i++) r->bufs[5 * rank + 3][i] = NAN;
         for (int64_t i = 0; i < r->ntok[rank] * hq; i++) r->bufs[5 * rank + 4][i] = NAN;
+        if (r->gpu[rank] < 0) continue;
+        DCP_CHECK(move(r, rank, 3, 1));
+        DCP_CHECK(move(r, rank, 4, 1));
     }
+    return DCP_OK;
+}
+
+/* The outputs of GPU ranks back in the host buffers the checks read. */
+static dcp_status_t fetch(rank_io_t *r)
+{
+    for (int32_t rank = r->lo; rank < r->hi; rank++) {
+        if (r->gpu[rank] < 0) continue;
+        DCP_CHECK(move(r, rank, 3, 0));
+        DCP_CHECK(move(r, rank, 4, 0));
+    }
+    return DCP_OK;
 }
 
 /* What one rank's outputs show; reduced over the ranks into a result. */
 typedef struct {
-    double max_abs, ref_max, max_lse;
+    double max_abs, ref_max, max_lse, low_abs;
     int64_t bad;
     uint64_t digest; /* FNV-1a over the rank's O then LSE bytes */
     int32_t checked;
@@ -239,13 +324,16 @@ static void check_rank(const dcp_harness_t *h, const rank_io_t *r, int32_t rank,
                     c->bad++;
                 else
                     c->max_abs = fmax(c->max_abs, fabs(o - oref));
+                if (h->low_o)
+                    c->low_abs = fmax(c->low_abs, fabs(h->low_o[(g * hq + hh) * d + e] - oref));
             }
         }
     }
 }
 
 /* The result of all ranks' checks, in rank order. */
-static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_harness_result_t *res)
+static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dtype,
+                   dcp_harness_result_t *res)
 {
     double ref_max = 0;
     uint64_t x = 0xcbf29ce484222325ull;
@@ -253,17 +341,26 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_harness_res
         res->max_abs_err = fmax(res->max_abs_err, c[r].max_abs);
         res->max_lse_err = fmax(res->max_lse_err, c[r].max_lse);
         res->bad_values += c[r].bad;
+        res->low_abs_err = fmax(res->low_abs_err, c[r].low_abs);
         ref_max = fmax(ref_max, c[r].ref_max);
         for (int b = 0; b < 8; b++) x = (x ^ ((c[r].digest >> (8 * b)) & 0xff)) * 0x100000001b3ull;
     }
     res->digest = x;
     res->max_rel_err = ref_max > 0 ? res->max_abs_err / ref_max : res->max_abs_err;
-    res->passed =
-        c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol && res->max_lse_err <= tol;
+    if (dtype == DCP_DTYPE_FP32) {
+        res->passed = c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol &&
+                      res->max_lse_err <= tol;
+        return;
+    }
+    /* FlashAttention's rule: at most twice the plain computation's error, plus one rounding
+     * step of the largest output (2^-8 bf16, 2^-11 fp16) */
+    const double step = ldexp(ref_max, dtype == DCP_DTYPE_BF16 ? -8 : -11);
+    res->passed = c[0].checked && res->bad_values == 0 &&
+                  res->max_abs_err <= 2 * res->low_abs_err + step && res->max_lse_err <= 1e-3;
 }
 
 dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
-                             int32_t iters, double timeout_s, double tol,
+                             int32_t iters, double timeout_s, double tol, const char *device,
                              dcp_harness_result_t *result_out)
 {
     if (iters < 1) iters = 1;
@@ -273,19 +370,20 @@ dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int
     dcp_status_t st;
     dcp_plan_stats_t ps;
     DCP_CHECK(dcp_plan_get_stats(plan, &ps));
-    DCP_CHECK_GOTO(rank_io_build(h, plan, 0, ps.num_ranks, &r), st, out);
+    DCP_CHECK_GOTO(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, &r), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&times, iters, sizeof *times, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&checks, r.n, sizeof *checks, "harness"), st, out);
     for (int32_t i = 0; i < warmup + iters; i++) {
-        poison(h, &r);
+        DCP_CHECK_GOTO(poison(h, &r), st, out);
         const double t0 = dcp_now();
-        DCP_CHECK_GOTO(dcp_forward_inproc(plan, r.io, timeout_s), st, out);
+        DCP_CHECK_GOTO(dcp_forward_inproc(plan, r.io, timeout_s, device), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
     }
+    DCP_CHECK_GOTO(fetch(&r), st, out);
     dcp_harness_result_t res = {0};
     res.exec_ms = dcp_median(times, iters);
     for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
-    reduce(checks, r.n, tol, &res);
+    reduce(checks, r.n, tol, h->shape.dtype, &res);
     *result_out = res;
 out:
     free(checks);
@@ -304,26 +402,27 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
     rank_io_t r = {0};
     double *times = NULL;
     rank_check_t *checks = NULL;
-    dcp_status_t st = rank_io_build(h, plan, me, me + 1, &r);
+    dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, ctx->device, &r);
     if (st == DCP_OK) st = dcp_calloc(&times, iters, sizeof *times, "harness");
     if (st == DCP_OK) st = dcp_calloc(&checks, bootstrap->size, sizeof *checks, "harness");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "harness set-up"), st, out);
     /* timed from a common start to the last rank's end; through the engine, which fails
      * on a dead peer where the bootstrap's collective would wait for ever */
     for (int32_t i = 0; i < warmup + iters; i++) {
-        poison(h, &r);
+        DCP_CHECK_GOTO(poison(h, &r), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         const double t0 = dcp_now();
         DCP_CHECK_GOTO(dcp_forward(ctx, plan, &r.io[me]), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
     }
+    DCP_CHECK_GOTO(fetch(&r), st, out);
     rank_check_t mine;
     check_rank(h, &r, me, &mine);
     DCP_CHECK_GOTO(bootstrap->allgather(bootstrap->state, &mine, checks, sizeof mine), st, out);
     dcp_harness_result_t res = {0};
     res.exec_ms = dcp_median(times, iters);
-    reduce(checks, bootstrap->size, tol, &res);
+    reduce(checks, bootstrap->size, tol, h->shape.dtype, &res);
     *result_out = res;
 out:
     free(checks);

@@ -41,7 +41,7 @@ int main(void)
         /* ... fill q and kv with this rank's tokens ... */
         io[r] = (dcp_tensors_t){q, kv, kv, o, lse};
     }
-    const dcp_status_t s = dcp_forward_inproc(plan, io, 0 /* default timeout */);
+    const dcp_status_t s = dcp_forward_inproc(plan, io, 0 /* default timeout */, NULL /* CPU */);
     printf("forward: %s\n", dcp_status_string(s));
     for (int r = 0; r < st.num_ranks; r++) {
         free((void *)io[r].q);

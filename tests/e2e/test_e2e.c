@@ -39,7 +39,7 @@ static dcp_plan_t *plan_for(const dcp_harness_t *h, const char *cluster, dcp_str
 static void expect_pass(const dcp_harness_t *h, const dcp_plan_t *p, const char *what)
 {
     dcp_harness_result_t r;
-    const dcp_status_t st = dcp_harness_run(h, p, 0, 1, 30.0, TOL, &r);
+    const dcp_status_t st = dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r);
     CU_ASSERT_EQUAL(st, DCP_OK);
     CU_ASSERT(r.passed);
     if (st != DCP_OK || !r.passed)
@@ -105,9 +105,9 @@ static void test_deserialized_plan_runs_identically(void)
     dcp_plan_t *q = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_deserialize(bytes, n, &q), DCP_OK);
     dcp_harness_result_t a, b, c;
-    CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, &a), DCP_OK);
-    CU_ASSERT_EQUAL(dcp_harness_run(h, q, 0, 1, 30.0, TOL, &b), DCP_OK);
-    CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &a), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_harness_run(h, q, 0, 1, 30.0, TOL, NULL, &b), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &c), DCP_OK);
     CU_ASSERT_EQUAL(a.digest, b.digest);
     CU_ASSERT_EQUAL(a.digest, c.digest);
     free(bytes);

@@ -191,7 +191,7 @@ static void test_failing_rank_ends_its_peers(void)
     tensors2_t t;
     tensors_init(&t, p);
     t.io[1].k = NULL;
-    CU_ASSERT_EQUAL(dcp_forward_inproc(p, t.io, 120.0), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_forward_inproc(p, t.io, 120.0, NULL), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "rank 1"));
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "io.k"));
     CU_ASSERT(outputs_untouched(&t, p));

@@ -39,7 +39,7 @@ static void kcase_init(kcase_t *c, int32_t len, int32_t hq, int32_t hkv, int32_t
     c->seq = (dcp_seq_info_t){len, mask};
     const dcp_attn_shape_t shape = {hq, hkv, d, DCP_DTYPE_FP32, 0.0f};
     CU_ASSERT_EQUAL(
-        dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, 2), DCP_OK);
+        dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, NULL, 2), DCP_OK);
     c->env = (dcp_kernel_env_t){.seqs = &c->seq,
                                 .q_heads = hq / hb,
                                 .kv_heads = hkv / hb,

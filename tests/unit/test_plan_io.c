@@ -144,7 +144,7 @@ static void run_anyway(const dcp_plan_t *q)
         io[r] = (dcp_tensors_t){mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4]};
     }
     if (q->num_ranks <= 4) {
-        const dcp_status_t st = dcp_forward_inproc(q, io, 5.0);
+        const dcp_status_t st = dcp_forward_inproc(q, io, 5.0, NULL);
         CU_ASSERT(st == DCP_OK || st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARG);
         if (!(st == DCP_OK || st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARG))
             fprintf(stderr, "altered plan ran to %s: %s\n", dcp_status_string(st),

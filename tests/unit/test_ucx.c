@@ -291,7 +291,7 @@ static void test_job_contexts_match_threads(void)
     dcp_plan_t *plan = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &h->shape, &o, c, &plan), DCP_OK);
     dcp_harness_result_t inproc;
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_run(h, plan, 0, 1, 30.0, 1e-5, &inproc), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_harness_run(h, plan, 0, 1, 30.0, 1e-5, NULL, &inproc), DCP_OK);
     job_rank_t j[4];
     for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.h = h, .plan = plan};
     run_job(j, 4);

@@ -1,0 +1,105 @@
+/* Uploads a plan's descriptors (tile groups, tiles, merges, copies, sequences and custom
+ * mask ranges) into one device allocation, packed on the host first so that one copy moves
+ * them all. */
+#include "plugin/device_plan.h"
+
+#include "include/base/error.h"
+#include "kernels/cuda/device.h"
+#include "partition/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ALIGN = 256 };
+
+static size_t up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+typedef struct {
+    const void *src;
+    size_t bytes;
+    size_t off;
+} piece_t;
+
+static int32_t max_rows(const dcp_plan_t *p)
+{
+    int32_t m = 1;
+    for (int64_t i = 0; i < p->num_groups; i++) m = p->groups[i].q_len > m ? p->groups[i].q_len : m;
+    for (int64_t i = 0; i < p->num_merges; i++) m = p->merges[i].rows > m ? p->merges[i].rows : m;
+    for (int64_t i = 0; i < p->num_copies; i++) m = p->copies[i].rows > m ? p->copies[i].rows : m;
+    return m;
+}
+
+dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int device, void *stream)
+{
+    if (d->serial == p->serial) return DCP_OK;
+    enum { GROUPS, TILES, MERGES, SRCS, COPIES, SEQS, FIXED };
+    piece_t pc[FIXED] = {
+        {p->groups, (size_t)p->num_groups * sizeof *p->groups, 0},
+        {p->tiles, (size_t)p->num_tiles * sizeof *p->tiles, 0},
+        {p->merges, (size_t)p->num_merges * sizeof *p->merges, 0},
+        {p->merge_srcs, (size_t)p->num_merge_srcs * sizeof *p->merge_srcs, 0},
+        {p->copies, (size_t)p->num_copies * sizeof *p->copies, 0},
+        {p->seqs, (size_t)p->num_seqs * sizeof *p->seqs, 0},
+    };
+    size_t total = 0;
+    for (int i = 0; i < FIXED; i++) {
+        pc[i].off = total;
+        total += up(pc[i].bytes);
+    }
+    const size_t ranges_at = total; /* custom ranges follow, one run per such sequence */
+    for (int32_t s = 0; s < p->num_seqs; s++)
+        if (p->seqs[s].mask.kind == DCP_MASK_CUSTOM)
+            total += up((size_t)p->seqs[s].len * 4 * sizeof(int32_t));
+    if (total == 0) total = ALIGN;
+
+    char *host;
+    DCP_CHECK(dcp_calloc(&host, (int64_t)total, 1, "device plan staging"));
+    for (int i = 0; i < FIXED; i++)
+        if (pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
+    dcp_status_t st = DCP_OK;
+    if (total > d->cap) {
+        dcp_cuda_free(d->mem);
+        d->cap = 0;
+        d->serial = 0;
+        if (!(d->mem = dcp_cuda_alloc(device, total)))
+            st = dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total,
+                               device);
+        else
+            d->cap = total;
+    }
+    if (st == DCP_OK) {
+        char *dev = d->mem;
+        dcp_seq_info_t *seqs = (dcp_seq_info_t *)(host + pc[SEQS].off);
+        size_t at = ranges_at;
+        for (int32_t s = 0; s < p->num_seqs; s++) {
+            if (seqs[s].mask.kind != DCP_MASK_CUSTOM) continue;
+            const size_t n = (size_t)seqs[s].len * 4 * sizeof(int32_t);
+            memcpy(host + at, p->seqs[s].mask.ranges, n);
+            seqs[s].mask.ranges = (const int32_t *)(dev + at);
+            at += up(n);
+        }
+        st = dcp_cuda_memcpy(dev, host, total, stream);
+    }
+    if (st == DCP_OK) {
+        char *dev = d->mem;
+        d->groups = (dcp_tile_group_t *)(dev + pc[GROUPS].off);
+        d->tiles = (dcp_tile_t *)(dev + pc[TILES].off);
+        d->merges = (dcp_merge_item_t *)(dev + pc[MERGES].off);
+        d->srcs = (dcp_merge_src_t *)(dev + pc[SRCS].off);
+        d->copies = (dcp_copy_item_t *)(dev + pc[COPIES].off);
+        d->seqs = (dcp_seq_info_t *)(dev + pc[SEQS].off);
+        d->max_rows = max_rows(p);
+        d->serial = p->serial;
+    }
+    free(host);
+    return st;
+}
+
+void dcp_dev_plan_free(dcp_dev_plan_t *d)
+{
+    dcp_cuda_free(d->mem);
+    memset(d, 0, sizeof *d);
+}

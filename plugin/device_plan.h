@@ -1,0 +1,26 @@
+/* A plan's kernel descriptors in device memory: what the CUDA kernels read. One upload per
+ * plan, kept while the context runs the same plan object (batches reuse it). */
+#ifndef DCP_PLUGIN_DEVICE_PLAN_H
+#define DCP_PLUGIN_DEVICE_PLAN_H
+
+#include "include/base/descr.h"
+
+typedef struct {
+    uint64_t serial; /* the plan uploaded (dcp_plan_t.serial); 0: none */
+    void *mem;       /* one device allocation holding every array below */
+    size_t cap;
+    dcp_tile_group_t *groups;
+    dcp_tile_t *tiles;
+    dcp_merge_item_t *merges;
+    dcp_merge_src_t *srcs;
+    dcp_copy_item_t *copies;
+    dcp_seq_info_t *seqs; /* CUSTOM masks point at their ranges inside mem */
+    int32_t max_rows;     /* most rows of any group, merge or copy */
+} dcp_dev_plan_t;
+
+/* Makes d hold `plan`'s descriptors on `device` (a no-op when it already does). */
+dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *plan, int device,
+                               void *stream);
+void dcp_dev_plan_free(dcp_dev_plan_t *d);
+
+#endif
