@@ -30,7 +30,7 @@ LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transp
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c,$(wildcard plugin/cli/*.c))
 MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
-TOOLS = dcp-attn-test dcp-plan dcp-topo dcp-transport-bench
+TOOLS = dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
 
 ifneq ($(NVCC),)
@@ -92,6 +92,11 @@ $(BUILD)/lib/libdcp.so: $(LIB_OBJS)
 	$(CC) -shared $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/dcp-kernel-bench: $(BUILD)/obj/plugin/cli/dcp_kernel_bench.o $(CLI_OBJS) \
+		$(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 

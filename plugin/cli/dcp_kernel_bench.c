@@ -1,0 +1,503 @@
+/*
+ * dcp-kernel-bench: times the kernels the executor runs, on the GPU (bf16/fp16) or the CPU
+ * (fp32), on plan-free workloads (plugin/cli/tile_case.h):
+ *   attn   fused masked attention over one sequence cut into tile x tile tiles, TFLOP/s
+ *          counted from the exact allowed pairs (4 x D x query heads per pair);
+ *   merge  n-way LSE merge of --sources partial outputs per block of rows, GB/s;
+ *   copy   gather of every query block into the staging buffer, GB/s;
+ * GB/s counts bytes read plus bytes written. Each figure is the median of --iters timed
+ * launches (CUDA events on a GPU) after --warmup untimed ones. --json prints one object per
+ * line.
+ */
+#include "include/base/error.h"
+#include "include/base/half.h"
+#include "kernels/cuda/device.h"
+#include "kernels/kernel.h"
+#include "partition/mask.h"
+#include "plugin/cli/args.h"
+#include "plugin/cli/common.h"
+#include "plugin/cli/report.h"
+#include "plugin/cli/rng.h"
+#include "plugin/cli/tile_case.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *tool = "dcp-kernel-bench";
+
+typedef struct {
+    int gpu; /* CUDA device ordinal, -1: the CPU */
+    dcp_dtype_t dtype;
+    int64_t warmup, iters, sources;
+    int json;
+    void *stream;
+} bench_t;
+
+/* Buffers of the bench in host or device memory. */
+static void *buf_alloc(const bench_t *b, size_t bytes)
+{
+    if (bytes == 0) bytes = 64;
+    if (b->gpu >= 0) return dcp_cuda_alloc(b->gpu, bytes);
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+static void buf_free(const bench_t *b, void *p)
+{
+    if (b->gpu >= 0)
+        dcp_cuda_free(p);
+    else
+        free(p);
+}
+
+/* n elements of N(0, 1) (or `lse_like`: log-sums around 5) in the buffer's element type. */
+static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, int fp32, int lse_like,
+                             uint64_t seed)
+{
+    const size_t es = fp32 ? 4 : 2;
+    void *host = b->gpu >= 0 ? malloc((size_t)n * es + 1) : dst;
+    if (!host) return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: host staging of %lld", (long long)n);
+    dcp_rng_t rng = {seed};
+    for (int64_t i = 0; i < n; i++) {
+        const float v = (float)(lse_like ? 5.0 + dcp_rng_uniform(&rng) : dcp_rng_normal(&rng));
+        if (fp32)
+            ((float *)host)[i] = v;
+        else
+            ((uint16_t *)host)[i] =
+                b->dtype == DCP_DTYPE_BF16 ? dcp_f32_to_bf16(v) : dcp_f32_to_fp16(v);
+    }
+    dcp_status_t st = DCP_OK;
+    if (b->gpu >= 0) {
+        st = dcp_cuda_memcpy(dst, host, (size_t)n * es, b->stream);
+        free(host);
+    }
+    return st;
+}
+
+/* A descriptor array where the kernels read it: the host array itself on the CPU. */
+static dcp_status_t to_kernels(const bench_t *b, const void *host, size_t bytes, void **out)
+{
+    if (b->gpu < 0) {
+        *out = (void *)host;
+        return DCP_OK;
+    }
+    if (!(*out = dcp_cuda_alloc(b->gpu, bytes ? bytes : 16)))
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: %zu bytes of descriptors", bytes);
+    return dcp_cuda_memcpy(*out, host, bytes, b->stream);
+}
+
+static void drop_descr(const bench_t *b, void *p)
+{
+    if (b->gpu >= 0) dcp_cuda_free(p);
+}
+
+typedef struct {
+    const dcp_kernels_t *k;
+    int op; /* 0 attn, 1 merge, 2 copy */
+} kernel_ref_t;
+
+static dcp_status_t launch(const kernel_ref_t *kr, const dcp_kernel_env_t *env, const void *a,
+                           int64_t n, const void *extra)
+{
+    switch (kr->op) {
+    case 0:
+        return kr->k->attn_fwd(env, a, n, extra);
+    case 1:
+        return kr->k->merge(env, a, n, extra);
+    default:
+        return kr->k->copy(env, a, n);
+    }
+}
+
+/* Median milliseconds of one launch. */
+static dcp_status_t time_launch(const bench_t *b, const kernel_ref_t *kr,
+                                const dcp_kernel_env_t *env, const void *a, int64_t n,
+                                const void *extra, double *ms_out)
+{
+    double *t;
+    DCP_CHECK(dcp_calloc(&t, b->iters, sizeof *t, "bench times"));
+    dcp_status_t st = DCP_OK;
+    for (int64_t i = 0; st == DCP_OK && i < b->warmup + b->iters; i++) {
+        void *timer = NULL;
+        double ms = 0;
+        const double t0 = dcp_now();
+        if (b->gpu >= 0) st = dcp_cuda_timer_start(b->stream, &timer);
+        if (st == DCP_OK) st = launch(kr, env, a, n, extra);
+        if (b->gpu >= 0 && timer) {
+            const dcp_status_t s2 = dcp_cuda_timer_stop(timer, b->stream, &ms);
+            if (st == DCP_OK) st = s2;
+        } else {
+            ms = (dcp_now() - t0) * 1e3;
+        }
+        if (i >= b->warmup) t[i - b->warmup] = ms;
+    }
+    if (st == DCP_OK) *ms_out = dcp_median(t, b->iters);
+    free(t);
+    return st;
+}
+
+typedef struct {
+    const char *kernel, *mask;
+    int32_t total, tile, d, hq, hkv;
+    double density, ms, tflops, gbps;
+} row_t;
+
+static const dcp_col_t cols[] = {
+    {"kernel", -6}, {"mask", -22},      {"total", 7}, {"tile", 5},    {"D", 4},
+    {"heads", 6},   {"density(%)", 10}, {"ms", 9},    {"TFLOP/s", 8}, {"GB/s", 8},
+};
+#define NCOLS ((int)(sizeof cols / sizeof cols[0]))
+
+static void print_row(const bench_t *b, const row_t *r)
+{
+    if (b->json) {
+        dcp_json_t j;
+        dcp_json_begin(&j, stdout);
+        dcp_json_str(&j, "kernel", r->kernel);
+        dcp_json_str(&j, "mask", r->mask);
+        dcp_json_int(&j, "total", r->total);
+        dcp_json_int(&j, "tile", r->tile);
+        dcp_json_int(&j, "head_dim", r->d);
+        dcp_json_int(&j, "q_heads", r->hq);
+        dcp_json_int(&j, "kv_heads", r->hkv);
+        dcp_json_str(&j, "dtype", dcp_dtype_name(b->dtype));
+        dcp_json_str(&j, "device", b->gpu >= 0 ? "cuda" : "cpu");
+        dcp_json_num(&j, "density", r->density);
+        dcp_json_num(&j, "ms", r->ms);
+        dcp_json_num(&j, "tflops", r->tflops);
+        dcp_json_num(&j, "gbps", r->gbps);
+        dcp_json_end(&j);
+        return;
+    }
+    char c[NCOLS][32];
+    snprintf(c[0], 32, "%s", r->kernel);
+    snprintf(c[1], 32, "%s", r->mask);
+    snprintf(c[2], 32, "%d", r->total);
+    snprintf(c[3], 32, "%d", r->tile);
+    snprintf(c[4], 32, "%d", r->d);
+    snprintf(c[5], 32, "%d/%d", r->hq, r->hkv);
+    snprintf(c[6], 32, "%.1f", 100 * r->density);
+    snprintf(c[7], 32, "%.3f", r->ms);
+    snprintf(c[8], 32, r->tflops <= 0 ? "-" : r->tflops < 10 ? "%.3f" : "%.1f", r->tflops);
+    snprintf(c[9], 32, r->gbps > 0 ? "%.1f" : "-", r->gbps);
+    dcp_table_row(stdout, cols, NCOLS, c);
+    fflush(stdout);
+}
+
+static dcp_kernel_env_t base_env(const bench_t *b, int32_t hq, int32_t hkv, int32_t d, int32_t rows)
+{
+    return (dcp_kernel_env_t){.q_heads = hq,
+                              .kv_heads = hkv,
+                              .head_dim = d,
+                              .scale = (float)(1.0 / sqrt((double)d)),
+                              .dtype = b->dtype,
+                              .max_rows = rows,
+                              .stream = b->stream};
+}
+
+static const dcp_kernels_t *kernels_of(const bench_t *b)
+{
+    return b->gpu >= 0 ? &dcp_kernels_cuda : &dcp_kernels_cpu;
+}
+
+/* One attention case; the Q/K/V/O buffers are the caller's, sized for `total`. */
+static dcp_status_t bench_attn(const bench_t *b, const dcp_mask_t *mask, const char *mask_name,
+                               int32_t total, int32_t tile, int32_t d, int32_t hq, int32_t hkv,
+                               void *const bufs[DCP_BUF_COUNT])
+{
+    dcp_tile_case_t tc;
+    DCP_CHECK(dcp_tile_case_build(mask, total, tile, hq, hkv, d, &tc));
+    void *groups = NULL, *tiles = NULL, *seqs = NULL;
+    dcp_status_t st = to_kernels(b, tc.groups, (size_t)tc.num_groups * sizeof *tc.groups, &groups);
+    if (st == DCP_OK) st = to_kernels(b, tc.tiles, (size_t)tc.num_tiles * sizeof *tc.tiles, &tiles);
+    if (st == DCP_OK) st = to_kernels(b, &tc.seq, sizeof tc.seq, &seqs);
+    dcp_kernel_env_t env = base_env(b, hq, hkv, d, tile);
+    memcpy(env.bufs, bufs, sizeof env.bufs);
+    env.seqs = seqs;
+    const kernel_ref_t kr = {kernels_of(b), 0};
+    row_t r = {"attn", mask_name, total, tile,
+               d,      hq,        hkv,   (double)tc.pairs / ((double)total * total),
+               0,      0,         0};
+    if (st == DCP_OK) st = time_launch(b, &kr, &env, groups, tc.num_groups, tiles, &r.ms);
+    if (st == DCP_OK) {
+        r.tflops = dcp_tile_case_flops(&tc) / (r.ms * 1e9);
+        print_row(b, &r);
+    }
+    drop_descr(b, groups);
+    drop_descr(b, tiles);
+    drop_descr(b, seqs);
+    dcp_tile_case_free(&tc);
+    return st;
+}
+
+/* --sources partials merged into the accumulators, one item per block of `tile` rows. The
+ * partials live in DCP_BUF_PART: every source's O, then every source's LSE. */
+static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, int32_t d,
+                                int32_t hq, void *const bufs[DCP_BUF_COUNT])
+{
+    const int64_t nb = (total + tile - 1) / tile, ns = b->sources, w = (int64_t)hq * d;
+    dcp_merge_item_t *items;
+    dcp_merge_src_t *srcs;
+    DCP_CHECK(dcp_calloc(&items, nb, sizeof *items, "bench merge"));
+    dcp_status_t st = dcp_calloc(&srcs, nb * ns, sizeof *srcs, "bench merge");
+    for (int64_t i = 0; st == DCP_OK && i < nb; i++) {
+        const int64_t r0 = i * tile;
+        items[i] = (dcp_merge_item_t){{r0 * w, (int32_t)w, DCP_BUF_ACC_O},
+                                      {r0 * hq, hq, DCP_BUF_ACC_LSE},
+                                      (int32_t)(r0 + tile < total ? tile : total - r0),
+                                      (int32_t)(i * ns),
+                                      (int32_t)ns};
+        for (int64_t s = 0; s < ns; s++)
+            srcs[i * ns + s] =
+                (dcp_merge_src_t){{s * total * w + r0 * w, (int32_t)w, DCP_BUF_PART},
+                                  {ns * total * w + s * total * hq + r0 * hq, hq, DCP_BUF_PART}};
+    }
+    void *di = NULL, *ds = NULL;
+    if (st == DCP_OK) st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
+    if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
+    dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
+    memcpy(env.bufs, bufs, sizeof env.bufs);
+    const kernel_ref_t kr = {kernels_of(b), 1};
+    row_t r = {"merge", "-", total, tile, d, hq, hq, 1, 0, 0, 0};
+    if (st == DCP_OK) st = time_launch(b, &kr, &env, di, nb, ds, &r.ms);
+    if (st == DCP_OK) {
+        const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
+        r.gbps = bytes / (r.ms * 1e6);
+        print_row(b, &r);
+    }
+    drop_descr(b, di);
+    drop_descr(b, ds);
+    free(items);
+    free(srcs);
+    return st;
+}
+
+/* Every block of Q rows packed into the staging buffer (what a step's sends do). */
+static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, int32_t d, int32_t hq,
+                               void *const bufs[DCP_BUF_COUNT])
+{
+    const int64_t nb = (total + tile - 1) / tile, w = (int64_t)hq * d;
+    dcp_copy_item_t *items;
+    DCP_CHECK(dcp_calloc(&items, nb, sizeof *items, "bench copy"));
+    for (int64_t i = 0; i < nb; i++) {
+        const int64_t r0 = i * tile;
+        items[i] = (dcp_copy_item_t){{r0 * w, (int32_t)w, DCP_BUF_Q},
+                                     {r0 * w, (int32_t)w, DCP_BUF_STAGE},
+                                     (int32_t)(r0 + tile < total ? tile : total - r0),
+                                     (int32_t)w};
+    }
+    void *di = NULL;
+    dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
+    dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
+    memcpy(env.bufs, bufs, sizeof env.bufs);
+    const kernel_ref_t kr = {kernels_of(b), 2};
+    row_t r = {"copy", "-", total, tile, d, hq, hq, 1, 0, 0, 0};
+    if (st == DCP_OK) st = time_launch(b, &kr, &env, di, nb, NULL, &r.ms);
+    if (st == DCP_OK) {
+        const double bytes = 2.0 * total * w * (b->dtype == DCP_DTYPE_FP32 ? 4 : 2);
+        r.gbps = bytes / (r.ms * 1e6);
+        print_row(b, &r);
+    }
+    drop_descr(b, di);
+    free(items);
+    return st;
+}
+
+typedef struct {
+    int32_t hq, hkv;
+} gqa_t;
+
+typedef struct {
+    char **masks, **totals, **tiles, **dims, **gqas, **kernels;
+    int nmasks, ntotals, ntiles, ndims, ngqas, nkernels;
+} lists_t;
+
+static int64_t list_int(const char *flag, const char *s, int64_t lo, int64_t hi)
+{
+    char *end;
+    const long long v = strtoll(s, &end, 10);
+    if (*end != '\0' || v < lo || v > hi)
+        dcp_args_fail(tool, flag, "'%s' is not an integer in [%lld, %lld]", s, (long long)lo,
+                      (long long)hi);
+    return v;
+}
+
+static gqa_t list_gqa(const char *s)
+{
+    int hq = 0, hkv = 0, used = 0;
+    if (sscanf(s, "%d:%d%n", &hq, &hkv, &used) != 2 || s[used] != '\0' || hq < 1 || hkv < 1 ||
+        hq % hkv != 0 || hq > 65535)
+        dcp_args_fail(tool, "gqa", "'%s': QHEADS:KVHEADS with KVHEADS dividing QHEADS", s);
+    return (gqa_t){hq, hkv};
+}
+
+static int wants(const lists_t *l, const char *kernel)
+{
+    for (int i = 0; i < l->nkernels; i++)
+        if (!strcmp(l->kernels[i], kernel)) return 1;
+    return 0;
+}
+
+/* Every case of one (total, D, heads) shape over shared buffers. */
+static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask_t *masks,
+                              int32_t total, int32_t d, gqa_t g, uint64_t seed)
+{
+    const size_t es = b->dtype == DCP_DTYPE_FP32 ? 4 : 2;
+    const int64_t nq = (int64_t)total * g.hq * d, nkv = (int64_t)total * g.hkv * d;
+    const int64_t part = b->sources * ((int64_t)total * g.hq * (d + 1));
+    const int64_t elems[DCP_BUF_COUNT] = {
+        [DCP_BUF_Q] = nq,
+        [DCP_BUF_K] = nkv,
+        [DCP_BUF_V] = nkv,
+        [DCP_BUF_ACC_O] = nq,
+        [DCP_BUF_ACC_LSE] = (int64_t)total * g.hq,
+        [DCP_BUF_STAGE] = nq,
+        [DCP_BUF_PART] = part,
+    };
+    void *bufs[DCP_BUF_COUNT] = {0};
+    dcp_status_t st = DCP_OK;
+    for (int i = 0; st == DCP_OK && i < DCP_BUF_COUNT; i++) {
+        if (!elems[i]) continue;
+        const int fp32 = dcp_buf_is_fp32(i) || b->dtype == DCP_DTYPE_FP32;
+        if (!(bufs[i] = buf_alloc(b, (size_t)elems[i] * (fp32 ? 4 : es))))
+            st = dcp_set_error(DCP_ERR_NO_MEMORY, "bench: buffer %d of %lld elements", i,
+                               (long long)elems[i]);
+        else if (i != DCP_BUF_STAGE && i != DCP_BUF_ACC_O)
+            st = buf_fill(b, bufs[i],
+                          i == DCP_BUF_PART ? part - b->sources * total * g.hq : elems[i], fp32, 0,
+                          seed + (uint64_t)i);
+    }
+    if (st == DCP_OK && elems[DCP_BUF_PART]) /* the partials' LSE: finite log-sums */
+        st = buf_fill(b, (float *)bufs[DCP_BUF_PART] + (part - b->sources * total * g.hq),
+                      b->sources * total * g.hq, 1, 1, seed + 99);
+    for (int t = 0; st == DCP_OK && t < l->ntiles; t++) {
+        const int32_t tile = (int32_t)list_int("tile", l->tiles[t], 16, 1 << 20);
+        if (wants(l, "attn"))
+            for (int m = 0; st == DCP_OK && m < l->nmasks; m++)
+                st = bench_attn(b, &masks[m], l->masks[m], total, tile, d, g.hq, g.hkv, bufs);
+        if (st == DCP_OK && wants(l, "merge")) st = bench_merge(b, total, tile, d, g.hq, bufs);
+        if (st == DCP_OK && wants(l, "copy")) st = bench_copy(b, total, tile, d, g.hq, bufs);
+    }
+    for (int i = 0; i < DCP_BUF_COUNT; i++)
+        if (bufs[i]) buf_free(b, bufs[i]);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    const int have_gpu = dcp_cuda_device_count() > 0;
+    const char *device = have_gpu ? "cuda" : "cpu", *dtype = NULL;
+    const char *masks_s = "full,causal,lambda,blockwise,shared-question";
+    const char *totals_s = NULL, *tiles_s = NULL, *dims_s = NULL, *gqa_s = NULL;
+    const char *kernels_s = "attn,merge,copy";
+    int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
+    int json = 0;
+    dcp_arg_t args[] = {
+        {"device", DCP_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
+        {"dtype", DCP_ARG_STR, &dtype, 0, 0, "bf16 or fp16 on cuda (default bf16); fp32 on cpu", 0},
+        {"kernel", DCP_ARG_STR, &kernels_s, 0, 0, "attn,merge,copy (default all)", 0},
+        {"mask", DCP_ARG_STR, &masks_s, 0, 0,
+         "masks (default full,causal,lambda,blockwise,shared-question)", 0},
+        {"total", DCP_ARG_STR, &totals_s, 0, 0,
+         "sequence lengths (default 8192,16384,32768,131072; cpu 2048)", 0},
+        {"tile", DCP_ARG_STR, &tiles_s, 0, 0, "tile edges (default 512,1024,2048,4096; cpu 512)",
+         0},
+        {"head-dim", DCP_ARG_STR, &dims_s, 0, 0, "head dims (default 64,128; cpu 64)", 0},
+        {"gqa", DCP_ARG_STR, &gqa_s, 0, 0, "QHEADS:KVHEADS list (default 8:2,64:8; cpu 8:2)", 0},
+        {"sources", DCP_ARG_INT, &sources, 1, 64, "partials per merge (default 4)", 0},
+        {"warmup", DCP_ARG_INT, &warmup, 0, 1000, "untimed launches (default 3; cpu 1)", 0},
+        {"iters", DCP_ARG_INT, &iters, 1, 10000, "timed launches, median (default 10; cpu 3)", 0},
+        {"seed", DCP_ARG_INT, &seed, 0, INT64_MAX, "input seed (default 1)", 0},
+        {"json", DCP_ARG_FLAG, &json, 0, 0, "one JSON object per case", 0},
+    };
+    const int nargs = (int)(sizeof args / sizeof args[0]);
+    dcp_args_parse(argc, argv, args, nargs, tool,
+                   "Times dcp's attention, merge and copy kernels; TFLOP/s from exact allowed "
+                   "pairs.");
+    bench_t b = {.json = json, .sources = sources, .gpu = -1};
+    const int cpu = !strcmp(device, "cpu");
+    if (!cpu) {
+        int32_t ord = -1;
+        if (strncmp(device, "cuda", 4) != 0 || (device[4] && device[4] != ':'))
+            dcp_args_fail(tool, "device", "'%s': cpu, cuda or cuda:N", device);
+        if (!have_gpu) dcp_args_fail(tool, "device", "no CUDA device is visible");
+        ord =
+            device[4] ? (int32_t)list_int("device", device + 5, 0, dcp_cuda_device_count() - 1) : 0;
+        b.gpu = ord;
+    }
+    b.dtype = dtype ? dcp_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
+    if (cpu != (b.dtype == DCP_DTYPE_FP32))
+        dcp_args_fail(tool, "dtype", "%s", cpu ? "the CPU runs fp32" : "a GPU runs bf16 or fp16");
+    b.warmup = warmup >= 0 ? warmup : (cpu ? 1 : 3);
+    b.iters = iters >= 1 ? iters : (cpu ? 3 : 10);
+
+    lists_t l;
+    char *st_m, *st_t, *st_i, *st_d, *st_g, *st_k;
+    l.nmasks = dcp_args_split(tool, "mask", masks_s, &l.masks, &st_m);
+    l.ntotals = dcp_args_split(tool, "total",
+                               totals_s ? totals_s
+                               : cpu    ? "2048"
+                                        : "8192,16384,32768,131072",
+                               &l.totals, &st_t);
+    l.ntiles = dcp_args_split(tool, "tile",
+                              tiles_s ? tiles_s
+                              : cpu   ? "512"
+                                      : "512,1024,2048,4096",
+                              &l.tiles, &st_i);
+    l.ndims = dcp_args_split(tool, "head-dim",
+                             dims_s ? dims_s
+                             : cpu  ? "64"
+                                    : "64,128",
+                             &l.dims, &st_d);
+    l.ngqas = dcp_args_split(tool, "gqa", gqa_s ? gqa_s : cpu ? "8:2" : "8:2,64:8", &l.gqas, &st_g);
+    l.nkernels = dcp_args_split(tool, "kernel", kernels_s, &l.kernels, &st_k);
+    for (int i = 0; i < l.nkernels; i++)
+        if (strcmp(l.kernels[i], "attn") && strcmp(l.kernels[i], "merge") &&
+            strcmp(l.kernels[i], "copy"))
+            dcp_args_fail(tool, "kernel", "'%s': attn, merge or copy", l.kernels[i]);
+    for (int i = 0; i < l.ndims; i++) {
+        const int64_t d = list_int("head-dim", l.dims[i], 1, 1024);
+        if (!cpu && d != 64 && d != 128) dcp_args_fail(tool, "head-dim", "the GPU runs 64 and 128");
+    }
+    for (int i = 0; i < l.ngqas; i++) list_gqa(l.gqas[i]);
+    for (int i = 0; i < l.ntiles; i++) list_int("tile", l.tiles[i], 16, 1 << 20);
+    dcp_mask_t *masks = calloc((size_t)l.nmasks, sizeof *masks);
+    if (!masks) return 1;
+    for (int i = 0; i < l.nmasks; i++)
+        if (dcp_mask_parse(l.masks[i], &masks[i]) != DCP_OK)
+            dcp_args_fail(tool, "mask", "%s", dcp_last_error());
+    for (int t = 0; t < l.ntotals; t++) {
+        const int32_t total = (int32_t)list_int("total", l.totals[t], 1, 1 << 24);
+        for (int m = 0; m < l.nmasks; m++)
+            if (dcp_mask_validate(&masks[m], total, "mask") != DCP_OK)
+                dcp_args_fail(tool, "mask", "%s", dcp_last_error());
+    }
+
+    if (b.gpu >= 0 && dcp_cuda_stream_create(b.gpu, &b.stream) != DCP_OK) {
+        fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
+        return 1;
+    }
+    if (!json) {
+        printf("# %s: %s %s, median of %lld launches after %lld, merge of %lld partials\n", tool,
+               cpu ? "cpu" : device, dcp_dtype_name(b.dtype), (long long)b.iters,
+               (long long)b.warmup, (long long)b.sources);
+        dcp_table_header(stdout, cols, NCOLS);
+    }
+    dcp_status_t st = DCP_OK;
+    for (int t = 0; st == DCP_OK && t < l.ntotals; t++)
+        for (int d = 0; st == DCP_OK && d < l.ndims; d++)
+            for (int g = 0; st == DCP_OK && g < l.ngqas; g++) {
+                const int32_t total = (int32_t)list_int("total", l.totals[t], 1, 1 << 24);
+                st = run_shape(&b, &l, masks, total,
+                               (int32_t)list_int("head-dim", l.dims[d], 1, 1024),
+                               list_gqa(l.gqas[g]), (uint64_t)seed);
+            }
+    if (st != DCP_OK)
+        fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+    dcp_cuda_stream_destroy(b.stream);
+    free(masks);
+    free(l.masks), free(l.totals), free(l.tiles), free(l.dims), free(l.gqas), free(l.kernels);
+    free(st_m), free(st_t), free(st_i), free(st_d), free(st_g), free(st_k);
+    return st == DCP_OK ? 0 : 1;
+}
