@@ -1,6 +1,7 @@
 /* The public API on bad input: clear errors that name the field, outputs untouched, and a
  * failing rank that ends its peers' waits instead of hanging them. */
 #include "include/dcp.h"
+#include "kernels/cuda/device.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>
@@ -304,6 +305,23 @@ static void test_context_and_executor_arguments(void)
     CU_ASSERT_EQUAL(dcp_context_create(&gpu_only, &ctx), DCP_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "inter = nccl"));
     CU_ASSERT_PTR_NULL(ctx);
+    /* the place of computation, named in the error */
+    const dcp_context_config_t bad_dev = {.group = g, .device = "gpu"};
+    CU_ASSERT_EQUAL(dcp_context_create(&bad_dev, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.device"));
+    const dcp_context_config_t bad_ord = {.group = g, .device = "cuda:x"};
+    CU_ASSERT_NOT_EQUAL(dcp_context_create(&bad_ord, &ctx), DCP_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.device"));
+    if (dcp_cuda_device_count() == 0) {
+        const dcp_context_config_t cuda = {.group = g, .device = "cuda"};
+        CU_ASSERT_EQUAL(dcp_context_create(&cuda, &ctx), DCP_ERR_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.device"));
+    }
+    CU_ASSERT_PTR_NULL(ctx);
+    const dcp_context_config_t cpu = {.group = g, .device = "cpu"};
+    CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cpu, &ctx), DCP_OK);
+    dcp_context_destroy(ctx);
+    ctx = NULL;
     const dcp_cluster_t *cl = NULL;
     CU_ASSERT_EQUAL(dcp_context_cluster(NULL, &cl), DCP_ERR_INVALID_ARG);
     dcp_group_destroy(g);

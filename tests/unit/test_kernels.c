@@ -1,9 +1,11 @@
 /* CPU kernels against the double-precision reference: masked attention over tile lists
  * (every mask, ragged tiles, 1-token sequences, fully masked rows, GQA 1/2/4, head groups,
  * accumulation), the n-way LSE merge and the strided copy. */
+#include "include/base/half.h"
 #include "kernels/cpu.h"
 #include "kernels/reference.h"
 #include "partition/mask.h"
+#include "plugin/cli/tile_case.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
@@ -39,7 +41,8 @@ static void kcase_init(kcase_t *c, int32_t len, int32_t hq, int32_t hkv, int32_t
     c->seq = (dcp_seq_info_t){len, mask};
     const dcp_attn_shape_t shape = {hq, hkv, d, DCP_DTYPE_FP32, 0.0f};
     CU_ASSERT_EQUAL(
-        dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, NULL, 2), DCP_OK);
+        dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, NULL, 2),
+        DCP_OK);
     c->env = (dcp_kernel_env_t){.seqs = &c->seq,
                                 .q_heads = hq / hb,
                                 .kv_heads = hkv / hb,
@@ -258,6 +261,105 @@ static void test_copy_strided(void)
     CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &item, 1), DCP_ERR_UNSUPPORTED);
 }
 
+/* bf16/fp16 conversions: known values, every fp16 value round-trips, rounding to nearest
+ * even, and (where the compiler has _Float16) agreement with it on random floats. */
+static void test_half_conversions(void)
+{
+    CU_ASSERT_EQUAL(dcp_f32_to_bf16(1.0f), 0x3f80);
+    CU_ASSERT_EQUAL(dcp_f32_to_bf16(1.00390625f), 0x3f80); /* halfway: to even */
+    CU_ASSERT_EQUAL(dcp_f32_to_bf16(1.01171875f), 0x3f82); /* halfway: to even (up) */
+    CU_ASSERT_EQUAL(dcp_f32_to_fp16(1.0f), 0x3c00);
+    CU_ASSERT_EQUAL(dcp_f32_to_fp16(65504.0f), 0x7bff);
+    CU_ASSERT_EQUAL(dcp_f32_to_fp16(65520.0f), 0x7c00); /* overflow to infinity */
+    CU_ASSERT_EQUAL(dcp_f32_to_fp16(-0.0f), 0x8000);
+    CU_ASSERT_EQUAL(dcp_f32_to_fp16(5.9604645e-8f), 0x0001); /* smallest subnormal */
+    CU_ASSERT(isnan(dcp_bf16_to_f32(dcp_f32_to_bf16(NAN))));
+    CU_ASSERT(isnan(dcp_fp16_to_f32(dcp_f32_to_fp16(NAN))));
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = dcp_fp16_to_f32((uint16_t)h);
+        if (!isnan(f)) bad += dcp_f32_to_fp16(f) != h;
+        const float g = dcp_bf16_to_f32((uint16_t)h);
+        if (!isnan(g)) bad += dcp_f32_to_bf16(g) != h;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+#ifdef __FLT16_MAX__
+    dcp_rng_t rng = {3};
+    for (int i = 0; i < 200000; i++) {
+        const float f = dcp_bits_f32((uint32_t)dcp_rng_next(&rng));
+        if (isnan(f)) continue;
+        const _Float16 r = (_Float16)f;
+        uint16_t rb;
+        memcpy(&rb, &r, 2);
+        bad += rb != dcp_f32_to_fp16(f);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+#endif
+}
+
+/* The plan-free tile cases of dcp-kernel-bench and the GPU suite: their pairs are the mask's,
+ * and the CPU kernels over them match the reference for every mask. */
+static void test_tile_cases(void)
+{
+    dcp_rng_t rng = {12};
+    for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
+        const int32_t total = (int32_t)dcp_rng_range(&rng, 1, 300), tile = 64;
+        int32_t *store;
+        const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
+        dcp_tile_case_t tc;
+        CU_ASSERT_EQUAL_FATAL(dcp_tile_case_build(&m, total, tile, 4, 2, 16, &tc), DCP_OK);
+        int64_t pairs;
+        CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, total, 0, total, 0, total, &pairs), DCP_OK);
+        CU_ASSERT_EQUAL(tc.pairs, pairs);
+        CU_ASSERT_EQUAL(tc.num_groups, (total + tile - 1) / tile);
+        kcase_t c;
+        kcase_init(&c, total, 4, 2, 16, 1, m, dcp_rng_next(&rng));
+        CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, tc.groups, tc.num_groups, tc.tiles), DCP_OK);
+        double rel, lse_err;
+        int bad;
+        compare(&c, 0, total, &rel, &lse_err, &bad);
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT(rel <= 1e-5 && lse_err <= 1e-5);
+        kcase_free(&c);
+        dcp_tile_case_free(&tc);
+        free(store);
+    }
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    dcp_tile_case_t tc;
+    CU_ASSERT_EQUAL(dcp_tile_case_build(&causal, 100, 0, 4, 2, 16, &tc), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_tile_case_build(&causal, 100, 10, 3, 2, 16, &tc), DCP_ERR_INVALID_ARG);
+}
+
+/* The plain low-precision computation the GPU's error is judged against: fp32 gives the
+ * reference back; bf16 and fp16 differ from it by their rounding, fp16 less than bf16. */
+static void test_plain_low_precision_reference(void)
+{
+    const int32_t len = 200;
+    const dcp_seq_info_t seq = {len, {.kind = DCP_MASK_CAUSAL}};
+    dcp_rng_t rng = {8};
+    const int64_t n = (int64_t)len * 4 * 32;
+    float *q = malloc(n * 4), *k = malloc(n / 2 * 4), *v = malloc(n / 2 * 4), *low = malloc(n * 4);
+    double *o = malloc(n * 8), *lse = malloc(len * 4 * 8);
+    for (int64_t i = 0; i < n; i++)
+        q[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcp_rng_normal(&rng));
+    for (int64_t i = 0; i < n / 2; i++)
+        k[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcp_rng_normal(&rng));
+    for (int64_t i = 0; i < n / 2; i++)
+        v[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcp_rng_normal(&rng));
+    const dcp_dtype_t types[3] = {DCP_DTYPE_FP32, DCP_DTYPE_FP16, DCP_DTYPE_BF16};
+    double err[3];
+    for (int t = 0; t < 3; t++) {
+        const dcp_attn_shape_t shape = {4, 2, 32, types[t], 0.0f};
+        CU_ASSERT_EQUAL(dcp_reference_attention(&seq, 1, &shape, q, k, v, o, lse, low, 1), DCP_OK);
+        err[t] = 0;
+        for (int64_t i = 0; i < n; i++) err[t] = fmax(err[t], fabs(low[i] - o[i]));
+    }
+    CU_ASSERT(err[0] < 1e-5);
+    CU_ASSERT(err[1] > err[0] && err[1] < 1e-2);
+    CU_ASSERT(err[2] > err[1] && err[2] < 5e-2);
+    free(q), free(k), free(v), free(low), free(o), free(lse);
+}
+
 int dcp_suite_kernels(void)
 {
     static const dcp_test_t tests[] = {
@@ -267,6 +369,9 @@ int dcp_suite_kernels(void)
         {"accumulate_equals_single_pass", test_accumulate_equals_single_pass},
         {"merge_of_partials", test_merge_of_partials},
         {"copy_strided", test_copy_strided},
+        {"half_conversions", test_half_conversions},
+        {"tile_cases", test_tile_cases},
+        {"plain_low_precision_reference", test_plain_low_precision_reference},
         {NULL, NULL},
     };
     return dcp_add_suite("kernels", tests);

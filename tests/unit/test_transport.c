@@ -1,5 +1,6 @@
 /* The in-process engine: matching in either order, real copies, size mismatches, timeouts,
  * peer failure, cancellation. */
+#include "include/base/error.h"
 #include "kernels/cuda/device.h"
 #include "transport/inproc.h"
 #include "transport/nccl.h"
@@ -110,6 +111,51 @@ static void test_size_mismatch_reported(void)
     dcp_inproc_hub_destroy(hub);
 }
 
+typedef struct {
+    size_t bytes;
+    int calls, fail;
+} copy_count_t;
+
+static dcp_status_t counting_copy(void *user, void *dst, const void *src, size_t bytes)
+{
+    copy_count_t *c = user;
+    c->calls++;
+    c->bytes += bytes;
+    if (c->fail) return dcp_set_error(DCP_ERR_SYSTEM, "test copy refused");
+    memcpy(dst, src, bytes);
+    return DCP_OK;
+}
+
+/* A rank's copy hook moves the bytes of the matches its thread completes (GPU ranks copy
+ * device memory this way); a failed copy fails both sides. */
+static void test_copy_hook(void)
+{
+    for (int fail = 0; fail < 2; fail++) {
+        dcp_inproc_hub_t *hub = NULL;
+        dcp_engine_t *e0 = NULL, *e1 = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
+        dcp_inproc_engine_create(hub, 0, &e0);
+        dcp_inproc_engine_create(hub, 1, &e1);
+        copy_count_t c0 = {0, 0, fail}, c1 = {0, 0, fail};
+        dcp_inproc_engine_set_copy(e0, counting_copy, &c0);
+        dcp_inproc_engine_set_copy(e1, counting_copy, &c1);
+        char a[12] = "hello hook!", b[12] = {0};
+        one_t r = {e1, {0, 0, 9, b, 12}, 5.0, DCP_OK}, s = {e0, {1, 1, 9, a, 12}, 5.0, DCP_OK};
+        pthread_t t;
+        pthread_create(&t, NULL, one_op, &r);
+        one_op(&s);
+        pthread_join(t, NULL);
+        CU_ASSERT_EQUAL(c0.calls + c1.calls, 1); /* whichever side matched second copied */
+        CU_ASSERT_EQUAL(c0.bytes + c1.bytes, 12);
+        CU_ASSERT_EQUAL(s.st, fail ? DCP_ERR_SYSTEM : DCP_OK);
+        CU_ASSERT_EQUAL(r.st, fail ? DCP_ERR_SYSTEM : DCP_OK);
+        if (!fail) CU_ASSERT_STRING_EQUAL(b, "hello hook!");
+        dcp_engine_destroy(e0);
+        dcp_engine_destroy(e1);
+        dcp_inproc_hub_destroy(hub);
+    }
+}
+
 /* A receive nobody answers ends in DCP_ERR_TIMEOUT; cancelling it withdraws it, so a late
  * send does not land in freed memory (ASan would see it) and itself times out. */
 static void test_timeout_and_cancel(void)
@@ -200,6 +246,7 @@ int dcp_suite_transport(void)
     static const dcp_test_t tests[] = {
         {"all_to_all_copies", test_all_to_all_copies},
         {"size_mismatch_reported", test_size_mismatch_reported},
+        {"copy_hook", test_copy_hook},
         {"timeout_and_cancel", test_timeout_and_cancel},
         {"peer_failure_ends_waits", test_peer_failure_ends_waits},
         {"bad_peer_rejected", test_bad_peer_rejected},

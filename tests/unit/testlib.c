@@ -59,12 +59,19 @@ dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *masks, c
 dcp_plan_t *t_plan_opts(const int32_t *lengths, int32_t n, const dcp_mask_t *masks,
                         const char *cluster, const dcp_plan_options_t *opts)
 {
-    const dcp_batch_t batch = {n, lengths, masks};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    return t_plan_shape(lengths, n, masks, cluster, &shape, opts);
+}
+
+dcp_plan_t *t_plan_shape(const int32_t *lengths, int32_t n, const dcp_mask_t *masks,
+                         const char *cluster, const dcp_attn_shape_t *shape,
+                         const dcp_plan_options_t *opts)
+{
+    const dcp_batch_t batch = {n, lengths, masks};
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
     dcp_plan_t *p = NULL;
-    const dcp_status_t st = dcp_plan_create(&batch, &shape, opts, c, &p);
+    const dcp_status_t st = dcp_plan_create(&batch, shape, opts, c, &p);
     if (st != DCP_OK) fprintf(stderr, "t_plan: %s\n", dcp_last_error());
     CU_ASSERT_EQUAL_FATAL(st, DCP_OK);
     dcp_cluster_destroy(c);

@@ -18,4 +18,9 @@ dcp_plan_t *t_plan(const int32_t *lengths, int32_t n, const dcp_mask_t *masks, c
 dcp_plan_t *t_plan_opts(const int32_t *lengths, int32_t n, const dcp_mask_t *masks,
                         const char *cluster, const dcp_plan_options_t *opts);
 
+/* The same with the attention shape given too (opts NULL: the defaults). */
+dcp_plan_t *t_plan_shape(const int32_t *lengths, int32_t n, const dcp_mask_t *masks,
+                         const char *cluster, const dcp_attn_shape_t *shape,
+                         const dcp_plan_options_t *opts);
+
 #endif
