@@ -136,8 +136,14 @@ test: deps
 test-run:
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
+	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
+	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:
+	@# python would need the sanitizer runtime preloaded)
+	@if [ -z "$(SAN)" ] && command -v python3 >/dev/null; then \
+		python3 tests/perf/compare_sdpa.py --dry-run --lib $(BUILD)/lib/libdcp.so --totals 4096; \
+	else echo "compare_sdpa.py --dry-run skipped"; fi
 
 test-asan: deps
 	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
