@@ -57,8 +57,8 @@ dcp_status_t dcp_context_parse_device(const char *device, int32_t local_rank, in
     const long v = strtol(device + 5, &end, 10);
     if (end == device + 5 || *end != '\0' || v < 0 || v >= n)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "config.device = \"%s\": this process sees %d CUDA device(s)",
-                             device, n);
+                             "config.device = \"%s\": this process sees %d CUDA device(s)", device,
+                             n);
     *device_out = (int32_t)v;
     return DCP_OK;
 }

@@ -45,6 +45,17 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
  * on the context's GPU. */
 dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes);
 
+/* In-process ranks: a group and one context per rank on `device` (dcp_context_config_t),
+ * created together and destroyed together (destroy accepts a partial set). */
+dcp_status_t dcp_inproc_contexts_create(int32_t n, double timeout_s, const char *device,
+                                        dcp_group_t **group_out, dcp_context_t ***ctx_out);
+void dcp_inproc_contexts_destroy(int32_t n, dcp_group_t *group, dcp_context_t **ctx);
+
+/* Runs ctx[r] on io[r] for every rank, rank r > 0 on its own thread; the first failure of
+ * any rank (its own error preferred to the PEER/TIMEOUT it caused in the others). */
+dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
+                               const dcp_tensors_t *io);
+
 /* The context's place of computation from config->device and the rank: -1 for the CPU, a
  * CUDA ordinal otherwise. `local_rank` picks the GPU for "cuda". */
 dcp_status_t dcp_context_parse_device(const char *device, int32_t local_rank, int32_t *device_out);

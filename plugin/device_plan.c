@@ -65,8 +65,8 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int devic
         d->cap = 0;
         d->serial = 0;
         if (!(d->mem = dcp_cuda_alloc(device, total)))
-            st = dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total,
-                               device);
+            st =
+                dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total, device);
         else
             d->cap = total;
     }

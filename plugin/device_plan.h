@@ -19,8 +19,7 @@ typedef struct {
 } dcp_dev_plan_t;
 
 /* Makes d hold `plan`'s descriptors on `device` (a no-op when it already does). */
-dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *plan, int device,
-                               void *stream);
+dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *plan, int device, void *stream);
 void dcp_dev_plan_free(dcp_dev_plan_t *d);
 
 #endif

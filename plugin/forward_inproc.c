@@ -1,4 +1,5 @@
-/* dcp_forward_inproc: every rank of a plan as a thread of this process. */
+/* dcp_forward_inproc: every rank of a plan as a thread of this process; and the runner it
+ * shares with tools that keep their contexts across batches. */
 #include "include/base/error.h"
 #include "partition/plan.h"
 #include "plugin/context.h"
@@ -8,12 +9,10 @@
 #include <string.h>
 
 typedef struct {
+    dcp_context_t *ctx;
     const dcp_plan_t *plan;
     const dcp_tensors_t *io;
-    dcp_group_t *group;
     int32_t rank;
-    double timeout_s;
-    const char *device;
     dcp_status_t status;
     char error[512];
 } rank_job_t;
@@ -21,13 +20,8 @@ typedef struct {
 static void *rank_main(void *arg)
 {
     rank_job_t *j = arg;
-    dcp_context_t *ctx = NULL;
-    const dcp_context_config_t cfg = {
-        .rank = j->rank, .group = j->group, .timeout_s = j->timeout_s, .device = j->device};
-    j->status = dcp_context_create(&cfg, &ctx);
-    if (j->status == DCP_OK) j->status = dcp_forward(ctx, j->plan, &j->io[j->rank]);
+    j->status = dcp_forward(j->ctx, j->plan, j->io);
     if (j->status != DCP_OK) dcp_error_save(j->error, sizeof j->error);
-    dcp_context_destroy(ctx);
     return NULL;
 }
 
@@ -45,29 +39,20 @@ static const rank_job_t *first_failure(const rank_job_t *jobs, int32_t n)
     return pick;
 }
 
-dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io, double timeout_s,
-                                const char *device)
+dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
+                               const dcp_tensors_t *io)
 {
-    if (!plan || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "io" : "plan");
-    const int32_t n = plan->num_ranks;
-    dcp_group_t *group;
-    DCP_CHECK(dcp_group_create(n, &group));
     rank_job_t *jobs;
     pthread_t *tid;
-    dcp_status_t st = dcp_calloc(&jobs, n, sizeof *jobs, "rank threads");
-    if (st != DCP_OK) {
-        dcp_group_destroy(group);
-        return st;
-    }
-    st = dcp_calloc(&tid, n, sizeof *tid, "rank threads");
+    DCP_CHECK(dcp_calloc(&jobs, n, sizeof *jobs, "rank threads"));
+    dcp_status_t st = dcp_calloc(&tid, n, sizeof *tid, "rank threads");
     if (st != DCP_OK) {
         free(jobs);
-        dcp_group_destroy(group);
         return st;
     }
     int32_t started = 0;
     for (int32_t r = 0; r < n; r++) {
-        jobs[r] = (rank_job_t){plan, io, group, r, timeout_s, device, DCP_OK, ""};
+        jobs[r] = (rank_job_t){ctx[r], plan, &io[r], r, DCP_OK, ""};
         if (r == 0) continue; /* rank 0 runs on the calling thread */
         if (pthread_create(&tid[r], NULL, rank_main, &jobs[r]) != 0) {
             jobs[r].status = dcp_set_error(DCP_ERR_SYSTEM, "cannot start the thread of rank %d", r);
@@ -76,21 +61,55 @@ dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
         }
         started = r;
     }
-    if (started == n - 1) {
+    if (started == n - 1)
         rank_main(&jobs[0]);
-    } else { /* ranks that started will time out or see the failure: tell them now */
-        dcp_engine_t *e;
-        if (dcp_inproc_engine_create(group->hub, 0, &e) == DCP_OK) {
-            e->ops->abort(e);
-            dcp_engine_destroy(e);
-        }
-    }
+    else /* ranks that started would time out: tell them now */
+        ctx[0]->engine->ops->abort(ctx[0]->engine);
     for (int32_t r = 1; r <= started; r++) pthread_join(tid[r], NULL);
     const rank_job_t *bad = first_failure(jobs, n);
     st = DCP_OK;
     if (bad) st = dcp_set_error(bad->status, "rank %d: %s", bad->rank, bad->error);
     free(tid);
     free(jobs);
+    return st;
+}
+
+dcp_status_t dcp_inproc_contexts_create(int32_t n, double timeout_s, const char *device,
+                                        dcp_group_t **group_out, dcp_context_t ***ctx_out)
+{
+    dcp_group_t *group;
+    DCP_CHECK(dcp_group_create(n, &group));
+    dcp_context_t **ctx;
+    dcp_status_t st = dcp_calloc(&ctx, n, sizeof *ctx, "contexts");
+    for (int32_t r = 0; st == DCP_OK && r < n; r++) {
+        const dcp_context_config_t cfg = {
+            .rank = r, .group = group, .timeout_s = timeout_s, .device = device};
+        st = dcp_context_create(&cfg, &ctx[r]);
+    }
+    if (st != DCP_OK) {
+        dcp_inproc_contexts_destroy(n, group, ctx);
+        return st;
+    }
+    *group_out = group;
+    *ctx_out = ctx;
+    return DCP_OK;
+}
+
+void dcp_inproc_contexts_destroy(int32_t n, dcp_group_t *group, dcp_context_t **ctx)
+{
+    for (int32_t r = 0; ctx && r < n; r++) dcp_context_destroy(ctx[r]);
+    free(ctx);
     dcp_group_destroy(group);
+}
+
+dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io, double timeout_s,
+                                const char *device)
+{
+    if (!plan || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "io" : "plan");
+    dcp_group_t *group;
+    dcp_context_t **ctx;
+    DCP_CHECK(dcp_inproc_contexts_create(plan->num_ranks, timeout_s, device, &group, &ctx));
+    const dcp_status_t st = dcp_forward_group(ctx, plan->num_ranks, plan, io);
+    dcp_inproc_contexts_destroy(plan->num_ranks, group, ctx);
     return st;
 }

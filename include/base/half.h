@@ -40,9 +40,9 @@ static inline uint16_t dcp_f32_to_fp16(float f)
     const uint32_t u = dcp_f32_bits(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;      /* NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00u;     /* rounds to >= 65520: infinity */
-    if (a < 0x38800000u) {                           /* below 2^-14: subnormal or zero */
+    if (a > 0x7f800000u) return sign | 0x7e00u;             /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u;            /* rounds to >= 65520: infinity */
+    if (a < 0x38800000u) {                                  /* below 2^-14: subnormal or zero */
         const float scaled = dcp_bits_f32(a) * 16777216.0f; /* x 2^24: units of 2^-24 */
         const uint32_t m = (uint32_t)scaled;
         const float rem = scaled - (float)m;

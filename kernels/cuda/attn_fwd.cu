@@ -25,7 +25,8 @@
 
 #include <cuda_runtime.h>
 
-namespace dcp_cuda {
+namespace dcp_cuda
+{
 
 constexpr int BM = 128, BN = 64, WARPS = 8, THREADS = WARPS * 32, PAD = 8;
 
@@ -90,8 +91,8 @@ struct Cursor {
 /* Moves c (and R, the ranges of c's tile) forward to the first chunk some row of the CTA
  * sees; false at the end of the group's tiles. Block-uniform: every thread calls it. */
 __device__ bool find_chunk(const AttnParams &p, const dcp_tile_group_t &g,
-                           const dcp_seq_info_t &seq, int r0, int row0, bool rows_valid,
-                           Cursor &c, Rows &R)
+                           const dcp_seq_info_t &seq, int r0, int row0, bool rows_valid, Cursor &c,
+                           Rows &R)
 {
     const int end = g.first_tile + g.num_tiles;
     while (c.ti < end) {
@@ -164,8 +165,8 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
 {
     constexpr int LD = AttnGeom<D>::LD;
     const int lane = threadIdx.x & 31, t4 = lane & 3;
-    if (!c.full && !__any_sync(0xffffffffu, sees(R, 0, c.c0, c.c0 + BN) ||
-                                                sees(R, 1, c.c0, c.c0 + BN)))
+    if (!c.full &&
+        !__any_sync(0xffffffffu, sees(R, 0, c.c0, c.c0 + BN) || sees(R, 1, c.c0, c.c0 + BN)))
         return; /* none of this warp's rows sees the chunk */
 
     float s[BN / 8][4];
@@ -316,8 +317,8 @@ __global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p
 
     for (int r0 = blockIdx.y * BM; r0 < g.q_len; r0 += gridDim.y * BM) {
         __syncthreads(); /* the previous row block is done with shared memory */
-        const T *q = (const T *)p.bufs[g.q.buf] + g.q.off + (int64_t)r0 * g.q.stride +
-                     (int64_t)h * D;
+        const T *q =
+            (const T *)p.bufs[g.q.buf] + g.q.off + (int64_t)r0 * g.q.stride + (int64_t)h * D;
         load_rows<T, D, BM>(Qs, q, g.q.stride, min(BM, g.q_len - r0));
         cp_async_commit();
 

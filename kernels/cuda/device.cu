@@ -141,8 +141,8 @@ extern "C" dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, vo
 {
     if (n <= 0) return DCP_OK;
     const int64_t blocks = (n + 255) / 256;
-    fill_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>(
-        dst, n, value);
+    fill_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)stream>>>(dst, n,
+                                                                                             value);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? DCP_OK : fail(e, "fill launch");
 }

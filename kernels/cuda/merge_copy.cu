@@ -10,7 +10,8 @@
 
 #include <cuda_runtime.h>
 
-namespace dcp_cuda {
+namespace dcp_cuda
+{
 
 constexpr int MC_THREADS = 256;
 
@@ -56,8 +57,7 @@ __global__ void __launch_bounds__(MC_THREADS) merge_kernel(const MergeParams p)
             float o = w0 * od[x];
             for (int k = 0; k < m.num_src; k++) {
                 const float *ls = (const float *)p.bufs[src[k].lse.buf];
-                const float w =
-                    expf(ls[src[k].lse.off + (int64_t)r * src[k].lse.stride + h] - lse);
+                const float w = expf(ls[src[k].lse.off + (int64_t)r * src[k].lse.stride + h] - lse);
                 if (w == 0.0f) continue;
                 const float *os = (const float *)p.bufs[src[k].o.buf];
                 o += w * os[src[k].o.off + (int64_t)r * src[k].o.stride + (int64_t)h * p.d + x];

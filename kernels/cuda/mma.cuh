@@ -15,7 +15,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-namespace dcp_cuda {
+namespace dcp_cuda
+{
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {

@@ -303,8 +303,8 @@ int main(int argc, char **argv)
         dcp_args_fail(tool, "device", "'%s': cpu, cuda or cuda:N", rf.device);
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
-    c.shape.dtype = rf.dtype ? dcp_dtype_arg(tool, "dtype", rf.dtype)
-                             : (gpu ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32);
+    c.shape.dtype =
+        rf.dtype ? dcp_dtype_arg(tool, "dtype", rf.dtype) : (gpu ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32);
     if (gpu == (c.shape.dtype == DCP_DTYPE_FP32))
         dcp_args_fail(tool, "dtype", "%s runs %s", gpu ? "a GPU" : "the CPU",
                       gpu ? "bf16 or fp16" : "fp32");

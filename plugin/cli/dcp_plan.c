@@ -219,9 +219,8 @@ static void print_header(const dcp_common_t *c)
            "heads %d/%d x %d %s, block %d, head blocks %d, divisions %d, %s, %s expansion\n",
            tool, nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
            (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
-           dcp_dtype_name(c->shape.dtype),
-           c->opts.block_size, c->opts.head_blocks, c->opts.divisions,
-           c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
+           dcp_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
+           c->opts.divisions, c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
            c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
 
