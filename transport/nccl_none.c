@@ -1,10 +1,13 @@
-/* Builds without CUDA: no NCCL engine. */
+/* Builds without CUDA: no NCCL engine (bad arguments are still named as such). */
 #include "include/base/error.h"
 #include "transport/nccl.h"
 
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
                                     dcp_engine_t **engine_out)
 {
-    (void)bootstrap, (void)device, (void)lent_comm, (void)engine_out;
+    (void)device, (void)lent_comm;
+    if (!bootstrap || !bootstrap->allgather || !engine_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: %s is NULL",
+                             !engine_out ? "engine_out" : "bootstrap.allgather");
     return dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: this build of dcp has no CUDA");
 }
