@@ -60,10 +60,10 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int devic
     for (int i = 0; i < FIXED; i++)
         if (pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
     dcp_status_t st = DCP_OK;
+    d->serial = 0; /* until the copy below has landed */
     if (total > d->cap) {
         dcp_cuda_free(d->mem);
         d->cap = 0;
-        d->serial = 0;
         if (!(d->mem = dcp_cuda_alloc(device, total)))
             st =
                 dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total, device);
