@@ -26,7 +26,7 @@ typedef struct {
     int32_t head_dim;
     float scale;
     dcp_dtype_t dtype; /* element type of Q, K, V, O and staging buffers */
-    int32_t max_rows;  /* most rows of a tile group, merge or copy item (GPU grid sizes) */
+    int32_t max_rows;  /* most rows of an item of the launch (GPU grid height) */
     void *stream;      /* CUDA stream (NULL on CPU) */
 } dcp_kernel_env_t;
 

@@ -23,13 +23,23 @@ typedef struct {
     size_t off;
 } piece_t;
 
-static int32_t max_rows(const dcp_plan_t *p)
+/* Most rows of any item of each kernel instruction: the launch's grid height. */
+static dcp_status_t instr_rows(dcp_dev_plan_t *d, const dcp_plan_t *p)
 {
-    int32_t m = 1;
-    for (int64_t i = 0; i < p->num_groups; i++) m = p->groups[i].q_len > m ? p->groups[i].q_len : m;
-    for (int64_t i = 0; i < p->num_merges; i++) m = p->merges[i].rows > m ? p->merges[i].rows : m;
-    for (int64_t i = 0; i < p->num_copies; i++) m = p->copies[i].rows > m ? p->copies[i].rows : m;
-    return m;
+    DCP_CHECK(dcp_reserve(&d->rows, &d->rows_cap, p->num_instrs, sizeof *d->rows, "device plan"));
+    for (int64_t i = 0; i < p->num_instrs; i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        int32_t m = 1;
+        for (int64_t k = in->first; k < in->first + in->count; k++) {
+            const int32_t r = in->op == DCP_OP_ATTN     ? p->groups[k].q_len
+                              : in->op == DCP_OP_REDUCE ? p->merges[k].rows
+                              : in->op == DCP_OP_COPY   ? p->copies[k].rows
+                                                        : 1;
+            m = r > m ? r : m;
+        }
+        d->rows[i] = m;
+    }
+    return DCP_OK;
 }
 
 dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int device, void *stream)
@@ -59,9 +69,9 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int devic
     DCP_CHECK(dcp_calloc(&host, (int64_t)total, 1, "device plan staging"));
     for (int i = 0; i < FIXED; i++)
         if (pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
-    dcp_status_t st = DCP_OK;
     d->serial = 0; /* until the copy below has landed */
-    if (total > d->cap) {
+    dcp_status_t st = instr_rows(d, p);
+    if (st == DCP_OK && total > d->cap) {
         dcp_cuda_free(d->mem);
         d->cap = 0;
         if (!(d->mem = dcp_cuda_alloc(device, total)))
@@ -91,7 +101,6 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int devic
         d->srcs = (dcp_merge_src_t *)(dev + pc[SRCS].off);
         d->copies = (dcp_copy_item_t *)(dev + pc[COPIES].off);
         d->seqs = (dcp_seq_info_t *)(dev + pc[SEQS].off);
-        d->max_rows = max_rows(p);
         d->serial = p->serial;
     }
     free(host);
@@ -101,5 +110,6 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int devic
 void dcp_dev_plan_free(dcp_dev_plan_t *d)
 {
     dcp_cuda_free(d->mem);
+    free(d->rows);
     memset(d, 0, sizeof *d);
 }

@@ -15,7 +15,8 @@ typedef struct {
     dcp_merge_src_t *srcs;
     dcp_copy_item_t *copies;
     dcp_seq_info_t *seqs; /* CUSTOM masks point at their ranges inside mem */
-    int32_t max_rows;     /* most rows of any group, merge or copy */
+    int32_t *rows;        /* host: per instruction of the plan, most rows of an item */
+    int64_t rows_cap;
 } dcp_dev_plan_t;
 
 /* Makes d hold `plan`'s descriptors on `device` (a no-op when it already does). */

@@ -86,7 +86,6 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_t
         DCP_CHECK(dcp_cuda_stream_after_default(ctx->stream));
         DCP_CHECK(dcp_dev_plan_sync(&ctx->dev_plan, p, ctx->device, ctx->stream));
         env->stream = ctx->stream;
-        env->max_rows = ctx->dev_plan.max_rows;
     }
     env->bufs[DCP_BUF_Q] = (void *)io->q;
     env->bufs[DCP_BUF_K] = (void *)io->k;
@@ -102,20 +101,23 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_t
     return clear_accumulators(ctx, p, env);
 }
 
-/* The descriptor arrays the kernels read: the plan's, or its device copy. */
+/* The descriptor arrays the kernels read: the plan's, or its device copy (with the grid
+ * height of each instruction's launch). */
 typedef struct {
     const dcp_tile_group_t *groups;
     const dcp_tile_t *tiles;
     const dcp_merge_item_t *merges;
     const dcp_merge_src_t *srcs;
     const dcp_copy_item_t *copies;
+    const int32_t *rows;
 } descr_t;
 
 static descr_t descriptors(const dcp_context_t *ctx, const dcp_plan_t *p)
 {
-    if (ctx->device < 0) return (descr_t){p->groups, p->tiles, p->merges, p->merge_srcs, p->copies};
+    if (ctx->device < 0)
+        return (descr_t){p->groups, p->tiles, p->merges, p->merge_srcs, p->copies, NULL};
     const dcp_dev_plan_t *d = &ctx->dev_plan;
-    return (descr_t){d->groups, d->tiles, d->merges, d->srcs, d->copies};
+    return (descr_t){d->groups, d->tiles, d->merges, d->srcs, d->copies, d->rows};
 }
 
 static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_kernel_env_t *env,
@@ -137,12 +139,15 @@ static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_ke
 }
 
 static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
-                                const dcp_kernel_env_t *env, dcp_xfer_req_t **reqs)
+                                const dcp_kernel_env_t *env_in, dcp_xfer_req_t **reqs)
 {
     const dcp_kernels_t *k = ctx->kernels;
     const descr_t d = descriptors(ctx, p);
+    dcp_kernel_env_t launch_env = *env_in;
+    const dcp_kernel_env_t *env = &launch_env;
     for (int64_t i = p->prog_off[ctx->rank]; i < p->prog_off[ctx->rank + 1]; i++) {
         const dcp_instr_t *in = &p->instrs[i];
+        launch_env.max_rows = d.rows ? d.rows[i] : 0;
         switch (in->op) {
         case DCP_OP_ATTN:
             DCP_CHECK(k->attn_fwd(env, d.groups + in->first, in->count, d.tiles));
