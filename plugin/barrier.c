@@ -1,7 +1,7 @@
 /* dcp_context_barrier: a dissemination barrier over the context's engine (ceil(log2 n)
  * rounds; in round k each rank signals rank + 2^k and hears from rank - 2^k), so that it
  * fails like a forward pass - DCP_ERR_PEER or DCP_ERR_TIMEOUT - instead of hanging when a
- * rank is gone. */
+ * rank is gone. GPU contexts signal with device bytes, which every engine can move. */
 #include "include/base/error.h"
 #include "plugin/context.h"
 
@@ -12,12 +12,14 @@ dcp_status_t dcp_context_barrier(dcp_context_t *ctx)
     DCP_CHECK(e->ops->health(e));
     const int32_t n = e->size, r = e->rank;
     const uint64_t seq = ctx->barriers++;
-    char out = 1, in = 0;
+    char host[2] = {1, 0};
+    char *out = ctx->sync_dev ? ctx->sync_dev : &host[0];
+    char *in = ctx->sync_dev ? ctx->sync_dev + 1 : &host[1];
     dcp_status_t st = DCP_OK;
     for (int32_t k = 1, round = 0; k < n && st == DCP_OK; k <<= 1, round++) {
         const uint64_t tag = DCP_TAG_SYNC | (seq & 0xffffffffu) << 8 | (uint64_t)round;
-        const dcp_xfer_op_t ops[2] = {{(r + k) % n, 1, tag, &out, 1},
-                                      {(r - k + n) % n, 0, tag, &in, 1}};
+        const dcp_xfer_op_t ops[2] = {{(r + k) % n, 1, tag, out, 1},
+                                      {(r - k + n) % n, 0, tag, in, 1}};
         dcp_xfer_req_t *req = NULL;
         st = e->ops->launch(e, ops, 2, &req);
         if (st == DCP_OK) st = e->ops->wait(e, req, ctx->timeout_s);

@@ -73,6 +73,8 @@ static dcp_status_t attach_device(dcp_context_t *ctx, const dcp_context_config_t
 {
     DCP_CHECK(dcp_cuda_stream_create(ctx->device, &ctx->stream));
     DCP_CHECK(dcp_cuda_stream_create(ctx->device, &ctx->xfer_stream));
+    if (!(ctx->sync_dev = dcp_cuda_alloc(ctx->device, 2)))
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "context: barrier bytes on GPU %d", ctx->device);
     ctx->kernels = &dcp_kernels_cuda;
     if (config->group) dcp_inproc_engine_set_copy(ctx->engine, device_copy, ctx);
     return DCP_OK;
@@ -81,6 +83,7 @@ static dcp_status_t attach_device(dcp_context_t *ctx, const dcp_context_config_t
 static void release(dcp_context_t *ctx)
 {
     dcp_dev_plan_free(&ctx->dev_plan);
+    dcp_cuda_free(ctx->sync_dev);
     dcp_cuda_stream_destroy(ctx->stream);
     dcp_cuda_stream_destroy(ctx->xfer_stream);
     dcp_cluster_destroy(ctx->cluster);

@@ -23,6 +23,7 @@ struct dcp_context {
     int32_t device;    /* CUDA device ordinal; -1: the CPU */
     void *stream;      /* GPU: kernels and buffer set-up */
     void *xfer_stream; /* GPU: the in-process block copies this rank performs */
+    char *sync_dev;    /* GPU: the barrier's two bytes (NCCL moves device memory only) */
     dcp_dev_plan_t dev_plan;
     double timeout_s;
     /* work buffers, grown to the largest plan run so far and reused */
