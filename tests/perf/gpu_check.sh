@@ -23,8 +23,9 @@ step() { # name, command...
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1
 step suites "$bin/dcp-tests" -s gpu
-step attn-test "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens 65536 \
-    --heads 8 --kv-heads 2 --head-dim 128 --block 2048 \
+# the double-precision reference bounds the size: ~1 TFLOP of checking per mask at 8192
+step attn-test "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens 8192 \
+    --heads 8 --kv-heads 2 --head-dim 128 --block 1024 \
     --mask full,causal,window,lambda,blockwise,shared-question --strategy all --check \
     --warmup 1 --iters 3
 step kernel-bench "$bin/dcp-kernel-bench" --json
