@@ -336,9 +336,10 @@ typedef struct {
     const char *transport_intra;      /* engine within a node: "ucx", "nccl", "ipc", "inproc";
                                          NULL: $DCP_TRANSPORT_INTRA, else chosen by topology */
     const char *transport_inter;      /* engine between nodes, likewise ($DCP_TRANSPORT_INTER) */
-    const char *device;               /* where the rank computes: NULL or "cpu" (fp32 plans);
-                                         "cuda" (in-process rank r on GPU r % count, a process
-                                         on GPU local-rank % count) or "cuda:N" (bf16/fp16) */
+    const char *device;               /* where the rank computes: NULL or "cpu" (any dtype,
+                                         fp32 arithmetic); "cuda" (in-process rank r on GPU
+                                         r % count, a process on GPU local-rank % count) or
+                                         "cuda:N" (bf16 and fp16 plans) */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
@@ -359,8 +360,9 @@ DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
-/* Runs this rank's forward program of `plan` over `io`: fp32 plans on a CPU context; bf16 or
- * fp16 plans on a CUDA context, whose io pointers are device memory of its GPU (16-byte
+/* Runs this rank's forward program of `plan` over `io`: any plan on a CPU context (fp32
+ * arithmetic, so bf16/fp16 storage gives the GPU's inputs a CPU twin); bf16 or fp16 plans
+ * on a CUDA context, whose io pointers are device memory of its GPU (16-byte
  * aligned). On a GPU the call orders itself after the work already queued on the legacy
  * default stream and returns once O and LSE are written. Every rank of the group must call
  * it with the same plan. O and LSE are written only on success; when a peer

@@ -1,5 +1,6 @@
 /*
- * Fused masked attention forward on the CPU, fp32.
+ * Fused masked attention forward on the CPU: fp32 arithmetic over fp32, bf16 or fp16 storage
+ * (2-byte rows are widened as they are packed, so the loops below only ever see fp32).
  *
  * For each tile group, query head and block of QB query rows, the group's KV tiles are
  * streamed in chunks of KB keys with an online softmax, so no score matrix larger than
@@ -12,6 +13,7 @@
 #include "kernels/cpu.h"
 
 #include "include/base/error.h"
+#include "include/base/half.h"
 #include "include/base/mask_rule.h"
 #include "kernels/lse.h"
 
@@ -24,13 +26,39 @@
 
 typedef struct {
     int32_t d;
-    float *qs;  /* [QB][d] scaled query rows */
-    float *acc; /* [QB][d] unnormalised output */
-    float *kt;  /* [d][KB] transposed key chunk */
+    dcp_dtype_t dtype; /* storage of Q, K, V and of non-fp32 outputs */
+    float *qs;         /* [QB][d] scaled query rows */
+    float *acc;        /* [QB][d] unnormalised output */
+    float *kt;         /* [d][KB] transposed key chunk */
+    float *vc;         /* [KB][d] value chunk widened to fp32 (2-byte storage only) */
     float s[QB][KB];
     float m[QB], l[QB];
     int32_t lo[QB][2], hi[QB][2]; /* allowed keys of each row, tile-local */
 } attn_scratch_t;
+
+/* Element i of a buffer of storage type `dtype` (fp32 buffers: dtype FP32). */
+static inline float load_elem(const void *base, dcp_dtype_t dtype, int64_t i)
+{
+    if (dtype == DCP_DTYPE_BF16) return dcp_bf16_to_f32(((const uint16_t *)base)[i]);
+    if (dtype == DCP_DTYPE_FP16) return dcp_fp16_to_f32(((const uint16_t *)base)[i]);
+    return ((const float *)base)[i];
+}
+
+static inline void store_elem(void *base, dcp_dtype_t dtype, int64_t i, float v)
+{
+    if (dtype == DCP_DTYPE_BF16)
+        ((uint16_t *)base)[i] = dcp_f32_to_bf16(v);
+    else if (dtype == DCP_DTYPE_FP16)
+        ((uint16_t *)base)[i] = dcp_f32_to_fp16(v);
+    else
+        ((float *)base)[i] = v;
+}
+
+/* The storage type of buffer b under a plan of `dtype`. */
+static inline dcp_dtype_t buf_type(int32_t b, dcp_dtype_t dtype)
+{
+    return dcp_buf_is_fp32(b) ? DCP_DTYPE_FP32 : dtype;
+}
 
 /* Clamps [a, b) shifted by -base into [0, n]. */
 static void local_range(int32_t a, int32_t b, int32_t base, int32_t n, int32_t *lo, int32_t *hi)
@@ -112,8 +140,9 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
                         int32_t nr)
 {
     const int32_t d = w->d;
-    const float *k = (const float *)env->bufs[t->k.buf] + t->k.off + (int64_t)kvh * d;
-    const float *v = (const float *)env->bufs[t->v.buf] + t->v.off + (int64_t)kvh * d;
+    const dcp_dtype_t kt_ty = buf_type(t->k.buf, w->dtype), vt_ty = buf_type(t->v.buf, w->dtype);
+    const int64_t k0 = t->k.off + (int64_t)kvh * d, v0 = t->v.off + (int64_t)kvh * d;
+    const void *kb = env->bufs[t->k.buf], *vb = env->bufs[t->v.buf];
     int32_t klo = 0, khi = t->kv_len;
     if (!t->full) row_ranges(w, seq, g, t, r0, nr, &klo, &khi);
     for (int32_t c0 = klo; c0 < khi; c0 += KB) {
@@ -122,8 +151,26 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
         for (int32_t i = 0; i < nr && !any; i++) any = row_sees(w, i, c0, c0 + nc);
         if (!any) continue;
         for (int32_t c = 0; c < nc; c++) {
-            const float *kr = k + (size_t)(c0 + c) * t->k.stride;
-            for (int32_t x = 0; x < d; x++) w->kt[(size_t)x * KB + c] = kr[x];
+            const int64_t kr = k0 + (int64_t)(c0 + c) * t->k.stride;
+            if (kt_ty == DCP_DTYPE_FP32) {
+                const float *kf = (const float *)kb + kr;
+                for (int32_t x = 0; x < d; x++) w->kt[(size_t)x * KB + c] = kf[x];
+            } else {
+                for (int32_t x = 0; x < d; x++)
+                    w->kt[(size_t)x * KB + c] = load_elem(kb, kt_ty, kr + x);
+            }
+        }
+        /* values: fp32 rows are read in place, 2-byte rows widened once per chunk */
+        const float *v = w->vc;
+        int32_t v_stride = d;
+        if (vt_ty == DCP_DTYPE_FP32) {
+            v = (const float *)vb + v0 + (int64_t)c0 * t->v.stride;
+            v_stride = t->v.stride;
+        } else {
+            for (int32_t c = 0; c < nc; c++)
+                for (int32_t x = 0; x < d; x++)
+                    w->vc[(size_t)c * d + x] =
+                        load_elem(vb, vt_ty, v0 + (int64_t)(c0 + c) * t->v.stride + x);
         }
         for (int32_t i = 0; i < nr; i++) {
             float *s = w->s[i];
@@ -142,7 +189,7 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
                           (key >= w->lo[i][1] && key < w->hi[i][1])))
                         s[c] = -INFINITY;
                 }
-            softmax_update(w, i, nc, v + (size_t)c0 * t->v.stride, t->v.stride);
+            softmax_update(w, i, nc, v, v_stride);
         }
     }
 }
@@ -152,23 +199,32 @@ static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
                        const dcp_tile_group_t *g, int32_t j, int32_t r0, int32_t nr)
 {
     const int32_t d = w->d;
-    float *o = (float *)env->bufs[g->o.buf] + g->o.off + (int64_t)j * d;
+    const dcp_dtype_t oty = buf_type(g->o.buf, w->dtype);
+    void *o = env->bufs[g->o.buf];
     float *lse = (float *)env->bufs[g->lse.buf] + g->lse.off + j;
     for (int32_t i = 0; i < nr; i++) {
-        float *orow = o + (size_t)(r0 + i) * g->o.stride;
+        const int64_t orow = g->o.off + (int64_t)j * d + (int64_t)(r0 + i) * g->o.stride;
         float *lrow = lse + (size_t)(r0 + i) * g->lse.stride;
         const float *acc = w->acc + (size_t)i * d;
         const float l_new = w->l[i] > 0.0f ? w->m[i] + logf(w->l[i]) : -INFINITY;
         const float inv = w->l[i] > 0.0f ? 1.0f / w->l[i] : 0.0f;
-        if (!g->accumulate) {
-            for (int32_t x = 0; x < d; x++) orow[x] = acc[x] * inv;
+        float wt[2] = {0.0f, 1.0f};
+        if (g->accumulate) {
+            const float l2[2] = {*lrow, l_new};
+            *lrow = dcp_lse_weights(l2, 2, wt);
+        } else {
             *lrow = l_new;
+        }
+        if (oty == DCP_DTYPE_FP32) {
+            float *of = (float *)o + orow;
+            for (int32_t x = 0; x < d; x++)
+                of[x] = (g->accumulate ? wt[0] * of[x] : 0.0f) + wt[1] * acc[x] * inv;
             continue;
         }
-        const float l2[2] = {*lrow, l_new};
-        float wt[2];
-        *lrow = dcp_lse_weights(l2, 2, wt);
-        for (int32_t x = 0; x < d; x++) orow[x] = wt[0] * orow[x] + wt[1] * acc[x] * inv;
+        for (int32_t x = 0; x < d; x++) {
+            const float old = g->accumulate ? wt[0] * load_elem(o, oty, orow + x) : 0.0f;
+            store_elem(o, oty, orow + x, old + wt[1] * acc[x] * inv);
+        }
     }
 }
 
@@ -177,13 +233,15 @@ static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_
 {
     const dcp_seq_info_t *seq = &env->seqs[g->seq];
     const int32_t d = w->d, rep = env->q_heads / env->kv_heads;
-    const float *q = (const float *)env->bufs[g->q.buf] + g->q.off;
+    const dcp_dtype_t qty = buf_type(g->q.buf, w->dtype);
+    const void *q = env->bufs[g->q.buf];
     for (int32_t j = 0; j < env->q_heads; j++) {
         for (int32_t r0 = 0; r0 < g->q_len; r0 += QB) {
             const int32_t nr = g->q_len - r0 < QB ? g->q_len - r0 : QB;
             for (int32_t i = 0; i < nr; i++) {
-                const float *qr = q + (size_t)(r0 + i) * g->q.stride + (size_t)j * d;
-                for (int32_t x = 0; x < d; x++) w->qs[(size_t)i * d + x] = qr[x] * env->scale;
+                const int64_t qr = g->q.off + (int64_t)(r0 + i) * g->q.stride + (int64_t)j * d;
+                for (int32_t x = 0; x < d; x++)
+                    w->qs[(size_t)i * d + x] = load_elem(q, qty, qr + x) * env->scale;
                 w->m[i] = -INFINITY;
                 w->l[i] = 0.0f;
             }
@@ -198,13 +256,14 @@ static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_
 dcp_status_t dcp_cpu_attn_fwd(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
                               int64_t num_groups, const dcp_tile_t *tiles)
 {
-    if (env->dtype != DCP_DTYPE_FP32)
-        return dcp_set_error(DCP_ERR_UNSUPPORTED, "cpu attention: dtype %d, the CPU runs fp32",
-                             (int)env->dtype);
+    if (env->dtype != DCP_DTYPE_FP32 && env->dtype != DCP_DTYPE_BF16 &&
+        env->dtype != DCP_DTYPE_FP16)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu attention: dtype %d", (int)env->dtype);
     attn_scratch_t *w;
     DCP_CHECK(dcp_calloc(&w, 1, sizeof *w, "attention scratch"));
     const int32_t d = env->head_dim;
     w->d = d;
+    w->dtype = env->dtype;
     dcp_status_t st = DCP_OK;
     DCP_CHECK_GOTO(dcp_calloc(&w->qs, (int64_t)QB * d, sizeof(float), "attention scratch"), st,
                    out);
@@ -212,11 +271,14 @@ dcp_status_t dcp_cpu_attn_fwd(const dcp_kernel_env_t *env, const dcp_tile_group_
                    out);
     DCP_CHECK_GOTO(dcp_calloc(&w->kt, (int64_t)KB * d, sizeof(float), "attention scratch"), st,
                    out);
+    DCP_CHECK_GOTO(dcp_calloc(&w->vc, (int64_t)KB * d, sizeof(float), "attention scratch"), st,
+                   out);
     for (int64_t g = 0; g < num_groups; g++) run_group(w, env, &groups[g], tiles);
 out:
     free(w->qs);
     free(w->acc);
     free(w->kt);
+    free(w->vc);
     free(w);
     return st;
 }

@@ -1,27 +1,44 @@
-/* Row gather/scatter between buffers on the CPU (fp32 plans: every element is 4 bytes). */
+/* Row gather/scatter between buffers on the CPU: rows of one storage type are moved as
+ * bytes; fp32 accumulator rows published into bf16/fp16 outputs are rounded to nearest
+ * even on the way. */
 #include "kernels/cpu.h"
 
 #include "include/base/error.h"
+#include "include/base/half.h"
 
 #include <string.h>
+
+static size_t elem_size(int32_t buf, dcp_dtype_t dtype)
+{
+    return dcp_buf_is_fp32(buf) || dtype == DCP_DTYPE_FP32 ? 4 : 2;
+}
 
 dcp_status_t dcp_cpu_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                           int64_t num_items)
 {
-    if (env->dtype != DCP_DTYPE_FP32)
-        return dcp_set_error(DCP_ERR_UNSUPPORTED, "cpu copy: dtype %d, the CPU runs fp32",
-                             (int)env->dtype);
+    if (env->dtype != DCP_DTYPE_FP32 && env->dtype != DCP_DTYPE_BF16 &&
+        env->dtype != DCP_DTYPE_FP16)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu copy: dtype %d", (int)env->dtype);
     for (int64_t i = 0; i < num_items; i++) {
         const dcp_copy_item_t *c = &items[i];
-        const float *src = (const float *)env->bufs[c->src.buf] + c->src.off;
-        float *dst = (float *)env->bufs[c->dst.buf] + c->dst.off;
-        const size_t row = (size_t)c->row_elems * sizeof(float);
+        const size_t ses = elem_size(c->src.buf, env->dtype),
+                     des = elem_size(c->dst.buf, env->dtype);
+        const char *src = (const char *)env->bufs[c->src.buf] + (size_t)c->src.off * ses;
+        char *dst = (char *)env->bufs[c->dst.buf] + (size_t)c->dst.off * des;
+        if (ses != des) { /* fp32 -> the plan's 2-byte type */
+            for (int32_t r = 0; r < c->rows; r++)
+                dcp_pack_half(env->dtype, (const float *)(src + (size_t)r * c->src.stride * ses),
+                              (uint16_t *)(dst + (size_t)r * c->dst.stride * des), c->row_elems);
+            continue;
+        }
+        const size_t row = (size_t)c->row_elems * ses;
         if (c->src.stride == c->row_elems && c->dst.stride == c->row_elems) {
             memcpy(dst, src, row * (size_t)c->rows);
             continue;
         }
         for (int32_t r = 0; r < c->rows; r++)
-            memcpy(dst + (size_t)r * c->dst.stride, src + (size_t)r * c->src.stride, row);
+            memcpy(dst + (size_t)r * c->dst.stride * des, src + (size_t)r * c->src.stride * ses,
+                   row);
     }
     return DCP_OK;
 }

@@ -40,7 +40,7 @@ typedef struct {
                          int64_t num_items);
 } dcp_kernels_t;
 
-/* fp32 kernels on the calling thread. */
+/* Kernels on the calling thread: fp32 arithmetic over fp32, bf16 or fp16 storage. */
 extern const dcp_kernels_t dcp_kernels_cpu;
 
 /* bf16/fp16 kernels queued on env->stream (kernels/cuda/); without CUDA in the build every

@@ -30,9 +30,6 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
     const int gpu = ctx->device >= 0;
-    if (!gpu && p->shape.dtype != DCP_DTYPE_FP32)
-        return dcp_set_error(DCP_ERR_UNSUPPORTED,
-                             "plan dtype: the CPU executor runs fp32 plans only");
     if (gpu && p->shape.dtype == DCP_DTYPE_FP32)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "plan dtype: the GPU executor runs bf16 and fp16 plans");

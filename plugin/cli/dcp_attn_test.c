@@ -11,7 +11,8 @@
  *
  * --device cuda runs the ranks on GPUs (thread rank r on GPU r % count, so all ranks may
  * share one GPU; a process on GPU local-rank % count, blocks over NCCL) in bf16 or fp16
- * (--dtype), checked by FlashAttention's rule against the plain low-precision computation.
+ * (--dtype), checked by FlashAttention's rule against the plain low-precision computation;
+ * --device cpu --dtype bf16 runs the same storage on the CPU (fp32 arithmetic).
  */
 #include "include/base/error.h"
 #include "include/dcp.h"
@@ -290,7 +291,7 @@ int main(int argc, char **argv)
          "relative tolerance of --check on the CPU (default 1e-5)", 0},
         {"device", DCP_ARG_STR, &rf.device, 0, 0, "cpu, cuda or cuda:N (default cpu)", 0},
         {"dtype", DCP_ARG_STR, &rf.dtype, 0, 0,
-         "fp32 (cpu), bf16 or fp16 (cuda) (default: fp32 on cpu, bf16 on cuda)", 0},
+         "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCP_COMMON_NARGS + i] = own[i];
     dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + OWN, tool,
@@ -305,9 +306,8 @@ int main(int argc, char **argv)
     dcp_common_resolve(tool, &f, args, &c);
     c.shape.dtype =
         rf.dtype ? dcp_dtype_arg(tool, "dtype", rf.dtype) : (gpu ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32);
-    if (gpu == (c.shape.dtype == DCP_DTYPE_FP32))
-        dcp_args_fail(tool, "dtype", "%s runs %s", gpu ? "a GPU" : "the CPU",
-                      gpu ? "bf16 or fp16" : "fp32");
+    if (gpu && c.shape.dtype == DCP_DTYPE_FP32)
+        dcp_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
     const int nargs = DCP_COMMON_NARGS + OWN;
     const job_t threads = {0};
     const int failed = dcp_mpi_launched()

@@ -395,7 +395,8 @@ int main(int argc, char **argv)
     int json = 0;
     dcp_arg_t args[] = {
         {"device", DCP_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
-        {"dtype", DCP_ARG_STR, &dtype, 0, 0, "bf16 or fp16 on cuda (default bf16); fp32 on cpu", 0},
+        {"dtype", DCP_ARG_STR, &dtype, 0, 0,
+         "bf16 or fp16 (default on cuda), fp32 (default on cpu; cpu only)", 0},
         {"kernel", DCP_ARG_STR, &kernels_s, 0, 0, "attn,merge,copy (default all)", 0},
         {"mask", DCP_ARG_STR, &masks_s, 0, 0,
          "masks (default full,causal,lambda,blockwise,shared-question)", 0},
@@ -427,8 +428,7 @@ int main(int argc, char **argv)
         b.gpu = ord;
     }
     b.dtype = dtype ? dcp_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
-    if (cpu != (b.dtype == DCP_DTYPE_FP32))
-        dcp_args_fail(tool, "dtype", "%s", cpu ? "the CPU runs fp32" : "a GPU runs bf16 or fp16");
+    if (!cpu && b.dtype == DCP_DTYPE_FP32) dcp_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
     b.warmup = warmup >= 0 ? warmup : (cpu ? 1 : 3);
     b.iters = iters >= 1 ? iters : (cpu ? 3 : 10);
 

@@ -134,7 +134,9 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
 typedef struct {
     dcp_tensors_t *io;
     float **bufs;   /* 5 per rank: q, k, v, o, lse (host, fp32) */
-    void **dev;     /* 5 per rank on a GPU: the same in the plan dtype (lse fp32) */
+    void **store;   /* 5 per rank: the same in the plan dtype (lse fp32) where the rank
+                       computes: device memory on a GPU, host memory for 2-byte types on the
+                       CPU; NULL where the fp32 host buffers serve directly */
     int32_t *gpu;   /* each rank's GPU, -1: the CPU */
     int64_t **rows; /* global row of each local row */
     int64_t *ntok;
@@ -145,8 +147,13 @@ typedef struct {
 
 static void rank_io_free(rank_io_t *r)
 {
-    for (int32_t i = 0; r->dev && i < 5 * r->n; i++) dcp_cuda_free(r->dev[i]);
-    free(r->dev);
+    for (int32_t i = 0; r->store && i < 5 * r->n; i++) {
+        if (r->gpu[i / 5] >= 0)
+            dcp_cuda_free(r->store[i]);
+        else
+            free(r->store[i]);
+    }
+    free(r->store);
     free(r->gpu);
     for (int32_t i = 0; r->bufs && i < 5 * r->n; i++) free(r->bufs[i]);
     for (int32_t i = 0; r->rows && i < r->n; i++) free(r->rows[i]);
@@ -192,39 +199,55 @@ static size_t elem_bytes(const rank_io_t *r, int j)
     return j == 4 || r->dtype == DCP_DTYPE_FP32 ? 4 : 2;
 }
 
-/* Host tensor j of a rank to its GPU (2-byte types packed on the way), or back. */
-static dcp_status_t move(rank_io_t *r, int32_t rank, int j, int to_gpu)
+/* bytes between host memory and a rank's store (device memory on a GPU). */
+static dcp_status_t copy_bytes(const rank_io_t *r, int32_t rank, void *dst, const void *src,
+                               size_t bytes)
+{
+    if (r->gpu[rank] >= 0) return dcp_cuda_memcpy(dst, src, bytes, NULL);
+    if (bytes) memcpy(dst, src, bytes);
+    return DCP_OK;
+}
+
+/* Host tensor j of a rank into its store (2-byte types packed on the way), or back. */
+static dcp_status_t move(rank_io_t *r, int32_t rank, int j, int to_store)
 {
     const int64_t n = r->ntok[rank] * r->width[j];
     float *host = r->bufs[5 * rank + j];
-    void *dev = r->dev[5 * rank + j];
-    const size_t es = elem_bytes(r, j);
-    if (es == 4)
-        return to_gpu ? dcp_cuda_memcpy(dev, host, (size_t)n * 4, NULL)
-                      : dcp_cuda_memcpy(host, dev, (size_t)n * 4, NULL);
+    void *st_buf = r->store[5 * rank + j];
+    if (elem_bytes(r, j) == 4)
+        return to_store ? copy_bytes(r, rank, st_buf, host, (size_t)n * 4)
+                        : copy_bytes(r, rank, host, st_buf, (size_t)n * 4);
     uint16_t *tmp;
     DCP_CHECK(dcp_calloc(&tmp, n, sizeof *tmp, "harness staging"));
-    if (to_gpu) dcp_pack_half(r->dtype, host, tmp, n);
-    dcp_status_t st = to_gpu ? dcp_cuda_memcpy(dev, tmp, (size_t)n * 2, NULL)
-                             : dcp_cuda_memcpy(tmp, dev, (size_t)n * 2, NULL);
-    if (st == DCP_OK && !to_gpu) dcp_unpack_half(r->dtype, tmp, host, n);
+    if (to_store) dcp_pack_half(r->dtype, host, tmp, n);
+    dcp_status_t st = to_store ? copy_bytes(r, rank, st_buf, tmp, (size_t)n * 2)
+                               : copy_bytes(r, rank, tmp, st_buf, (size_t)n * 2);
+    if (st == DCP_OK && !to_store) dcp_unpack_half(r->dtype, tmp, host, n);
     free(tmp);
     return st;
 }
 
-/* A rank on a GPU gets device copies of its tensors; io points at them. */
-static dcp_status_t rank_io_to_gpu(rank_io_t *r, int32_t rank)
+/* A rank on a GPU, or with 2-byte storage, gets its tensors in the plan dtype where it
+ * computes; io points at them. */
+static dcp_status_t rank_io_to_store(rank_io_t *r, int32_t rank)
 {
-    void **d = &r->dev[5 * rank];
+    void **d = &r->store[5 * rank];
+    const int gpu = r->gpu[rank];
     for (int j = 0; j < 5; j++) {
         const size_t bytes = (size_t)(r->ntok[rank] * r->width[j]) * elem_bytes(r, j);
-        if (!(d[j] = dcp_cuda_alloc(r->gpu[rank], bytes ? bytes : 16)))
-            return dcp_set_error(DCP_ERR_NO_MEMORY, "harness: %zu bytes on GPU %d", bytes,
-                                 r->gpu[rank]);
+        d[j] = gpu >= 0 ? dcp_cuda_alloc(gpu, bytes ? bytes : 16) : malloc(bytes ? bytes : 16);
+        if (!d[j])
+            return dcp_set_error(DCP_ERR_NO_MEMORY, "harness: %zu bytes on %s %d", bytes,
+                                 gpu >= 0 ? "GPU" : "rank", gpu >= 0 ? gpu : rank);
         if (j < 3) DCP_CHECK(move(r, rank, j, 1));
     }
     r->io[rank] = (dcp_tensors_t){d[0], d[1], d[2], d[3], d[4]};
     return DCP_OK;
+}
+
+static int has_store(const rank_io_t *r, int32_t rank)
+{
+    return r->gpu[rank] >= 0 || r->dtype != DCP_DTYPE_FP32;
 }
 
 /* Tensors of ranks [lo, hi): on `device` as the contexts place in-process ranks, or, for
@@ -244,7 +267,7 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
     DCP_CHECK(dcp_calloc(&r->bufs, 5 * r->n, sizeof *r->bufs, "harness"));
     DCP_CHECK(dcp_calloc(&r->rows, r->n, sizeof *r->rows, "harness"));
     DCP_CHECK(dcp_calloc(&r->ntok, r->n, sizeof *r->ntok, "harness"));
-    DCP_CHECK(dcp_calloc(&r->dev, 5 * r->n, sizeof *r->dev, "harness"));
+    DCP_CHECK(dcp_calloc(&r->store, 5 * r->n, sizeof *r->store, "harness"));
     DCP_CHECK(dcp_calloc(&r->gpu, r->n, sizeof *r->gpu, "harness"));
     const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
     const int64_t widths[5] = {hq * d, hkv * d, hkv * d, hq * d, hq};
@@ -256,7 +279,7 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
             r->gpu[rank] = job_gpu;
         else
             DCP_CHECK(dcp_context_parse_device(device, rank, &r->gpu[rank]));
-        if (r->gpu[rank] >= 0) DCP_CHECK(rank_io_to_gpu(r, rank));
+        if (has_store(r, rank)) DCP_CHECK(rank_io_to_store(r, rank));
     }
     return DCP_OK;
 }
@@ -268,18 +291,18 @@ static dcp_status_t poison(const dcp_harness_t *h, rank_io_t *r)
     for (int32_t rank = r->lo; rank < r->hi; rank++) {
         for (int64_t i = 0; i < r->ntok[rank] * hq * d; i++) r->bufs[5 * rank + 3][i] = NAN;
         for (int64_t i = 0; i < r->ntok[rank] * hq; i++) r->bufs[5 * rank + 4][i] = NAN;
-        if (r->gpu[rank] < 0) continue;
+        if (!has_store(r, rank)) continue;
         DCP_CHECK(move(r, rank, 3, 1));
         DCP_CHECK(move(r, rank, 4, 1));
     }
     return DCP_OK;
 }
 
-/* The outputs of GPU ranks back in the host buffers the checks read. */
+/* The outputs of ranks with a store back in the host buffers the checks read. */
 static dcp_status_t fetch(rank_io_t *r)
 {
     for (int32_t rank = r->lo; rank < r->hi; rank++) {
-        if (r->gpu[rank] < 0) continue;
+        if (!has_store(r, rank)) continue;
         DCP_CHECK(move(r, rank, 3, 0));
         DCP_CHECK(move(r, rank, 4, 0));
     }

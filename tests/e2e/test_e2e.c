@@ -89,6 +89,40 @@ static void test_every_mask_strategy_and_rank_count(void)
 }
 
 /* A plan that went through bytes computes bit-identical outputs, and so does a second run. */
+/* bf16 and fp16 storage on CPU ranks (fp32 arithmetic): 2-byte staging, transfers and the
+ * rounded publication of O, checked by FlashAttention's rule against the plain
+ * low-precision computation; the GPU executor's numbers have this CPU twin. */
+static void test_half_storage_on_cpu(void)
+{
+    const int32_t len[4] = {700, 1, 260, 90};
+    const dcp_dtype_t types[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    dcp_rng_t rng = {17};
+    for (int t = 0; t < 2; t++)
+        for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
+            dcp_mask_t m[4];
+            int32_t *store[4];
+            for (int s = 0; s < 4; s++)
+                m[s] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[s], &store[s]);
+            const dcp_attn_shape_t shape = {8, 2, 32, types[t], 0.0f};
+            dcp_harness_t *h = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 4, m, &shape, 5, &h), DCP_OK);
+            CU_ASSERT_EQUAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+            dcp_plan_t *p = plan_for(h, "2x2", kind % 2 ? DCP_STRATEGY_METIS : DCP_STRATEGY_ZIGZAG,
+                                     64, 3, 1, DCP_COMM_DIVISIONS);
+            dcp_harness_result_t r;
+            CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r), DCP_OK);
+            CU_ASSERT(r.passed);
+            CU_ASSERT(r.low_abs_err > 0); /* the rule has a real baseline to compare with */
+            if (!r.passed)
+                fprintf(stderr, "e2e half %d mask %d: abs %.3g plain %.3g lse %.3g bad %lld\n", t,
+                        kind, r.max_abs_err, r.low_abs_err, r.max_lse_err,
+                        (long long)r.bad_values);
+            dcp_plan_destroy(p);
+            dcp_harness_destroy(h);
+            for (int s = 0; s < 4; s++) free(store[s]);
+        }
+}
+
 static void test_deserialized_plan_runs_identically(void)
 {
     const int32_t len[4] = {130, 1, 64, 33};
@@ -155,6 +189,7 @@ int dcp_suite_e2e(void)
         {"every_mask_strategy_and_rank_count", test_every_mask_strategy_and_rank_count},
         {"deserialized_plan_runs_identically", test_deserialized_plan_runs_identically},
         {"lengths_file_batch", test_lengths_file_batch},
+        {"half_storage_on_cpu", test_half_storage_on_cpu},
         {NULL, NULL},
     };
     return dcp_add_suite("e2e", tests);

@@ -257,8 +257,34 @@ static void test_copy_strided(void)
             const float want = (x >= 1 && x < 4) ? (float)(3 + r * 8 + x - 1) : -1.0f;
             CU_ASSERT_EQUAL(dst[r * 5 + x], want);
         }
+    /* 2-byte storage: bf16 rows move as they are; fp32 accumulators are rounded into O */
+    uint16_t hsrc[6 * 8], hdst[4 * 5];
+    for (int i = 0; i < 48; i++) hsrc[i] = (uint16_t)(0x3f80 + i);
+    for (int i = 0; i < 20; i++) hdst[i] = 0xffff;
     env.dtype = DCP_DTYPE_BF16;
-    CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &item, 1), DCP_ERR_UNSUPPORTED);
+    env.bufs[DCP_BUF_Q] = hsrc;
+    env.bufs[DCP_BUF_STAGE] = hdst;
+    CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &item, 1), DCP_OK);
+    for (int r = 0; r < 4; r++)
+        for (int x = 0; x < 5; x++)
+            CU_ASSERT_EQUAL(hdst[r * 5 + x],
+                            (x >= 1 && x < 4) ? (uint16_t)(0x3f80 + 3 + r * 8 + x - 1) : 0xffff);
+    const dcp_copy_item_t publish = {{3, 8, DCP_BUF_ACC_O}, {1, 5, DCP_BUF_O}, 4, 3};
+    for (int i = 0; i < 48; i++) src[i] = 1.0f + (float)i / 300.0f;
+    env.bufs[DCP_BUF_ACC_O] = src;
+    env.bufs[DCP_BUF_O] = hdst;
+    const dcp_dtype_t types[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (int t = 0; t < 2; t++) {
+        env.dtype = types[t];
+        CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &publish, 1), DCP_OK);
+        for (int r = 0; r < 4; r++)
+            for (int x = 1; x < 4; x++) {
+                const float v = src[3 + r * 8 + x - 1];
+                CU_ASSERT_EQUAL(hdst[r * 5 + x], t ? dcp_f32_to_fp16(v) : dcp_f32_to_bf16(v));
+            }
+    }
+    env.dtype = (dcp_dtype_t)7;
+    CU_ASSERT_EQUAL(dcp_cpu_copy(&env, &item, 1), DCP_ERR_INVALID_ARG);
 }
 
 /* bf16/fp16 conversions: known values, every fp16 value round-trips, rounding to nearest
