@@ -1,7 +1,8 @@
 #!/bin/bash
 # Multi-process attention tests: the README's MPI example (dcp.h + libdcp.so + libdcp_mpi)
 # on 3 processes, then dcp-attn-test --check under mpirun with 2, 4 and 8 processes, over
-# UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and metis strategies.
+# UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and metis strategies,
+# in fp32 and (4 processes) bf16 storage.
 # Each run must pass the reference check, and its outputs must be bit-identical (same
 # digest) to the same plans run on in-process ranks.
 #
@@ -38,33 +39,40 @@ else
     fail "example-mpi: $out"
 fi
 
+# one job of np processes beside the same plans on np threads
+run_case() { # np cluster tls dtype
+    local np=$1 cluster=$2 tls=$3 dtype=$4
+    local name="np $np, cluster $cluster, UCX_TLS=$tls, $dtype" out="$work/mpi-$np-$tls-$dtype.json"
+    local threads="$work/threads-$np-$dtype.json"
+    if [ ! -s "$threads" ] && ! "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" \
+        >"$threads" 2>"$work/err"; then
+        fail "threads, cluster $cluster, $dtype: $(cat "$work/err")"
+        return
+    fi
+    local start rc secs runs want=18 # 6 masks x 3 strategies
+    start=$(date +%s.%N)
+    timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS="$tls" \
+        "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" >"$out" 2>"$work/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        fail "$name: exit status $rc: $(grep -v '^\[' "$work/err" | head -5)"
+        return
+    fi
+    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+    runs=$(grep -c '"passed": true' "$out")
+    [ "$runs" -eq "$want" ] || fail "$name: $runs of $want runs passed"
+    if ! diff <(digests "$threads") <(digests "$out") >"$work/diff"; then
+        fail "$name: outputs differ from the in-process run: $(head -4 "$work/diff")"
+    fi
+    printf 'ok   %-46s %2d runs passed, digests equal to threads (%.1f s)\n' "$name" "$runs" "$secs"
+}
+
 for np in 2 4 8; do
     case $np in 2) cluster=1x2 ;; 4) cluster=2x2 ;; 8) cluster=2x4 ;; esac
-    if ! "$tool" "${flags[@]}" --cluster "$cluster" >"$work/threads-$np.json" 2>"$work/err"; then
-        fail "threads, cluster $cluster: $(cat "$work/err")"
-        continue
-    fi
-    for tls in shm,self tcp,self; do
-        name="np $np, cluster $cluster, UCX_TLS=$tls"
-        out="$work/mpi-$np-$tls.json"
-        start=$(date +%s.%N)
-        timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS="$tls" \
-            "$tool" "${flags[@]}" --cluster "$cluster" >"$out" 2>"$work/err"
-        rc=$?
-        if [ $rc -ne 0 ]; then
-            fail "$name: exit status $rc: $(grep -v '^\[' "$work/err" | head -5)"
-            continue
-        fi
-        secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
-        runs=$(grep -c '"passed": true' "$out")
-        want=18 # 6 masks x 3 strategies
-        [ "$runs" -eq "$want" ] || fail "$name: $runs of $want runs passed"
-        if ! diff <(digests "$work/threads-$np.json") <(digests "$out") >"$work/diff"; then
-            fail "$name: outputs differ from the in-process run: $(head -4 "$work/diff")"
-        fi
-        printf 'ok   %-40s %2d runs passed, digests equal to threads (%.1f s)\n' "$name" "$runs" "$secs"
-    done
+    for tls in shm,self tcp,self; do run_case "$np" "$cluster" "$tls" fp32; done
 done
+# 2-byte storage: staged blocks, transfers and the rounded outputs
+run_case 4 2x2 shm,self bf16
 
 [ "$failures" -eq 0 ] && echo "mpi: all passed" || echo "mpi: $failures failed"
 [ "$failures" -eq 0 ]
