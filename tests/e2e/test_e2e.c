@@ -115,8 +115,7 @@ static void test_half_storage_on_cpu(void)
             CU_ASSERT(r.low_abs_err > 0); /* the rule has a real baseline to compare with */
             if (!r.passed)
                 fprintf(stderr, "e2e half %d mask %d: abs %.3g plain %.3g lse %.3g bad %lld\n", t,
-                        kind, r.max_abs_err, r.low_abs_err, r.max_lse_err,
-                        (long long)r.bad_values);
+                        kind, r.max_abs_err, r.low_abs_err, r.max_lse_err, (long long)r.bad_values);
             dcp_plan_destroy(p);
             dcp_harness_destroy(h);
             for (int s = 0; s < 4; s++) free(store[s]);
