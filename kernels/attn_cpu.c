@@ -39,25 +39,16 @@ typedef struct {
 /* Element i of a buffer of storage type `dtype` (fp32 buffers: dtype FP32). */
 static inline float load_elem(const void *base, dcp_dtype_t dtype, int64_t i)
 {
-    if (dtype == DCP_DTYPE_BF16) return dcp_bf16_to_f32(((const uint16_t *)base)[i]);
-    if (dtype == DCP_DTYPE_FP16) return dcp_fp16_to_f32(((const uint16_t *)base)[i]);
-    return ((const float *)base)[i];
+    if (dtype == DCP_DTYPE_FP32) return ((const float *)base)[i];
+    return dcp_half_to_f32(dtype, ((const uint16_t *)base)[i]);
 }
 
 static inline void store_elem(void *base, dcp_dtype_t dtype, int64_t i, float v)
 {
-    if (dtype == DCP_DTYPE_BF16)
-        ((uint16_t *)base)[i] = dcp_f32_to_bf16(v);
-    else if (dtype == DCP_DTYPE_FP16)
-        ((uint16_t *)base)[i] = dcp_f32_to_fp16(v);
-    else
+    if (dtype == DCP_DTYPE_FP32)
         ((float *)base)[i] = v;
-}
-
-/* The storage type of buffer b under a plan of `dtype`. */
-static inline dcp_dtype_t buf_type(int32_t b, dcp_dtype_t dtype)
-{
-    return dcp_buf_is_fp32(b) ? DCP_DTYPE_FP32 : dtype;
+    else
+        ((uint16_t *)base)[i] = dcp_half_from_f32(dtype, v);
 }
 
 /* Clamps [a, b) shifted by -base into [0, n]. */
@@ -140,7 +131,8 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
                         int32_t nr)
 {
     const int32_t d = w->d;
-    const dcp_dtype_t kt_ty = buf_type(t->k.buf, w->dtype), vt_ty = buf_type(t->v.buf, w->dtype);
+    const dcp_dtype_t kt_ty = dcp_buf_dtype(t->k.buf, w->dtype),
+                      vt_ty = dcp_buf_dtype(t->v.buf, w->dtype);
     const int64_t k0 = t->k.off + (int64_t)kvh * d, v0 = t->v.off + (int64_t)kvh * d;
     const void *kb = env->bufs[t->k.buf], *vb = env->bufs[t->v.buf];
     int32_t klo = 0, khi = t->kv_len;
@@ -199,7 +191,7 @@ static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
                        const dcp_tile_group_t *g, int32_t j, int32_t r0, int32_t nr)
 {
     const int32_t d = w->d;
-    const dcp_dtype_t oty = buf_type(g->o.buf, w->dtype);
+    const dcp_dtype_t oty = dcp_buf_dtype(g->o.buf, w->dtype);
     void *o = env->bufs[g->o.buf];
     float *lse = (float *)env->bufs[g->lse.buf] + g->lse.off + j;
     for (int32_t i = 0; i < nr; i++) {
@@ -233,7 +225,7 @@ static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_
 {
     const dcp_seq_info_t *seq = &env->seqs[g->seq];
     const int32_t d = w->d, rep = env->q_heads / env->kv_heads;
-    const dcp_dtype_t qty = buf_type(g->q.buf, w->dtype);
+    const dcp_dtype_t qty = dcp_buf_dtype(g->q.buf, w->dtype);
     const void *q = env->bufs[g->q.buf];
     for (int32_t j = 0; j < env->q_heads; j++) {
         for (int32_t r0 = 0; r0 < g->q_len; r0 += QB) {

@@ -8,11 +8,6 @@
 
 #include <string.h>
 
-static size_t elem_size(int32_t buf, dcp_dtype_t dtype)
-{
-    return dcp_buf_is_fp32(buf) || dtype == DCP_DTYPE_FP32 ? 4 : 2;
-}
-
 dcp_status_t dcp_cpu_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                           int64_t num_items)
 {
@@ -21,8 +16,8 @@ dcp_status_t dcp_cpu_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *it
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu copy: dtype %d", (int)env->dtype);
     for (int64_t i = 0; i < num_items; i++) {
         const dcp_copy_item_t *c = &items[i];
-        const size_t ses = elem_size(c->src.buf, env->dtype),
-                     des = elem_size(c->dst.buf, env->dtype);
+        const size_t ses = (size_t)dcp_buf_elem_bytes(c->src.buf, env->dtype),
+                     des = (size_t)dcp_buf_elem_bytes(c->dst.buf, env->dtype);
         const char *src = (const char *)env->bufs[c->src.buf] + (size_t)c->src.off * ses;
         char *dst = (char *)env->bufs[c->dst.buf] + (size_t)c->dst.off * des;
         if (ses != des) { /* fp32 -> the plan's 2-byte type */

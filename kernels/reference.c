@@ -135,3 +135,10 @@ dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seq
     if (failed) return dcp_set_error(DCP_ERR_NO_MEMORY, "reference: no memory for scores");
     return DCP_OK;
 }
+
+int dcp_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err, double ref_max,
+                        double lse_err)
+{
+    const double step = ldexp(ref_max, dtype == DCP_DTYPE_BF16 ? -8 : -11);
+    return max_abs_err <= 2 * low_abs_err + step && lse_err <= 1e-3;
+}

@@ -15,4 +15,10 @@ dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seq
                                      const float *v, double *o, double *lse, float *o_low,
                                      int32_t threads);
 
+/* FlashAttention's rule for a bf16/fp16 result: its max |O - O_ref| is at most twice that of
+ * the plain computation (o_low above) plus one rounding step of max |O_ref| (2^-8 bf16, 2^-11
+ * fp16), and its LSE error (relative, over finite LSE) is at most 1e-3. */
+int dcp_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err, double ref_max,
+                        double lse_err);
+
 #endif

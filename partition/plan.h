@@ -90,7 +90,7 @@ static inline int64_t dcp_plan_buf_elems(const dcp_plan_t *p, int32_t r, int32_t
 /* Bytes per element of buffer b. */
 static inline int32_t dcp_plan_elem_bytes(const dcp_plan_t *p, int32_t b)
 {
-    return dcp_buf_is_fp32(b) || p->shape.dtype == DCP_DTYPE_FP32 ? 4 : 2;
+    return dcp_buf_elem_bytes(b, p->shape.dtype);
 }
 
 /* Local rows of every block and token counts of every rank (needs valid blocks). */

@@ -131,12 +131,7 @@ void dcp_context_destroy(dcp_context_t *ctx)
         if (ctx->work[b]) ctx->engine->ops->mem_deregister(ctx->engine, ctx->work[b]);
     /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);
-    for (int b = 0; b < DCP_BUF_COUNT; b++) {
-        if (ctx->device >= 0)
-            dcp_cuda_free(ctx->work[b]);
-        else
-            free(ctx->work[b]);
-    }
+    for (int b = 0; b < DCP_BUF_COUNT; b++) dcp_mem_free(ctx->device, ctx->work[b]);
     release(ctx);
 }
 
@@ -161,25 +156,19 @@ dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes)
     if (bytes <= ctx->work_cap[b]) return DCP_OK;
     const int gpu = ctx->device >= 0;
     if (ctx->work[b]) ctx->engine->ops->mem_deregister(ctx->engine, ctx->work[b]);
-    if (gpu)
-        dcp_cuda_free(ctx->work[b]);
-    else
-        free(ctx->work[b]);
+    dcp_mem_free(ctx->device, ctx->work[b]);
     ctx->work[b] = NULL;
     ctx->work_cap[b] = 0;
     /* 64-byte alignment for vector loads; sizes rounded to match */
     const size_t size = (bytes + 63) / 64 * 64;
-    void *p = gpu ? dcp_cuda_alloc(ctx->device, size) : aligned_alloc(64, size);
+    void *p = dcp_mem_alloc(ctx->device, size);
     if (!p)
         return dcp_set_error(DCP_ERR_NO_MEMORY,
                              "context: cannot allocate %zu bytes for buffer %d on %s %d", size, b,
                              gpu ? "GPU" : "rank", gpu ? ctx->device : ctx->rank);
     const dcp_status_t st = ctx->engine->ops->mem_register(ctx->engine, p, size);
     if (st != DCP_OK) {
-        if (gpu)
-            dcp_cuda_free(p);
-        else
-            free(p);
+        dcp_mem_free(ctx->device, p);
         return st;
     }
     ctx->work[b] = p;

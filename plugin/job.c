@@ -95,8 +95,17 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_bootstrap_allgather(bs, &me, all, sizeof me, "rank descriptions"), st, out);
     st = build_cluster(ctx, all, bs->size);
-    /* host buffers (the CPU executor) */
-    dcp_engine_env_t env = {.nic = DCP_NIC_ETH};
+    /* the GPU: by the rank's place among the ranks of its host */
+    int32_t local = 0;
+    for (int32_t r = 0; r < bs->rank; r++) local += strcmp(all[r].host, me.host) == 0;
+    if (st == DCP_OK) st = dcp_context_parse_device(config->device, local, &ctx->device);
+    /* host buffers (the CPU executor) or device buffers (NCCL is loaded at run time: a GPU
+     * context without it fails when the engine is created) */
+    const int gpu = ctx->device >= 0;
+    dcp_engine_env_t env = {.nic = DCP_NIC_ETH,
+                            .gpu_buffers = gpu,
+                            .have_nccl = gpu,
+                            .ucx_cuda = gpu && dcp_ucx_supports_cuda()};
     for (int32_t r = 0; r < bs->size; r++)
         if (all[r].nic < (int32_t)env.nic) env.nic = (dcp_nic_kind_t)all[r].nic;
     env.override[DCP_LINK_INTRA] =
@@ -105,22 +114,28 @@ dcp_status_t dcp_job_attach(dcp_context_t *ctx, const dcp_context_config_t *conf
         config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
     for (int l = 0; l < DCP_LINK_COUNT && st == DCP_OK; l++)
         st = dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL);
+    /* a context runs one engine: where the links' defaults differ (GPUs, UCX with CUDA
+     * between nodes, NCCL in a node), NCCL serves both */
+    if (st == DCP_OK && gpu && !env.override[DCP_LINK_INTRA] && !env.override[DCP_LINK_INTER])
+        for (int l = 0; l < DCP_LINK_COUNT; l++)
+            if (ctx->engine_kind[1 - l] == DCP_ENGINE_NCCL) ctx->engine_kind[l] = DCP_ENGINE_NCCL;
+    const dcp_engine_kind_t kind = ctx->engine_kind[DCP_LINK_INTRA];
+    if (st == DCP_OK && kind != ctx->engine_kind[DCP_LINK_INTER])
+        st = dcp_set_error(DCP_ERR_UNSUPPORTED,
+                           "transport: %s in a node and %s between nodes; a context of process "
+                           "ranks runs one engine (give transport_intra and _inter the same)",
+                           dcp_engine_kind_name(kind),
+                           dcp_engine_kind_name(ctx->engine_kind[DCP_LINK_INTER]));
     /* ranks may have been given different settings: all go on, or none */
-    DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "engine choice"), st, out);
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "device and engine choice"), st, out);
     ctx->rank = bs->rank;
-    /* the GPU: by the rank's place among the ranks of its host */
-    int32_t local = 0;
-    for (int32_t r = 0; r < bs->rank; r++) local += strcmp(all[r].host, me.host) == 0;
-    st = dcp_context_parse_device(config->device, local, &ctx->device);
-    DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "device choice"), st, out);
-    /* host memory: every link is UCX (the only engine that moves it between processes);
-     * device memory: NCCL, one rank per GPU */
-    if (ctx->device >= 0) {
-        ctx->engine_kind[DCP_LINK_INTRA] = ctx->engine_kind[DCP_LINK_INTER] = DCP_ENGINE_NCCL;
+    if (kind == DCP_ENGINE_NCCL)
         st = dcp_nccl_engine_create(bs, ctx->device, NULL, &ctx->engine);
-    } else {
+    else if (kind == DCP_ENGINE_UCX)
         st = dcp_ucx_engine_create(bs, &ctx->engine);
-    }
+    else
+        st = dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine in this build",
+                           dcp_engine_kind_name(kind));
 out:
     free(all);
     return st;

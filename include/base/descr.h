@@ -38,6 +38,17 @@ DCP_HD int dcp_buf_is_fp32(int b)
     return b == DCP_BUF_LSE || b == DCP_BUF_ACC_O || b == DCP_BUF_ACC_LSE || b == DCP_BUF_PART;
 }
 
+/* The element type of buffer b under a plan of `dtype`, and its size in bytes. */
+DCP_HD dcp_dtype_t dcp_buf_dtype(int b, dcp_dtype_t dtype)
+{
+    return dcp_buf_is_fp32(b) ? DCP_DTYPE_FP32 : dtype;
+}
+
+DCP_HD int dcp_buf_elem_bytes(int b, dcp_dtype_t dtype)
+{
+    return dcp_buf_dtype(b, dtype) == DCP_DTYPE_FP32 ? 4 : 2;
+}
+
 typedef struct {
     int64_t off;    /* element offset of row 0, first head of the group */
     int32_t stride; /* elements between consecutive rows */

@@ -61,25 +61,32 @@ static inline float dcp_fp16_to_f32(uint16_t h)
     return dcp_bits_f32(sign | ((e + 112) << 23) | (m << 13));
 }
 
+/* One element of a 2-byte dtype (bf16, else fp16) from a float, and back. */
+static inline uint16_t dcp_half_from_f32(dcp_dtype_t dtype, float f)
+{
+    return dtype == DCP_DTYPE_BF16 ? dcp_f32_to_bf16(f) : dcp_f32_to_fp16(f);
+}
+
+static inline float dcp_half_to_f32(dcp_dtype_t dtype, uint16_t h)
+{
+    return dtype == DCP_DTYPE_BF16 ? dcp_bf16_to_f32(h) : dcp_fp16_to_f32(h);
+}
+
 /* f rounded to the nearest value of dtype (fp32: unchanged). */
 static inline float dcp_round_to(dcp_dtype_t dtype, float f)
 {
-    if (dtype == DCP_DTYPE_BF16) return dcp_bf16_to_f32(dcp_f32_to_bf16(f));
-    if (dtype == DCP_DTYPE_FP16) return dcp_fp16_to_f32(dcp_f32_to_fp16(f));
-    return f;
+    return dtype == DCP_DTYPE_FP32 ? f : dcp_half_to_f32(dtype, dcp_half_from_f32(dtype, f));
 }
 
 /* n floats to 2-byte elements of dtype (bf16 or fp16), and back. */
 static inline void dcp_pack_half(dcp_dtype_t dtype, const float *src, uint16_t *dst, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dtype == DCP_DTYPE_BF16 ? dcp_f32_to_bf16(src[i]) : dcp_f32_to_fp16(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = dcp_half_from_f32(dtype, src[i]);
 }
 
 static inline void dcp_unpack_half(dcp_dtype_t dtype, const uint16_t *src, float *dst, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dtype == DCP_DTYPE_BF16 ? dcp_bf16_to_f32(src[i]) : dcp_fp16_to_f32(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = dcp_half_to_f32(dtype, src[i]);
 }
 
 #endif

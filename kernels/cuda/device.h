@@ -30,6 +30,11 @@ dcp_status_t dcp_cuda_set_device(int device);
 void *dcp_cuda_alloc(int device, size_t bytes);
 void dcp_cuda_free(void *ptr);
 
+/* `bytes` on GPU `device`, or 64-byte-aligned host memory when device < 0 (kernels/memory.c);
+ * and its release. NULL on failure. */
+void *dcp_mem_alloc(int device, size_t bytes);
+void dcp_mem_free(int device, void *ptr);
+
 /* 1 when ptr is device (or managed) memory that kernels on `device` may address. */
 int dcp_cuda_is_device_ptr(const void *ptr, int device);
 

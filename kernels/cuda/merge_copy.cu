@@ -71,8 +71,7 @@ __global__ void __launch_bounds__(MC_THREADS) merge_kernel(const MergeParams p)
 struct CopyParams {
     void *bufs[DCP_BUF_COUNT];
     const dcp_copy_item_t *items;
-    int32_t half; /* bytes of a non-fp32 element: 2 (bf16/fp16) */
-    int32_t bf16;
+    dcp_dtype_t dtype; /* the plan's: bf16 or fp16 */
 };
 
 template <typename T>
@@ -86,14 +85,14 @@ __device__ __forceinline__ void copy_row_convert(T *dst, const float *src, int n
 __global__ void __launch_bounds__(MC_THREADS) copy_kernel(const CopyParams p)
 {
     const dcp_copy_item_t &c = p.items[blockIdx.x];
-    const bool s32 = dcp_buf_is_fp32(c.src.buf), d32 = dcp_buf_is_fp32(c.dst.buf);
-    const int64_t ses = s32 ? 4 : p.half, des = d32 ? 4 : p.half;
+    const int64_t ses = dcp_buf_elem_bytes(c.src.buf, p.dtype);
+    const int64_t des = dcp_buf_elem_bytes(c.dst.buf, p.dtype);
     const char *sb = (const char *)p.bufs[c.src.buf] + c.src.off * ses;
     char *db = (char *)p.bufs[c.dst.buf] + c.dst.off * des;
     for (int r = blockIdx.y; r < c.rows; r += gridDim.y) {
         const char *s = sb + (int64_t)r * c.src.stride * ses;
         char *d = db + (int64_t)r * c.dst.stride * des;
-        if (s32 == d32) {
+        if (ses == des) {
             const int64_t bytes = (int64_t)c.row_elems * ses;
             if ((((uintptr_t)s | (uintptr_t)d | (uintptr_t)bytes) & 15) == 0) {
                 for (int64_t x = threadIdx.x; x < bytes / 16; x += MC_THREADS)
@@ -105,7 +104,7 @@ __global__ void __launch_bounds__(MC_THREADS) copy_kernel(const CopyParams p)
                 for (int64_t x = threadIdx.x; x < c.row_elems; x += MC_THREADS)
                     ((uint16_t *)d)[x] = ((const uint16_t *)s)[x];
             }
-        } else if (p.bf16) {
+        } else if (p.dtype == DCP_DTYPE_BF16) {
             copy_row_convert<__nv_bfloat16>((__nv_bfloat16 *)d, (const float *)s, c.row_elems);
         } else {
             copy_row_convert<__half>((__half *)d, (const float *)s, c.row_elems);
@@ -161,8 +160,7 @@ extern "C" dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_cop
     CopyParams p;
     for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
     p.items = items;
-    p.half = 2;
-    p.bf16 = env->dtype == DCP_DTYPE_BF16;
+    p.dtype = env->dtype;
     const unsigned ys = row_slices(env->max_rows, 1);
     copy_kernel<<<dim3((unsigned)num_items, ys), MC_THREADS, 0, (cudaStream_t)env->stream>>>(p);
     return launched("copy");

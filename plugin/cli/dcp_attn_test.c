@@ -18,9 +18,10 @@
 #include "include/dcp.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/harness.h"
-#include "plugin/cli/report.h"
-#include "transport/bootstrap.h"
 #include "plugin/cli/mpi_launch.h"
+#include "plugin/cli/report.h"
+#include "plugin/context.h"
+#include "transport/bootstrap.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -299,9 +300,10 @@ int main(int argc, char **argv)
                    "and checks it against a single-device double-precision reference.");
     if (rf.timeout < 0) dcp_args_fail(tool, "timeout", "must be >= 0");
     if (!(rf.tol > 0)) dcp_args_fail(tool, "tol", "must be > 0");
-    const int gpu = strcmp(rf.device, "cpu") != 0;
-    if (gpu && strncmp(rf.device, "cuda", 4) != 0)
-        dcp_args_fail(tool, "device", "'%s': cpu, cuda or cuda:N", rf.device);
+    int32_t ordinal; /* the contexts pick theirs; this checks the flag before any work */
+    if (dcp_context_parse_device(rf.device, 0, &ordinal) != DCP_OK)
+        dcp_args_fail(tool, "device", "%s", dcp_last_error());
+    const int gpu = ordinal >= 0;
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
     c.shape.dtype =

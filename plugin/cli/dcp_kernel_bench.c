@@ -19,6 +19,7 @@
 #include "plugin/cli/report.h"
 #include "plugin/cli/rng.h"
 #include "plugin/cli/tile_case.h"
+#include "plugin/context.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,37 +36,20 @@ typedef struct {
     void *stream;
 } bench_t;
 
-/* Buffers of the bench in host or device memory. */
-static void *buf_alloc(const bench_t *b, size_t bytes)
-{
-    if (bytes == 0) bytes = 64;
-    if (b->gpu >= 0) return dcp_cuda_alloc(b->gpu, bytes);
-    return aligned_alloc(64, (bytes + 63) / 64 * 64);
-}
-
-static void buf_free(const bench_t *b, void *p)
-{
-    if (b->gpu >= 0)
-        dcp_cuda_free(p);
-    else
-        free(p);
-}
-
-/* n elements of N(0, 1) (or `lse_like`: log-sums around 5) in the buffer's element type. */
-static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, int fp32, int lse_like,
+/* n elements of N(0, 1) (or `lse_like`: log-sums around 5) in element type `ty`. */
+static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t ty, int lse_like,
                              uint64_t seed)
 {
-    const size_t es = fp32 ? 4 : 2;
+    const size_t es = ty == DCP_DTYPE_FP32 ? 4 : 2;
     void *host = b->gpu >= 0 ? malloc((size_t)n * es + 1) : dst;
     if (!host) return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: host staging of %lld", (long long)n);
     dcp_rng_t rng = {seed};
     for (int64_t i = 0; i < n; i++) {
         const float v = (float)(lse_like ? 5.0 + dcp_rng_uniform(&rng) : dcp_rng_normal(&rng));
-        if (fp32)
+        if (ty == DCP_DTYPE_FP32)
             ((float *)host)[i] = v;
         else
-            ((uint16_t *)host)[i] =
-                b->dtype == DCP_DTYPE_BF16 ? dcp_f32_to_bf16(v) : dcp_f32_to_fp16(v);
+            ((uint16_t *)host)[i] = dcp_half_from_f32(ty, v);
     }
     dcp_status_t st = DCP_OK;
     if (b->gpu >= 0) {
@@ -92,28 +76,27 @@ static void drop_descr(const bench_t *b, void *p)
     if (b->gpu >= 0) dcp_cuda_free(p);
 }
 
-typedef struct {
-    const dcp_kernels_t *k;
-    int op; /* 0 attn, 1 merge, 2 copy */
-} kernel_ref_t;
+typedef enum { OP_ATTN, OP_MERGE, OP_COPY } op_t;
 
-static dcp_status_t launch(const kernel_ref_t *kr, const dcp_kernel_env_t *env, const void *a,
+/* One launch of the kernel table of the bench's device: items `a` (n of them), and the
+ * tiles or merge sources they refer to. */
+static dcp_status_t launch(const bench_t *b, op_t op, const dcp_kernel_env_t *env, const void *a,
                            int64_t n, const void *extra)
 {
-    switch (kr->op) {
-    case 0:
-        return kr->k->attn_fwd(env, a, n, extra);
-    case 1:
-        return kr->k->merge(env, a, n, extra);
+    const dcp_kernels_t *k = b->gpu >= 0 ? &dcp_kernels_cuda : &dcp_kernels_cpu;
+    switch (op) {
+    case OP_ATTN:
+        return k->attn_fwd(env, a, n, extra);
+    case OP_MERGE:
+        return k->merge(env, a, n, extra);
     default:
-        return kr->k->copy(env, a, n);
+        return k->copy(env, a, n);
     }
 }
 
 /* Median milliseconds of one launch. */
-static dcp_status_t time_launch(const bench_t *b, const kernel_ref_t *kr,
-                                const dcp_kernel_env_t *env, const void *a, int64_t n,
-                                const void *extra, double *ms_out)
+static dcp_status_t time_launch(const bench_t *b, op_t op, const dcp_kernel_env_t *env,
+                                const void *a, int64_t n, const void *extra, double *ms_out)
 {
     double *t;
     DCP_CHECK(dcp_calloc(&t, b->iters, sizeof *t, "bench times"));
@@ -123,7 +106,7 @@ static dcp_status_t time_launch(const bench_t *b, const kernel_ref_t *kr,
         double ms = 0;
         const double t0 = dcp_now();
         if (b->gpu >= 0) st = dcp_cuda_timer_start(b->stream, &timer);
-        if (st == DCP_OK) st = launch(kr, env, a, n, extra);
+        if (st == DCP_OK) st = launch(b, op, env, a, n, extra);
         if (b->gpu >= 0 && timer) {
             const dcp_status_t s2 = dcp_cuda_timer_stop(timer, b->stream, &ms);
             if (st == DCP_OK) st = s2;
@@ -196,9 +179,15 @@ static dcp_kernel_env_t base_env(const bench_t *b, int32_t hq, int32_t hkv, int3
                               .stream = b->stream};
 }
 
-static const dcp_kernels_t *kernels_of(const bench_t *b)
+/* Times one launch and prints its row: TFLOP/s when `flops` > 0, GB/s when `bytes` > 0. */
+static dcp_status_t measure(const bench_t *b, op_t op, const dcp_kernel_env_t *env, const void *a,
+                            int64_t n, const void *extra, double flops, double bytes, row_t *r)
 {
-    return b->gpu >= 0 ? &dcp_kernels_cuda : &dcp_kernels_cpu;
+    DCP_CHECK(time_launch(b, op, env, a, n, extra, &r->ms));
+    r->tflops = flops / (r->ms * 1e9);
+    r->gbps = bytes / (r->ms * 1e6);
+    print_row(b, r);
+    return DCP_OK;
 }
 
 /* One attention case; the Q/K/V/O buffers are the caller's, sized for `total`. */
@@ -215,15 +204,12 @@ static dcp_status_t bench_attn(const bench_t *b, const dcp_mask_t *mask, const c
     dcp_kernel_env_t env = base_env(b, hq, hkv, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
     env.seqs = seqs;
-    const kernel_ref_t kr = {kernels_of(b), 0};
     row_t r = {"attn", mask_name, total, tile,
                d,      hq,        hkv,   (double)tc.pairs / ((double)total * total),
                0,      0,         0};
-    if (st == DCP_OK) st = time_launch(b, &kr, &env, groups, tc.num_groups, tiles, &r.ms);
-    if (st == DCP_OK) {
-        r.tflops = dcp_tile_case_flops(&tc) / (r.ms * 1e9);
-        print_row(b, &r);
-    }
+    if (st == DCP_OK)
+        st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcp_tile_case_flops(&tc), 0,
+                     &r);
     drop_descr(b, groups);
     drop_descr(b, tiles);
     drop_descr(b, seqs);
@@ -258,14 +244,9 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
     if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    const kernel_ref_t kr = {kernels_of(b), 1};
     row_t r = {"merge", "-", total, tile, d, hq, hq, 1, 0, 0, 0};
-    if (st == DCP_OK) st = time_launch(b, &kr, &env, di, nb, ds, &r.ms);
-    if (st == DCP_OK) {
-        const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
-        r.gbps = bytes / (r.ms * 1e6);
-        print_row(b, &r);
-    }
+    const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
+    if (st == DCP_OK) st = measure(b, OP_MERGE, &env, di, nb, ds, 0, bytes, &r);
     drop_descr(b, di);
     drop_descr(b, ds);
     free(items);
@@ -291,14 +272,9 @@ static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, in
     dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    const kernel_ref_t kr = {kernels_of(b), 2};
     row_t r = {"copy", "-", total, tile, d, hq, hq, 1, 0, 0, 0};
-    if (st == DCP_OK) st = time_launch(b, &kr, &env, di, nb, NULL, &r.ms);
-    if (st == DCP_OK) {
-        const double bytes = 2.0 * total * w * (b->dtype == DCP_DTYPE_FP32 ? 4 : 2);
-        r.gbps = bytes / (r.ms * 1e6);
-        print_row(b, &r);
-    }
+    const double bytes = 2.0 * total * w * dcp_buf_elem_bytes(DCP_BUF_Q, b->dtype);
+    if (st == DCP_OK) st = measure(b, OP_COPY, &env, di, nb, NULL, 0, bytes, &r);
     drop_descr(b, di);
     free(items);
     return st;
@@ -343,9 +319,9 @@ static int wants(const lists_t *l, const char *kernel)
 static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask_t *masks,
                               int32_t total, int32_t d, gqa_t g, uint64_t seed)
 {
-    const size_t es = b->dtype == DCP_DTYPE_FP32 ? 4 : 2;
     const int64_t nq = (int64_t)total * g.hq * d, nkv = (int64_t)total * g.hkv * d;
-    const int64_t part = b->sources * ((int64_t)total * g.hq * (d + 1));
+    /* partials: every source's O, then every source's LSE */
+    const int64_t part_o = b->sources * nq, part = part_o + b->sources * (int64_t)total * g.hq;
     const int64_t elems[DCP_BUF_COUNT] = {
         [DCP_BUF_Q] = nq,
         [DCP_BUF_K] = nkv,
@@ -359,18 +335,17 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
     dcp_status_t st = DCP_OK;
     for (int i = 0; st == DCP_OK && i < DCP_BUF_COUNT; i++) {
         if (!elems[i]) continue;
-        const int fp32 = dcp_buf_is_fp32(i) || b->dtype == DCP_DTYPE_FP32;
-        if (!(bufs[i] = buf_alloc(b, (size_t)elems[i] * (fp32 ? 4 : es))))
+        const dcp_dtype_t ty = dcp_buf_dtype(i, b->dtype);
+        if (!(bufs[i] = dcp_mem_alloc(b->gpu, (size_t)elems[i] * dcp_buf_elem_bytes(i, b->dtype))))
             st = dcp_set_error(DCP_ERR_NO_MEMORY, "bench: buffer %d of %lld elements", i,
                                (long long)elems[i]);
         else if (i != DCP_BUF_STAGE && i != DCP_BUF_ACC_O)
-            st = buf_fill(b, bufs[i],
-                          i == DCP_BUF_PART ? part - b->sources * total * g.hq : elems[i], fp32, 0,
+            st = buf_fill(b, bufs[i], i == DCP_BUF_PART ? part_o : elems[i], ty, 0,
                           seed + (uint64_t)i);
     }
-    if (st == DCP_OK && elems[DCP_BUF_PART]) /* the partials' LSE: finite log-sums */
-        st = buf_fill(b, (float *)bufs[DCP_BUF_PART] + (part - b->sources * total * g.hq),
-                      b->sources * total * g.hq, 1, 1, seed + 99);
+    if (st == DCP_OK) /* the partials' LSE: finite log-sums */
+        st = buf_fill(b, (float *)bufs[DCP_BUF_PART] + part_o, part - part_o, DCP_DTYPE_FP32, 1,
+                      seed + 99);
     for (int t = 0; st == DCP_OK && t < l->ntiles; t++) {
         const int32_t tile = (int32_t)list_int("tile", l->tiles[t], 16, 1 << 20);
         if (wants(l, "attn"))
@@ -379,8 +354,7 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
         if (st == DCP_OK && wants(l, "merge")) st = bench_merge(b, total, tile, d, g.hq, bufs);
         if (st == DCP_OK && wants(l, "copy")) st = bench_copy(b, total, tile, d, g.hq, bufs);
     }
-    for (int i = 0; i < DCP_BUF_COUNT; i++)
-        if (bufs[i]) buf_free(b, bufs[i]);
+    for (int i = 0; i < DCP_BUF_COUNT; i++) dcp_mem_free(b->gpu, bufs[i]);
     return st;
 }
 
@@ -417,16 +391,9 @@ int main(int argc, char **argv)
                    "Times dcp's attention, merge and copy kernels; TFLOP/s from exact allowed "
                    "pairs.");
     bench_t b = {.json = json, .sources = sources, .gpu = -1};
-    const int cpu = !strcmp(device, "cpu");
-    if (!cpu) {
-        int32_t ord = -1;
-        if (strncmp(device, "cuda", 4) != 0 || (device[4] && device[4] != ':'))
-            dcp_args_fail(tool, "device", "'%s': cpu, cuda or cuda:N", device);
-        if (!have_gpu) dcp_args_fail(tool, "device", "no CUDA device is visible");
-        ord =
-            device[4] ? (int32_t)list_int("device", device + 5, 0, dcp_cuda_device_count() - 1) : 0;
-        b.gpu = ord;
-    }
+    if (dcp_context_parse_device(device, 0, &b.gpu) != DCP_OK)
+        dcp_args_fail(tool, "device", "%s", dcp_last_error());
+    const int cpu = b.gpu < 0;
     b.dtype = dtype ? dcp_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
     if (!cpu && b.dtype == DCP_DTYPE_FP32) dcp_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
     b.warmup = warmup >= 0 ? warmup : (cpu ? 1 : 3);

@@ -331,6 +331,9 @@ static void test_context_and_executor_arguments(void)
     tensors_init(&t, bf16);
     CU_ASSERT_EQUAL(forward_once(three, &t.io[0]), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "3 ranks"));
+    CU_ASSERT_EQUAL(dcp_forward_inproc(bf16, t.io, 5.0, "gpu"), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.device"));
+    CU_ASSERT(outputs_untouched(&t, bf16));
     CU_ASSERT_EQUAL(forward_once(NULL, &t.io[0]), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(forward_once(bf16, NULL), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_forward(NULL, bf16, &t.io[0]), DCP_ERR_INVALID_ARG);

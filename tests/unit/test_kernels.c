@@ -383,6 +383,12 @@ static void test_plain_low_precision_reference(void)
     CU_ASSERT(err[0] < 1e-5);
     CU_ASSERT(err[1] > err[0] && err[1] < 1e-2);
     CU_ASSERT(err[2] > err[1] && err[2] < 5e-2);
+    /* the rule built on it: twice the plain error plus one rounding step of the type */
+    CU_ASSERT(dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.01, 0.005, 1.0, 1e-4));
+    CU_ASSERT(!dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.02, 0.005, 1.0, 1e-4));
+    CU_ASSERT(dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.0105, 0.005, 1.0, 0.0));
+    CU_ASSERT(!dcp_lowp_rule_holds(DCP_DTYPE_FP16, 0.0105, 0.005, 1.0, 0.0));
+    CU_ASSERT(!dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.0, 0.005, 1.0, 2e-3));
     free(q), free(k), free(v), free(low), free(o), free(lse);
 }
 

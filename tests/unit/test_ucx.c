@@ -226,7 +226,7 @@ static void test_bad_arguments(void)
 typedef struct {
     shm_bootstrap_t *bs;
     int32_t rank;
-    const char *transport_intra;
+    const char *transport_intra, *device;
     const dcp_harness_t *h;
     const dcp_plan_t *plan;
     dcp_status_t st;
@@ -240,8 +240,10 @@ static void *job_rank(void *p)
 {
     job_rank_t *j = p;
     const dcp_bootstrap_t b = shm_bootstrap_rank(j->bs, j->rank);
-    const dcp_context_config_t cfg = {
-        .bootstrap = &b, .timeout_s = 30, .transport_intra = j->transport_intra};
+    const dcp_context_config_t cfg = {.bootstrap = &b,
+                                      .timeout_s = 30,
+                                      .transport_intra = j->transport_intra,
+                                      .device = j->device};
     dcp_context_t *ctx = NULL;
     j->st = dcp_context_create(&cfg, &ctx);
     if (j->st == DCP_OK) {
@@ -322,6 +324,19 @@ static void test_config_mismatch_fails_everywhere(void)
     }
 }
 
+/* The same for a bad device setting on one rank: it is named there, the rank elsewhere. */
+static void test_device_mismatch_fails_everywhere(void)
+{
+    job_rank_t j[3] = {{0}, {.device = "gpu:1"}, {.device = "cpu"}};
+    run_job(j, 3);
+    CU_ASSERT_EQUAL(j[1].st, DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(j[1].msg, "config.device"));
+    for (int32_t r = 0; r < 3; r += 2) {
+        CU_ASSERT_EQUAL(j[r].st, DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(j[r].msg, "rank 1"));
+    }
+}
+
 int dcp_suite_ucx(void)
 {
     static const dcp_test_t tests[] = {
@@ -332,6 +347,7 @@ int dcp_suite_ucx(void)
         {"bad_arguments", test_bad_arguments},
         {"job_contexts_match_threads", test_job_contexts_match_threads},
         {"config_mismatch_fails_everywhere", test_config_mismatch_fails_everywhere},
+        {"device_mismatch_fails_everywhere", test_device_mismatch_fails_everywhere},
         {NULL, NULL},
     };
     return dcp_add_suite("ucx", tests);
