@@ -245,6 +245,15 @@ typedef struct {
     double predicted_ms;      /* cost model: attention time of the slowest rank */
     int32_t fallback;         /* 1 when METIS's result was invalid and lpt replaced it */
     double plan_ms;           /* wall time of dcp_plan_create; 0 for a deserialized plan */
+    /* the backward program (dcp_backward), on the forward's placement */
+    int64_t bwd_flops;            /* 2.5 x total_flops (recomputed scores, dV, dP, dQ, dK) */
+    int64_t bwd_comm_bytes;       /* Q, dO, LSE, delta, K, V in; fp32 dQ, dK, dV partials back */
+    int64_t bwd_inter_node_bytes; /* the part of bwd_comm_bytes that crosses nodes */
+    int64_t bwd_max_rank_bytes;   /* max over ranks of backward bytes sent + received */
+    double bwd_compute_imbalance; /* max/mean - 1 of per-rank backward FLOPs */
+    int32_t bwd_num_transfers;
+    int32_t bwd_num_phases;
+    double bwd_predicted_ms; /* cost model: backward time of the slowest rank */
 } dcp_plan_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
@@ -257,6 +266,10 @@ typedef struct {
     int64_t buffer_bytes; /* work buffers: staged, received and partial blocks, accumulators */
     int32_t num_instructions;
     double predicted_ms; /* cost model: this rank's attention time */
+    int64_t bwd_flops;   /* backward FLOPs this rank computes */
+    int64_t bwd_sent_bytes, bwd_recv_bytes;
+    int32_t bwd_num_instructions;
+    double bwd_predicted_ms; /* cost model: this rank's backward time */
 } dcp_rank_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_rank_stats(const dcp_plan_t *plan, int32_t rank,
@@ -277,6 +290,9 @@ typedef struct {
 DCP_API dcp_status_t dcp_plan_local_layout(const dcp_plan_t *plan, int32_t rank,
                                            dcp_token_span_t *spans, int32_t capacity,
                                            int32_t *num_spans_out, int64_t *num_tokens_out);
+
+/* A plan holds both programs: dcp_forward() and dcp_backward() run on the same plan object,
+ * so a training step plans once per batch. */
 
 /* Serializes a plan: versioned, little-endian, length-prefixed, CRC-32C checksummed.
  * With buf == NULL only *size_out is set. Otherwise capacity must hold the whole plan. */
@@ -373,6 +389,29 @@ DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_no
 DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
                                  const dcp_tensors_t *io);
 
+/* One rank's tensors for the backward pass, borrowed for the call, rows in
+ * dcp_plan_local_layout() order. `fwd` holds the forward call's tensors as they were passed
+ * to dcp_forward(), with the O and LSE it wrote (only read here), so one dcp_tensors_t
+ * serves both calls. dout, dq: [local_tokens, Hq, D]; dk, dv: [local_tokens, Hkv, D], dK and
+ * dV summed over the query heads of each KV head (GQA); all in the plan's dtype. Partial
+ * gradients are kept and summed in fp32 on every rank. */
+typedef struct {
+    dcp_tensors_t fwd;
+    const void *dout; /* gradient of the loss with respect to O */
+    void *dq;
+    void *dk;
+    void *dv;
+} dcp_grad_tensors_t;
+
+/* Runs this rank's backward program of `plan`: dQ, dK and dV from Q, K, V, the forward's O
+ * and LSE, and dO. Each computation block runs where its forward ran; partial gradients
+ * return to the owners of their rows and are summed there in fp32. Rows with no allowed key
+ * (LSE = -inf) get no gradient; NaN or Inf in the inputs propagate into the gradients.
+ * Device, ordering, failure and output rules are those of dcp_forward(): dQ, dK and dV are
+ * written only on success. */
+DCP_API dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan,
+                                  const dcp_grad_tensors_t *io);
+
 /* Waits until every rank of the context has called it. Through the context's engine, so it
  * fails like dcp_forward (DCP_ERR_PEER, DCP_ERR_TIMEOUT) instead of hanging on a dead rank;
  * for timing and for fencing batches. */
@@ -384,6 +423,10 @@ DCP_API dcp_status_t dcp_context_barrier(dcp_context_t *ctx);
  * may share one GPU). Returns the first failure of any rank. */
 DCP_API dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
                                         double timeout_s, const char *device);
+
+/* The same for the backward pass: rank r on io[r]. */
+DCP_API dcp_status_t dcp_backward_inproc(const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
+                                         double timeout_s, const char *device);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,11 @@
  *   attn_fwd  fused masked attention over tile groups, producing partial O and LSE
  *             (online softmax; full tiles skip mask evaluation; GQA within a head group);
  *   merge     n-way LSE merge of partial outputs into a destination;
- *   copy      gather/scatter of rows between buffers.
+ *   copy      gather/scatter of rows between buffers;
+ *   attn_bwd  the backward of fused masked attention over tile groups (descr.h): dQ, dK, dV
+ *             of every tile added in fp32, from the final forward LSE and delta;
+ *   bwd_delta delta = rowsum(dO * O) of a rank's local rows, the backward's pre-pass;
+ *   accumulate  fp32 dst rows += fp32 src rows (REDUCE of partial gradients).
  * Descriptors (include/base/descr.h) address a rank's buffers through env->bufs; on a GPU
  * the descriptor arrays and sequence table live in device memory.
  */
@@ -38,6 +42,13 @@ typedef struct {
                           int64_t num_items, const dcp_merge_src_t *srcs);
     dcp_status_t (*copy)(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                          int64_t num_items);
+    dcp_status_t (*attn_bwd)(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                             int64_t num_groups, const dcp_tile_t *tiles);
+    /* bufs[DCP_BUF_DELTA][i] = sum over x < head_dim of dO[i, x] * O[i, x] for i < rows,
+     * rows = local tokens x all query heads; O and dO in the plan dtype, fp32 arithmetic */
+    dcp_status_t (*bwd_delta)(const dcp_kernel_env_t *env, int64_t rows);
+    dcp_status_t (*accumulate)(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
+                               int64_t num_items);
 } dcp_kernels_t;
 
 /* Kernels on the calling thread: fp32 arithmetic over fp32, bf16 or fp16 storage. */

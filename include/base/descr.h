@@ -18,24 +18,37 @@ typedef enum {
     DCP_BUF_Q = 0,   /* caller's local Q rows [tokens, Hq, D] (plan dtype, read-only) */
     DCP_BUF_K,       /* caller's local K rows [tokens, Hkv, D] */
     DCP_BUF_V,       /* caller's local V rows [tokens, Hkv, D] */
-    DCP_BUF_O,       /* caller's O rows [tokens, Hq, D], written once at the end */
-    DCP_BUF_LSE,     /* caller's LSE [tokens, Hq] fp32, written once at the end */
+    DCP_BUF_O,       /* caller's O rows [tokens, Hq, D]: forward output, backward input */
+    DCP_BUF_LSE,     /* caller's LSE [tokens, Hq] fp32: forward output, backward input */
+    DCP_BUF_DO,      /* caller's dO rows [tokens, Hq, D] (backward input) */
+    DCP_BUF_DQ,      /* caller's dQ rows [tokens, Hq, D], written once at the end */
+    DCP_BUF_DK,      /* caller's dK rows [tokens, Hkv, D], written once at the end */
+    DCP_BUF_DV,      /* caller's dV rows [tokens, Hkv, D], written once at the end */
     DCP_BUF_ACC_O,   /* fp32 accumulator of local outputs, layout of O */
     DCP_BUF_ACC_LSE, /* fp32 accumulator of local LSE, layout of LSE */
-    DCP_BUF_STAGE,   /* packed local blocks waiting to be sent (plan dtype) */
-    DCP_BUF_RQ,      /* received Q blocks [rows, Hq/hb, D] (plan dtype) */
+    DCP_BUF_DELTA,   /* fp32 rowsum(dO * O) of local rows, layout of LSE */
+    DCP_BUF_ACC_DQ,  /* fp32 accumulator of local dQ, layout of Q */
+    DCP_BUF_ACC_DK,  /* fp32 accumulator of local dK, layout of K */
+    DCP_BUF_ACC_DV,  /* fp32 accumulator of local dV, layout of V */
+    DCP_BUF_STAGE,   /* packed local blocks waiting to be sent (plan dtype): Q, K+V, Q+dO */
+    DCP_BUF_STAGE32, /* packed fp32 local rows waiting to be sent: LSE then delta */
+    DCP_BUF_RQ,      /* received Q blocks [rows, Hq/hb, D]; backward: Q rows then dO rows */
     DCP_BUF_RKV,     /* received K/V blocks: K rows then V rows (plan dtype) */
-    DCP_BUF_PART,    /* fp32 partial outputs: O [rows, Hq/hb, D] then LSE [rows, Hq/hb] */
+    DCP_BUF_RSTAT,   /* received fp32 LSE rows then delta rows [rows, Hq/hb] each */
+    DCP_BUF_PART,    /* fp32 partials. Forward: O [rows, Hq/hb, D] then LSE [rows, Hq/hb].
+                        Backward: dQ [rows, Hq/hb, D], or dK then dV [rows, Hkv/hb, D] each */
     DCP_BUF_COUNT
 } dcp_buf_t;
 
-/* Buffers dcp allocates itself (the others belong to the caller). */
+/* Buffers dcp allocates itself (the others belong to the caller); from DCP_BUF_STAGE on,
+ * their sizes are planned (slots), before it they follow from the local token count. */
 #define DCP_BUF_FIRST_WORK DCP_BUF_ACC_O
 
 /* True when buffer b holds fp32 regardless of the plan dtype. */
 DCP_HD int dcp_buf_is_fp32(int b)
 {
-    return b == DCP_BUF_LSE || b == DCP_BUF_ACC_O || b == DCP_BUF_ACC_LSE || b == DCP_BUF_PART;
+    return b == DCP_BUF_LSE || (b >= DCP_BUF_ACC_O && b <= DCP_BUF_ACC_DV) ||
+           b == DCP_BUF_STAGE32 || b == DCP_BUF_RSTAT || b == DCP_BUF_PART;
 }
 
 /* The element type of buffer b under a plan of `dtype`, and its size in bytes. */
@@ -55,9 +68,11 @@ typedef struct {
     int32_t buf;    /* dcp_buf_t */
 } dcp_view_t;
 
-/* One KV block of a tile group. */
+/* One KV block of a tile group. The backward also reads dk, dv: fp32 rows that its kernels
+ * add this tile's dK and dV to (ACC_DK/ACC_DV or a PART slot); the forward ignores them. */
 typedef struct {
     dcp_view_t k, v;
+    dcp_view_t dk, dv;
     int32_t kv_block; /* token block id (plan-wide) */
     int32_t kv_pos;   /* position of row 0 within the sequence */
     int32_t kv_len;   /* rows, >= 1 */
@@ -65,9 +80,16 @@ typedef struct {
 } dcp_tile_t;
 
 /* One output block: the queries of one token block for one head group, attended against
- * tiles [first_tile, first_tile + num_tiles). Groups of one launch have distinct outputs. */
+ * tiles [first_tile, first_tile + num_tiles). Groups of one launch have distinct outputs.
+ *
+ * Forward: reads q, writes (or LSE-merges, with accumulate) o and lse.
+ * Backward: reads q, dout (dO rows, plan dtype), lse and delta (fp32, the final forward LSE
+ * and rowsum(dO * O)); adds the group's dQ into dq (fp32) and each tile's dK, dV into the
+ * tile's dk, dv (fp32). o and accumulate are unused: gradients always add to zeroed
+ * accumulators, since several groups of one launch may share a tile's dk/dv. */
 typedef struct {
     dcp_view_t q, o, lse;
+    dcp_view_t dout, delta, dq;
     int32_t q_block, head_group, seq;
     int32_t q_pos, q_len;
     int32_t first_tile, num_tiles;
@@ -85,7 +107,9 @@ typedef struct {
     dcp_view_t o, lse;
 } dcp_merge_src_t;
 
-/* rows x row_elems elements from src to dst (same element type). */
+/* rows x row_elems elements from src to dst: the same element type, or fp32 into the plan's
+ * 2-byte type (rounded). The backward's REDUCE uses the same items to add fp32 src rows
+ * into fp32 dst rows. */
 typedef struct {
     dcp_view_t src, dst;
     int32_t rows, row_elems;

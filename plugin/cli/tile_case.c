@@ -29,6 +29,9 @@ dcp_status_t dcp_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t 
         *g = (dcp_tile_group_t){.q = view(DCP_BUF_Q, q0, hq * d),
                                 .o = view(DCP_BUF_ACC_O, q0, hq * d),
                                 .lse = view(DCP_BUF_ACC_LSE, q0, hq),
+                                .dout = view(DCP_BUF_DO, q0, hq * d),
+                                .delta = view(DCP_BUF_DELTA, q0, hq),
+                                .dq = view(DCP_BUF_ACC_DQ, q0, hq * d),
                                 .q_block = (int32_t)qb,
                                 .q_pos = q0,
                                 .q_len = q1 - q0,
@@ -40,6 +43,8 @@ dcp_status_t dcp_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t 
             const int full = pairs == (int64_t)(q1 - q0) * (k1 - k0);
             out->tiles[out->num_tiles++] = (dcp_tile_t){.k = view(DCP_BUF_K, k0, hkv * d),
                                                         .v = view(DCP_BUF_V, k0, hkv * d),
+                                                        .dk = view(DCP_BUF_ACC_DK, k0, hkv * d),
+                                                        .dv = view(DCP_BUF_ACC_DV, k0, hkv * d),
                                                         .kv_block = (int32_t)kb,
                                                         .kv_pos = k0,
                                                         .kv_len = k1 - k0,
