@@ -120,9 +120,32 @@ static dcp_status_t copy_none(const dcp_kernel_env_t *env, const dcp_copy_item_t
     return no_cuda("cuda copy");
 }
 
+static dcp_status_t attn_bwd_none(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                                  int64_t num_groups, const dcp_tile_t *tiles)
+{
+    (void)env, (void)groups, (void)num_groups, (void)tiles;
+    return no_cuda("cuda attention backward");
+}
+
+static dcp_status_t delta_none(const dcp_kernel_env_t *env, int64_t rows)
+{
+    (void)env, (void)rows;
+    return no_cuda("cuda delta");
+}
+
+static dcp_status_t accumulate_none(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
+                                    int64_t num_items)
+{
+    (void)env, (void)items, (void)num_items;
+    return no_cuda("cuda accumulate");
+}
+
 const dcp_kernels_t dcp_kernels_cuda = {
     .name = "cuda",
     .attn_fwd = attn_none,
     .merge = merge_none,
     .copy = copy_none,
+    .attn_bwd = attn_bwd_none,
+    .bwd_delta = delta_none,
+    .accumulate = accumulate_none,
 };

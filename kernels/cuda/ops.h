@@ -16,6 +16,17 @@ dcp_status_t dcp_cuda_merge(const dcp_kernel_env_t *env, const dcp_merge_item_t 
 dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                            int64_t num_items);
 
+/* The backward (attn_bwd.cu): dQ, dK, dV of every tile added with fp32 atomics into the
+ * groups' dq and the tiles' dk, dv. The groups' tiles must be consecutive (group i + 1
+ * starts where group i ends), as plans emit them; head_dim 64 or 128. */
+dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
+                               int64_t num_groups, const dcp_tile_t *tiles);
+/* delta = rowsum(dO * O) into bufs[DCP_BUF_DELTA] (grad.cu). */
+dcp_status_t dcp_cuda_bwd_delta(const dcp_kernel_env_t *env, int64_t rows);
+/* fp32 dst rows += fp32 src rows; items may share destination rows (atomic adds). */
+dcp_status_t dcp_cuda_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
+                                 int64_t num_items);
+
 #ifdef __cplusplus
 }
 #endif

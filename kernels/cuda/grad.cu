@@ -1,0 +1,148 @@
+/*
+ * The backward's memory-bound kernels: delta = rowsum(dO * O), its pre-pass, and the fp32
+ * accumulation of partial gradients (REDUCE), one launch each.
+ *
+ * delta: one warp per row, grid-stride over the rows; lanes read pairs of elements where the
+ * buffers allow it. accumulate: grid (item, row slice), rows visited grid-stride so any row
+ * count is covered; the adds are atomic because several items of one REDUCE may add into
+ * the same destination rows (partials of one block from several ranks).
+ */
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/ops.h"
+
+#include "include/base/error.h"
+
+#include <cuda_runtime.h>
+
+namespace dcp_cuda::grad
+{
+
+constexpr int THREADS = 256, WARPS = THREADS / 32;
+
+/* Two consecutive elements of T as floats (4-byte aligned). */
+template <typename T> __device__ __forceinline__ float2 load2(const T *p);
+
+template <> __device__ __forceinline__ float2 load2<__nv_bfloat16>(const __nv_bfloat16 *p)
+{
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
+}
+
+template <> __device__ __forceinline__ float2 load2<__half>(const __half *p)
+{
+    return __half22float2(*reinterpret_cast<const __half2 *>(p));
+}
+
+/* delta[r] = sum over x < d of dO[r, x] * O[r, x] (fp32); pairs: d even, bases 4-aligned. */
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+    delta_kernel(const T *dout, const T *o, float *delta, int64_t rows, int d, int pairs)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); r < rows;
+         r += (int64_t)gridDim.x * WARPS) {
+        const T *a = dout + r * d, *b = o + r * d;
+        float s = 0.0f;
+        if (pairs) {
+            for (int x = 2 * lane; x < d; x += 64) {
+                const float2 u = load2<T>(a + x), v = load2<T>(b + x);
+                s = fmaf(u.x, v.x, s);
+                s = fmaf(u.y, v.y, s);
+            }
+        } else {
+            for (int x = lane; x < d; x += 32) s = fmaf(to_f32<T>(a[x]), to_f32<T>(b[x]), s);
+        }
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+        if (lane == 0) delta[r] = s;
+    }
+}
+
+/* dst[0..3] += v, device-wide atomic; one 16-byte atomic where the GPU has them. */
+__device__ __forceinline__ void atomic_add4(float *dst, float4 v)
+{
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4 *>(dst), v);
+#else
+    atomicAdd(dst, v.x);
+    atomicAdd(dst + 1, v.y);
+    atomicAdd(dst + 2, v.z);
+    atomicAdd(dst + 3, v.w);
+#endif
+}
+
+struct AccParams {
+    void *bufs[DCP_BUF_COUNT];
+    const dcp_copy_item_t *items;
+};
+
+/* dst rows += src rows of one item (both fp32): 16-byte steps when both rows allow them. */
+__global__ void __launch_bounds__(THREADS) accumulate_kernel(const AccParams p)
+{
+    const dcp_copy_item_t &c = p.items[blockIdx.x];
+    const float *sb = (const float *)p.bufs[c.src.buf] + c.src.off;
+    float *db = (float *)p.bufs[c.dst.buf] + c.dst.off;
+    for (int r = blockIdx.y; r < c.rows; r += gridDim.y) {
+        const float *s = sb + (int64_t)r * c.src.stride;
+        float *d = db + (int64_t)r * c.dst.stride;
+        if ((((uintptr_t)s | (uintptr_t)d) & 15) == 0 && (c.row_elems & 3) == 0) {
+            for (int x = threadIdx.x; x < c.row_elems / 4; x += THREADS)
+                atomic_add4(d + 4 * x, reinterpret_cast<const float4 *>(s)[x]);
+        } else {
+            for (int x = threadIdx.x; x < c.row_elems; x += THREADS) atomicAdd(d + x, s[x]);
+        }
+    }
+}
+
+static dcp_status_t launched(const char *what)
+{
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return dcp_set_error(DCP_ERR_SYSTEM, "cuda %s launch: %s", what, cudaGetErrorString(e));
+    return DCP_OK;
+}
+
+} // namespace dcp_cuda::grad
+
+using namespace dcp_cuda::grad;
+
+extern "C" dcp_status_t dcp_cuda_bwd_delta(const dcp_kernel_env_t *env, int64_t rows)
+{
+    if (rows == 0) return DCP_OK;
+    if (env->dtype != DCP_DTYPE_BF16 && env->dtype != DCP_DTYPE_FP16)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "cuda delta: dtype %d, the GPU kernels run bf16 and fp16",
+                             (int)env->dtype);
+    if (rows < 0 || env->head_dim < 1)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda delta: %lld rows of head_dim %d",
+                             (long long)rows, env->head_dim);
+    const void *dout = env->bufs[DCP_BUF_DO], *o = env->bufs[DCP_BUF_O];
+    float *delta = (float *)env->bufs[DCP_BUF_DELTA];
+    const int pairs = env->head_dim % 2 == 0 && (((uintptr_t)dout | (uintptr_t)o) & 3) == 0;
+    const int64_t want = (rows + WARPS - 1) / WARPS, cap = 1 << 20; /* grid-stride past cap */
+    const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    cudaStream_t s = (cudaStream_t)env->stream;
+    if (env->dtype == DCP_DTYPE_BF16)
+        delta_kernel<__nv_bfloat16><<<blocks, THREADS, 0, s>>>((const __nv_bfloat16 *)dout,
+                                                               (const __nv_bfloat16 *)o, delta,
+                                                               rows, env->head_dim, pairs);
+    else
+        delta_kernel<__half><<<blocks, THREADS, 0, s>>>((const __half *)dout, (const __half *)o,
+                                                        delta, rows, env->head_dim, pairs);
+    return launched("delta");
+}
+
+extern "C" dcp_status_t dcp_cuda_accumulate(const dcp_kernel_env_t *env,
+                                            const dcp_copy_item_t *items, int64_t num_items)
+{
+    if (num_items == 0) return DCP_OK;
+    if (num_items > 0x7fffffff)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda accumulate: %lld items",
+                             (long long)num_items);
+    AccParams p;
+    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    p.items = items;
+    const int32_t rows = env->max_rows < 1 ? 1 : env->max_rows;
+    const unsigned ys = (unsigned)(rows < 65535 ? rows : 65535);
+    accumulate_kernel<<<dim3((unsigned)num_items, ys), THREADS, 0, (cudaStream_t)env->stream>>>(p);
+    return launched("accumulate");
+}
