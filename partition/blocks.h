@@ -73,9 +73,48 @@ static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
     return b->tile_pairs[t] * 4 * b->shape.head_dim * b->qpg;
 }
 
-/* Elements and bytes of the three kinds of transferred block (one head group). */
-typedef enum { DCP_XFER_Q = 0, DCP_XFER_KV = 1, DCP_XFER_PART = 2 } dcp_xfer_kind_t;
+/* The kinds of transferred block (one token block, one head group). Inputs travel from
+ * the owner of the token block to the rank that computes with it; partials travel back
+ * from that rank to the owner after the last division.
+ *   forward:  Q (Q rows), KV (K then V rows), PART (fp32 O then LSE rows)
+ *   backward: BQ (Q then dO rows), BSTAT (fp32 LSE then delta rows), KV,
+ *             DQ (fp32 dQ rows), DKV (fp32 dK then dV rows) */
+typedef enum {
+    DCP_XFER_Q = 0,
+    DCP_XFER_KV = 1,
+    DCP_XFER_PART = 2,
+    DCP_XFER_BQ = 3,
+    DCP_XFER_BSTAT = 4,
+    DCP_XFER_DQ = 5,
+    DCP_XFER_DKV = 6,
+    DCP_XFER_KIND_COUNT = 7
+} dcp_xfer_kind_t;
+
+/* 1 for the partials that return to the owner (the computing rank holds them). */
+static inline int dcp_xfer_is_partial(int32_t kind)
+{
+    return kind == DCP_XFER_PART || kind == DCP_XFER_DQ || kind == DCP_XFER_DKV;
+}
+
+/* 1 for the kinds that travel in fp32 whatever the plan dtype. */
+static inline int dcp_xfer_is_fp32(int32_t kind)
+{
+    return kind == DCP_XFER_BSTAT || dcp_xfer_is_partial(kind);
+}
+
+/* 1 for the kinds that carry the query side of a token block (Q, PART and their backward
+ * twins); 0 for the key/value side (KV, DKV). */
+static inline int dcp_xfer_is_query_side(int32_t kind)
+{
+    return kind != DCP_XFER_KV && kind != DCP_XFER_DKV;
+}
+
 int64_t dcp_blocks_xfer_elems(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64_t len);
 int64_t dcp_blocks_xfer_bytes(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64_t len);
+
+/* Hypergraph net weights: bytes that cross between ranks over a whole training step (forward
+ * and backward) per extra rank a net spans: the query side (Q, O/LSE partial, Q + dO,
+ * LSE + delta, dQ partial) or the key/value side (K + V twice, dK + dV partial). */
+int64_t dcp_blocks_net_bytes(const dcp_blocks_t *b, int query_side, int64_t len);
 
 #endif

@@ -19,10 +19,11 @@ double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens)
     return m->eff_value[i - 1] + f * (m->eff_value[i] - m->eff_value[i - 1]);
 }
 
-/* Seconds an ATTN instruction computes. */
+/* Seconds an ATTN instruction computes; a backward one does 2.5x the forward's FLOPs. */
 static double attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
 {
-    const double per_pair = 4.0 * p->shape.head_dim * p->qpg, peak = p->perf.peak_tflops * 1e12;
+    const double per_pair = (in->arg == DCP_PASS_BWD ? 10.0 : 4.0) * p->shape.head_dim * p->qpg;
+    const double peak = p->perf.peak_tflops * 1e12;
     double s = 0;
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
@@ -39,14 +40,15 @@ static double attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
     return s;
 }
 
-/* Seconds a COPY or REDUCE instruction moves memory (each element read and written). */
+/* Seconds a COPY or REDUCE instruction moves memory (each element read and written; a
+ * backward sum reads its destination too). */
 static double memory_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
 {
     double bytes = 0;
-    if (in->op == DCP_OP_COPY)
+    if (in->op == DCP_OP_COPY || in->arg == DCP_PASS_BWD)
         for (int64_t i = in->first; i < in->first + in->count; i++)
-            bytes += 2.0 * p->copies[i].rows * p->copies[i].row_elems *
-                     dcp_plan_elem_bytes(p, p->copies[i].dst.buf);
+            bytes += (in->op == DCP_OP_COPY ? 2.0 : 3.0) * p->copies[i].rows *
+                     p->copies[i].row_elems * dcp_plan_elem_bytes(p, p->copies[i].dst.buf);
     else
         for (int64_t i = in->first; i < in->first + in->count; i++)
             bytes += 4.0 * (p->merges[i].num_src + 2) * p->merges[i].rows * p->qpg *
@@ -77,6 +79,7 @@ typedef struct {
 
 typedef struct {
     const dcp_plan_t *p;
+    dcp_pass_t pass;
     rank_sim_t *rk;
     double *launch_at;             /* [rank * phases + phase], NAN until launched */
     double *busy;                  /* [rank * phases + phase]: the rank's link time in the phase */
@@ -107,7 +110,7 @@ static int advance(sim_t *s, int32_t r)
     rank_sim_t *k = &s->rk[r];
     const int64_t np = p->num_phases;
     int moved = 0;
-    for (; k->pc < p->prog_off[r + 1]; k->pc++, moved = 1) {
+    for (; k->pc < dcp_plan_prog_end(p, s->pass, r); k->pc++, moved = 1) {
         const dcp_instr_t *in = &p->instrs[k->pc];
         switch (in->op) {
         case DCP_OP_ATTN:
@@ -135,23 +138,23 @@ static int advance(sim_t *s, int32_t r)
     return moved;
 }
 
-dcp_status_t dcp_cost_predict(const dcp_plan_t *p, double *ms_out)
+dcp_status_t dcp_cost_predict(const dcp_plan_t *p, dcp_pass_t pass, double *ms_out)
 {
     const int64_t cells = (int64_t)p->num_ranks * (p->num_phases > 0 ? p->num_phases : 1);
-    sim_t s = {.p = p};
+    sim_t s = {.p = p, .pass = pass};
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&s.rk, p->num_ranks, sizeof *s.rk, "cost model"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&s.launch_at, cells, sizeof *s.launch_at, "cost model"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&s.busy, cells, sizeof *s.busy, "cost model"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&s.launch_of, cells, sizeof *s.launch_of, "cost model"), st, out);
     for (int64_t i = 0; i < cells; i++) s.launch_at[i] = NAN;
-    for (int32_t r = 0; r < p->num_ranks; r++) s.rk[r].pc = p->prog_off[r];
+    for (int32_t r = 0; r < p->num_ranks; r++) s.rk[r].pc = dcp_plan_prog_begin(p, pass, r);
     for (int progress = 1; progress;) {
         progress = 0;
         for (int32_t r = 0; r < p->num_ranks; r++) progress |= advance(&s, r);
     }
     for (int32_t r = 0; r < p->num_ranks; r++) {
-        if (s.rk[r].pc != p->prog_off[r + 1]) {
+        if (s.rk[r].pc != dcp_plan_prog_end(p, pass, r)) {
             st = dcp_set_error(DCP_ERR_INTERNAL, "cost model: rank %d never finishes", r);
             goto out;
         }

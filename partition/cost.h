@@ -19,8 +19,8 @@
  * table, clamped at its ends). */
 double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens);
 
-/* Writes every rank's predicted time in milliseconds to ms_out[num_ranks]. The plan must be
- * valid; rows and buffers must be derived. */
-dcp_status_t dcp_cost_predict(const dcp_plan_t *p, double *ms_out);
+/* Writes every rank's predicted time of the pass's program in milliseconds to
+ * ms_out[num_ranks]. The plan must be valid; rows and buffers must be derived. */
+dcp_status_t dcp_cost_predict(const dcp_plan_t *p, dcp_pass_t pass, double *ms_out);
 
 #endif

@@ -43,9 +43,8 @@ dcp_status_t dcp_hypergraph_build(const dcp_blocks_t *b, dcp_hypergraph_t *g)
     for (int32_t t = 0; t < nb; t++)
         for (int32_t h = 0; h < hb; h++) {
             const int64_t len = b->blk_len[t];
-            g->weight[(int64_t)t * hb + h] = dcp_blocks_xfer_bytes(b, DCP_XFER_Q, len) +
-                                             dcp_blocks_xfer_bytes(b, DCP_XFER_PART, len);
-            g->weight[((int64_t)nb + t) * hb + h] = dcp_blocks_xfer_bytes(b, DCP_XFER_KV, len);
+            g->weight[(int64_t)t * hb + h] = dcp_blocks_net_bytes(b, 1, len);
+            g->weight[((int64_t)nb + t) * hb + h] = dcp_blocks_net_bytes(b, 0, len);
         }
     free(fill);
     return DCP_OK;

@@ -123,16 +123,36 @@ int64_t dcp_blocks_xfer_elems(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64
     const int64_t d = b->shape.head_dim;
     switch (kind) {
     case DCP_XFER_Q:
+    case DCP_XFER_DQ:
         return len * b->qpg * d;
     case DCP_XFER_KV:
+    case DCP_XFER_DKV:
         return 2 * len * b->kvpg * d;
     case DCP_XFER_PART:
         return len * b->qpg * (d + 1);
+    case DCP_XFER_BQ:
+        return 2 * len * b->qpg * d;
+    case DCP_XFER_BSTAT:
+        return 2 * len * b->qpg;
+    case DCP_XFER_KIND_COUNT:
+        break;
     }
     return 0;
 }
 
 int64_t dcp_blocks_xfer_bytes(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64_t len)
 {
-    return dcp_blocks_xfer_elems(b, kind, len) * (kind == DCP_XFER_PART ? 4 : b->elem_bytes);
+    return dcp_blocks_xfer_elems(b, kind, len) * (dcp_xfer_is_fp32(kind) ? 4 : b->elem_bytes);
+}
+
+int64_t dcp_blocks_net_bytes(const dcp_blocks_t *b, int query_side, int64_t len)
+{
+    static const dcp_xfer_kind_t q[] = {DCP_XFER_Q, DCP_XFER_PART, DCP_XFER_BQ, DCP_XFER_BSTAT,
+                                        DCP_XFER_DQ};
+    static const dcp_xfer_kind_t kv[] = {DCP_XFER_KV, DCP_XFER_KV, DCP_XFER_DKV};
+    const dcp_xfer_kind_t *k = query_side ? q : kv;
+    const int n = query_side ? 5 : 3;
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += dcp_blocks_xfer_bytes(b, k[i], len);
+    return bytes;
 }

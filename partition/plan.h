@@ -1,9 +1,12 @@
 /*
  * The plan: token blocks with owners and local rows, and one program per rank.
  *
- * Programs are stored plan-wide: rank r's instructions are instrs[prog_off[r] ..
- * prog_off[r+1]), and each instruction names a range of its kind's item array (tile groups
- * for ATTN, merge items for REDUCE, copy items for COPY, comm ops for COMM_LAUNCH). Derived
+ * Programs are stored plan-wide, one per (pass, rank): program i = pass * R + r runs
+ * instrs[prog_off[i] .. prog_off[i+1]), and each instruction names a range of its kind's item
+ * array (tile groups for ATTN, merge items for a forward REDUCE, copy items for COPY and for
+ * a backward REDUCE, comm ops for COMM_LAUNCH). Transfer ids and phases are numbered
+ * plan-wide too, the forward's first: pass k owns transfers [pass_xfer[k], pass_xfer[k+1])
+ * and phases [pass_phase[k], pass_phase[k+1]), so the two passes never share a tag. Derived
  * data (local rows, caller buffer sizes, statistics) is recomputed from the stored data by
  * dcp_plan_derive(), after planning and after loading bytes alike, so it cannot disagree.
  */
@@ -17,7 +20,8 @@
 
 typedef enum {
     DCP_OP_ATTN = 1,        /* fused masked attention over groups [first, first+count) */
-    DCP_OP_REDUCE = 2,      /* LSE merges [first, first+count) */
+    DCP_OP_REDUCE = 2,      /* forward: LSE merges [first, first+count); backward: fp32 sums,
+                               copy items [first, first+count) with distinct destinations */
     DCP_OP_COPY = 3,        /* copies [first, first+count) */
     DCP_OP_COMM_LAUNCH = 4, /* start comm ops [first, first+count) as one group, id = arg */
     DCP_OP_COMM_WAIT = 5    /* wait for the launch with id = arg */
@@ -25,7 +29,7 @@ typedef enum {
 
 typedef struct {
     int32_t op;
-    int32_t arg; /* ATTN: 0 = forward; LAUNCH/WAIT: the global step */
+    int32_t arg; /* ATTN, REDUCE: the pass (dcp_pass_t); LAUNCH/WAIT: the phase */
     int64_t first;
     int64_t count;
 } dcp_instr_t;
@@ -56,11 +60,13 @@ struct dcp_plan {
     /* programs */
     int32_t num_xfers;     /* transfer ids (tags) are in [0, num_xfers) */
     int32_t num_phases;    /* launches are numbered 0 .. num_phases - 1 in global order */
-    int32_t *phase_step;   /* [num_phases]: the step (0..T) each phase belongs to */
+    int32_t pass_xfer[DCP_PASS_COUNT + 1];  /* transfer ids of each pass */
+    int32_t pass_phase[DCP_PASS_COUNT + 1]; /* phases of each pass */
+    int32_t *phase_step;   /* [num_phases]: the step (0..T) of its pass each phase belongs to */
     int32_t fallback;      /* the strategy fell back to lpt */
     dcp_perf_model_t perf; /* the cluster figures the cost model uses */
     int64_t *work_elems;   /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
-    int64_t *prog_off;     /* [R + 1] */
+    int64_t *prog_off;     /* [2R + 1]: program pass * R + r */
     dcp_instr_t *instrs;
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;
@@ -85,6 +91,17 @@ struct dcp_plan {
 static inline int64_t dcp_plan_buf_elems(const dcp_plan_t *p, int32_t r, int32_t b)
 {
     return p->buf_elems[(int64_t)r * DCP_BUF_COUNT + b];
+}
+
+/* First and end instruction of rank r's program of `pass`. */
+static inline int64_t dcp_plan_prog_begin(const dcp_plan_t *p, dcp_pass_t pass, int32_t r)
+{
+    return p->prog_off[(int64_t)pass * p->num_ranks + r];
+}
+
+static inline int64_t dcp_plan_prog_end(const dcp_plan_t *p, dcp_pass_t pass, int32_t r)
+{
+    return p->prog_off[(int64_t)pass * p->num_ranks + r + 1];
 }
 
 /* Bytes per element of buffer b. */

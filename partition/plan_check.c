@@ -1,7 +1,8 @@
 /*
  * Structural validation of a plan. A plan that passes can be executed without any
  * out-of-bounds access, without writing to the caller's inputs, and without deadlock:
- *  - every view and region lies inside its rank's buffer;
+ *  - every view and region lies inside its rank's buffer, and each pass touches only its own
+ *    buffers (a forward never reads dO, a backward never writes O);
  *  - every transfer id has exactly one send and one receive, between the right ranks, of
  *    the same size, in the same step;
  *  - each rank launches steps in increasing order, waits for them in increasing order, each
@@ -102,15 +103,24 @@ dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
             if (e < 0 || (b < DCP_BUF_STAGE && e != 0) || e > ((int64_t)1 << 50))
                 return CORRUPT("plan: rank %d buffer %d has %lld elements", r, b, (long long)e);
         }
-    for (int32_t ph = 0; ph < p->num_phases; ph++)
-        if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
-            (ph > 0 && p->phase_step[ph] < p->phase_step[ph - 1]))
-            return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
-    if (p->prog_off[0] != 0 || p->prog_off[p->num_ranks] != p->num_instrs)
+    const int32_t *px = p->pass_xfer, *pp = p->pass_phase;
+    for (int k = 0; k < DCP_PASS_COUNT; k++)
+        if (px[k] < 0 || px[k + 1] < px[k] || pp[k] < 0 || pp[k + 1] < pp[k])
+            return CORRUPT("plan: pass %d transfer or phase ranges are invalid", k);
+    if (px[0] != 0 || px[DCP_PASS_COUNT] != p->num_xfers || pp[0] != 0 ||
+        pp[DCP_PASS_COUNT] != p->num_phases)
+        return CORRUPT("plan: pass ranges do not cover the transfers and phases");
+    for (int k = 0; k < DCP_PASS_COUNT; k++)
+        for (int32_t ph = pp[k]; ph < pp[k + 1]; ph++)
+            if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
+                (ph > pp[k] && p->phase_step[ph] < p->phase_step[ph - 1]))
+                return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
+    const int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks;
+    if (p->prog_off[0] != 0 || p->prog_off[nprog] != p->num_instrs)
         return CORRUPT("plan: program offsets do not span the instructions");
-    for (int32_t r = 0; r < p->num_ranks; r++)
-        if (p->prog_off[r + 1] < p->prog_off[r])
-            return CORRUPT("plan: program offsets decrease at rank %d", r);
+    for (int64_t i = 0; i < nprog; i++)
+        if (p->prog_off[i + 1] < p->prog_off[i])
+            return CORRUPT("plan: program offsets decrease at program %lld", (long long)i);
     return DCP_OK;
 }
 
@@ -118,6 +128,7 @@ dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
 
 typedef struct {
     const dcp_plan_t *p;
+    dcp_pass_t pass;
     int32_t rank;
     int64_t instr;
     int64_t *extent; /* [DCP_BUF_COUNT]: furthest element any view of the rank reaches */
@@ -125,8 +136,9 @@ typedef struct {
 
 static dcp_status_t bad(const where_t *w, const char *what)
 {
-    return CORRUPT("plan: rank %d instruction %lld: %s", w->rank,
-                   (long long)(w->instr - w->p->prog_off[w->rank]), what);
+    return CORRUPT("plan: rank %d %s instruction %lld: %s", w->rank,
+                   w->pass == DCP_PASS_FWD ? "forward" : "backward",
+                   (long long)(w->instr - dcp_plan_prog_begin(w->p, w->pass, w->rank)), what);
 }
 
 static int range_ok(int64_t first, int64_t count, int64_t n)
@@ -134,10 +146,24 @@ static int range_ok(int64_t first, int64_t count, int64_t n)
     return first >= 0 && count >= 0 && first <= n && count <= n - first;
 }
 
+#define BIT(b) (1u << (b))
+
+/* The buffers each pass may touch: the executor binds only these. */
+static const unsigned pass_bufs[DCP_PASS_COUNT] = {
+    BIT(DCP_BUF_Q) | BIT(DCP_BUF_K) | BIT(DCP_BUF_V) | BIT(DCP_BUF_O) | BIT(DCP_BUF_LSE) |
+        BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_ACC_LSE) | BIT(DCP_BUF_STAGE) | BIT(DCP_BUF_RQ) |
+        BIT(DCP_BUF_RKV) | BIT(DCP_BUF_PART),
+    BIT(DCP_BUF_Q) | BIT(DCP_BUF_K) | BIT(DCP_BUF_V) | BIT(DCP_BUF_LSE) | BIT(DCP_BUF_DO) |
+        BIT(DCP_BUF_DQ) | BIT(DCP_BUF_DK) | BIT(DCP_BUF_DV) | BIT(DCP_BUF_DELTA) |
+        BIT(DCP_BUF_ACC_DQ) | BIT(DCP_BUF_ACC_DK) | BIT(DCP_BUF_ACC_DV) | BIT(DCP_BUF_STAGE) |
+        BIT(DCP_BUF_STAGE32) | BIT(DCP_BUF_RQ) | BIT(DCP_BUF_RKV) | BIT(DCP_BUF_RSTAT) |
+        BIT(DCP_BUF_PART)};
+
 /* rows x row_elems elements at v, within the buffer, from one of the allowed buffers. */
 static int view_ok(const where_t *w, dcp_view_t v, int64_t rows, int64_t row_elems,
                    unsigned allowed)
 {
+    allowed &= pass_bufs[w->pass];
     if (v.buf < 0 || v.buf >= DCP_BUF_COUNT || !(allowed & (1u << v.buf))) return 0;
     if (rows < 0 || row_elems < 1 || v.off < 0) return 0;
     if (rows == 0) return 1;
@@ -148,8 +174,6 @@ static int view_ok(const where_t *w, dcp_view_t v, int64_t rows, int64_t row_ele
     if (v.off + span > w->extent[v.buf]) w->extent[v.buf] = v.off + span;
     return 1;
 }
-
-#define BIT(b) (1u << (b))
 
 static dcp_status_t check_block_ref(const where_t *w, int32_t blk, int32_t seq, int32_t pos,
                                     int32_t len)
@@ -173,11 +197,38 @@ static int out_key_cmp(const void *a, const void *b)
     return (x->off > y->off) - (x->off < y->off);
 }
 
+/* A group's views in its pass: the forward writes O and LSE; the backward reads Q, dO, LSE
+ * and delta and adds to dQ. */
+static int group_views_ok(const where_t *w, const dcp_tile_group_t *g)
+{
+    const dcp_plan_t *p = w->p;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim, n = g->q_len;
+    if (!view_ok(w, g->q, n, qw, BIT(DCP_BUF_Q) | BIT(DCP_BUF_RQ))) return 0;
+    if (w->pass == DCP_PASS_FWD)
+        return view_ok(w, g->o, n, qw, BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_PART)) &&
+               view_ok(w, g->lse, n, p->qpg, BIT(DCP_BUF_ACC_LSE) | BIT(DCP_BUF_PART));
+    return view_ok(w, g->dout, n, qw, BIT(DCP_BUF_DO) | BIT(DCP_BUF_RQ)) &&
+           view_ok(w, g->lse, n, p->qpg, BIT(DCP_BUF_LSE) | BIT(DCP_BUF_RSTAT)) &&
+           view_ok(w, g->delta, n, p->qpg, BIT(DCP_BUF_DELTA) | BIT(DCP_BUF_RSTAT)) &&
+           view_ok(w, g->dq, n, qw, BIT(DCP_BUF_ACC_DQ) | BIT(DCP_BUF_PART));
+}
+
+static int tile_views_ok(const where_t *w, const dcp_tile_t *t)
+{
+    const int64_t kw = (int64_t)w->p->kvpg * w->p->shape.head_dim, n = t->kv_len;
+    if (!view_ok(w, t->k, n, kw, BIT(DCP_BUF_K) | BIT(DCP_BUF_RKV)) ||
+        !view_ok(w, t->v, n, kw, BIT(DCP_BUF_V) | BIT(DCP_BUF_RKV)))
+        return 0;
+    return w->pass == DCP_PASS_FWD ||
+           (view_ok(w, t->dk, n, kw, BIT(DCP_BUF_ACC_DK) | BIT(DCP_BUF_PART)) &&
+            view_ok(w, t->dv, n, kw, BIT(DCP_BUF_ACC_DV) | BIT(DCP_BUF_PART)));
+}
+
 static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
 {
     const dcp_plan_t *p = w->p;
-    const int64_t d = p->shape.head_dim, qw = (int64_t)p->qpg * d, kw = (int64_t)p->kvpg * d;
-    if (in->arg != 0 || !range_ok(in->first, in->count, p->num_groups) || in->count < 1)
+    if (in->arg != (int32_t)w->pass || !range_ok(in->first, in->count, p->num_groups) ||
+        in->count < 1)
         return bad(w, "ATTN names no valid tile groups");
     out_key_t *keys;
     DCP_CHECK(dcp_calloc(&keys, in->count, sizeof *keys, "plan check"));
@@ -191,20 +242,18 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
             break;
         }
         if ((st = check_block_ref(w, g->q_block, g->seq, g->q_pos, g->q_len)) != DCP_OK) break;
-        if (!view_ok(w, g->q, g->q_len, qw, BIT(DCP_BUF_Q) | BIT(DCP_BUF_RQ)) ||
-            !view_ok(w, g->o, g->q_len, qw, BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_PART)) ||
-            !view_ok(w, g->lse, g->q_len, p->qpg, BIT(DCP_BUF_ACC_LSE) | BIT(DCP_BUF_PART))) {
+        if (!group_views_ok(w, g)) {
             st = bad(w, "tile group view out of bounds");
             break;
         }
-        keys[i] = (out_key_t){g->o.buf, g->o.off};
+        const dcp_view_t out = w->pass == DCP_PASS_FWD ? g->o : g->dq;
+        keys[i] = (out_key_t){out.buf, out.off};
         const dcp_seq_info_t *s = &p->seqs[g->seq];
         for (int32_t t = g->first_tile; t < g->first_tile + g->num_tiles && st == DCP_OK; t++) {
             const dcp_tile_t *tl = &p->tiles[t];
             if ((st = check_block_ref(w, tl->kv_block, g->seq, tl->kv_pos, tl->kv_len)) != DCP_OK)
                 break;
-            if (!view_ok(w, tl->k, tl->kv_len, kw, BIT(DCP_BUF_K) | BIT(DCP_BUF_RKV)) ||
-                !view_ok(w, tl->v, tl->kv_len, kw, BIT(DCP_BUF_V) | BIT(DCP_BUF_RKV))) {
+            if (!tile_views_ok(w, tl)) {
                 st = bad(w, "tile view out of bounds");
                 break;
             }
@@ -227,7 +276,7 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
     return st;
 }
 
-static dcp_status_t check_reduce(const where_t *w, const dcp_instr_t *in)
+static dcp_status_t check_merges(const where_t *w, const dcp_instr_t *in)
 {
     const dcp_plan_t *p = w->p;
     const int64_t qw = (int64_t)p->qpg * p->shape.head_dim;
@@ -247,26 +296,74 @@ static dcp_status_t check_reduce(const where_t *w, const dcp_instr_t *in)
     return DCP_OK;
 }
 
-static dcp_status_t check_copy(const where_t *w, const dcp_instr_t *in)
+/* Backward sums: PART rows added into a gradient accumulator; destinations of one REDUCE
+ * are distinct (its items run in parallel on a GPU). */
+static dcp_status_t check_sums(const where_t *w, const dcp_instr_t *in)
 {
     const dcp_plan_t *p = w->p;
     if (!range_ok(in->first, in->count, p->num_copies) || in->count < 1)
+        return bad(w, "REDUCE names no valid sums");
+    out_key_t *keys;
+    DCP_CHECK(dcp_calloc(&keys, in->count, sizeof *keys, "plan check"));
+    dcp_status_t st = DCP_OK;
+    for (int64_t i = 0; i < in->count && st == DCP_OK; i++) {
+        const dcp_copy_item_t *c = &p->copies[in->first + i];
+        const unsigned acc = BIT(DCP_BUF_ACC_DQ) | BIT(DCP_BUF_ACC_DK) | BIT(DCP_BUF_ACC_DV);
+        if (c->rows < 1 || !view_ok(w, c->src, c->rows, c->row_elems, BIT(DCP_BUF_PART)) ||
+            !view_ok(w, c->dst, c->rows, c->row_elems, acc))
+            st = bad(w, "sum out of bounds");
+        keys[i] = (out_key_t){c->dst.buf, c->dst.off};
+    }
+    if (st == DCP_OK) {
+        qsort(keys, (size_t)in->count, sizeof *keys, out_key_cmp);
+        for (int64_t i = 1; i < in->count && st == DCP_OK; i++)
+            if (!out_key_cmp(&keys[i - 1], &keys[i])) st = bad(w, "two sums share a destination");
+    }
+    free(keys);
+    return st;
+}
+
+static dcp_status_t check_reduce(const where_t *w, const dcp_instr_t *in)
+{
+    if (in->arg != (int32_t)w->pass) return bad(w, "REDUCE of the other pass");
+    return w->pass == DCP_PASS_FWD ? check_merges(w, in) : check_sums(w, in);
+}
+
+static dcp_status_t check_copy(const where_t *w, const dcp_instr_t *in)
+{
+    const dcp_plan_t *p = w->p;
+    if (in->arg != 0 || !range_ok(in->first, in->count, p->num_copies) || in->count < 1)
         return bad(w, "COPY names no valid copies");
     for (int64_t i = in->first; i < in->first + in->count; i++) {
         const dcp_copy_item_t *c = &p->copies[i];
-        /* the only copies there are: pack inputs for sending, and publish the outputs */
+        /* the only copies there are: pack inputs for sending, and publish the outputs (the
+         * pass's buffer sets keep each to its own pass) */
         unsigned dst;
         switch (c->src.buf) {
         case DCP_BUF_Q:
         case DCP_BUF_K:
         case DCP_BUF_V:
+        case DCP_BUF_DO:
             dst = BIT(DCP_BUF_STAGE);
+            break;
+        case DCP_BUF_LSE:
+        case DCP_BUF_DELTA:
+            dst = BIT(DCP_BUF_STAGE32);
             break;
         case DCP_BUF_ACC_O:
             dst = BIT(DCP_BUF_O);
             break;
         case DCP_BUF_ACC_LSE:
             dst = BIT(DCP_BUF_LSE);
+            break;
+        case DCP_BUF_ACC_DQ:
+            dst = BIT(DCP_BUF_DQ);
+            break;
+        case DCP_BUF_ACC_DK:
+            dst = BIT(DCP_BUF_DK);
+            break;
+        case DCP_BUF_ACC_DV:
+            dst = BIT(DCP_BUF_DV);
             break;
         default:
             return bad(w, "copy from a buffer that is never copied");
@@ -292,10 +389,12 @@ static dcp_status_t check_launch(const where_t *w, const dcp_instr_t *in, pairin
     for (int64_t i = in->first; i < in->first + in->count; i++) {
         const dcp_comm_op_t *op = &p->comm[i];
         if (op->peer < 0 || op->peer >= p->num_ranks || op->peer == w->rank || (op->send & ~1) ||
-            op->transfer < 0 || op->transfer >= p->num_xfers || op->elems < 1)
+            op->transfer < p->pass_xfer[w->pass] || op->transfer >= p->pass_xfer[w->pass + 1] ||
+            op->elems < 1)
             return bad(w, "comm op fields out of range");
-        const unsigned bufs = op->send ? BIT(DCP_BUF_STAGE) | BIT(DCP_BUF_PART)
-                                       : BIT(DCP_BUF_RQ) | BIT(DCP_BUF_RKV) | BIT(DCP_BUF_PART);
+        const unsigned bufs =
+            op->send ? BIT(DCP_BUF_STAGE) | BIT(DCP_BUF_STAGE32) | BIT(DCP_BUF_PART)
+                     : BIT(DCP_BUF_RQ) | BIT(DCP_BUF_RKV) | BIT(DCP_BUF_RSTAT) | BIT(DCP_BUF_PART);
         if (!view_ok(w, (dcp_view_t){op->off, 0, op->buf}, 1, op->elems, bufs))
             return bad(w, "comm region out of bounds");
         pairing_t *x = &pair[op->transfer];
@@ -315,14 +414,15 @@ static dcp_status_t check_launch(const where_t *w, const dcp_instr_t *in, pairin
     return DCP_OK;
 }
 
-/* launched[phase]: 0 not yet, 1 launched, 2 waited. */
-static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, uint8_t *launched)
+/* One program of rank r. launched[phase]: 0 not yet, 1 launched, 2 waited. */
+static dcp_status_t check_program(const dcp_plan_t *p, dcp_pass_t pass, int32_t r, pairing_t *pair,
+                                  uint8_t *launched, int64_t *extent)
 {
     int32_t last_launch = -1, last_wait = -1;
-    int64_t extent[DCP_BUF_COUNT] = {0};
+    const int32_t ph0 = p->pass_phase[pass], ph1 = p->pass_phase[pass + 1];
     memset(launched, 0, (size_t)p->num_phases);
-    for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
-        const where_t w = {p, r, i, extent};
+    for (int64_t i = dcp_plan_prog_begin(p, pass, r); i < dcp_plan_prog_end(p, pass, r); i++) {
+        const where_t w = {p, pass, r, i, extent};
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
         case DCP_OP_ATTN:
@@ -335,14 +435,14 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, 
             DCP_CHECK(check_copy(&w, in));
             break;
         case DCP_OP_COMM_LAUNCH:
-            if (in->arg <= last_launch || in->arg >= p->num_phases)
+            if (in->arg <= last_launch || in->arg < ph0 || in->arg >= ph1)
                 return bad(&w, "phases must be launched once each, in increasing order");
             last_launch = in->arg;
             launched[in->arg] = 1;
             DCP_CHECK(check_launch(&w, in, pair));
             break;
         case DCP_OP_COMM_WAIT:
-            if (in->arg <= last_wait || in->arg >= p->num_phases || !launched[in->arg])
+            if (in->arg <= last_wait || in->arg < ph0 || in->arg >= ph1 || !launched[in->arg])
                 return bad(&w, "wait for a phase not launched, or out of order");
             last_wait = in->arg;
             launched[in->arg] = 2;
@@ -351,14 +451,22 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, 
             return bad(&w, "unknown opcode");
         }
     }
-    for (int32_t s = 0; s < p->num_phases; s++)
+    for (int32_t s = ph0; s < ph1; s++)
         if (launched[s] == 1) return CORRUPT("plan: rank %d never waits for phase %d", r, s);
-    /* work buffers are no larger than what the program addresses (slot-aligned), so a plan
+    return DCP_OK;
+}
+
+static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, uint8_t *launched)
+{
+    int64_t extent[DCP_BUF_COUNT] = {0};
+    for (int k = 0; k < DCP_PASS_COUNT; k++)
+        DCP_CHECK(check_program(p, (dcp_pass_t)k, r, pair, launched, extent));
+    /* work buffers are no larger than what the programs address (slot-aligned), so a plan
      * cannot make a rank allocate memory it never uses */
     for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {
         const int64_t need = (extent[b] + DCP_SLOT_ALIGN - 1) / DCP_SLOT_ALIGN * DCP_SLOT_ALIGN;
         if (dcp_plan_buf_elems(p, r, b) > need)
-            return CORRUPT("plan: rank %d buffer %d holds %lld elements, its program uses %lld", r,
+            return CORRUPT("plan: rank %d buffer %d holds %lld elements, its programs use %lld", r,
                            b, (long long)dcp_plan_buf_elems(p, r, b), (long long)need);
     }
     return DCP_OK;

@@ -3,7 +3,8 @@
  *
  *   header (32 bytes): "DCPPLAN\0" | u32 version | u32 header bytes | u64 payload bytes |
  *                      u32 CRC-32C of the payload | u32 flags (0)
- *   payload: sections META, SEQS, BLOCKS, PROGRAMS, ITEMS, each opened by a u32 tag;
+ *   payload: sections META, SEQS, BLOCKS, PROGRAMS (forward and backward), ITEMS, each
+ *            opened by a u32 tag;
  *            every array is prefixed by its u64 element count.
  *
  * All integers are little-endian. One walker (codec_t) both writes and reads, so the field
@@ -19,7 +20,7 @@
 #include <string.h>
 
 #define PLAN_MAGIC        "DCPPLAN"
-#define PLAN_VERSION      1u
+#define PLAN_VERSION      2u /* 2: backward programs */
 #define PLAN_HEADER_BYTES 32u
 
 enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS };
@@ -147,9 +148,8 @@ static void e_instr(codec_t *c, void *v)
 static void e_group(codec_t *c, void *v)
 {
     dcp_tile_group_t *g = v;
-    f_view(c, &g->q);
-    f_view(c, &g->o);
-    f_view(c, &g->lse);
+    dcp_view_t *views[] = {&g->q, &g->o, &g->lse, &g->dout, &g->delta, &g->dq};
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++) f_view(c, views[i]);
     int32_t *ints[] = {&g->q_block, &g->head_group, &g->seq,       &g->q_pos,
                        &g->q_len,   &g->first_tile, &g->num_tiles, &g->accumulate};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) f_i32(c, ints[i]);
@@ -160,6 +160,8 @@ static void e_tile(codec_t *c, void *v)
     dcp_tile_t *t = v;
     f_view(c, &t->k);
     f_view(c, &t->v);
+    f_view(c, &t->dk);
+    f_view(c, &t->dv);
     f_i32(c, &t->kv_block);
     f_i32(c, &t->kv_pos);
     f_i32(c, &t->kv_len);
@@ -232,6 +234,10 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_i32(c, &o->coalesce);
     f_i32(c, &p->num_xfers);
     f_i32(c, &p->num_phases);
+    for (int k = 0; k <= DCP_PASS_COUNT; k++) {
+        f_i32(c, &p->pass_xfer[k]);
+        f_i32(c, &p->pass_phase[k]);
+    }
     f_i32(c, &p->fallback);
     dcp_perf_model_t *m = &p->perf;
     f_f64(c, &m->intra_gbps);
@@ -312,7 +318,7 @@ static dcp_status_t f_blocks(codec_t *c, dcp_plan_t *p)
 static dcp_status_t f_programs(codec_t *c, dcp_plan_t *p)
 {
     DCP_CHECK(f_tag(c, SEC_PROGRAMS));
-    int64_t nprog = (int64_t)p->num_ranks + 1, nwork = (int64_t)p->num_ranks * DCP_BUF_COUNT;
+    int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks + 1, nwork = (int64_t)p->num_ranks * DCP_BUF_COUNT;
     const int64_t want_prog = nprog, want_work = nwork;
     DCP_CHECK(f_array(c, &p->prog_off, &nprog, sizeof(int64_t), 8, e_i64, "program offsets"));
     DCP_CHECK(f_array(c, &p->work_elems, &nwork, sizeof(int64_t), 8, e_i64, "buffer sizes"));
@@ -330,9 +336,9 @@ static dcp_status_t f_programs(codec_t *c, dcp_plan_t *p)
 static dcp_status_t f_items(codec_t *c, dcp_plan_t *p)
 {
     DCP_CHECK(f_tag(c, SEC_ITEMS));
-    DCP_CHECK(f_array(c, &p->groups, &p->num_groups, sizeof *p->groups, 3 * VIEW_BYTES + 32,
+    DCP_CHECK(f_array(c, &p->groups, &p->num_groups, sizeof *p->groups, 6 * VIEW_BYTES + 32,
                       e_group, "tile groups"));
-    DCP_CHECK(f_array(c, &p->tiles, &p->num_tiles, sizeof *p->tiles, 2 * VIEW_BYTES + 16, e_tile,
+    DCP_CHECK(f_array(c, &p->tiles, &p->num_tiles, sizeof *p->tiles, 4 * VIEW_BYTES + 16, e_tile,
                       "tiles"));
     DCP_CHECK(f_array(c, &p->merges, &p->num_merges, sizeof *p->merges, 2 * VIEW_BYTES + 12,
                       e_merge, "merges"));

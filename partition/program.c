@@ -5,18 +5,22 @@
 
 #include <stdlib.h>
 
-/* Slot allocators per work buffer, indexed by dcp_buf_t - DCP_BUF_STAGE. */
-enum { SLOT_STAGE, SLOT_RQ, SLOT_RKV, SLOT_PART, SLOT_COUNT };
+/* One slot allocator per planned work buffer, indexed by dcp_buf_t - DCP_BUF_STAGE. */
+#define SLOT_COUNT (DCP_BUF_COUNT - DCP_BUF_STAGE)
 
 typedef struct {
     dcp_plan_t *p;
     const dcp_blocks_t *b;
     const dcp_placement_t *pl;
-    const dcp_schedule_t *s;
+    const dcp_schedule_t *s; /* the schedule of the pass being emitted */
+    dcp_pass_t pass;
+    int32_t xfer_base, phase_base; /* plan-wide numbers of the pass's first transfer, phase */
     int64_t cap_instrs, cap_groups, cap_tiles, cap_merges, cap_srcs, cap_copies, cap_comm;
 
-    /* per transfer: slot offset at the sender and at the receiver */
+    /* per transfer: slot offset at the sender and at the receiver; backward partials get
+     * their sender slot at the first write (has_src) */
     int64_t *src_off, *dst_off;
+    uint8_t *has_src;
     /* transfers touching each rank, in global (step) order: CSR */
     int64_t *touch_off;
     int32_t *touch;
@@ -65,6 +69,25 @@ static dcp_view_t view(int32_t buf, int64_t off, int64_t stride)
 
 /* ---- views of blocks ---------------------------------------------------------------------- */
 
+/* Where a transfer of `kind` leaves from and lands in. */
+static int32_t send_buf(int32_t kind)
+{
+    if (dcp_xfer_is_partial(kind)) return DCP_BUF_PART;
+    return kind == DCP_XFER_BSTAT ? DCP_BUF_STAGE32 : DCP_BUF_STAGE;
+}
+
+static int32_t recv_buf(int32_t kind)
+{
+    if (dcp_xfer_is_partial(kind)) return DCP_BUF_PART;
+    if (kind == DCP_XFER_KV) return DCP_BUF_RKV;
+    return kind == DCP_XFER_BSTAT ? DCP_BUF_RSTAT : DCP_BUF_RQ;
+}
+
+static dcp_slots_t *slots_of(emitter_t *e, int32_t buf)
+{
+    return &e->slots[buf - DCP_BUF_STAGE];
+}
+
 static int64_t xfer_elems(const emitter_t *e, const dcp_transfer_t *x)
 {
     return dcp_blocks_xfer_elems(e->b, (dcp_xfer_kind_t)x->kind, e->b->blk_len[x->block]);
@@ -83,10 +106,11 @@ static dcp_view_t kv_rows(const emitter_t *e, int32_t buf, int32_t t, int32_t h)
     return view(buf, (e->p->blk_row[t] * hkv + (int64_t)h * e->b->kvpg) * d, hkv * d);
 }
 
-static dcp_view_t acc_lse_rows(const emitter_t *e, int32_t t, int32_t h)
+/* Rows of a per-(token, query head) fp32 buffer: LSE, ACC_LSE or DELTA. */
+static dcp_view_t stat_rows(const emitter_t *e, int32_t buf, int32_t t, int32_t h)
 {
     const int64_t hq = e->p->shape.num_heads;
-    return view(DCP_BUF_ACC_LSE, e->p->blk_row[t] * hq + (int64_t)h * e->b->qpg, hq);
+    return view(buf, e->p->blk_row[t] * hq + (int64_t)h * e->b->qpg, hq);
 }
 
 /* A partial-output slot: O rows, then LSE rows. */
@@ -99,6 +123,36 @@ static void part_views(const emitter_t *e, int64_t off, int32_t len, dcp_view_t 
 
 /* ---- steps ---------------------------------------------------------------------------------- */
 
+/* The staging copies of block t, head group h, into the `kind` slot at `off`: each source
+ * rows go after the previous one's. */
+static dcp_status_t push_stage(emitter_t *e, int32_t kind, int32_t t, int32_t h, int64_t off)
+{
+    const int64_t d = e->p->shape.head_dim, len = e->b->blk_len[t];
+    const int64_t qw = e->b->qpg * d, kw = e->b->kvpg * d, sw = e->b->qpg;
+    dcp_view_t src[2];
+    int64_t w;
+    int n = 2;
+    switch (kind) {
+    case DCP_XFER_Q:
+        src[0] = q_rows(e, DCP_BUF_Q, t, h), w = qw, n = 1;
+        break;
+    case DCP_XFER_BQ:
+        src[0] = q_rows(e, DCP_BUF_Q, t, h), src[1] = q_rows(e, DCP_BUF_DO, t, h), w = qw;
+        break;
+    case DCP_XFER_BSTAT:
+        src[0] = stat_rows(e, DCP_BUF_LSE, t, h), src[1] = stat_rows(e, DCP_BUF_DELTA, t, h);
+        w = sw;
+        break;
+    default: /* DCP_XFER_KV */
+        src[0] = kv_rows(e, DCP_BUF_K, t, h), src[1] = kv_rows(e, DCP_BUF_V, t, h), w = kw;
+        break;
+    }
+    for (int i = 0; i < n; i++)
+        DCP_CHECK(push_copy(e, src[i], view(send_buf(kind), off + i * len * w, w), (int32_t)len,
+                            (int32_t)w));
+    return DCP_OK;
+}
+
 static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
 {
     const dcp_schedule_t *s = e->s;
@@ -110,83 +164,121 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
     e->launched[phase] = first < last;
     if (first == last) return DCP_OK;
 
-    const int64_t d = e->p->shape.head_dim;
     const int64_t copy0 = e->p->num_copies;
     for (int64_t i = first; i < last; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &s->xfers[xi];
-        if (x->src != r || x->kind == DCP_XFER_PART) continue;
-        DCP_CHECK(dcp_slots_alloc(&e->slots[SLOT_STAGE], xfer_elems(e, x), &e->src_off[xi]));
-        const int32_t len = e->b->blk_len[x->block];
-        if (x->kind == DCP_XFER_Q) {
-            const int64_t w = e->b->qpg * d;
-            DCP_CHECK(push_copy(e, q_rows(e, DCP_BUF_Q, x->block, x->head_group),
-                                view(DCP_BUF_STAGE, e->src_off[xi], w), len, (int32_t)w));
-        } else {
-            const int64_t w = e->b->kvpg * d;
-            DCP_CHECK(push_copy(e, kv_rows(e, DCP_BUF_K, x->block, x->head_group),
-                                view(DCP_BUF_STAGE, e->src_off[xi], w), len, (int32_t)w));
-            DCP_CHECK(push_copy(e, kv_rows(e, DCP_BUF_V, x->block, x->head_group),
-                                view(DCP_BUF_STAGE, e->src_off[xi] + len * w, w), len, (int32_t)w));
-        }
+        if (x->src != r || dcp_xfer_is_partial(x->kind)) continue;
+        DCP_CHECK(dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x),
+                                  &e->src_off[xi]));
+        DCP_CHECK(push_stage(e, x->kind, x->block, x->head_group, e->src_off[xi]));
     }
     if (e->p->num_copies > copy0)
         DCP_CHECK(push_instr(e, DCP_OP_COPY, 0, copy0, e->p->num_copies - copy0));
 
-    static const int32_t recv_buf[3] = {DCP_BUF_RQ, DCP_BUF_RKV, DCP_BUF_PART};
-    static const int32_t recv_slot[3] = {SLOT_RQ, SLOT_RKV, SLOT_PART};
     const int64_t comm0 = e->p->num_comm;
     for (int64_t i = first; i < last; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &s->xfers[xi];
         const int64_t n = xfer_elems(e, x);
+        const int32_t id = e->xfer_base + xi;
         if (x->src == r) {
-            const int32_t buf = x->kind == DCP_XFER_PART ? DCP_BUF_PART : DCP_BUF_STAGE;
-            DCP_CHECK(push_comm(e, x->dst, 1, xi, buf, e->src_off[xi], n));
+            DCP_CHECK(push_comm(e, x->dst, 1, id, send_buf(x->kind), e->src_off[xi], n));
         } else {
-            DCP_CHECK(dcp_slots_alloc(&e->slots[recv_slot[x->kind]], n, &e->dst_off[xi]));
-            DCP_CHECK(push_comm(e, x->src, 0, xi, recv_buf[x->kind], e->dst_off[xi], n));
+            DCP_CHECK(dcp_slots_alloc(slots_of(e, recv_buf(x->kind)), n, &e->dst_off[xi]));
+            DCP_CHECK(push_comm(e, x->src, 0, id, recv_buf(x->kind), e->dst_off[xi], n));
         }
     }
-    return push_instr(e, DCP_OP_COMM_LAUNCH, phase, comm0, e->p->num_comm - comm0);
+    return push_instr(e, DCP_OP_COMM_LAUNCH, e->phase_base + phase, comm0,
+                      e->p->num_comm - comm0);
 }
 
 /* Waits for a phase and frees the send-side slots it used. */
 static dcp_status_t emit_wait(emitter_t *e, int32_t phase)
 {
     if (!e->launched[phase]) return DCP_OK;
-    DCP_CHECK(push_instr(e, DCP_OP_COMM_WAIT, phase, 0, 0));
+    DCP_CHECK(push_instr(e, DCP_OP_COMM_WAIT, e->phase_base + phase, 0, 0));
     for (int64_t i = e->touch_off[e->rank]; i < e->next_touch; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &e->s->xfers[xi];
         if (x->phase != phase || x->src != e->rank) continue;
-        const int slot = x->kind == DCP_XFER_PART ? SLOT_PART : SLOT_STAGE;
-        DCP_CHECK(dcp_slots_free(&e->slots[slot], e->src_off[xi], xfer_elems(e, x)));
+        DCP_CHECK(dcp_slots_free(slots_of(e, send_buf(x->kind)), e->src_off[xi], xfer_elems(e, x)));
     }
+    return DCP_OK;
+}
+
+/* The sender slot of a backward partial (dQ, or dK + dV), taken at its first write. Such a
+ * slot must be fresh memory: the executor zeroes PART when a backward starts and kernels add
+ * into it, and no PART slot is freed before the last step, so there is never a hole. */
+static dcp_status_t grad_slot(emitter_t *e, int32_t x, int64_t *off_out)
+{
+    if (!e->has_src[x]) {
+        dcp_slots_t *a = slots_of(e, DCP_BUF_PART);
+        if (a->num_holes != 0)
+            return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d reuses a gradient slot",
+                                 e->rank);
+        DCP_CHECK(dcp_slots_alloc(a, xfer_elems(e, &e->s->xfers[x]), &e->src_off[x]));
+        e->has_src[x] = 1;
+    }
+    *off_out = e->src_off[x];
+    return DCP_OK;
+}
+
+static dcp_status_t find_xfer(const emitter_t *e, int32_t kind, int32_t t, int32_t h, int32_t *x)
+{
+    *x = dcp_schedule_find(e->s, e->rank, kind, t, h);
+    if (*x < 0)
+        return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks transfer kind %d of block %d",
+                             e->rank, kind, t);
+    return DCP_OK;
+}
+
+/* Backward views of a group (tq, h): Q, dO, LSE, delta in; dQ added to. */
+static dcp_status_t group_io_bwd(emitter_t *e, int32_t tq, int32_t h, dcp_tile_group_t *g)
+{
+    if (e->pl->blk_owner[tq] == e->rank) {
+        g->q = q_rows(e, DCP_BUF_Q, tq, h);
+        g->dout = q_rows(e, DCP_BUF_DO, tq, h);
+        g->lse = stat_rows(e, DCP_BUF_LSE, tq, h);
+        g->delta = stat_rows(e, DCP_BUF_DELTA, tq, h);
+        g->dq = q_rows(e, DCP_BUF_ACC_DQ, tq, h);
+        return DCP_OK;
+    }
+    const int64_t len = e->b->blk_len[tq], qw = (int64_t)e->b->qpg * e->p->shape.head_dim;
+    int32_t xq, xs, xd;
+    DCP_CHECK(find_xfer(e, DCP_XFER_BQ, tq, h, &xq));
+    DCP_CHECK(find_xfer(e, DCP_XFER_BSTAT, tq, h, &xs));
+    DCP_CHECK(find_xfer(e, DCP_XFER_DQ, tq, h, &xd));
+    g->q = view(DCP_BUF_RQ, e->dst_off[xq], qw);
+    g->dout = view(DCP_BUF_RQ, e->dst_off[xq] + len * qw, qw);
+    g->lse = view(DCP_BUF_RSTAT, e->dst_off[xs], e->b->qpg);
+    g->delta = view(DCP_BUF_RSTAT, e->dst_off[xs] + len * e->b->qpg, e->b->qpg);
+    int64_t off;
+    DCP_CHECK(grad_slot(e, xd, &off));
+    g->dq = view(DCP_BUF_PART, off, qw);
     return DCP_OK;
 }
 
 /* Query and output views of a group (tq, h) in division d. */
 static dcp_status_t group_io(emitter_t *e, int32_t tq, int32_t h, int32_t div, dcp_tile_group_t *g)
 {
+    if (e->pass == DCP_PASS_BWD) return group_io_bwd(e, tq, h, g);
     const int32_t r = e->rank;
     if (e->pl->blk_owner[tq] == r) {
         g->q = q_rows(e, DCP_BUF_Q, tq, h);
         g->o = q_rows(e, DCP_BUF_ACC_O, tq, h);
-        g->lse = acc_lse_rows(e, tq, h);
+        g->lse = stat_rows(e, DCP_BUF_ACC_LSE, tq, h);
         g->accumulate = 1; /* accumulators start as O = 0, LSE = -inf */
         return DCP_OK;
     }
-    const int32_t xq = dcp_schedule_find(e->s, r, DCP_XFER_Q, tq, h);
-    const int32_t xp = dcp_schedule_find(e->s, r, DCP_XFER_PART, tq, h);
-    if (xq < 0 || xp < 0)
-        return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks Q or partial of block %d", r,
-                             tq);
+    int32_t xq, xp;
+    DCP_CHECK(find_xfer(e, DCP_XFER_Q, tq, h, &xq));
+    DCP_CHECK(find_xfer(e, DCP_XFER_PART, tq, h, &xp));
     g->q = view(DCP_BUF_RQ, e->dst_off[xq], (int64_t)e->b->qpg * e->p->shape.head_dim);
     const dcp_transfer_t *x = &e->s->xfers[xp];
     g->accumulate = x->first_div != div;
     if (!g->accumulate)
-        DCP_CHECK(dcp_slots_alloc(&e->slots[SLOT_PART], xfer_elems(e, x), &e->src_off[xp]));
+        DCP_CHECK(dcp_slots_alloc(slots_of(e, DCP_BUF_PART), xfer_elems(e, x), &e->src_off[xp]));
     part_views(e, e->src_off[xp], e->b->blk_len[tq], &g->o, &g->lse);
     return DCP_OK;
 }
@@ -199,17 +291,28 @@ static dcp_status_t push_tile(emitter_t *e, int64_t t, int32_t h)
                        .kv_pos = e->b->blk_start[kv],
                        .kv_len = e->b->blk_len[kv],
                        .full = e->b->tile_full[t]};
+    const int bwd = e->pass == DCP_PASS_BWD;
     if (e->pl->blk_owner[kv] == e->rank) {
         tile.k = kv_rows(e, DCP_BUF_K, kv, h);
         tile.v = kv_rows(e, DCP_BUF_V, kv, h);
+        if (bwd) {
+            tile.dk = kv_rows(e, DCP_BUF_ACC_DK, kv, h);
+            tile.dv = kv_rows(e, DCP_BUF_ACC_DV, kv, h);
+        }
     } else {
-        const int32_t xk = dcp_schedule_find(e->s, e->rank, DCP_XFER_KV, kv, h);
-        if (xk < 0)
-            return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks KV of block %d", e->rank,
-                                 kv);
+        int32_t xk;
+        DCP_CHECK(find_xfer(e, DCP_XFER_KV, kv, h, &xk));
         const int64_t w = (int64_t)e->b->kvpg * p->shape.head_dim;
         tile.k = view(DCP_BUF_RKV, e->dst_off[xk], w);
         tile.v = view(DCP_BUF_RKV, e->dst_off[xk] + tile.kv_len * w, w);
+        if (bwd) {
+            int32_t xd;
+            int64_t off;
+            DCP_CHECK(find_xfer(e, DCP_XFER_DKV, kv, h, &xd));
+            DCP_CHECK(grad_slot(e, xd, &off));
+            tile.dk = view(DCP_BUF_PART, off, w);
+            tile.dv = view(DCP_BUF_PART, off + tile.kv_len * w, w);
+        }
     }
     DCP_CHECK(dcp_reserve(&p->tiles, &e->cap_tiles, p->num_tiles + 1, sizeof *p->tiles, "tiles"));
     p->tiles[p->num_tiles++] = tile;
@@ -246,7 +349,7 @@ static dcp_status_t emit_attn(emitter_t *e, int32_t div, int64_t c0, int64_t c1)
         p->groups[p->num_groups++] = g;
     }
     if (p->num_groups > group0)
-        DCP_CHECK(push_instr(e, DCP_OP_ATTN, 0, group0, p->num_groups - group0));
+        DCP_CHECK(push_instr(e, DCP_OP_ATTN, e->pass, group0, p->num_groups - group0));
     return DCP_OK;
 }
 
@@ -256,88 +359,147 @@ static dcp_status_t free_dead_inputs(emitter_t *e, int32_t div)
     for (int64_t i = e->touch_off[e->rank]; i < e->next_touch; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &e->s->xfers[xi];
-        if (x->dst != e->rank || x->kind == DCP_XFER_PART || x->last_div != div) continue;
-        DCP_CHECK(dcp_slots_free(&e->slots[x->kind == DCP_XFER_Q ? SLOT_RQ : SLOT_RKV],
-                                 e->dst_off[xi], xfer_elems(e, x)));
+        if (x->dst != e->rank || dcp_xfer_is_partial(x->kind) || x->last_div != div) continue;
+        DCP_CHECK(dcp_slots_free(slots_of(e, recv_buf(x->kind)), e->dst_off[xi], xfer_elems(e, x)));
     }
     return DCP_OK;
 }
 
-/* Partial outputs received in the last step, merged into the accumulators per (block, head).
- * Transfers are ordered by (step, src, dst, kind, block, head), so the receives of one
- * (block, head) are not adjacent: sort them first. */
+/* Partials received in the last step, sorted by (kind, block, head, source): the receives
+ * of one destination are not adjacent in transfer order. */
 typedef struct {
-    int32_t block, head, src, xfer;
+    int32_t kind, block, head, src, xfer;
 } part_in_t;
 
 static int part_in_cmp(const void *a, const void *b)
 {
     const part_in_t *x = a, *y = b;
-    if (x->block != y->block) return x->block < y->block ? -1 : 1;
-    if (x->head != y->head) return x->head < y->head ? -1 : 1;
-    return (x->src > y->src) - (x->src < y->src);
+    const int32_t kx[4] = {x->kind, x->block, x->head, x->src};
+    const int32_t ky[4] = {y->kind, y->block, y->head, y->src};
+    for (int i = 0; i < 4; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+    return 0;
 }
 
-static dcp_status_t emit_reduce(emitter_t *e)
+static int same_dest(const part_in_t *a, const part_in_t *b)
 {
-    dcp_plan_t *p = e->p;
+    return a->kind == b->kind && a->block == b->block && a->head == b->head;
+}
+
+static dcp_status_t collect_parts(emitter_t *e, part_in_t **in_out, int64_t *n_out)
+{
     const int32_t r = e->rank;
     int64_t n = 0;
+    *in_out = NULL;
     for (int64_t i = e->touch_off[r]; i < e->touch_off[r + 1]; i++) {
         const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
-        n += x->dst == r && x->kind == DCP_XFER_PART;
+        n += x->dst == r && dcp_xfer_is_partial(x->kind);
     }
+    *n_out = n;
     if (n == 0) return DCP_OK;
     part_in_t *in;
     DCP_CHECK(dcp_calloc(&in, n, sizeof *in, "reduce"));
     n = 0;
     for (int64_t i = e->touch_off[r]; i < e->touch_off[r + 1]; i++) {
         const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
-        if (x->dst == r && x->kind == DCP_XFER_PART)
-            in[n++] = (part_in_t){x->block, x->head_group, x->src, e->touch[i]};
+        if (x->dst == r && dcp_xfer_is_partial(x->kind))
+            in[n++] = (part_in_t){x->kind, x->block, x->head_group, x->src, e->touch[i]};
     }
     qsort(in, (size_t)n, sizeof *in, part_in_cmp);
-    dcp_status_t st = DCP_OK;
+    *in_out = in;
+    return DCP_OK;
+}
+
+/* Forward: one n-way LSE merge per (block, head) into the accumulators. */
+static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
+{
+    dcp_plan_t *p = e->p;
     const int64_t merge0 = p->num_merges;
-    for (int64_t i = 0; i < n && st == DCP_OK;) {
+    for (int64_t i = 0; i < n;) {
         const int32_t t = in[i].block, h = in[i].head;
         dcp_merge_item_t m = {.o = q_rows(e, DCP_BUF_ACC_O, t, h),
-                              .lse = acc_lse_rows(e, t, h),
+                              .lse = stat_rows(e, DCP_BUF_ACC_LSE, t, h),
                               .rows = e->b->blk_len[t],
                               .first_src = (int32_t)p->num_merge_srcs};
-        for (; i < n && in[i].block == t && in[i].head == h; i++) {
-            const int32_t xi = in[i].xfer;
-            DCP_CHECK_GOTO(dcp_reserve(&p->merge_srcs, &e->cap_srcs, p->num_merge_srcs + 1,
-                                       sizeof *p->merge_srcs, "merge sources"),
-                           st, out);
+        for (const int64_t i0 = i; i < n && same_dest(&in[i], &in[i0]); i++) {
+            DCP_CHECK(dcp_reserve(&p->merge_srcs, &e->cap_srcs, p->num_merge_srcs + 1,
+                                  sizeof *p->merge_srcs, "merge sources"));
             dcp_merge_src_t *src = &p->merge_srcs[p->num_merge_srcs++];
-            part_views(e, e->dst_off[xi], m.rows, &src->o, &src->lse);
-            DCP_CHECK_GOTO(dcp_slots_free(&e->slots[SLOT_PART], e->dst_off[xi],
-                                          xfer_elems(e, &e->s->xfers[xi])),
-                           st, out);
+            part_views(e, e->dst_off[in[i].xfer], m.rows, &src->o, &src->lse);
         }
         m.num_src = (int32_t)(p->num_merge_srcs - m.first_src);
-        DCP_CHECK_GOTO(
-            dcp_reserve(&p->merges, &e->cap_merges, p->num_merges + 1, sizeof *p->merges, "merges"),
-            st, out);
+        DCP_CHECK(
+            dcp_reserve(&p->merges, &e->cap_merges, p->num_merges + 1, sizeof *p->merges, "merges"));
         p->merges[p->num_merges++] = m;
     }
-    st = push_instr(e, DCP_OP_REDUCE, 0, merge0, p->num_merges - merge0);
-out:
+    return push_instr(e, DCP_OP_REDUCE, DCP_PASS_FWD, merge0, p->num_merges - merge0);
+}
+
+/* Backward: fp32 sums of the received dQ and dK/dV partials into the accumulators. Sources of
+ * one destination go into successive REDUCEs (the k-th source of every destination in the
+ * k-th), so the items of one REDUCE never share a destination and the order of the sums is
+ * fixed by the plan: results are the same on every device and transport. */
+static dcp_status_t emit_sums(emitter_t *e, const part_in_t *in, int64_t n)
+{
+    dcp_plan_t *p = e->p;
+    const int64_t d = p->shape.head_dim, qw = e->b->qpg * d, kw = e->b->kvpg * d;
+    for (int64_t k = 0;; k++) {
+        const int64_t copy0 = p->num_copies;
+        int64_t j = 0; /* index of in[i] among the sources of its destination */
+        for (int64_t i = 0; i < n; i++) {
+            j = i > 0 && same_dest(&in[i], &in[i - 1]) ? j + 1 : 0;
+            if (j != k) continue;
+            const int32_t t = in[i].block, h = in[i].head, len = e->b->blk_len[t];
+            const int64_t off = e->dst_off[in[i].xfer];
+            if (in[i].kind == DCP_XFER_DQ) {
+                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, qw), q_rows(e, DCP_BUF_ACC_DQ, t, h),
+                                    len, (int32_t)qw));
+                continue;
+            }
+            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, kw), kv_rows(e, DCP_BUF_ACC_DK, t, h),
+                                len, (int32_t)kw));
+            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off + len * kw, kw),
+                                kv_rows(e, DCP_BUF_ACC_DV, t, h), len, (int32_t)kw));
+        }
+        if (p->num_copies == copy0) return DCP_OK;
+        DCP_CHECK(push_instr(e, DCP_OP_REDUCE, DCP_PASS_BWD, copy0, p->num_copies - copy0));
+    }
+}
+
+static dcp_status_t emit_reduce(emitter_t *e)
+{
+    part_in_t *in;
+    int64_t n;
+    DCP_CHECK(collect_parts(e, &in, &n));
+    if (n == 0) return DCP_OK;
+    dcp_status_t st = e->pass == DCP_PASS_FWD ? emit_merges(e, in, n) : emit_sums(e, in, n);
+    for (int64_t i = 0; i < n && st == DCP_OK; i++)
+        st = dcp_slots_free(slots_of(e, DCP_BUF_PART), e->dst_off[in[i].xfer],
+                            xfer_elems(e, &e->s->xfers[in[i].xfer]));
     free(in);
     return st;
 }
 
+/* The last COPY: accumulators published into the caller's outputs of the pass. */
 static dcp_status_t emit_copy_out(emitter_t *e, int64_t tokens)
 {
     if (tokens == 0) return DCP_OK;
-    const int64_t hq = e->p->shape.num_heads, w = hq * e->p->shape.head_dim;
+    const int64_t hq = e->p->shape.num_heads, hkv = e->p->shape.num_kv_heads;
+    const int64_t qw = hq * e->p->shape.head_dim, kw = hkv * e->p->shape.head_dim;
+    static const int32_t fwd[2][2] = {{DCP_BUF_ACC_O, DCP_BUF_O}, {DCP_BUF_ACC_LSE, DCP_BUF_LSE}};
+    static const int32_t bwd[3][2] = {
+        {DCP_BUF_ACC_DQ, DCP_BUF_DQ}, {DCP_BUF_ACC_DK, DCP_BUF_DK}, {DCP_BUF_ACC_DV, DCP_BUF_DV}};
+    const int bw = e->pass == DCP_PASS_BWD;
+    const int64_t widths[2][3] = {{qw, hq, 0}, {qw, kw, kw}};
+    const int n = bw ? 3 : 2;
     const int64_t copy0 = e->p->num_copies;
-    DCP_CHECK(push_copy(e, view(DCP_BUF_ACC_O, 0, w), view(DCP_BUF_O, 0, w), (int32_t)tokens,
-                        (int32_t)w));
-    DCP_CHECK(push_copy(e, view(DCP_BUF_ACC_LSE, 0, hq), view(DCP_BUF_LSE, 0, hq), (int32_t)tokens,
-                        (int32_t)hq));
-    return push_instr(e, DCP_OP_COPY, 0, copy0, 2);
+    for (int i = 0; i < n; i++) {
+        const int32_t *pair = bw ? bwd[i] : fwd[i];
+        const int64_t w = widths[bw][i];
+        DCP_CHECK(push_copy(e, view(pair[0], 0, w), view(pair[1], 0, w), (int32_t)tokens,
+                            (int32_t)w));
+    }
+    return push_instr(e, DCP_OP_COPY, 0, copy0, n);
 }
 
 /* Every phase of a step, launched and waited one after the other. */
@@ -423,7 +585,7 @@ static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t
     e->rank = r;
     e->next_touch = e->touch_off[r];
     for (int i = 0; i < SLOT_COUNT; i++) dcp_slots_release(&e->slots[i]);
-    e->p->prog_off[r] = e->p->num_instrs;
+    e->p->prog_off[(int64_t)e->pass * e->p->num_ranks + r] = e->p->num_instrs;
     /* division d of this rank is order[div_end[d-1] .. div_end[d]) */
     int64_t c = s->rank_off[r];
     for (int32_t d = 0; d < s->num_divs; d++) {
@@ -436,8 +598,11 @@ static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t
         DCP_CHECK(emit_divisions(e, div_end));
     DCP_CHECK(emit_reduce(e));
     DCP_CHECK(emit_copy_out(e, e->p->rank_tokens[r]));
-    for (int i = 0; i < SLOT_COUNT; i++)
-        e->p->work_elems[(int64_t)r * DCP_BUF_COUNT + DCP_BUF_STAGE + i] = e->slots[i].top;
+    /* the passes share the work buffers: each is as large as the larger pass needs */
+    for (int i = 0; i < SLOT_COUNT; i++) {
+        int64_t *w = &e->p->work_elems[(int64_t)r * DCP_BUF_COUNT + DCP_BUF_STAGE + i];
+        if (e->slots[i].top > *w) *w = e->slots[i].top;
+    }
     return DCP_OK;
 }
 
@@ -463,42 +628,82 @@ static dcp_status_t index_touches(emitter_t *e)
     return DCP_OK;
 }
 
-dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_placement_t *pl,
-                              const dcp_schedule_t *s)
+/* Frees what one pass needed; the item capacities stay with the plan's arrays. */
+static void emitter_end_pass(emitter_t *e)
 {
-    emitter_t e = {.p = p, .b = b, .pl = pl, .s = s};
+    for (int i = 0; i < SLOT_COUNT; i++) dcp_slots_release(&e->slots[i]);
+    free(e->src_off);
+    free(e->dst_off);
+    free(e->has_src);
+    free(e->launched);
+    free(e->touch_off);
+    free(e->touch);
+    e->src_off = e->dst_off = e->touch_off = NULL;
+    e->has_src = e->launched = NULL;
+    e->touch = NULL;
+}
+
+/* The programs of one pass, after those of the passes before it. */
+static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
+{
+    emitter_t e = *ep;
+    dcp_plan_t *p = e.p;
+    e.s = s;
+    e.pass = s->pass;
+    e.xfer_base = p->num_xfers;
+    e.phase_base = p->num_phases;
     int64_t *div_end = NULL, *cut = NULL;
     dcp_status_t st;
-    p->num_xfers = s->num_xfers;
-    DCP_CHECK_GOTO(dcp_calloc(&p->prog_off, p->num_ranks + 1, sizeof *p->prog_off, "program"), st,
-                   out);
-    DCP_CHECK_GOTO(dcp_calloc(&p->work_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT,
-                              sizeof *p->work_elems, "program"),
-                   st, out);
+    if ((int64_t)p->num_xfers + s->num_xfers > INT32_MAX ||
+        (int64_t)p->num_phases + s->num_phases > INT32_MAX)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED, "program: more than 2^31 - 1 transfers");
     DCP_CHECK_GOTO(dcp_calloc(&e.src_off, s->num_xfers, sizeof *e.src_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.dst_off, s->num_xfers, sizeof *e.dst_off, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e.has_src, s->num_xfers, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.launched, s->num_phases + 1, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
     DCP_CHECK_GOTO(index_touches(&e), st, out);
-    p->num_phases = s->num_phases;
-    DCP_CHECK_GOTO(dcp_calloc(&p->phase_step, s->num_phases, sizeof *p->phase_step, "program"), st,
-                   out);
+    int32_t *steps = realloc(p->phase_step, ((size_t)p->num_phases + s->num_phases + 1) *
+                                                sizeof *p->phase_step);
+    if (!steps) {
+        st = dcp_set_error(DCP_ERR_NO_MEMORY, "program: phase steps");
+        goto out;
+    }
+    p->phase_step = steps;
     for (int32_t step = 0; step <= s->num_divs; step++)
         for (int32_t ph = s->phase_first[step]; ph < s->phase_first[step + 1]; ph++)
-            p->phase_step[ph] = step;
+            p->phase_step[e.phase_base + ph] = step;
     for (int32_t r = 0; r < p->num_ranks; r++)
         DCP_CHECK_GOTO(emit_rank(&e, r, div_end, cut), st, out);
-    p->prog_off[p->num_ranks] = p->num_instrs;
+    p->num_xfers += s->num_xfers;
+    p->num_phases += s->num_phases;
+    p->pass_xfer[s->pass + 1] = p->num_xfers;
+    p->pass_phase[s->pass + 1] = p->num_phases;
     st = DCP_OK;
 out:
-    for (int i = 0; i < SLOT_COUNT; i++) dcp_slots_release(&e.slots[i]);
-    free(e.src_off);
-    free(e.dst_off);
-    free(e.launched);
+    emitter_end_pass(&e);
+    *ep = e;
     free(div_end);
     free(cut);
-    free(e.touch_off);
-    free(e.touch);
     return st;
+}
+
+dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_placement_t *pl,
+                              const dcp_schedule_t *const s[DCP_PASS_COUNT])
+{
+    const int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks;
+    DCP_CHECK(dcp_calloc(&p->prog_off, nprog + 1, sizeof *p->prog_off, "program"));
+    DCP_CHECK(dcp_calloc(&p->work_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT,
+                         sizeof *p->work_elems, "program"));
+    p->num_xfers = p->num_phases = 0;
+    emitter_t e = {.p = p, .b = b, .pl = pl};
+    for (int k = 0; k < DCP_PASS_COUNT; k++) {
+        if (s[k]->pass != (dcp_pass_t)k)
+            return dcp_set_error(DCP_ERR_INTERNAL, "program: schedule %d is of pass %d", k,
+                                 (int)s[k]->pass);
+        DCP_CHECK(emit_pass(&e, s[k]));
+    }
+    p->prog_off[nprog] = p->num_instrs;
+    return DCP_OK;
 }

@@ -13,6 +13,11 @@
  *     for d in 0..T-1:  for j:  LAUNCH(d+1.j); ATTN(piece j of division d); WAIT(d+1.j)
  *     LAUNCH(T.j); WAIT(T.j) for each j;  REDUCE; COPY
  *
+ * The backward program has the same shape: its launches carry Q + dO, LSE + delta and K + V
+ * in, its ATTN computes gradients, its last step returns dQ and dK + dV partials, its
+ * REDUCEs sum them in fp32 and its COPY publishes dQ, dK, dV. (delta = rowsum(dO * O) of
+ * the local rows is computed by the executor before the program starts.)
+ *
  * LAUNCH(p) packs the blocks r sends in phase p into staging slots (one COPY) and starts
  * those sends with the receives r expects in p (one COMM_LAUNCH); launches and waits
  * without operations are left out. Every rank launches and waits in increasing phase
@@ -24,9 +29,10 @@
 #include "partition/plan.h"
 #include "partition/schedule.h"
 
-/* Fills the programs, items and work buffer sizes of p. The blocks, owners and derived
- * local rows (p->blk_row) must already be in p. */
+/* Fills the programs of both passes, their items and the work buffer sizes of p, from one
+ * schedule per pass (s[DCP_PASS_FWD], s[DCP_PASS_BWD]). The blocks, owners and derived local
+ * rows (p->blk_row) must already be in p. */
 dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_placement_t *pl,
-                              const dcp_schedule_t *s);
+                              const dcp_schedule_t *const s[DCP_PASS_COUNT]);
 
 #endif

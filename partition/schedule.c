@@ -126,22 +126,29 @@ static dcp_status_t order_comps(const dcp_blocks_t *b, const dcp_placement_t *p,
     return DCP_OK;
 }
 
+/* What a computation block needs from other ranks in each pass: the query side of a remote
+ * query block (inputs in, a partial back), the key/value side of a remote KV block. */
+static const int32_t query_kinds[DCP_PASS_COUNT][4] = {
+    {DCP_XFER_Q, DCP_XFER_PART, -1}, {DCP_XFER_BQ, DCP_XFER_BSTAT, DCP_XFER_DQ, -1}};
+static const int32_t kv_kinds[DCP_PASS_COUNT][3] = {{DCP_XFER_KV, -1},
+                                                     {DCP_XFER_KV, DCP_XFER_DKV, -1}};
+
 static dcp_status_t collect_needs(const dcp_blocks_t *b, const dcp_placement_t *p,
                                   const dcp_schedule_t *s, need_t **needs_out, int64_t *n_out)
 {
     const int64_t ncomp = b->num_tiles * b->head_blocks;
+    const int32_t *qk = query_kinds[s->pass], *kk = kv_kinds[s->pass];
     need_t *needs;
-    DCP_CHECK(dcp_calloc(&needs, 3 * ncomp, sizeof *needs, "transfer needs"));
+    DCP_CHECK(dcp_calloc(&needs, 5 * ncomp, sizeof *needs, "transfer needs"));
     int64_t n = 0;
     for (int64_t c = 0; c < ncomp; c++) {
         const int64_t t = c / b->head_blocks;
         const int32_t r = p->comp_exec[c], h = (int32_t)(c % b->head_blocks), d = s->comp_div[c];
         const int32_t q = b->tile_q[t], kv = b->tile_kv[t];
-        if (p->blk_owner[q] != r) {
-            needs[n++] = (need_t){r, DCP_XFER_Q, q, h, d};
-            needs[n++] = (need_t){r, DCP_XFER_PART, q, h, d};
-        }
-        if (p->blk_owner[kv] != r) needs[n++] = (need_t){r, DCP_XFER_KV, kv, h, d};
+        if (p->blk_owner[q] != r)
+            for (int i = 0; qk[i] >= 0; i++) needs[n++] = (need_t){r, qk[i], q, h, d};
+        if (p->blk_owner[kv] != r)
+            for (int i = 0; kk[i] >= 0; i++) needs[n++] = (need_t){r, kk[i], kv, h, d};
     }
     qsort(needs, (size_t)n, sizeof *needs, need_cmp);
     *needs_out = needs;
@@ -157,7 +164,7 @@ static int same_item(const need_t *a, const need_t *b)
 
 static int32_t holder_of(const dcp_transfer_t *t)
 {
-    return t->kind == DCP_XFER_PART ? t->src : t->dst;
+    return dcp_xfer_is_partial(t->kind) ? t->src : t->dst;
 }
 
 /* Deduplicates the sorted needs into transfers (first and last division of use), gives
@@ -226,7 +233,7 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
         const need_t *e = &needs[i];
         if (i == 0 || !same_item(e, &needs[i - 1])) {
             const int32_t owner = p->blk_owner[e->block];
-            const int part = e->kind == DCP_XFER_PART;
+            const int part = dcp_xfer_is_partial(e->kind);
             s->xfers[++x] = (dcp_transfer_t){
                 .src = part ? e->holder : owner,
                 .dst = part ? owner : e->holder,
@@ -260,9 +267,9 @@ out:
 
 dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
                                 int32_t num_divs, dcp_comm_schedule_t comm, int32_t coalesce,
-                                dcp_schedule_t *s)
+                                dcp_pass_t pass, dcp_schedule_t *s)
 {
-    *s = (dcp_schedule_t){.num_ranks = num_ranks, .num_divs = num_divs};
+    *s = (dcp_schedule_t){.num_ranks = num_ranks, .num_divs = num_divs, .pass = pass};
     dcp_status_t st;
     DCP_CHECK_GOTO(order_comps(b, p, s), st, err);
     DCP_CHECK_GOTO(build_transfers(b, p, s, comm, coalesce), st, err);

@@ -56,6 +56,8 @@ void dcp_inproc_contexts_destroy(int32_t n, dcp_group_t *group, dcp_context_t **
  * any rank (its own error preferred to the PEER/TIMEOUT it caused in the others). */
 dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
                                const dcp_tensors_t *io);
+dcp_status_t dcp_backward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
+                                const dcp_grad_tensors_t *io);
 
 /* The context's place of computation from config->device and the rank: -1 for the CPU, a
  * CUDA ordinal otherwise. `local_rank` picks the GPU for "cuda". */

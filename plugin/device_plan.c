@@ -31,10 +31,13 @@ static dcp_status_t instr_rows(dcp_dev_plan_t *d, const dcp_plan_t *p)
         const dcp_instr_t *in = &p->instrs[i];
         int32_t m = 1;
         for (int64_t k = in->first; k < in->first + in->count; k++) {
-            const int32_t r = in->op == DCP_OP_ATTN     ? p->groups[k].q_len
-                              : in->op == DCP_OP_REDUCE ? p->merges[k].rows
-                              : in->op == DCP_OP_COPY   ? p->copies[k].rows
-                                                        : 1;
+            /* a backward REDUCE sums copy items */
+            const int merge = in->op == DCP_OP_REDUCE && in->arg == DCP_PASS_FWD;
+            const int copy = in->op == DCP_OP_COPY || (in->op == DCP_OP_REDUCE && !merge);
+            const int32_t r = in->op == DCP_OP_ATTN ? p->groups[k].q_len
+                              : merge               ? p->merges[k].rows
+                              : copy                ? p->copies[k].rows
+                                                    : 1;
             m = r > m ? r : m;
         }
         d->rows[i] = m;

@@ -1,5 +1,6 @@
 /*
- * The executor: runs one rank's program of a plan with the context's kernels and engine.
+ * The executor: runs one rank's program of a plan, forward or backward, with the context's
+ * kernels and engine.
  * Instructions run in order; COMM_LAUNCH starts a step's transfers and COMM_WAIT completes
  * them, so the transfers of one division overlap the kernels of the previous one. On any
  * failure the rank tells its peers (engine abort), withdraws its outstanding transfers and
@@ -22,10 +23,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p,
-                               const dcp_tensors_t *io)
+/* The caller's tensors of one call, by buffer (NULL where the pass does not use one). */
+typedef struct {
+    const void *ptr[DCP_BUF_FIRST_WORK];
+} caller_bufs_t;
+
+static caller_bufs_t forward_bufs(const dcp_tensors_t *io)
 {
-    if (!p || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !p ? "plan" : "io");
+    caller_bufs_t c = {{NULL}};
+    c.ptr[DCP_BUF_Q] = io->q;
+    c.ptr[DCP_BUF_K] = io->k;
+    c.ptr[DCP_BUF_V] = io->v;
+    c.ptr[DCP_BUF_O] = io->o;
+    c.ptr[DCP_BUF_LSE] = io->lse;
+    return c;
+}
+
+static caller_bufs_t backward_bufs(const dcp_grad_tensors_t *io)
+{
+    caller_bufs_t c = forward_bufs(&io->fwd);
+    c.ptr[DCP_BUF_DO] = io->dout;
+    c.ptr[DCP_BUF_DQ] = io->dq;
+    c.ptr[DCP_BUF_DK] = io->dk;
+    c.ptr[DCP_BUF_DV] = io->dv;
+    return c;
+}
+
+static const char *const buf_name[DCP_BUF_FIRST_WORK] = {
+    [DCP_BUF_Q] = "fwd.q",   [DCP_BUF_K] = "fwd.k",     [DCP_BUF_V] = "fwd.v",
+    [DCP_BUF_O] = "fwd.o",   [DCP_BUF_LSE] = "fwd.lse", [DCP_BUF_DO] = "dout",
+    [DCP_BUF_DQ] = "dq",     [DCP_BUF_DK] = "dk",       [DCP_BUF_DV] = "dv"};
+
+static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
+                               const caller_bufs_t *io)
+{
     if (p->num_ranks != ctx->engine->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
@@ -34,43 +65,58 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p,
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "plan dtype: the GPU executor runs bf16 and fp16 plans");
     if (p->rank_tokens[ctx->rank] == 0) return DCP_OK;
-    const void *ptr[5] = {io->q, io->k, io->v, io->o, io->lse};
-    static const char *const name[5] = {"q", "k", "v", "o", "lse"};
-    for (int i = 0; i < 5; i++) {
-        if (!ptr[i])
+    const int nbufs = pass == DCP_PASS_FWD ? DCP_BUF_LSE + 1 : DCP_BUF_FIRST_WORK;
+    for (int i = 0; i < nbufs; i++) {
+        /* the forward's names have no "fwd." prefix: its io is the dcp_tensors_t itself */
+        const char *name = pass == DCP_PASS_FWD ? buf_name[i] + 4 : buf_name[i];
+        if (!io->ptr[i])
             return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s is NULL on rank %d with %lld tokens",
-                                 name[i], ctx->rank, (long long)p->rank_tokens[ctx->rank]);
+                                 name, ctx->rank, (long long)p->rank_tokens[ctx->rank]);
         if (!gpu) continue;
-        if (!dcp_cuda_is_device_ptr(ptr[i], ctx->device))
+        if (!dcp_cuda_is_device_ptr(io->ptr[i], ctx->device))
             return dcp_set_error(DCP_ERR_INVALID_ARG,
-                                 "io.%s on rank %d is not device memory of GPU %d", name[i],
+                                 "io.%s on rank %d is not device memory of GPU %d", name,
                                  ctx->rank, ctx->device);
-        if ((uintptr_t)ptr[i] % (i < 4 ? 16 : 4) != 0)
+        const int align = i == DCP_BUF_LSE ? 4 : 16;
+        if ((uintptr_t)io->ptr[i] % align != 0)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s on rank %d is not %d-byte aligned",
-                                 name[i], ctx->rank, i < 4 ? 16 : 4);
+                                 name, ctx->rank, align);
     }
     return DCP_OK;
 }
 
-/* Sets every accumulator to the empty partial: O = 0, LSE = -inf. */
-static dcp_status_t clear_accumulators(dcp_context_t *ctx, const dcp_plan_t *p,
-                                       const dcp_kernel_env_t *env)
+/* n floats of buffer b set to `value`. */
+static dcp_status_t fill(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_kernel_env_t *env,
+                         int b, float value)
 {
-    const int64_t no = dcp_plan_buf_elems(p, ctx->rank, DCP_BUF_ACC_O);
-    const int64_t nl = dcp_plan_buf_elems(p, ctx->rank, DCP_BUF_ACC_LSE);
-    float *o = env->bufs[DCP_BUF_ACC_O], *lse = env->bufs[DCP_BUF_ACC_LSE];
-    if (ctx->device >= 0) {
-        DCP_CHECK(dcp_cuda_fill_f32(o, no, 0.0f, ctx->stream));
-        return dcp_cuda_fill_f32(lse, nl, -INFINITY, ctx->stream);
-    }
-    if (no > 0) memset(o, 0, (size_t)no * sizeof(float));
-    for (int64_t i = 0; i < nl; i++) lse[i] = -INFINITY;
+    const int64_t n = dcp_plan_buf_elems(p, ctx->rank, b);
+    float *x = env->bufs[b];
+    if (ctx->device >= 0) return dcp_cuda_fill_f32(x, n, value, ctx->stream);
+    if (value == 0.0f && n > 0) memset(x, 0, (size_t)n * sizeof(float));
+    for (int64_t i = 0; value != 0.0f && i < n; i++) x[i] = value;
     return DCP_OK;
+}
+
+/* The state a pass starts from. Forward: every accumulator the empty partial (O = 0,
+ * LSE = -inf). Backward: gradient accumulators and partial slots zero (kernels only add to
+ * them; partial slots are never reused within a backward), then delta of the local rows. */
+static dcp_status_t start_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
+                               const dcp_kernel_env_t *env)
+{
+    if (pass == DCP_PASS_FWD) {
+        DCP_CHECK(fill(ctx, p, env, DCP_BUF_ACC_O, 0.0f));
+        return fill(ctx, p, env, DCP_BUF_ACC_LSE, -INFINITY);
+    }
+    static const int zeroed[] = {DCP_BUF_ACC_DQ, DCP_BUF_ACC_DK, DCP_BUF_ACC_DV, DCP_BUF_PART};
+    for (size_t i = 0; i < sizeof zeroed / sizeof zeroed[0]; i++)
+        DCP_CHECK(fill(ctx, p, env, zeroed[i], 0.0f));
+    const int64_t rows = p->rank_tokens[ctx->rank] * p->shape.num_heads;
+    return rows > 0 ? ctx->kernels->bwd_delta(env, rows) : DCP_OK;
 }
 
 /* Sizes the work buffers for this plan and builds the kernels' view of the buffers. */
-static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_tensors_t *io,
-                            dcp_kernel_env_t *env)
+static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
+                            const caller_bufs_t *io, dcp_kernel_env_t *env)
 {
     memset(env, 0, sizeof *env);
     for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++) {
@@ -84,18 +130,14 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_t
         DCP_CHECK(dcp_dev_plan_sync(&ctx->dev_plan, p, ctx->device, ctx->stream));
         env->stream = ctx->stream;
     }
-    env->bufs[DCP_BUF_Q] = (void *)io->q;
-    env->bufs[DCP_BUF_K] = (void *)io->k;
-    env->bufs[DCP_BUF_V] = (void *)io->v;
-    env->bufs[DCP_BUF_O] = io->o;
-    env->bufs[DCP_BUF_LSE] = io->lse;
+    for (int b = 0; b < DCP_BUF_FIRST_WORK; b++) env->bufs[b] = (void *)io->ptr[b];
     env->seqs = ctx->device >= 0 ? ctx->dev_plan.seqs : p->seqs;
     env->q_heads = p->qpg;
     env->kv_heads = p->kvpg;
     env->head_dim = p->shape.head_dim;
     env->scale = p->shape.scale;
     env->dtype = p->shape.dtype;
-    return clear_accumulators(ctx, p, env);
+    return start_pass(ctx, p, pass, env);
 }
 
 /* The descriptor arrays the kernels read: the plan's, or its device copy (with the grid
@@ -135,22 +177,28 @@ static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_ke
     return ctx->engine->ops->launch(ctx->engine, ctx->ops, in->count, req_out);
 }
 
-static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
+static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
                                 const dcp_kernel_env_t *env_in, dcp_xfer_req_t **reqs)
 {
     const dcp_kernels_t *k = ctx->kernels;
     const descr_t d = descriptors(ctx, p);
     dcp_kernel_env_t launch_env = *env_in;
     const dcp_kernel_env_t *env = &launch_env;
-    for (int64_t i = p->prog_off[ctx->rank]; i < p->prog_off[ctx->rank + 1]; i++) {
+    const int fwd = pass == DCP_PASS_FWD;
+    for (int64_t i = dcp_plan_prog_begin(p, pass, ctx->rank);
+         i < dcp_plan_prog_end(p, pass, ctx->rank); i++) {
         const dcp_instr_t *in = &p->instrs[i];
         launch_env.max_rows = d.rows ? d.rows[i] : 0;
         switch (in->op) {
         case DCP_OP_ATTN:
-            DCP_CHECK(k->attn_fwd(env, d.groups + in->first, in->count, d.tiles));
+            DCP_CHECK((fwd ? k->attn_fwd : k->attn_bwd)(env, d.groups + in->first, in->count,
+                                                        d.tiles));
             break;
         case DCP_OP_REDUCE:
-            DCP_CHECK(k->merge(env, d.merges + in->first, in->count, d.srcs));
+            if (fwd)
+                DCP_CHECK(k->merge(env, d.merges + in->first, in->count, d.srcs));
+            else
+                DCP_CHECK(k->accumulate(env, d.copies + in->first, in->count));
             break;
         case DCP_OP_COPY:
             DCP_CHECK(k->copy(env, d.copies + in->first, in->count));
@@ -173,17 +221,15 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p,
 
 /* Every failure of a rank, bad arguments included, is announced to its peers: they are
  * inside the same collective and would otherwise wait for this rank until the timeout. */
-dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io)
+static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t pass,
+                             const caller_bufs_t *io)
 {
-    if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
-    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
-    if (st != DCP_OK) return st;
     dcp_xfer_req_t **reqs = NULL;
     dcp_kernel_env_t env;
-    st = check_call(ctx, plan, io);
+    dcp_status_t st = check_call(ctx, plan, pass, io);
     if (st == DCP_OK) st = dcp_calloc(&reqs, plan->num_phases, sizeof *reqs, "executor");
-    if (st == DCP_OK) st = prepare(ctx, plan, io, &env);
-    if (st == DCP_OK) st = run_program(ctx, plan, &env, reqs);
+    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, &env);
+    if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, reqs);
     if (st != DCP_OK) {
         if (ctx->device >= 0) dcp_cuda_stream_drain(ctx->stream); /* kernels still queued */
         ctx->engine->ops->abort(ctx->engine);
@@ -192,4 +238,32 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
     }
     free(reqs);
     return st;
+}
+
+/* Arguments that cannot reach the peers' collective (no context) fail locally; the rest go
+ * through run_pass. */
+static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void *io)
+{
+    if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
+    const dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    if (st != DCP_OK) return st;
+    if (!plan || !io) {
+        ctx->engine->ops->abort(ctx->engine);
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
+    }
+    return DCP_OK;
+}
+
+dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io)
+{
+    DCP_CHECK(enter(ctx, plan, io));
+    const caller_bufs_t bufs = forward_bufs(io);
+    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs);
+}
+
+dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io)
+{
+    DCP_CHECK(enter(ctx, plan, io));
+    const caller_bufs_t bufs = backward_bufs(io);
+    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs);
 }

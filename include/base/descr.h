@@ -62,6 +62,9 @@ DCP_HD int dcp_buf_elem_bytes(int b, dcp_dtype_t dtype)
     return dcp_buf_dtype(b, dtype) == DCP_DTYPE_FP32 ? 4 : 2;
 }
 
+/* The two passes a plan carries a program of per rank. */
+typedef enum { DCP_PASS_FWD = 0, DCP_PASS_BWD = 1, DCP_PASS_COUNT = 2 } dcp_pass_t;
+
 typedef struct {
     int64_t off;    /* element offset of row 0, first head of the group */
     int32_t stride; /* elements between consecutive rows */

@@ -61,7 +61,13 @@ extern "C" void *dcp_cuda_alloc(int device, size_t bytes)
         (void)cudaGetLastError();
         return NULL;
     }
-    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+    /* cudaMemset of device memory returns before it has run, on the legacy stream, which
+     * the non-blocking streams that use the memory next do not wait for: an upload queued
+     * on one of them could land first and be wiped (the 8-ranks-on-one-GPU failures). Wait
+     * for the fill here; allocations are off the per-call path. */
+    if (cudaMemset(p, 0, bytes) != cudaSuccess ||
+        cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) {
+        (void)cudaGetLastError();
         cudaFree(p);
         return NULL;
     }

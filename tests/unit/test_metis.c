@@ -45,9 +45,14 @@ static void test_clique_weights(void)
     /* KV(0) is read by tiles (0,0), (1,0), (2,0): net of 4 vertices with its owner */
     const int64_t kv0 = (3 + 0) * 1 + 0;
     CU_ASSERT_EQUAL(g.net_off[kv0 + 1] - g.net_off[kv0], 3);
-    CU_ASSERT_EQUAL(g.weight[kv0], dcp_blocks_xfer_bytes(&b, DCP_XFER_KV, 16));
+    /* a step's bytes: K, V twice (forward, backward) and the fp32 dK, dV partial back */
+    CU_ASSERT_EQUAL(g.weight[kv0], 2 * dcp_blocks_xfer_bytes(&b, DCP_XFER_KV, 16) +
+                                       dcp_blocks_xfer_bytes(&b, DCP_XFER_DKV, 16));
     CU_ASSERT_EQUAL(g.weight[0], dcp_blocks_xfer_bytes(&b, DCP_XFER_Q, 16) +
-                                     dcp_blocks_xfer_bytes(&b, DCP_XFER_PART, 16));
+                                     dcp_blocks_xfer_bytes(&b, DCP_XFER_PART, 16) +
+                                     dcp_blocks_xfer_bytes(&b, DCP_XFER_BQ, 16) +
+                                     dcp_blocks_xfer_bytes(&b, DCP_XFER_BSTAT, 16) +
+                                     dcp_blocks_xfer_bytes(&b, DCP_XFER_DQ, 16));
     const int64_t nv = 3 + 6;
     int32_t *local = malloc(nv * sizeof *local);
     for (int64_t v = 0; v < nv; v++) local[v] = (int32_t)v;

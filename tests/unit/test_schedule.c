@@ -1,5 +1,5 @@
 /*
- * Scheduler invariants, checked on the programs of many plans:
+ * Scheduler invariants, checked on the forward and backward programs of many plans:
  *  - every computation block runs exactly once;
  *  - every slot is written before it is read, and no slot is reused while its block is
  *    live (a simulator tracks which block each work-buffer element holds, and every read
@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { C_NONE = 0, C_Q, C_KV, C_P };
+/* What a slot holds: forward Q, K+V, O+LSE partial; backward Q+dO, LSE+delta, dQ and
+ * dK+dV partials. */
+enum { C_NONE = 0, C_Q, C_KV, C_P, C_BQ, C_ST, C_DQ, C_DKV };
 
 typedef struct {
     int32_t kind, block, head;
@@ -31,6 +33,7 @@ static int same(content_t a, content_t b)
 
 typedef struct {
     const dcp_plan_t *p;
+    dcp_pass_t pass;
     int32_t rank;
     int check; /* 0: first pass, only learn what each transfer carries */
     content_t *sent;
@@ -81,25 +84,54 @@ static void read_view(sim_t *s, dcp_view_t v, int64_t rows, int64_t w, content_t
     }
 }
 
-/* The block and head group a caller-buffer (or accumulator) view starts at. */
-static content_t caller_block(const sim_t *s, dcp_view_t v, int32_t kind, int64_t heads_per_group)
+/* The block and head group a caller-buffer (or accumulator) view starts at; `head_elems`
+ * is the width of one head group in a row. */
+static content_t caller_block(const sim_t *s, dcp_view_t v, int32_t kind, int64_t head_elems)
 {
     const int64_t row = v.off / v.stride;
     const int32_t t = s->row_block[row];
     CU_ASSERT(s->p->blk_row[t] == row);
-    return (content_t){kind, t,
-                       (int32_t)((v.off % v.stride) / (heads_per_group * s->p->shape.head_dim))};
+    return (content_t){kind, t, (int32_t)((v.off % v.stride) / head_elems)};
+}
+
+/* What a staging copy from a caller buffer packs, in the pass being simulated. */
+static content_t staged(const sim_t *s, dcp_view_t src)
+{
+    const int64_t qw = (int64_t)s->p->qpg * s->p->shape.head_dim,
+                  kw = (int64_t)s->p->kvpg * s->p->shape.head_dim;
+    switch (src.buf) {
+    case DCP_BUF_Q:
+        return caller_block(s, src, s->pass == DCP_PASS_FWD ? C_Q : C_BQ, qw);
+    case DCP_BUF_DO:
+        return caller_block(s, src, C_BQ, qw);
+    case DCP_BUF_LSE:
+    case DCP_BUF_DELTA:
+        return caller_block(s, src, C_ST, s->p->qpg);
+    default:
+        return caller_block(s, src, C_KV, kw);
+    }
 }
 
 static void sim_copy(sim_t *s, const dcp_instr_t *in, int64_t i)
 {
     for (int64_t k = in->first; k < in->first + in->count; k++) {
         const dcp_copy_item_t *c = &s->p->copies[k];
-        if (c->dst.buf != DCP_BUF_STAGE) continue;
-        const int q = c->src.buf == DCP_BUF_Q;
-        const content_t what = caller_block(s, c->src, q ? C_Q : C_KV, q ? s->p->qpg : s->p->kvpg);
-        write_view(s, c->dst, c->rows, c->row_elems, what, i, i + 1, 0);
+        if (c->dst.buf != DCP_BUF_STAGE && c->dst.buf != DCP_BUF_STAGE32) continue;
+        write_view(s, c->dst, c->rows, c->row_elems, staged(s, c->src), i, i + 1, 0);
     }
+}
+
+/* A backward gradient partial: its slot holds nothing yet (zeroed when the pass starts) or
+ * this partial already; kernels add to it. */
+static void add_view(sim_t *s, dcp_view_t v, int64_t rows, int64_t w, content_t c, int64_t i)
+{
+    if (!tracked(v.buf)) return;
+    FOR_ELEMS(v, rows, w, e)
+    {
+        if (s->cur[v.buf][e].kind != C_NONE && !same(s->cur[v.buf][e], c))
+            fail(s, "gradient added to a slot of another block");
+    }
+    write_view(s, v, rows, w, c, i, i + 1, 0);
 }
 
 static void sim_launch(sim_t *s, const dcp_instr_t *in, int64_t i)
@@ -120,11 +152,42 @@ static void sim_launch(sim_t *s, const dcp_instr_t *in, int64_t i)
     }
 }
 
+static void sim_attn_bwd(sim_t *s, const dcp_instr_t *in, int64_t i)
+{
+    const dcp_plan_t *p = s->p;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim,
+                  kw = (int64_t)p->kvpg * p->shape.head_dim;
+    for (int64_t g = in->first; g < in->first + in->count; g++) {
+        const dcp_tile_group_t *gr = &p->groups[g];
+        const content_t q = {C_BQ, gr->q_block, gr->head_group},
+                        st = {C_ST, gr->q_block, gr->head_group},
+                        dq = {C_DQ, gr->q_block, gr->head_group};
+        read_view(s, gr->q, gr->q_len, qw, q, i);
+        read_view(s, gr->dout, gr->q_len, qw, q, i);
+        read_view(s, gr->lse, gr->q_len, p->qpg, st, i);
+        read_view(s, gr->delta, gr->q_len, p->qpg, st, i);
+        for (int32_t t = gr->first_tile; t < gr->first_tile + gr->num_tiles; t++) {
+            const dcp_tile_t *tl = &p->tiles[t];
+            const content_t kv = {C_KV, tl->kv_block, gr->head_group},
+                            dkv = {C_DKV, tl->kv_block, gr->head_group};
+            read_view(s, tl->k, tl->kv_len, kw, kv, i);
+            read_view(s, tl->v, tl->kv_len, kw, kv, i);
+            add_view(s, tl->dk, tl->kv_len, kw, dkv, i);
+            add_view(s, tl->dv, tl->kv_len, kw, dkv, i);
+        }
+        add_view(s, gr->dq, gr->q_len, qw, dq, i);
+    }
+}
+
 static void sim_attn(sim_t *s, const dcp_instr_t *in, int64_t i)
 {
     const dcp_plan_t *p = s->p;
     const int64_t qw = (int64_t)p->qpg * p->shape.head_dim,
                   kw = (int64_t)p->kvpg * p->shape.head_dim;
+    if (s->pass == DCP_PASS_BWD) {
+        sim_attn_bwd(s, in, i);
+        return;
+    }
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
         const content_t q = {C_Q, gr->q_block, gr->head_group},
@@ -148,10 +211,20 @@ static void sim_attn(sim_t *s, const dcp_instr_t *in, int64_t i)
 static void sim_reduce(sim_t *s, const dcp_instr_t *in, int64_t i)
 {
     const dcp_plan_t *p = s->p;
-    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim;
+    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim,
+                  kw = (int64_t)p->kvpg * p->shape.head_dim;
+    if (s->pass == DCP_PASS_BWD) { /* sums of partials into the gradient accumulators */
+        for (int64_t k = in->first; k < in->first + in->count; k++) {
+            const dcp_copy_item_t *c = &p->copies[k];
+            const int q = c->dst.buf == DCP_BUF_ACC_DQ;
+            read_view(s, c->src, c->rows, c->row_elems,
+                      caller_block(s, c->dst, q ? C_DQ : C_DKV, q ? qw : kw), i);
+        }
+        return;
+    }
     for (int64_t k = in->first; k < in->first + in->count; k++) {
         const dcp_merge_item_t *m = &p->merges[k];
-        content_t want = caller_block(s, m->o, C_P, p->qpg);
+        content_t want = caller_block(s, m->o, C_P, qw);
         for (int32_t j = m->first_src; j < m->first_src + m->num_src; j++) {
             read_view(s, p->merge_srcs[j].o, m->rows, qw, want, i);
             read_view(s, p->merge_srcs[j].lse, m->rows, p->qpg, want, i);
@@ -174,9 +247,10 @@ static void simulate_rank(sim_t *s)
     for (int32_t t = 0; t < p->num_blocks; t++)
         if (p->blk_owner[t] == r)
             for (int32_t k = 0; k < p->blk_len[t]; k++) s->row_block[p->blk_row[t] + k] = t;
-    for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++)
+    const int64_t i0 = dcp_plan_prog_begin(p, s->pass, r), i1 = dcp_plan_prog_end(p, s->pass, r);
+    for (int64_t i = i0; i < i1; i++)
         if (p->instrs[i].op == DCP_OP_COMM_WAIT) s->wait_at[p->instrs[i].arg] = i;
-    for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
+    for (int64_t i = i0; i < i1; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         switch (in->op) {
         case DCP_OP_COPY:
@@ -204,13 +278,15 @@ static void simulate_rank(sim_t *s)
     free(s->wait_at);
 }
 
-/* Runs the simulator over every rank; returns the number of violations. */
+/* Runs the simulator over every rank's programs; returns the number of violations. */
 static int check_slots(const dcp_plan_t *p)
 {
     sim_t s = {.p = p};
     s.sent = calloc((size_t)p->num_xfers + 1, sizeof *s.sent);
     for (s.check = 0; s.check < 2; s.check++)
-        for (s.rank = 0; s.rank < p->num_ranks; s.rank++) simulate_rank(&s);
+        for (int k = 0; k < DCP_PASS_COUNT; k++)
+            for (s.rank = 0, s.pass = (dcp_pass_t)k; s.rank < p->num_ranks; s.rank++)
+                simulate_rank(&s);
     if (s.failures)
         fprintf(stderr, "slot check: %d violations, first: %s\n", s.failures, s.first_failure);
     free(s.sent);
@@ -229,14 +305,15 @@ static int triple_cmp(const void *a, const void *b)
     return (x->h > y->h) - (x->h < y->h);
 }
 
-/* Each computation block runs exactly once, and together they cover every allowed pair. */
-static void check_exactly_once(const dcp_plan_t *p, const int32_t *len, const dcp_mask_t *m,
-                               int32_t nseq)
+/* In each pass each computation block runs exactly once, and together they cover every
+ * allowed pair. */
+static void check_exactly_once(const dcp_plan_t *p, dcp_pass_t pass, const int32_t *len,
+                               const dcp_mask_t *m, int32_t nseq)
 {
     triple_t *all = malloc((size_t)p->num_tiles * sizeof *all + 1);
     int64_t n = 0;
     for (int64_t i = 0; i < p->num_instrs; i++) {
-        if (p->instrs[i].op != DCP_OP_ATTN) continue;
+        if (p->instrs[i].op != DCP_OP_ATTN || p->instrs[i].arg != (int32_t)pass) continue;
         for (int64_t g = p->instrs[i].first; g < p->instrs[i].first + p->instrs[i].count; g++)
             for (int32_t t = p->groups[g].first_tile;
                  t < p->groups[g].first_tile + p->groups[g].num_tiles; t++)
@@ -250,22 +327,24 @@ static void check_exactly_once(const dcp_plan_t *p, const int32_t *len, const dc
     for (int32_t s = 0; s < nseq; s++)
         for (int32_t i = 0; i < len[s]; i++)
             for (int32_t j = 0; j < len[s]; j++) pairs += bf_allowed(&m[s], len[s], i, j);
-    CU_ASSERT_EQUAL(p->stats.total_flops,
-                    pairs * p->opts.head_blocks * 4 * p->shape.head_dim * p->qpg);
+    const int64_t per_pair = pass == DCP_PASS_FWD ? 4 : 10; /* the backward: 2.5x */
+    CU_ASSERT_EQUAL(pass == DCP_PASS_FWD ? p->stats.total_flops : p->stats.bwd_flops,
+                    pairs * p->opts.head_blocks * per_pair * p->shape.head_dim * p->qpg);
     free(all);
 }
 
 /* Division 0 (before any wait) reads only local rows. Divisions: step d+1 is launched
  * before step d is waited for. Rounds: one phase in flight at a time, and in each phase a
  * rank sends and receives at most `coalesce` blocks. */
-static void check_overlap(const dcp_plan_t *p)
+static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
 {
     int64_t *launch_at = malloc(((size_t)p->num_phases + 1) * sizeof *launch_at);
     int64_t *wait_at = malloc(((size_t)p->num_phases + 1) * sizeof *wait_at);
+    const int32_t ph0 = p->pass_phase[pass], ph1 = p->pass_phase[pass + 1];
     for (int32_t r = 0; r < p->num_ranks; r++) {
         for (int i = 0; i < p->num_phases; i++) launch_at[i] = wait_at[i] = -1;
         int waited = 0, in_flight = 0;
-        for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++) {
+        for (int64_t i = dcp_plan_prog_begin(p, pass, r); i < dcp_plan_prog_end(p, pass, r); i++) {
             const dcp_instr_t *in = &p->instrs[i];
             if (in->op == DCP_OP_COMM_LAUNCH) {
                 launch_at[in->arg] = i;
@@ -294,8 +373,8 @@ static void check_overlap(const dcp_plan_t *p)
             }
         }
         if (p->opts.comm_schedule == DCP_COMM_DIVISIONS)
-            for (int32_t a = 0; a < p->num_phases; a++)
-                for (int32_t b = 0; b < p->num_phases; b++)
+            for (int32_t a = ph0; a < ph1; a++)
+                for (int32_t b = ph0; b < ph1; b++)
                     if (p->phase_step[b] == p->phase_step[a] + 1 &&
                         p->phase_step[b] < p->opts.divisions && wait_at[a] >= 0 &&
                         launch_at[b] >= 0)
@@ -336,8 +415,10 @@ static void test_invariants_on_many_plans(void)
                 CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_OK);
                 CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
                 CU_ASSERT_EQUAL(check_slots(p), 0);
-                check_exactly_once(p, len, m, 5);
-                check_overlap(p);
+                for (int k = 0; k < DCP_PASS_COUNT; k++) {
+                    check_exactly_once(p, (dcp_pass_t)k, len, m, 5);
+                    check_overlap(p, (dcp_pass_t)k);
+                }
                 dcp_plan_destroy(p);
                 for (int i = 0; i < 5; i++) free(store[i]);
                 plans++;
@@ -374,8 +455,7 @@ static void test_every_send_has_its_receive(void)
     int32_t *sends = calloc((size_t)p->num_xfers, sizeof *sends),
             *recvs = calloc((size_t)p->num_xfers, sizeof *recvs);
     int64_t sent = 0, recvd = 0;
-    for (int32_t r = 0; r < p->num_ranks; r++)
-        for (int64_t i = p->prog_off[r]; i < p->prog_off[r + 1]; i++)
+    for (int64_t i = 0; i < p->num_instrs; i++) /* every program of both passes */
             if (p->instrs[i].op == DCP_OP_COMM_LAUNCH)
                 for (int64_t k = p->instrs[i].first; k < p->instrs[i].first + p->instrs[i].count;
                      k++) {

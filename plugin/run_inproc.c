@@ -1,5 +1,5 @@
-/* dcp_forward_inproc: every rank of a plan as a thread of this process; and the runner it
- * shares with tools that keep their contexts across batches. */
+/* dcp_forward_inproc and dcp_backward_inproc: every rank of a plan as a thread of this
+ * process; and the runner they share with tools that keep their contexts across batches. */
 #include "include/base/error.h"
 #include "partition/plan.h"
 #include "plugin/context.h"
@@ -11,7 +11,8 @@
 typedef struct {
     dcp_context_t *ctx;
     const dcp_plan_t *plan;
-    const dcp_tensors_t *io;
+    const dcp_tensors_t *io;       /* forward */
+    const dcp_grad_tensors_t *gio; /* backward */
     int32_t rank;
     dcp_status_t status;
     char error[512];
@@ -20,7 +21,7 @@ typedef struct {
 static void *rank_main(void *arg)
 {
     rank_job_t *j = arg;
-    j->status = dcp_forward(j->ctx, j->plan, j->io);
+    j->status = j->gio ? dcp_backward(j->ctx, j->plan, j->gio) : dcp_forward(j->ctx, j->plan, j->io);
     if (j->status != DCP_OK) dcp_error_save(j->error, sizeof j->error);
     return NULL;
 }
@@ -39,8 +40,9 @@ static const rank_job_t *first_failure(const rank_job_t *jobs, int32_t n)
     return pick;
 }
 
-dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
-                               const dcp_tensors_t *io)
+/* Exactly one of io (forward) and gio (backward) is non-NULL. */
+static dcp_status_t run_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
+                              const dcp_tensors_t *io, const dcp_grad_tensors_t *gio)
 {
     rank_job_t *jobs;
     pthread_t *tid;
@@ -52,7 +54,8 @@ dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_p
     }
     int32_t started = 0;
     for (int32_t r = 0; r < n; r++) {
-        jobs[r] = (rank_job_t){ctx[r], plan, &io[r], r, DCP_OK, ""};
+        jobs[r] = (rank_job_t){ctx[r], plan, io ? &io[r] : NULL, gio ? &gio[r] : NULL, r, DCP_OK,
+                               ""};
         if (r == 0) continue; /* rank 0 runs on the calling thread */
         if (pthread_create(&tid[r], NULL, rank_main, &jobs[r]) != 0) {
             jobs[r].status = dcp_set_error(DCP_ERR_SYSTEM, "cannot start the thread of rank %d", r);
@@ -72,6 +75,18 @@ dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_p
     free(tid);
     free(jobs);
     return st;
+}
+
+dcp_status_t dcp_forward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
+                               const dcp_tensors_t *io)
+{
+    return run_group(ctx, n, plan, io, NULL);
+}
+
+dcp_status_t dcp_backward_group(dcp_context_t *const *ctx, int32_t n, const dcp_plan_t *plan,
+                                const dcp_grad_tensors_t *io)
+{
+    return run_group(ctx, n, plan, NULL, io);
 }
 
 dcp_status_t dcp_inproc_contexts_create(int32_t n, double timeout_s, const char *device,
@@ -102,14 +117,27 @@ void dcp_inproc_contexts_destroy(int32_t n, dcp_group_t *group, dcp_context_t **
     dcp_group_destroy(group);
 }
 
-dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io, double timeout_s,
-                                const char *device)
+static dcp_status_t run_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
+                               const dcp_grad_tensors_t *gio, double timeout_s, const char *device)
 {
-    if (!plan || !io) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "io" : "plan");
+    if (!plan || (!io && !gio))
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "io" : "plan");
     dcp_group_t *group;
     dcp_context_t **ctx;
     DCP_CHECK(dcp_inproc_contexts_create(plan->num_ranks, timeout_s, device, &group, &ctx));
-    const dcp_status_t st = dcp_forward_group(ctx, plan->num_ranks, plan, io);
+    const dcp_status_t st = run_group(ctx, plan->num_ranks, plan, io, gio);
     dcp_inproc_contexts_destroy(plan->num_ranks, group, ctx);
     return st;
+}
+
+dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io, double timeout_s,
+                                const char *device)
+{
+    return run_inproc(plan, io, NULL, timeout_s, device);
+}
+
+dcp_status_t dcp_backward_inproc(const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
+                                 double timeout_s, const char *device)
+{
+    return run_inproc(plan, NULL, io, timeout_s, device);
 }
