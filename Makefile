@@ -127,7 +127,7 @@ $(EXAMPLE_MPI_BIN): tests/e2e/example_mpi.c $(BUILD)/lib/libdcp.so $(BUILD)/lib/
 # masks, every strategy, checked against the double-precision reference.
 run: deps
 	$(MAKE) -j$(JOBS) tools
-	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --seed 3 --check
+	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --seed 3 --check --backward
 
 test: deps
 	$(MAKE) -j$(JOBS) tests tools

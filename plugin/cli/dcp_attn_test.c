@@ -1,7 +1,8 @@
 /*
- * dcp-attn-test: plans a batch, runs the forward pass, and (with --check) compares O and LSE
- * with the double-precision single-device reference. One table per mask, one row per
- * strategy; --json prints one JSON object per (mask, strategy).
+ * dcp-attn-test: plans a batch, runs the forward pass (with --backward, the backward after
+ * it), and (with --check) compares O and LSE (and dQ, dK, dV) with the double-precision
+ * single-device reference. One table per mask, one row per strategy; --json prints one JSON
+ * object per (mask, strategy).
  *
  * Started plainly, the ranks are threads of this process. Started by an MPI launcher
  * (mpirun, srun), each process is one rank: every rank plans the batch and the plans'
@@ -32,7 +33,7 @@
 static const char *tool = "dcp-attn-test";
 
 typedef struct {
-    int check, json;
+    int check, json, backward;
     int64_t warmup, iters, threads;
     double timeout, tol;
     const char *device, *dtype;
@@ -44,12 +45,30 @@ typedef struct {
     dcp_bootstrap_t bs;
 } job_t;
 
+/* The forward's columns, then (with --backward) the backward's, then the verdict of both. */
 static const dcp_col_t cols[] = {
-    {"strategy", -8},    {"comm(MB)", 9},     {"inter(MB)", 9}, {"maxrank(MB)", 11},
-    {"comp-imb(%)", 11}, {"mem-imb(%)", 10},  {"plan(ms)", 9},  {"exec(ms)", 9},
-    {"GFLOP/s", 8},      {"max-rel-err", 11}, {"check", 5},
+    {"strategy", -8},    {"comm(MB)", 9},      {"inter(MB)", 9},    {"maxrank(MB)", 11},
+    {"comp-imb(%)", 11}, {"mem-imb(%)", 10},   {"plan(ms)", 9},     {"exec(ms)", 9},
+    {"GFLOP/s", 8},      {"max-rel-err", 11},  {"bwd-comm(MB)", 12}, {"bwd-inter(MB)", 13},
+    {"bwd-exec(ms)", 12}, {"bwd-GFLOP/s", 11}, {"bwd-rel-err", 11}, {"check", 5},
 };
-#define NCOLS ((int)(sizeof cols / sizeof cols[0]))
+#define NCOLS     ((int)(sizeof cols / sizeof cols[0]))
+#define FWD_COLS  10 /* columns before the backward's */
+#define BWD_COLS  5
+
+/* The columns shown: the backward's only with --backward. */
+static int shown_cols(const run_flags_t *rf, dcp_col_t *out)
+{
+    int n = 0;
+    for (int i = 0; i < NCOLS; i++)
+        if (rf->backward || i < FWD_COLS || i >= FWD_COLS + BWD_COLS) out[n++] = cols[i];
+    return n;
+}
+
+static double max3(const double *x)
+{
+    return fmax(x[0], fmax(x[1], x[2]));
+}
 
 static void print_header(const dcp_common_t *c, const dcp_cluster_t *cluster,
                          const dcp_harness_t *h, const job_t *job, const run_flags_t *rf)
@@ -86,8 +105,18 @@ static void print_row(const char *strategy, const dcp_plan_stats_t *ps,
     snprintf(cell[7], 32, "%.1f", r->exec_ms);
     snprintf(cell[8], 32, "%.2f", r->exec_ms > 0 ? ps->total_flops / (r->exec_ms * 1e6) : 0.0);
     snprintf(cell[9], 32, rf->check ? "%.2e" : "-", r->max_rel_err);
-    snprintf(cell[10], 32, "%s", rf->check ? (r->passed ? "PASS" : "FAIL") : "-");
-    dcp_table_row(stdout, cols, NCOLS, cell);
+    int n = FWD_COLS;
+    if (rf->backward) {
+        snprintf(cell[n++], 32, "%.2f", ps->bwd_comm_bytes / 1e6);
+        snprintf(cell[n++], 32, "%.2f", ps->bwd_inter_node_bytes / 1e6);
+        snprintf(cell[n++], 32, "%.1f", r->bwd_exec_ms);
+        snprintf(cell[n++], 32, "%.2f",
+                 r->bwd_exec_ms > 0 ? ps->bwd_flops / (r->bwd_exec_ms * 1e6) : 0.0);
+        snprintf(cell[n++], 32, rf->check ? "%.2e" : "-", max3(r->max_rel_err_grad));
+    }
+    snprintf(cell[n++], 32, "%s", rf->check ? (r->passed ? "PASS" : "FAIL") : "-");
+    dcp_col_t shown[NCOLS];
+    dcp_table_row(stdout, shown, shown_cols(rf, shown), cell);
 }
 
 static void print_json(const char *mask, const char *strategy, const dcp_plan_stats_t *ps,
@@ -119,6 +148,19 @@ static void print_json(const char *mask, const char *strategy, const dcp_plan_st
     char digest[24];
     snprintf(digest, sizeof digest, "%016llx", (unsigned long long)r->digest);
     dcp_json_str(&j, "digest", digest);
+    if (rf->backward) {
+        static const char *const grad[3] = {"max_rel_err_dq", "max_rel_err_dk", "max_rel_err_dv"};
+        dcp_json_bool(&j, "bwd_passed", rf->check ? r->bwd_passed : 1);
+        for (int g = 0; g < 3; g++)
+            dcp_json_num(&j, grad[g], rf->check ? r->max_rel_err_grad[g] : NAN);
+        dcp_json_int(&j, "bwd_flops", ps->bwd_flops);
+        dcp_json_int(&j, "bwd_comm_bytes", ps->bwd_comm_bytes);
+        dcp_json_int(&j, "bwd_inter_node_bytes", ps->bwd_inter_node_bytes);
+        dcp_json_num(&j, "bwd_compute_imbalance", ps->bwd_compute_imbalance);
+        dcp_json_num(&j, "bwd_exec_ms", r->bwd_exec_ms);
+        dcp_json_num(&j, "bwd_gflops",
+                     r->bwd_exec_ms > 0 ? ps->bwd_flops / (r->bwd_exec_ms * 1e6) : 0.0);
+    }
     dcp_json_end(&j);
 }
 
@@ -213,6 +255,7 @@ static int run_all(const dcp_common_t *c, const dcp_cluster_t *cluster, const ru
         dcp_harness_t *h = NULL;
         dcp_status_t st = masks ? dcp_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
                                 : DCP_ERR_NO_MEMORY;
+        if (st == DCP_OK && rf->backward) st = dcp_harness_enable_backward(h, seed);
         if (st == DCP_OK && rf->check && !job->ctx)
             st = dcp_harness_reference(h, (int32_t)rf->threads, NULL, 0);
         free(masks);
@@ -224,7 +267,8 @@ static int run_all(const dcp_common_t *c, const dcp_cluster_t *cluster, const ru
         if (talk && !rf->json) {
             if (m == 0) print_header(c, cluster, h, job, rf);
             printf("\nmask %s\n", c->mask_names[m]);
-            dcp_table_header(stdout, cols, NCOLS);
+            dcp_col_t shown[NCOLS];
+            dcp_table_header(stdout, shown, shown_cols(rf, shown));
             fflush(stdout);
         }
         for (int32_t s = 0; s < c->num_strategies; s++)
@@ -272,13 +316,15 @@ int main(int argc, char **argv)
     dcp_common_flags_t f;
     dcp_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL};
-    enum { OWN = 9 };
+    run_flags_t rf = {0, 0, 0, 0, 1, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL};
+    enum { OWN = 10 };
     dcp_arg_t args[DCP_COMMON_NARGS + OWN];
     dcp_common_args(&f, args);
     const dcp_arg_t own[OWN] = {
         {"check", DCP_ARG_FLAG, &rf.check, 0, 0,
          "compare with the double-precision reference; exit 1 beyond --tol", 0},
+        {"backward", DCP_ARG_FLAG, &rf.backward, 0, 0,
+         "run the backward pass after the forward (with --check: dQ, dK, dV checked too)", 0},
         {"json", DCP_ARG_FLAG, &rf.json, 0, 0,
          "one JSON object per (mask, strategy) instead of tables", 0},
         {"warmup", DCP_ARG_INT, &rf.warmup, 0, 1000, "untimed runs before timing (default 0)", 0},

@@ -26,6 +26,13 @@ void dcp_harness_destroy(dcp_harness_t *h)
     free(h->ref_lse);
     free(h->low_o);
     free(h->ref_done);
+    free(h->dout);
+    free(h->ref_dq);
+    free(h->ref_dk);
+    free(h->ref_dv);
+    free(h->low_dq);
+    free(h->low_dk);
+    free(h->low_dv);
     free(h);
 }
 
@@ -68,6 +75,19 @@ err:
     return st;
 }
 
+dcp_status_t dcp_harness_enable_backward(dcp_harness_t *h, uint64_t seed)
+{
+    if (h->dout) return DCP_OK;
+    if (h->ref_o)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "harness: backward enabled after the reference");
+    const int64_t nq = h->tokens * h->shape.num_heads * h->shape.head_dim;
+    DCP_CHECK(dcp_calloc(&h->dout, nq, sizeof(float), "harness dO"));
+    dcp_rng_t rng = {seed ^ 0x9E3779B97F4A7C15ull};
+    for (int64_t i = 0; i < nq; i++)
+        h->dout[i] = dcp_round_to(h->shape.dtype, (float)dcp_rng_normal(&rng));
+    return DCP_OK;
+}
+
 dcp_batch_t dcp_harness_batch(const dcp_harness_t *h)
 {
     return (dcp_batch_t){h->num_seqs, h->lengths, h->masks};
@@ -96,6 +116,17 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
         DCP_CHECK(dcp_calloc(&h->ref_done, h->num_seqs, 1, "reference"));
         if (h->shape.dtype != DCP_DTYPE_FP32)
             DCP_CHECK(dcp_calloc(&h->low_o, h->tokens * hq * d, sizeof(float), "plain O"));
+        if (h->dout) {
+            const int64_t nq = h->tokens * hq * d, nkv = h->tokens * hkv * d;
+            DCP_CHECK(dcp_calloc(&h->ref_dq, nq, sizeof(double), "reference dQ"));
+            DCP_CHECK(dcp_calloc(&h->ref_dk, nkv, sizeof(double), "reference dK"));
+            DCP_CHECK(dcp_calloc(&h->ref_dv, nkv, sizeof(double), "reference dV"));
+            if (h->shape.dtype != DCP_DTYPE_FP32) {
+                DCP_CHECK(dcp_calloc(&h->low_dq, nq, sizeof(float), "plain dQ"));
+                DCP_CHECK(dcp_calloc(&h->low_dk, nkv, sizeof(float), "plain dK"));
+                DCP_CHECK(dcp_calloc(&h->low_dv, nkv, sizeof(float), "plain dV"));
+            }
+        }
     }
     uint8_t *want = NULL;
     DCP_CHECK(dcp_calloc(&want, h->num_seqs, 1, "reference"));
@@ -118,10 +149,15 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
             s++;
             continue;
         }
-        const int64_t t = h->seq_start[s];
-        st = dcp_reference_attention(seqs, e - s, &h->shape, h->q + t * hq * d, h->k + t * hkv * d,
-                                     h->v + t * hkv * d, h->ref_o + t * hq * d, h->ref_lse + t * hq,
-                                     h->low_o ? h->low_o + t * hq * d : NULL, threads);
+        const int64_t t = h->seq_start[s], qo = t * hq * d, ko = t * hkv * d;
+        st = dcp_reference_attention(seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko,
+                                     h->ref_o + qo, h->ref_lse + t * hq,
+                                     h->low_o ? h->low_o + qo : NULL, threads);
+        if (st == DCP_OK && h->dout)
+            st = dcp_reference_backward(
+                seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko, h->dout + qo,
+                h->ref_dq + qo, h->ref_dk + ko, h->ref_dv + ko, h->low_dq ? h->low_dq + qo : NULL,
+                h->low_dk ? h->low_dk + ko : NULL, h->low_dv ? h->low_dv + ko : NULL, threads);
         if (st == DCP_OK) memset(h->ref_done + s, 1, (size_t)(e - s));
         s = e;
     }
@@ -130,29 +166,42 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
     return st;
 }
 
+/* A rank's tensors: tensor j is buffer DCP_BUF_Q + j of the kernels (q, k, v, o, lse, dout,
+ * dq, dk, dv). The forward reads 0-2 and writes 3-4; the backward reads 0-5, writes 6-8. */
+enum { T_O = 3, T_LSE = 4, T_DO = 5, T_DQ = 6, NT = 9 };
+
+static int is_output(int j)
+{
+    return j == T_O || j == T_LSE || j >= T_DQ;
+}
+
 /* Per-rank tensors of ranks [lo, hi), and where each local row comes from in the batch. */
 typedef struct {
     dcp_tensors_t *io;
-    float **bufs;   /* 5 per rank: q, k, v, o, lse (host, fp32) */
-    void **store;   /* 5 per rank: the same in the plan dtype (lse fp32) where the rank
+    dcp_grad_tensors_t *gio;
+    float **bufs;   /* NT per rank (host, fp32) */
+    void **store;   /* NT per rank: the same in the plan dtype (lse fp32) where the rank
                        computes: device memory on a GPU, host memory for 2-byte types on the
                        CPU; NULL where the fp32 host buffers serve directly */
     int32_t *gpu;   /* each rank's GPU, -1: the CPU */
     int64_t **rows; /* global row of each local row */
     int64_t *ntok;
     int32_t n, lo, hi;
-    int64_t width[5]; /* elements per row of q, k, v, o, lse */
+    int nt;            /* tensors in use: 5 (forward only) or NT */
+    int64_t width[NT]; /* elements per row of each tensor */
     dcp_dtype_t dtype;
 } rank_io_t;
 
 static void rank_io_free(rank_io_t *r)
 {
-    for (int32_t i = 0; r->store && i < 5 * r->n; i++) dcp_mem_free(r->gpu[i / 5], r->store[i]);
+    for (int32_t i = 0; r->store && i < NT * r->n; i++)
+        dcp_mem_free(r->gpu[i / NT], r->store[i]);
     free(r->store);
     free(r->gpu);
-    for (int32_t i = 0; r->bufs && i < 5 * r->n; i++) free(r->bufs[i]);
+    for (int32_t i = 0; r->bufs && i < NT * r->n; i++) free(r->bufs[i]);
     for (int32_t i = 0; r->rows && i < r->n; i++) free(r->rows[i]);
     free(r->io);
+    free(r->gio);
     free(r->bufs);
     free(r->rows);
     free(r->ntok);
@@ -168,28 +217,32 @@ static dcp_status_t rank_io_fill(const dcp_harness_t *h, const dcp_plan_t *plan,
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_plan_local_layout(plan, rank, spans, nspans, NULL, NULL), st, out);
     const int64_t nt = r->ntok[rank], *widths = r->width;
-    for (int j = 0; j < 5; j++)
+    for (int j = 0; j < r->nt; j++)
         DCP_CHECK_GOTO(
-            dcp_calloc(&r->bufs[5 * rank + j], nt * widths[j], sizeof(float), "rank tensors"), st,
+            dcp_calloc(&r->bufs[NT * rank + j], nt * widths[j], sizeof(float), "rank tensors"), st,
             out);
     DCP_CHECK_GOTO(dcp_calloc(&r->rows[rank], nt, sizeof(int64_t), "harness"), st, out);
     int64_t row = 0;
     for (int32_t i = 0; i < nspans; i++)
         for (int32_t t = 0; t < spans[i].len; t++)
             r->rows[rank][row++] = h->seq_start[spans[i].seq] + spans[i].start + t;
-    const float *src[3] = {h->q, h->k, h->v};
+    const float *src[NT] = {h->q, h->k, h->v, [T_DO] = h->dout};
     for (int64_t i = 0; i < nt; i++)
-        for (int j = 0; j < 3; j++)
-            memcpy(r->bufs[5 * rank + j] + i * widths[j], src[j] + r->rows[rank][i] * widths[j],
-                   (size_t)widths[j] * sizeof(float));
-    float **b = &r->bufs[5 * rank];
-    r->io[rank] = (dcp_tensors_t){b[0], b[1], b[2], b[3], b[4]};
+        for (int j = 0; j < r->nt; j++)
+            if (src[j])
+                memcpy(r->bufs[NT * rank + j] + i * widths[j],
+                       src[j] + r->rows[rank][i] * widths[j], (size_t)widths[j] * sizeof(float));
+    r->io[rank] = (dcp_tensors_t){r->bufs[NT * rank], r->bufs[NT * rank + 1],
+                                  r->bufs[NT * rank + 2], r->bufs[NT * rank + 3],
+                                  r->bufs[NT * rank + 4]};
+    float **b = &r->bufs[NT * rank];
+    r->gio[rank] = (dcp_grad_tensors_t){r->io[rank], b[5], b[6], b[7], b[8]};
 out:
     free(spans);
     return st;
 }
 
-/* Tensor j of a rank (q, k, v, o, lse) is buffer DCP_BUF_Q + j of the kernels. */
+/* Bytes per element of tensor j in the plan dtype. */
 static size_t elem_bytes(const rank_io_t *r, int j)
 {
     return (size_t)dcp_buf_elem_bytes(DCP_BUF_Q + j, r->dtype);
@@ -208,8 +261,8 @@ static dcp_status_t copy_bytes(const rank_io_t *r, int32_t rank, void *dst, cons
 static dcp_status_t move(rank_io_t *r, int32_t rank, int j, int to_store)
 {
     const int64_t n = r->ntok[rank] * r->width[j];
-    float *host = r->bufs[5 * rank + j];
-    void *st_buf = r->store[5 * rank + j];
+    float *host = r->bufs[NT * rank + j];
+    void *st_buf = r->store[NT * rank + j];
     if (elem_bytes(r, j) == 4)
         return to_store ? copy_bytes(r, rank, st_buf, host, (size_t)n * 4)
                         : copy_bytes(r, rank, host, st_buf, (size_t)n * 4);
@@ -227,16 +280,17 @@ static dcp_status_t move(rank_io_t *r, int32_t rank, int j, int to_store)
  * computes; io points at them. */
 static dcp_status_t rank_io_to_store(rank_io_t *r, int32_t rank)
 {
-    void **d = &r->store[5 * rank];
+    void **d = &r->store[NT * rank];
     const int gpu = r->gpu[rank];
-    for (int j = 0; j < 5; j++) {
+    for (int j = 0; j < r->nt; j++) {
         const size_t bytes = (size_t)(r->ntok[rank] * r->width[j]) * elem_bytes(r, j);
         if (!(d[j] = dcp_mem_alloc(gpu, bytes ? bytes : 16)))
             return dcp_set_error(DCP_ERR_NO_MEMORY, "harness: %zu bytes on %s %d", bytes,
                                  gpu >= 0 ? "GPU" : "rank", gpu >= 0 ? gpu : rank);
-        if (j < 3) DCP_CHECK(move(r, rank, j, 1));
+        if (!is_output(j)) DCP_CHECK(move(r, rank, j, 1));
     }
     r->io[rank] = (dcp_tensors_t){d[0], d[1], d[2], d[3], d[4]};
+    r->gio[rank] = (dcp_grad_tensors_t){r->io[rank], d[5], d[6], d[7], d[8]};
     return DCP_OK;
 }
 
@@ -259,14 +313,17 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
     r->lo = lo;
     r->hi = hi;
     DCP_CHECK(dcp_calloc(&r->io, r->n, sizeof *r->io, "harness"));
-    DCP_CHECK(dcp_calloc(&r->bufs, 5 * r->n, sizeof *r->bufs, "harness"));
+    DCP_CHECK(dcp_calloc(&r->gio, r->n, sizeof *r->gio, "harness"));
+    DCP_CHECK(dcp_calloc(&r->bufs, NT * r->n, sizeof *r->bufs, "harness"));
     DCP_CHECK(dcp_calloc(&r->rows, r->n, sizeof *r->rows, "harness"));
     DCP_CHECK(dcp_calloc(&r->ntok, r->n, sizeof *r->ntok, "harness"));
-    DCP_CHECK(dcp_calloc(&r->store, 5 * r->n, sizeof *r->store, "harness"));
+    DCP_CHECK(dcp_calloc(&r->store, NT * r->n, sizeof *r->store, "harness"));
     DCP_CHECK(dcp_calloc(&r->gpu, r->n, sizeof *r->gpu, "harness"));
     const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
-    const int64_t widths[5] = {hq * d, hkv * d, hkv * d, hq * d, hq};
+    const int64_t widths[NT] = {hq * d, hkv * d, hkv * d, hq * d, hq,
+                                hq * d, hq * d, hkv * d, hkv * d};
     memcpy(r->width, widths, sizeof widths);
+    r->nt = h->dout ? NT : 5;
     r->dtype = h->shape.dtype;
     for (int32_t rank = lo; rank < hi; rank++) {
         DCP_CHECK(rank_io_fill(h, plan, r, rank));
@@ -280,50 +337,75 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
 }
 
 /* Outputs are poisoned with NaN before every run, so an unwritten element cannot pass. */
-static dcp_status_t poison(const dcp_harness_t *h, rank_io_t *r)
+static dcp_status_t poison(rank_io_t *r)
 {
-    const int64_t hq = h->shape.num_heads, d = h->shape.head_dim;
-    for (int32_t rank = r->lo; rank < r->hi; rank++) {
-        for (int64_t i = 0; i < r->ntok[rank] * hq * d; i++) r->bufs[5 * rank + 3][i] = NAN;
-        for (int64_t i = 0; i < r->ntok[rank] * hq; i++) r->bufs[5 * rank + 4][i] = NAN;
-        if (!has_store(r, rank)) continue;
-        DCP_CHECK(move(r, rank, 3, 1));
-        DCP_CHECK(move(r, rank, 4, 1));
-    }
+    for (int32_t rank = r->lo; rank < r->hi; rank++)
+        for (int j = 0; j < r->nt; j++) {
+            if (!is_output(j)) continue;
+            for (int64_t i = 0; i < r->ntok[rank] * r->width[j]; i++)
+                r->bufs[NT * rank + j][i] = NAN;
+            if (has_store(r, rank)) DCP_CHECK(move(r, rank, j, 1));
+        }
     return DCP_OK;
 }
 
 /* The outputs of ranks with a store back in the host buffers the checks read. */
 static dcp_status_t fetch(rank_io_t *r)
 {
-    for (int32_t rank = r->lo; rank < r->hi; rank++) {
-        if (!has_store(r, rank)) continue;
-        DCP_CHECK(move(r, rank, 3, 0));
-        DCP_CHECK(move(r, rank, 4, 0));
-    }
+    for (int32_t rank = r->lo; rank < r->hi; rank++)
+        for (int j = 0; j < r->nt && has_store(r, rank); j++)
+            if (is_output(j)) DCP_CHECK(move(r, rank, j, 0));
     return DCP_OK;
 }
 
 /* What one rank's outputs show; reduced over the ranks into a result. */
 typedef struct {
     double max_abs, ref_max, max_lse, low_abs;
-    int64_t bad;
-    uint64_t digest; /* FNV-1a over the rank's O then LSE bytes */
+    double g_abs[3], g_ref[3], g_low[3]; /* dQ, dK, dV */
+    int64_t bad, g_bad;
+    uint64_t digest; /* FNV-1a over the rank's output bytes (O, LSE, dQ, dK, dV) */
     int32_t checked;
 } rank_check_t;
+
+/* One gradient tensor of a rank against the reference rows (and the plain computation). */
+static void check_grad(const rank_io_t *r, int32_t rank, int j, const double *ref,
+                       const float *low, rank_check_t *c)
+{
+    const int g = j - T_DQ;
+    const int64_t w = r->width[j];
+    const float *out = r->bufs[NT * rank + j];
+    for (int64_t i = 0; i < r->ntok[rank]; i++) {
+        const int64_t row = r->rows[rank][i];
+        for (int64_t e = 0; e < w; e++) {
+            const double x = out[i * w + e], xr = ref[row * w + e];
+            c->g_ref[g] = fmax(c->g_ref[g], fabs(xr));
+            if (isnan(x))
+                c->g_bad++;
+            else
+                c->g_abs[g] = fmax(c->g_abs[g], fabs(x - xr));
+            if (low) c->g_low[g] = fmax(c->g_low[g], fabs(low[row * w + e] - xr));
+        }
+    }
+}
 
 static void check_rank(const dcp_harness_t *h, const rank_io_t *r, int32_t rank, rank_check_t *c)
 {
     const int64_t hq = h->shape.num_heads, d = h->shape.head_dim;
-    const float *out = r->bufs[5 * rank + 3], *lse = r->bufs[5 * rank + 4];
+    const float *out = r->bufs[NT * rank + T_O], *lse = r->bufs[NT * rank + T_LSE];
     uint64_t x = 0xcbf29ce484222325ull;
-    for (int j = 0; j < 2; j++) {
-        const unsigned char *b = (const unsigned char *)(j == 0 ? out : lse);
-        const int64_t n = r->ntok[rank] * hq * (j == 0 ? d : 1) * (int64_t)sizeof(float);
+    for (int j = 0; j < r->nt; j++) {
+        if (!is_output(j)) continue;
+        const unsigned char *b = (const unsigned char *)r->bufs[NT * rank + j];
+        const int64_t n = r->ntok[rank] * r->width[j] * (int64_t)sizeof(float);
         for (int64_t i = 0; i < n; i++) x = (x ^ b[i]) * 0x100000001b3ull;
     }
     *c = (rank_check_t){.digest = x, .checked = h->ref_o != NULL};
     if (!h->ref_o) return;
+    if (h->ref_dq) {
+        const double *ref[3] = {h->ref_dq, h->ref_dk, h->ref_dv};
+        const float *low[3] = {h->low_dq, h->low_dk, h->low_dv};
+        for (int g = 0; g < 3; g++) check_grad(r, rank, T_DQ + g, ref[g], low[g], c);
+    }
     for (int64_t i = 0; i < r->ntok[rank]; i++) {
         const int64_t g = r->rows[rank][i];
         for (int64_t hh = 0; hh < hq; hh++) {
@@ -365,14 +447,32 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
     }
     res->digest = x;
     res->max_rel_err = ref_max > 0 ? res->max_abs_err / ref_max : res->max_abs_err;
-    if (dtype == DCP_DTYPE_FP32) {
+    if (dtype == DCP_DTYPE_FP32)
         res->passed = c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol &&
                       res->max_lse_err <= tol;
-        return;
+    else
+        res->passed = c[0].checked && res->bad_values == 0 &&
+                      dcp_lowp_rule_holds(dtype, res->max_abs_err, res->low_abs_err, ref_max,
+                                          res->max_lse_err);
+    if (!res->bwd_run) return;
+    res->bwd_passed = c[0].checked;
+    for (int g = 0; g < 3; g++) {
+        double gref = 0;
+        for (int32_t r = 0; r < n; r++) {
+            res->max_abs_err_grad[g] = fmax(res->max_abs_err_grad[g], c[r].g_abs[g]);
+            res->low_abs_err_grad[g] = fmax(res->low_abs_err_grad[g], c[r].g_low[g]);
+            gref = fmax(gref, c[r].g_ref[g]);
+            res->bwd_bad_values += g == 0 ? c[r].g_bad : 0;
+        }
+        const double abs = res->max_abs_err_grad[g];
+        res->max_rel_err_grad[g] = gref > 0 ? abs / gref : abs;
+        res->bwd_passed &=
+            dtype == DCP_DTYPE_FP32
+                ? res->max_rel_err_grad[g] <= tol
+                : dcp_lowp_grad_rule_holds(dtype, abs, res->low_abs_err_grad[g], gref);
     }
-    res->passed =
-        c[0].checked && res->bad_values == 0 &&
-        dcp_lowp_rule_holds(dtype, res->max_abs_err, res->low_abs_err, ref_max, res->max_lse_err);
+    res->bwd_passed &= res->bwd_bad_values == 0;
+    res->passed &= res->bwd_passed;
 }
 
 dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
@@ -381,7 +481,7 @@ dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int
 {
     if (iters < 1) iters = 1;
     rank_io_t r = {0};
-    double *times = NULL;
+    double *times = NULL; /* [2 * iters]: forward, then backward */
     rank_check_t *checks = NULL;
     dcp_status_t st;
     dcp_plan_stats_t ps;
@@ -389,18 +489,23 @@ dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int
     dcp_group_t *group = NULL;
     dcp_context_t **ctx = NULL; /* kept across the runs, as a training loop keeps them */
     DCP_CHECK_GOTO(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, &r), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&times, iters, sizeof *times, "harness"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&times, 2 * iters, sizeof *times, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&checks, r.n, sizeof *checks, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_inproc_contexts_create(r.n, timeout_s, device, &group, &ctx), st, out);
     for (int32_t i = 0; i < warmup + iters; i++) {
-        DCP_CHECK_GOTO(poison(h, &r), st, out);
-        const double t0 = dcp_now();
+        DCP_CHECK_GOTO(poison(&r), st, out);
+        double t0 = dcp_now();
         DCP_CHECK_GOTO(dcp_forward_group(ctx, r.n, plan, r.io), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
+        if (!h->dout) continue;
+        t0 = dcp_now();
+        DCP_CHECK_GOTO(dcp_backward_group(ctx, r.n, plan, r.gio), st, out);
+        if (i >= warmup) times[iters + i - warmup] = (dcp_now() - t0) * 1e3;
     }
     DCP_CHECK_GOTO(fetch(&r), st, out);
-    dcp_harness_result_t res = {0};
+    dcp_harness_result_t res = {.bwd_run = h->dout != NULL};
     res.exec_ms = dcp_median(times, iters);
+    res.bwd_exec_ms = h->dout ? dcp_median(times + iters, iters) : 0;
     for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
     reduce(checks, r.n, tol, h->shape.dtype, &res);
     *result_out = res;
@@ -423,25 +528,31 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
     double *times = NULL;
     rank_check_t *checks = NULL;
     dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, ctx->device, &r);
-    if (st == DCP_OK) st = dcp_calloc(&times, iters, sizeof *times, "harness");
+    if (st == DCP_OK) st = dcp_calloc(&times, 2 * iters, sizeof *times, "harness");
     if (st == DCP_OK) st = dcp_calloc(&checks, bootstrap->size, sizeof *checks, "harness");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "harness set-up"), st, out);
     /* timed from a common start to the last rank's end; through the engine, which fails
      * on a dead peer where the bootstrap's collective would wait for ever */
     for (int32_t i = 0; i < warmup + iters; i++) {
-        DCP_CHECK_GOTO(poison(h, &r), st, out);
+        DCP_CHECK_GOTO(poison(&r), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
-        const double t0 = dcp_now();
+        double t0 = dcp_now();
         DCP_CHECK_GOTO(dcp_forward(ctx, plan, &r.io[me]), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
+        if (!h->dout) continue;
+        t0 = dcp_now();
+        DCP_CHECK_GOTO(dcp_backward(ctx, plan, &r.gio[me]), st, out);
+        DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
+        if (i >= warmup) times[iters + i - warmup] = (dcp_now() - t0) * 1e3;
     }
     DCP_CHECK_GOTO(fetch(&r), st, out);
     rank_check_t mine;
     check_rank(h, &r, me, &mine);
     DCP_CHECK_GOTO(bootstrap->allgather(bootstrap->state, &mine, checks, sizeof mine), st, out);
-    dcp_harness_result_t res = {0};
+    dcp_harness_result_t res = {.bwd_run = h->dout != NULL};
     res.exec_ms = dcp_median(times, iters);
+    res.bwd_exec_ms = h->dout ? dcp_median(times + iters, iters) : 0;
     reduce(checks, bootstrap->size, tol, h->shape.dtype, &res);
     *result_out = res;
 out:

@@ -1,9 +1,10 @@
 /*
  * End-to-end check of a plan: random Q/K/V for a batch (the same on every process for one
  * seed; representable in the plan dtype), each rank's rows laid out as the plan says (and
- * copied to its GPU for device runs), the forward pass run on in-process ranks
- * or on this process's rank of a job, and O and LSE compared with the double-precision
- * single-device reference. Shared by dcp-attn-test and the end-to-end test suite.
+ * copied to its GPU for device runs), the forward pass (and, with backward enabled, the
+ * backward pass after it) run on in-process ranks or on this process's rank of a job, and
+ * O, LSE (and dQ, dK, dV) compared with the double-precision single-device reference.
+ * Shared by dcp-attn-test and the end-to-end test suite.
  */
 #ifndef DCP_CLI_HARNESS_H
 #define DCP_CLI_HARNESS_H
@@ -21,6 +22,10 @@ typedef struct {
     double *ref_o, *ref_lse; /* NULL until dcp_harness_reference() */
     float *low_o;            /* bf16/fp16: the plain low-precision computation (reference.h) */
     uint8_t *ref_done;       /* sequences whose reference is computed */
+    /* backward, after dcp_harness_enable_backward(): dO and the reference gradients */
+    float *dout;                     /* layout of q, representable in the plan dtype */
+    double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcp_harness_reference() */
+    float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
 } dcp_harness_t;
 
 typedef struct {
@@ -32,15 +37,28 @@ typedef struct {
     int passed;         /* fp32: errors within tol; bf16/fp16: max_abs_err <= 2 low_abs_err +
                            one rounding step of max |O_ref|, LSE within 1e-3 (FlashAttention's
                            rule); no bad values; only when the reference exists */
-    uint64_t digest;    /* hash of every rank's O and LSE bytes: equal outputs, equal digest,
-                           whether the ranks ran as threads or as processes */
+    uint64_t digest;    /* hash of every rank's O and LSE (and dQ, dK, dV) bytes: equal outputs,
+                           equal digest, whether the ranks ran as threads or as processes */
     double exec_ms;     /* median wall time of one forward pass over all ranks */
+    /* backward (when enabled); `passed` then also requires bwd_passed */
+    int bwd_run;
+    int bwd_passed;            /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;
+                                  bf16/fp16 FlashAttention-2's gradient rule; no bad values */
+    double max_rel_err_grad[3]; /* dQ, dK, dV: max |g - g_ref| / max |g_ref| */
+    double max_abs_err_grad[3];
+    double low_abs_err_grad[3]; /* bf16/fp16: the plain computation's max abs error */
+    int64_t bwd_bad_values;     /* NaN or unwritten gradient elements */
+    double bwd_exec_ms;         /* median wall time of one backward pass over all ranks */
 } dcp_harness_result_t;
 
 dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
                                 const dcp_attn_shape_t *shape, uint64_t seed,
                                 dcp_harness_t **harness_out);
 void dcp_harness_destroy(dcp_harness_t *h);
+
+/* Draws dO (from `seed`) so that runs do the backward pass after the forward and checks
+ * check the gradients too. Before dcp_harness_reference(). */
+dcp_status_t dcp_harness_enable_backward(dcp_harness_t *h, uint64_t seed);
 
 /* The batch as the planner takes it. */
 dcp_batch_t dcp_harness_batch(const dcp_harness_t *h);
@@ -51,7 +69,8 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
                                    int32_t rank);
 
 /* Runs `plan` warmup + iters times on in-process ranks on `device` (dcp_forward_inproc's) and
- * checks the last run against the reference (if any) with tolerance `tol`. */
+ * checks the last run against the reference (if any) with tolerance `tol`; with backward
+ * enabled each run is a forward then a backward, timed apart. */
 dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
                              int32_t iters, double timeout_s, double tol, const char *device,
                              dcp_harness_result_t *result_out);
