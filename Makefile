@@ -124,7 +124,7 @@ $(EXAMPLE_MPI_BIN): tests/e2e/example_mpi.c $(BUILD)/lib/libdcp.so $(BUILD)/lib/
 		-Wl,-rpath,$(abspath $(BUILD)/lib) $(MPI_LIBS)
 
 # The main job: a built-in long-tailed batch on 8 in-process ranks (2x4), causal and lambda
-# masks, every strategy, checked against the double-precision reference.
+# masks, every strategy, forward and backward, checked against the double-precision reference.
 run: deps
 	$(MAKE) -j$(JOBS) tools
 	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --seed 3 --check --backward

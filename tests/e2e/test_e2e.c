@@ -1,6 +1,7 @@
-/* End to end: plans of every mask and strategy on 1, 2, 3 and 8 in-process ranks, run and
- * checked against the double-precision single-device reference (relative error <= 1e-5),
- * on batches with 1-token sequences and one sequence much longer than the rest. */
+/* End to end: plans of every mask and strategy on 1, 2, 3 and 8 in-process ranks, run forward
+ * and backward and checked against the double-precision single-device reference (relative
+ * error <= 1e-5 for O, LSE, dQ, dK and dV), on batches with 1-token sequences, one sequence
+ * much longer than the rest and lengths that are not multiples of the block, GQA 1 and 4. */
 #include "include/dcp.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/lengths.h"
@@ -42,17 +43,24 @@ static void expect_pass(const dcp_harness_t *h, const dcp_plan_t *p, const char 
     const dcp_status_t st = dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r);
     CU_ASSERT_EQUAL(st, DCP_OK);
     CU_ASSERT(r.passed);
+    CU_ASSERT_EQUAL(r.bwd_run, h->dout != NULL);
     if (st != DCP_OK || !r.passed)
-        fprintf(stderr, "e2e %s: %s rel %.3g lse %.3g bad %lld %s\n", what, dcp_status_string(st),
-                r.max_rel_err, r.max_lse_err, (long long)r.bad_values, st ? dcp_last_error() : "");
+        fprintf(stderr,
+                "e2e %s: %s rel %.3g lse %.3g bad %lld; dq %.3g dk %.3g dv %.3g bad %lld %s\n",
+                what, dcp_status_string(st), r.max_rel_err, r.max_lse_err,
+                (long long)r.bad_values, r.max_rel_err_grad[0], r.max_rel_err_grad[1],
+                r.max_rel_err_grad[2], (long long)r.bwd_bad_values, st ? dcp_last_error() : "");
 }
 
 static void test_every_mask_strategy_and_rank_count(void)
 {
     const int32_t len[6] = {1, 300, 23, 1, 57, 9};
-    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
+    /* GQA ratio 1 and 4, alternating by mask */
+    const dcp_attn_shape_t shapes[2] = {{4, 4, 16, DCP_DTYPE_FP32, 0.0f},
+                                        {8, 2, 16, DCP_DTYPE_FP32, 0.0f}};
     dcp_rng_t rng = {61};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
+        const dcp_attn_shape_t shape = shapes[kind % 2];
         dcp_mask_t m[6];
         int32_t *store[6];
         for (int s = 0; s < 6; s++) {
@@ -69,6 +77,7 @@ static void test_every_mask_strategy_and_rank_count(void)
         }
         dcp_harness_t *h = NULL;
         CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 6, m, &shape, 100 + kind, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcp_harness_enable_backward(h, 200 + kind), DCP_OK);
         CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
         for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
             for (int c = 0; c < 4; c++) {
@@ -88,7 +97,6 @@ static void test_every_mask_strategy_and_rank_count(void)
     }
 }
 
-/* A plan that went through bytes computes bit-identical outputs, and so does a second run. */
 /* bf16 and fp16 storage on CPU ranks (fp32 arithmetic): 2-byte staging, transfers and the
  * rounded publication of O, checked by FlashAttention's rule against the plain
  * low-precision computation; the GPU executor's numbers have this CPU twin. */
@@ -106,6 +114,7 @@ static void test_half_storage_on_cpu(void)
             const dcp_attn_shape_t shape = {8, 2, 32, types[t], 0.0f};
             dcp_harness_t *h = NULL;
             CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 4, m, &shape, 5, &h), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dcp_harness_enable_backward(h, 6), DCP_OK);
             CU_ASSERT_EQUAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
             dcp_plan_t *p = plan_for(h, "2x2", kind % 2 ? DCP_STRATEGY_METIS : DCP_STRATEGY_ZIGZAG,
                                      64, 3, 1, DCP_COMM_DIVISIONS);
@@ -113,15 +122,24 @@ static void test_half_storage_on_cpu(void)
             CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r), DCP_OK);
             CU_ASSERT(r.passed);
             CU_ASSERT(r.low_abs_err > 0); /* the rule has a real baseline to compare with */
+            CU_ASSERT(r.low_abs_err_grad[0] > 0 && r.low_abs_err_grad[1] > 0 &&
+                      r.low_abs_err_grad[2] > 0);
             if (!r.passed)
-                fprintf(stderr, "e2e half %d mask %d: abs %.3g plain %.3g lse %.3g bad %lld\n", t,
-                        kind, r.max_abs_err, r.low_abs_err, r.max_lse_err, (long long)r.bad_values);
+                fprintf(stderr,
+                        "e2e half %d mask %d: abs %.3g plain %.3g lse %.3g bad %lld; grads abs "
+                        "%.3g %.3g %.3g plain %.3g %.3g %.3g bad %lld\n",
+                        t, kind, r.max_abs_err, r.low_abs_err, r.max_lse_err,
+                        (long long)r.bad_values, r.max_abs_err_grad[0], r.max_abs_err_grad[1],
+                        r.max_abs_err_grad[2], r.low_abs_err_grad[0], r.low_abs_err_grad[1],
+                        r.low_abs_err_grad[2], (long long)r.bwd_bad_values);
             dcp_plan_destroy(p);
             dcp_harness_destroy(h);
             for (int s = 0; s < 4; s++) free(store[s]);
         }
 }
 
+/* A plan that went through bytes computes bit-identical outputs and gradients, and so does
+ * a second run. */
 static void test_deserialized_plan_runs_identically(void)
 {
     const int32_t len[4] = {130, 1, 64, 33};
@@ -130,6 +148,7 @@ static void test_deserialized_plan_runs_identically(void)
     const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
     dcp_harness_t *h = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 4, m, &shape, 7, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_harness_enable_backward(h, 8), DCP_OK);
     dcp_plan_t *p = plan_for(h, "2x4", DCP_STRATEGY_METIS, 16, 3, 2, DCP_COMM_ROUNDS);
     size_t n;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
