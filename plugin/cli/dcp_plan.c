@@ -2,8 +2,10 @@
  * dcp-plan: plans batches with every strategy asked for and reports what each plan costs -
  * bytes moved (and between nodes), the busiest rank's bytes, compute and memory imbalance,
  * communication phases, planning time (median) and the cost model's predicted attention
- * time. One table per mask (means over the batches; imbalance is the worst batch), or JSON
- * lines, one per (strategy, batch). --svg draws the first batch's plan, --hgr writes its
+ * time - and beside it what the plan's backward program costs on the same placement (bytes
+ * moved and between nodes, compute imbalance, predicted time). One table per mask (means
+ * over the batches; imbalance is the worst batch), or JSON lines, one per (strategy, batch),
+ * with the backward's figures as bwd_* fields. --svg draws the first batch's plan, --hgr writes its
  * hypergraph for external partitioners. Exit status: 0, 1 on a planning failure, 2 on bad
  * flags.
  */
@@ -31,7 +33,8 @@ typedef struct {
 /* Per strategy, over the batches of one mask. */
 typedef struct {
     double comm, inter, max_rank, predicted, phases;
-    double comp_imb, mem_imb; /* worst batch */
+    double bwd_comm, bwd_inter, bwd_predicted;
+    double comp_imb, mem_imb, bwd_comp_imb; /* worst batch */
     int32_t fallbacks, n;
     double *plan_ms;
     int64_t n_ms;
@@ -40,7 +43,8 @@ typedef struct {
 static const dcp_col_t cols[] = {
     {"strategy", -8},    {"total(MB)", 10},   {"inter(MB)", 10},  {"x-zigzag", 8},
     {"maxrank(MB)", 11}, {"comp-imb(%)", 11}, {"mem-imb(%)", 10}, {"phases", 6},
-    {"plan(ms)", 9},     {"pred(ms)", 9},     {"fallback", 8},
+    {"plan(ms)", 9},     {"pred(ms)", 9},     {"bwd(MB)", 9},     {"bwd-inter", 9},
+    {"bwd-imb(%)", 10},  {"bwd-pred", 9},     {"fallback", 8},
 };
 #define NCOLS ((int)(sizeof cols / sizeof cols[0]))
 
@@ -110,6 +114,14 @@ static void print_json(const char *mask, int32_t batch, const dcp_plan_stats_t *
     dcp_json_bool(&j, "fallback", s->fallback);
     dcp_json_num(&j, "plan_ms", plan_ms);
     dcp_json_num(&j, "predicted_ms", s->predicted_ms);
+    dcp_json_int(&j, "bwd_comm_bytes", s->bwd_comm_bytes);
+    dcp_json_int(&j, "bwd_inter_node_bytes", s->bwd_inter_node_bytes);
+    dcp_json_int(&j, "bwd_max_rank_bytes", s->bwd_max_rank_bytes);
+    dcp_json_num(&j, "bwd_compute_imbalance", s->bwd_compute_imbalance);
+    dcp_json_int(&j, "bwd_flops", s->bwd_flops);
+    dcp_json_int(&j, "bwd_num_transfers", s->bwd_num_transfers);
+    dcp_json_int(&j, "bwd_num_phases", s->bwd_num_phases);
+    dcp_json_num(&j, "bwd_predicted_ms", s->bwd_predicted_ms);
     dcp_json_end(&j);
 }
 
@@ -172,7 +184,11 @@ static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, 
     a->max_rank += (double)st.max_rank_bytes;
     a->predicted += st.predicted_ms;
     a->phases += st.num_phases;
+    a->bwd_comm += (double)st.bwd_comm_bytes;
+    a->bwd_inter += (double)st.bwd_inter_node_bytes;
+    a->bwd_predicted += st.bwd_predicted_ms;
     a->comp_imb = fmax(a->comp_imb, st.compute_imbalance);
+    a->bwd_comp_imb = fmax(a->bwd_comp_imb, st.bwd_compute_imbalance);
     a->mem_imb = fmax(a->mem_imb, st.memory_imbalance);
     a->fallbacks += st.fallback;
     a->n++;
@@ -202,7 +218,11 @@ static void print_table(const dcp_common_t *c, agg_t *aggs)
         snprintf(cell[7], 32, "%.1f", a->phases / a->n);
         snprintf(cell[8], 32, "%.2f", dcp_median(a->plan_ms, a->n_ms));
         snprintf(cell[9], 32, "%.3f", a->predicted / a->n);
-        snprintf(cell[10], 32, "%d/%d", a->fallbacks, a->n);
+        snprintf(cell[10], 32, "%.1f", a->bwd_comm / a->n / 1e6);
+        snprintf(cell[11], 32, "%.1f", a->bwd_inter / a->n / 1e6);
+        snprintf(cell[12], 32, "%.1f", 100 * a->bwd_comp_imb);
+        snprintf(cell[13], 32, "%.3f", a->bwd_predicted / a->n);
+        snprintf(cell[14], 32, "%d/%d", a->fallbacks, a->n);
         dcp_table_row(stdout, cols, NCOLS, cell);
     }
 }
@@ -278,7 +298,7 @@ int main(int argc, char **argv)
     memcpy(args + DCP_COMMON_NARGS, own, sizeof own);
     dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + NOWN, tool,
                    "Plans batches with each strategy and reports traffic, balance, planning time\n"
-                   "and the cost model's predicted attention time.");
+                   "and the cost model's predicted attention time, forward and backward.");
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
