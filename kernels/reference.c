@@ -9,42 +9,48 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+/* What both passes know of the batch: its sequences, shape and inputs, and the counter the
+ * workers claim items from. */
 typedef struct {
     const dcp_seq_info_t *seqs;
     int32_t num_seqs;
-    int64_t *seq_start;
+    int64_t *seq_start; /* first token of each sequence */
+    int32_t max_len;
     int32_t hq, hkv, d;
     double scale;
+    dcp_dtype_t dtype;
     const float *q, *k, *v;
+    atomic_long next; /* next work item */
+} ref_batch_t;
+
+typedef struct {
+    ref_batch_t b; /* items: (sequence, head) */
     double *o, *lse;
     float *o_low; /* the plain low-precision computation, or NULL */
-    dcp_dtype_t dtype;
-    atomic_long next; /* next (sequence, head) work item */
-    int32_t max_len;
 } ref_job_t;
 
 /* Query i of sequence s, head h: two passes over the allowed keys (max, then sums). */
 static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, double *score,
                       float *acc_low)
 {
-    const int64_t base = j->seq_start[s];
-    const int32_t kvh = h / (j->hq / j->hkv), d = j->d;
-    const float *qr = j->q + ((base + i) * j->hq + h) * d;
+    const int64_t base = j->b.seq_start[s];
+    const int32_t kvh = h / (j->b.hq / j->b.hkv), d = j->b.d;
+    const float *qr = j->b.q + ((base + i) * j->b.hq + h) * d;
     int32_t rg[4];
-    dcp_mask_keys(&j->seqs[s].mask, j->seqs[s].len, i, rg);
+    dcp_mask_keys(&j->b.seqs[s].mask, j->b.seqs[s].len, i, rg);
     double m = -INFINITY;
     for (int r = 0; r < 2; r++)
         for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
-            const float *kr = j->k + ((base + key) * j->hkv + kvh) * d;
+            const float *kr = j->b.k + ((base + key) * j->b.hkv + kvh) * d;
             double acc = 0;
             for (int32_t x = 0; x < d; x++) acc += (double)qr[x] * (double)kr[x];
-            score[key] = acc * j->scale;
+            score[key] = acc * j->b.scale;
             if (score[key] > m) m = score[key];
         }
-    double *orow = j->o + ((base + i) * j->hq + h) * d;
+    double *orow = j->o + ((base + i) * j->b.hq + h) * d;
     for (int32_t x = 0; x < d; x++) orow[x] = 0;
-    double *lrow = j->lse + (base + i) * j->hq + h;
-    float *olow = j->o_low ? j->o_low + ((base + i) * j->hq + h) * d : NULL;
+    double *lrow = j->lse + (base + i) * j->b.hq + h;
+    float *olow = j->o_low ? j->o_low + ((base + i) * j->b.hq + h) * d : NULL;
     if (olow)
         for (int32_t x = 0; x < d; x++) olow[x] = acc_low[x] = 0.0f;
     if (m == -INFINITY) {
@@ -57,39 +63,88 @@ static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, doubl
         for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
             const double p = exp(score[key] - m);
             sum += p;
-            const float *vr = j->v + ((base + key) * j->hkv + kvh) * d;
+            const float *vr = j->b.v + ((base + key) * j->b.hkv + kvh) * d;
             for (int32_t x = 0; x < d; x++) orow[x] += p * (double)vr[x];
             if (!olow) continue;
             /* as a plain low-precision kernel: P stored in the input type, fp32 sums */
-            const float pl = dcp_round_to(j->dtype, (float)p);
+            const float pl = dcp_round_to(j->b.dtype, (float)p);
             sum_low += (float)p;
             for (int32_t x = 0; x < d; x++) acc_low[x] += pl * vr[x];
         }
     for (int32_t x = 0; x < d; x++) orow[x] /= sum;
     *lrow = m + log(sum);
     if (olow)
-        for (int32_t x = 0; x < d; x++) olow[x] = dcp_round_to(j->dtype, acc_low[x] / sum_low);
+        for (int32_t x = 0; x < d; x++) olow[x] = dcp_round_to(j->b.dtype, acc_low[x] / sum_low);
 }
 
 static void *ref_worker(void *arg)
 {
     ref_job_t *j = arg;
-    double *score = malloc((size_t)j->max_len * sizeof *score);
-    float *acc_low = malloc((size_t)j->d * sizeof *acc_low);
+    double *score = malloc((size_t)j->b.max_len * sizeof *score);
+    float *acc_low = malloc((size_t)j->b.d * sizeof *acc_low);
     if (!score || !acc_low) {
         free(score);
         free(acc_low);
         return (void *)1;
     }
     for (;;) {
-        const long item = atomic_fetch_add(&j->next, 1);
-        if (item >= (long)j->num_seqs * j->hq) break;
-        const int32_t s = (int32_t)(item / j->hq), h = (int32_t)(item % j->hq);
-        for (int32_t i = 0; i < j->seqs[s].len; i++) ref_query(j, s, h, i, score, acc_low);
+        const long item = atomic_fetch_add(&j->b.next, 1);
+        if (item >= (long)j->b.num_seqs * j->b.hq) break;
+        const int32_t s = (int32_t)(item / j->b.hq), h = (int32_t)(item % j->b.hq);
+        for (int32_t i = 0; i < j->b.seqs[s].len; i++) ref_query(j, s, h, i, score, acc_low);
     }
     free(score);
     free(acc_low);
     return NULL;
+}
+
+/* Checks the arguments both passes share and fills *b (b->seq_start: the caller frees it). */
+static dcp_status_t ref_batch_init(ref_batch_t *b, const char *what, const dcp_seq_info_t *seqs,
+                                   int32_t num_seqs, const dcp_attn_shape_t *shape, const float *q,
+                                   const float *k, const float *v)
+{
+    if (!seqs || !shape || !q || !k || !v || num_seqs < 1 || shape->num_heads < 1 ||
+        shape->num_kv_heads < 1 || shape->head_dim < 1 ||
+        shape->num_heads % shape->num_kv_heads != 0)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s: bad arguments", what);
+    b->seqs = seqs;
+    b->num_seqs = num_seqs;
+    b->hq = shape->num_heads;
+    b->hkv = shape->num_kv_heads;
+    b->d = shape->head_dim;
+    b->scale = shape->scale > 0 ? shape->scale : 1.0 / sqrt((double)shape->head_dim);
+    b->dtype = shape->dtype;
+    b->q = q;
+    b->k = k;
+    b->v = v;
+    atomic_init(&b->next, 0);
+    DCP_CHECK(dcp_calloc(&b->seq_start, num_seqs, sizeof(int64_t), what));
+    b->max_len = 0;
+    for (int32_t s = 0; s < num_seqs; s++) {
+        b->seq_start[s] = s ? b->seq_start[s - 1] + seqs[s - 1].len : 0;
+        if (seqs[s].len > b->max_len) b->max_len = seqs[s].len;
+    }
+    return DCP_OK;
+}
+
+/* Runs fn(job) on `threads` threads (the caller's among them, 1..64); true if any returned
+ * non-NULL (no memory). Work items are claimed from an atomic counter in the job, and each
+ * item is computed by one thread in a fixed order, so results do not depend on threads. */
+static int run_workers(void *(*fn)(void *), void *job, int32_t threads)
+{
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    pthread_t tid[64];
+    int32_t started = 0;
+    for (; started < threads - 1; started++)
+        if (pthread_create(&tid[started], NULL, fn, job) != 0) break;
+    int failed = fn(job) != NULL;
+    for (int32_t t = 0; t < started; t++) {
+        void *ret;
+        pthread_join(tid[t], &ret);
+        failed |= ret != NULL;
+    }
+    return failed;
 }
 
 dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
@@ -97,41 +152,11 @@ dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seq
                                      const float *v, double *o, double *lse, float *o_low,
                                      int32_t threads)
 {
-    if (!seqs || !shape || !q || !k || !v || !o || !lse || num_seqs < 1 ||
-        shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "reference: bad arguments");
-    ref_job_t j = {.seqs = seqs,
-                   .num_seqs = num_seqs,
-                   .hq = shape->num_heads,
-                   .hkv = shape->num_kv_heads,
-                   .d = shape->head_dim,
-                   .scale = shape->scale > 0 ? shape->scale : 1.0 / sqrt((double)shape->head_dim),
-                   .q = q,
-                   .k = k,
-                   .v = v,
-                   .o = o,
-                   .lse = lse,
-                   .o_low = o_low,
-                   .dtype = shape->dtype};
-    atomic_init(&j.next, 0);
-    DCP_CHECK(dcp_calloc(&j.seq_start, num_seqs, sizeof(int64_t), "reference"));
-    for (int32_t s = 0; s < num_seqs; s++) {
-        j.seq_start[s] = s ? j.seq_start[s - 1] + seqs[s - 1].len : 0;
-        if (seqs[s].len > j.max_len) j.max_len = seqs[s].len;
-    }
-    if (threads < 1) threads = 1;
-    if (threads > 64) threads = 64;
-    pthread_t tid[64];
-    int32_t started = 0;
-    for (; started < threads - 1; started++)
-        if (pthread_create(&tid[started], NULL, ref_worker, &j) != 0) break;
-    int failed = ref_worker(&j) != NULL;
-    for (int32_t t = 0; t < started; t++) {
-        void *ret;
-        pthread_join(tid[t], &ret);
-        failed |= ret != NULL;
-    }
-    free(j.seq_start);
+    if (!o || !lse) return dcp_set_error(DCP_ERR_INVALID_ARG, "reference: bad arguments");
+    ref_job_t j = {.o = o, .lse = lse, .o_low = o_low};
+    DCP_CHECK(ref_batch_init(&j.b, "reference", seqs, num_seqs, shape, q, k, v));
+    const int failed = run_workers(ref_worker, &j, threads);
+    free(j.b.seq_start);
     if (failed) return dcp_set_error(DCP_ERR_NO_MEMORY, "reference: no memory for scores");
     return DCP_OK;
 }
@@ -141,4 +166,212 @@ int dcp_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_er
 {
     const double step = ldexp(ref_max, dtype == DCP_DTYPE_BF16 ? -8 : -11);
     return max_abs_err <= 2 * low_abs_err + step && lse_err <= 1e-3;
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+typedef struct {
+    ref_batch_t b; /* items: (sequence, KV head) */
+    const float *dout;
+    double *dq, *dk, *dv;
+    float *dq_low, *dk_low, *dv_low; /* each may be NULL */
+    int low;                         /* any of them given: run the plain computation */
+} bwd_job_t;
+
+/* A worker's scratch: scores of one query (double and plain), one output row, and the
+ * plain computation's fp32 sums of dQ (one row) and dK, dV (a whole sequence). */
+typedef struct {
+    double *score, *o;
+    float *score_low, *o_low, *dq_low, *dk_low, *dv_low;
+} bwd_scratch_t;
+
+static double dot_f64(const float *a, const float *b, int32_t n)
+{
+    double s = 0;
+    for (int32_t x = 0; x < n; x++) s += (double)a[x] * (double)b[x];
+    return s;
+}
+
+static float dot_f32(const float *a, const float *b, int32_t n)
+{
+    float s = 0.0f;
+    for (int32_t x = 0; x < n; x++) s += a[x] * b[x];
+    return s;
+}
+
+/* The plain low-precision backward of query i: fp32 scores, LSE and O (rounded to the
+ * dtype, as the forward publishes it), delta from that O, P and dS rounded to the dtype
+ * before their products, fp32 sums. dK is summed unscaled, as dS^T Q. */
+static void bwd_query_low(const bwd_job_t *j, bwd_scratch_t *w, const int32_t rg[4],
+                          const float *qr, const float *gr, int64_t base, int32_t kvh)
+{
+    const int32_t d = j->b.d;
+    const float scale = (float)j->b.scale;
+    float m = -INFINITY;
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
+            const float *kr = j->b.k + ((base + key) * j->b.hkv + kvh) * d;
+            w->score_low[key] = dot_f32(qr, kr, d) * scale;
+            if (w->score_low[key] > m) m = w->score_low[key];
+        }
+    for (int32_t x = 0; x < d; x++) w->dq_low[x] = w->o_low[x] = 0.0f;
+    if (m == -INFINITY) return;
+    float sum = 0.0f;
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
+            const float p = expf(w->score_low[key] - m);
+            const float pl = dcp_round_to(j->b.dtype, p);
+            const float *vr = j->b.v + ((base + key) * j->b.hkv + kvh) * d;
+            sum += p;
+            for (int32_t x = 0; x < d; x++) w->o_low[x] += pl * vr[x];
+        }
+    for (int32_t x = 0; x < d; x++) w->o_low[x] = dcp_round_to(j->b.dtype, w->o_low[x] / sum);
+    const float lse = m + logf(sum), delta = dot_f32(gr, w->o_low, d);
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
+            const float *kr = j->b.k + ((base + key) * j->b.hkv + kvh) * d;
+            const float *vr = j->b.v + ((base + key) * j->b.hkv + kvh) * d;
+            const float p = expf(w->score_low[key] - lse);
+            const float ds = p * (dot_f32(gr, vr, d) - delta);
+            const float pl = dcp_round_to(j->b.dtype, p), dsl = dcp_round_to(j->b.dtype, ds);
+            float *dk = w->dk_low + (size_t)key * d, *dv = w->dv_low + (size_t)key * d;
+            for (int32_t x = 0; x < d; x++) {
+                dv[x] += pl * gr[x];
+                dk[x] += dsl * qr[x];
+                w->dq_low[x] += dsl * kr[x];
+            }
+        }
+}
+
+/* Query i of sequence s, head h, in double: its forward (LSE, O, delta = dO.O), then its
+ * share of every gradient; adds into the item's dK, dV rows, writes its dQ row. */
+static void bwd_query(const bwd_job_t *j, bwd_scratch_t *w, int32_t s, int32_t h, int32_t i)
+{
+    const int64_t base = j->b.seq_start[s];
+    const int32_t kvh = h / (j->b.hq / j->b.hkv), d = j->b.d;
+    const float *qr = j->b.q + ((base + i) * j->b.hq + h) * d,
+                *gr = j->dout + ((base + i) * j->b.hq + h) * d;
+    double *dq = j->dq + ((base + i) * j->b.hq + h) * d;
+    int32_t rg[4];
+    dcp_mask_keys(&j->b.seqs[s].mask, j->b.seqs[s].len, i, rg);
+    if (j->low) {
+        bwd_query_low(j, w, rg, qr, gr, base, kvh);
+        float *dql = j->dq_low ? j->dq_low + ((base + i) * j->b.hq + h) * d : NULL;
+        if (dql)
+            for (int32_t x = 0; x < d; x++)
+                dql[x] = dcp_round_to(j->b.dtype, (float)j->b.scale * w->dq_low[x]);
+    }
+    double m = -INFINITY;
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
+            w->score[key] =
+                dot_f64(qr, j->b.k + ((base + key) * j->b.hkv + kvh) * d, d) * j->b.scale;
+            if (w->score[key] > m) m = w->score[key];
+        }
+    for (int32_t x = 0; x < d; x++) dq[x] = w->o[x] = 0;
+    if (m == -INFINITY) return; /* no allowed key: no gradient */
+    double sum = 0;
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) sum += exp(w->score[key] - m);
+    const double lse = m + log(sum);
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
+            const double p = exp(w->score[key] - lse);
+            const float *vr = j->b.v + ((base + key) * j->b.hkv + kvh) * d;
+            for (int32_t x = 0; x < d; x++) w->o[x] += p * (double)vr[x];
+        }
+    double delta = 0;
+    for (int32_t x = 0; x < d; x++) delta += (double)gr[x] * w->o[x];
+    for (int r = 0; r < 2; r++)
+        for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
+            const int64_t kv = ((base + key) * j->b.hkv + kvh) * d;
+            const float *kr = j->b.k + kv, *vr = j->b.v + kv;
+            const double p = exp(w->score[key] - lse);
+            const double ds = p * (dot_f64(gr, vr, d) - delta);
+            for (int32_t x = 0; x < d; x++) {
+                j->dv[kv + x] += p * (double)gr[x];
+                j->dk[kv + x] += j->b.scale * ds * (double)qr[x];
+                dq[x] += j->b.scale * ds * (double)kr[x];
+            }
+        }
+}
+
+/* Work item: one sequence and one KV head, with every query head that shares the KV head,
+ * so that the item alone writes its dK, dV rows. */
+static void bwd_item(const bwd_job_t *j, bwd_scratch_t *w, int32_t s, int32_t kvh)
+{
+    const int64_t base = j->b.seq_start[s];
+    const int32_t len = j->b.seqs[s].len, d = j->b.d, rep = j->b.hq / j->b.hkv;
+    for (int32_t key = 0; key < len; key++)
+        for (int32_t x = 0; x < d; x++) {
+            const int64_t e = ((base + key) * j->b.hkv + kvh) * d + x;
+            j->dk[e] = j->dv[e] = 0;
+        }
+    if (j->low)
+        for (int64_t e = 0; e < (int64_t)len * d; e++) w->dk_low[e] = w->dv_low[e] = 0.0f;
+    for (int32_t h = kvh * rep; h < (kvh + 1) * rep; h++)
+        for (int32_t i = 0; i < len; i++) bwd_query(j, w, s, h, i);
+    if (!j->low) return;
+    for (int32_t key = 0; key < len; key++)
+        for (int32_t x = 0; x < d; x++) {
+            const int64_t e = ((base + key) * j->b.hkv + kvh) * d + x;
+            const float dk = (float)j->b.scale * w->dk_low[(size_t)key * d + x],
+                        dv = w->dv_low[(size_t)key * d + x];
+            if (j->dk_low) j->dk_low[e] = dcp_round_to(j->b.dtype, dk);
+            if (j->dv_low) j->dv_low[e] = dcp_round_to(j->b.dtype, dv);
+        }
+}
+
+static void *bwd_worker(void *arg)
+{
+    bwd_job_t *j = arg;
+    const size_t n = (size_t)j->b.max_len, d = (size_t)j->b.d;
+    const size_t seq_rows = j->low ? n * d : 1; /* the plain dK, dV sums of a sequence */
+    bwd_scratch_t w = {malloc(n * sizeof(double)),      malloc(d * sizeof(double)),
+                       malloc(n * sizeof(float)),       malloc(d * sizeof(float)),
+                       malloc(d * sizeof(float)),       malloc(seq_rows * sizeof(float)),
+                       malloc(seq_rows * sizeof(float))};
+    void *ret = (void *)1;
+    if (w.score && w.o && w.score_low && w.o_low && w.dq_low && w.dk_low && w.dv_low) {
+        ret = NULL;
+        for (;;) {
+            const long item = atomic_fetch_add(&j->b.next, 1);
+            if (item >= (long)j->b.num_seqs * j->b.hkv) break;
+            bwd_item(j, &w, (int32_t)(item / j->b.hkv), (int32_t)(item % j->b.hkv));
+        }
+    }
+    free(w.score), free(w.o), free(w.score_low), free(w.o_low);
+    free(w.dq_low), free(w.dk_low), free(w.dv_low);
+    return ret;
+}
+
+dcp_status_t dcp_reference_backward(const dcp_seq_info_t *seqs, int32_t num_seqs,
+                                    const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                    const float *v, const float *dout, double *dq, double *dk,
+                                    double *dv, float *dq_low, float *dk_low, float *dv_low,
+                                    int32_t threads)
+{
+    if (!dout || !dq || !dk || !dv)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "reference backward: bad arguments");
+    bwd_job_t j = {.dout = dout,
+                   .dq = dq,
+                   .dk = dk,
+                   .dv = dv,
+                   .dq_low = dq_low,
+                   .dk_low = dk_low,
+                   .dv_low = dv_low,
+                   .low = dq_low || dk_low || dv_low};
+    DCP_CHECK(ref_batch_init(&j.b, "reference backward", seqs, num_seqs, shape, q, k, v));
+    const int failed = run_workers(bwd_worker, &j, threads);
+    free(j.b.seq_start);
+    if (failed)
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "reference backward: no memory for scratch");
+    return DCP_OK;
+}
+
+int dcp_lowp_grad_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err,
+                             double ref_max)
+{
+    const int bits = dtype == DCP_DTYPE_BF16 ? 8 : dtype == DCP_DTYPE_FP16 ? 11 : 24;
+    return max_abs_err <= 3 * low_abs_err + ldexp(ref_max, -bits);
 }
