@@ -12,6 +12,7 @@ int dcp_suite_place(void);
 int dcp_suite_schedule(void);
 int dcp_suite_plan_io(void);
 int dcp_suite_kernels(void);
+int dcp_suite_backward(void);
 int dcp_suite_transport(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);
