@@ -4,6 +4,10 @@
  * plain low-precision computation plus one rounding step; LSE within 1e-3) over every mask,
  * ragged tiles, 1-token sequences, fully masked rows, GQA 1/4/8, head dims 64/128, bf16 and
  * fp16; accumulation; merge and copy against the CPU; the GPU executor end to end.
+ * Backward: dQ, dK, dV against the double reference backward by FlashAttention-2's gradient
+ * rule (at most three times the plain low-precision error plus a rounding step) over the same
+ * cases, exact zeros where no pair contributes; delta and gradient accumulation against the
+ * host.
  */
 #include "include/base/half.h"
 #include "kernels/cpu.h"
@@ -315,6 +319,263 @@ static void test_merge_and_copy(void)
         free(out);
 }
 
+/* A backward case: a forward case plus dO, the forward's final O (rounded to the dtype) and
+ * LSE as the executor hands them over, zeroed delta and gradient accumulators, and the
+ * double reference backward with its plain low-precision twin. */
+typedef struct {
+    gcase_t c;
+    float *dout;
+    double *ref[3]; /* dq, dk, dv */
+    float *low[3];
+} bcase_t;
+
+static const int grad_buf[3] = {DCP_BUF_ACC_DQ, DCP_BUF_ACC_DK, DCP_BUF_ACC_DV};
+static const char *const grad_name[3] = {"dq", "dk", "dv"};
+
+static int64_t grad_elems(const gcase_t *c, int which)
+{
+    return (int64_t)c->tc.total * (which == 0 ? c->tc.hq : c->tc.hkv) * c->tc.d;
+}
+
+static void bcase_init(bcase_t *b, const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq,
+                       int32_t hkv, int32_t d, dcp_dtype_t dtype, uint64_t seed)
+{
+    memset(b, 0, sizeof *b);
+    gcase_t *c = &b->c;
+    gcase_init(c, mask, total, tile, hq, hkv, d, dtype, seed);
+    const int64_t nq = (int64_t)total * hq * d, rows = (int64_t)total * hq;
+    dcp_rng_t rng = {seed ^ 0x9e3779b97f4a7c15ull};
+    b->dout = randn(&rng, nq, dtype);
+    for (int w = 0; w < 3; w++) {
+        b->ref[w] = malloc((size_t)grad_elems(c, w) * sizeof(double));
+        b->low[w] = malloc((size_t)grad_elems(c, w) * sizeof(float));
+    }
+    const dcp_attn_shape_t shape = {hq, hkv, d, dtype, 0.0f};
+    CU_ASSERT_EQUAL(dcp_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, b->dout,
+                                           b->ref[0], b->ref[1], b->ref[2], b->low[0], b->low[1],
+                                           b->low[2], 4),
+                    DCP_OK);
+    for (int64_t i = 0; i < nq; i++) c->o[i] = (float)c->ro[i];
+    for (int64_t i = 0; i < rows; i++) c->lse[i] = (float)c->rlse[i];
+    c->dev[DCP_BUF_O] = upload(c->o, nq, dtype);
+    c->dev[DCP_BUF_DO] = upload(b->dout, nq, dtype);
+    CU_ASSERT_EQUAL(dcp_cuda_memcpy(c->dev[DCP_BUF_ACC_LSE], c->lse, (size_t)rows * 4, NULL),
+                    DCP_OK);
+    c->dev[DCP_BUF_DELTA] = dcp_cuda_alloc(0, (size_t)rows * 4 + 16);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c->dev[DCP_BUF_DELTA]);
+    for (int w = 0; w < 3; w++) {
+        c->dev[grad_buf[w]] = dcp_cuda_alloc(0, (size_t)grad_elems(c, w) * 4 + 16); /* zeroed */
+        CU_ASSERT_PTR_NOT_NULL_FATAL(c->dev[grad_buf[w]]);
+    }
+    memcpy(c->env.bufs, c->dev, sizeof c->dev);
+}
+
+static void bcase_free(bcase_t *b)
+{
+    for (int w = 0; w < 3; w++) free(b->ref[w]), free(b->low[w]);
+    free(b->dout);
+    gcase_free(&b->c);
+}
+
+/* delta on the GPU (all local rows, every query head), then the backward of every group. */
+static void bcase_run(bcase_t *b)
+{
+    gcase_t *c = &b->c;
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.bwd_delta(&c->env, (int64_t)c->tc.total * c->tc.hq), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&c->env, c->groups, c->tc.num_groups, c->tiles),
+                    DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
+}
+
+/* FlashAttention-2's rule on the fetched dq, dk, dv; an exact zero wherever the reference
+ * is exactly zero (no pair contributes: masked rows, unseen keys); 1 when all hold. */
+static int bcase_check(bcase_t *b, const char *what)
+{
+    const gcase_t *c = &b->c;
+    int ok = 1;
+    for (int w = 0; w < 3; w++) {
+        const int64_t n = grad_elems(c, w);
+        float *got = malloc((size_t)n * 4);
+        download(got, c->dev[grad_buf[w]], n);
+        double err = 0, low = 0, ref = 0;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double r = b->ref[w][i];
+            bad += !isfinite(got[i]) || (r == 0.0 && got[i] != 0.0f);
+            err = fmax(err, fabs(got[i] - r));
+            low = fmax(low, fabs(b->low[w][i] - r));
+            ref = fmax(ref, fabs(r));
+        }
+        free(got);
+        if (bad == 0 && dcp_lowp_grad_rule_holds(c->dtype, err, low, ref)) continue;
+        ok = 0;
+        fprintf(stderr,
+                "gpu %s %s: total %d tile %d heads %d/%d D %d %s: err %.3g plain %.3g max %.3g "
+                "bad %lld\n",
+                what, grad_name[w], c->tc.total, c->tc.tile, c->tc.hq, c->tc.hkv, c->tc.d,
+                c->dtype == DCP_DTYPE_BF16 ? "bf16" : "fp16", err, low, ref, (long long)bad);
+    }
+    return ok;
+}
+
+static void bwd_case(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq, int32_t hkv,
+                     int32_t d, dcp_dtype_t dtype, uint64_t seed)
+{
+    bcase_t b;
+    bcase_init(&b, mask, total, tile, hq, hkv, d, dtype, seed);
+    bcase_run(&b);
+    CU_ASSERT(bcase_check(&b, "backward"));
+    bcase_free(&b);
+}
+
+static void test_backward_every_mask(void)
+{
+    dcp_rng_t rng = {505};
+    for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
+        for (int rep = 0; rep < 2; rep++) {
+            const int32_t total = (int32_t)dcp_rng_range(&rng, 200, 1500); /* ragged tiles */
+            int32_t *store;
+            const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
+            const int32_t tile = rep ? 384 : 128;
+            bwd_case(&m, total, tile, 8, 2, rep ? 128 : 64, rep ? DCP_DTYPE_FP16 : DCP_DTYPE_BF16,
+                     dcp_rng_next(&rng));
+            free(store);
+        }
+}
+
+static void test_backward_gqa_dims_and_edges(void)
+{
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    const dcp_dtype_t types[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (int t = 0; t < 2; t++)
+        for (int dd = 0; dd < 2; dd++) {
+            const int32_t d = dd ? 128 : 64;
+            bwd_case(&causal, 777, 256, 4, 4, d, types[t], 1);   /* GQA 1 */
+            bwd_case(&causal, 777, 256, 8, 2, d, types[t], 2);   /* GQA 4 */
+            bwd_case(&causal, 1, 64, 8, 2, d, types[t], 4);      /* a 1-token sequence */
+            bwd_case(&causal, 1100, 1024, 8, 2, d, types[t], 5); /* long tiles, ragged end */
+        }
+}
+
+/* Odd queries see nothing: their dQ stays exactly 0 (never NaN); even ones a prefix. */
+static void test_backward_fully_masked_rows(void)
+{
+    const int32_t len = 300;
+    int32_t *r = calloc(4 * len, sizeof *r);
+    for (int32_t i = 0; i < len; i += 2) r[4 * i + 1] = i + 1;
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    bwd_case(&m, len, 128, 8, 2, 64, DCP_DTYPE_BF16, 7);
+    bwd_case(&m, len, 128, 4, 4, 128, DCP_DTYPE_FP16, 8);
+    free(r);
+}
+
+/* The groups over two launches (the second adding to what the first left, tiles' dk/dv
+ * shared across them) equal one launch. */
+static void test_backward_adds_across_launches(void)
+{
+    const dcp_mask_t m = {.kind = DCP_MASK_LAMBDA, .sink = 16, .window = 200};
+    bcase_t b;
+    bcase_init(&b, &m, 900, 128, 8, 2, 128, DCP_DTYPE_BF16, 11);
+    gcase_t *c = &b.c;
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.bwd_delta(&c->env, (int64_t)c->tc.total * c->tc.hq), DCP_OK);
+    const int64_t half = c->tc.num_groups / 2;
+    const dcp_tile_group_t *g = c->groups;
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&c->env, g, half, c->tiles), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&c->env, g + half, c->tc.num_groups - half, c->tiles),
+                    DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
+    CU_ASSERT(bcase_check(&b, "backward in two launches"));
+    bcase_free(&b);
+}
+
+/* delta = rowsum(dO * O) against the host in double: element pairs (D even) and single
+ * elements (D odd), bf16 and fp16. */
+static void test_bwd_delta(void)
+{
+    const int32_t dims[2] = {128, 37};
+    const dcp_dtype_t types[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    dcp_rng_t rng = {99};
+    for (int i = 0; i < 2; i++) {
+        const int64_t rows = 1000, n = rows * dims[i];
+        float *dout = randn(&rng, n, types[i]), *o = randn(&rng, n, types[i]);
+        dcp_kernel_env_t env = {.head_dim = dims[i], .dtype = types[i], .max_rows = 1};
+        env.bufs[DCP_BUF_DO] = upload(dout, n, types[i]);
+        env.bufs[DCP_BUF_O] = upload(o, n, types[i]);
+        env.bufs[DCP_BUF_DELTA] = dcp_cuda_alloc(0, (size_t)rows * 4);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(env.bufs[DCP_BUF_DELTA]);
+        CU_ASSERT_EQUAL(dcp_kernels_cuda.bwd_delta(&env, rows), DCP_OK);
+        float *got = malloc((size_t)rows * 4);
+        download(got, env.bufs[DCP_BUF_DELTA], rows);
+        int64_t bad = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double want = 0, mag = 0;
+            for (int64_t x = 0; x < dims[i]; x++) {
+                want += (double)dout[r * dims[i] + x] * o[r * dims[i] + x];
+                mag += fabs((double)dout[r * dims[i] + x] * o[r * dims[i] + x]);
+            }
+            bad += !(fabs(got[r] - want) <= 1e-5 * mag + 1e-30);
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        dcp_cuda_free(env.bufs[DCP_BUF_DO]), dcp_cuda_free(env.bufs[DCP_BUF_O]);
+        dcp_cuda_free(env.bufs[DCP_BUF_DELTA]);
+        free(dout), free(o), free(got);
+    }
+}
+
+/* fp32 dst rows += src rows: 16-byte rows, odd widths and offsets, and two items adding
+ * into the same destination rows in one launch. */
+static void test_accumulate_grads(void)
+{
+    enum { ROWS = 300, W = 256 };
+    dcp_rng_t rng = {123};
+    const int64_t n = ROWS * W;
+    float *src = randn(&rng, 2 * n, DCP_DTYPE_FP32), *dst = randn(&rng, n, DCP_DTYPE_FP32);
+    const dcp_copy_item_t items[3] = {
+        {{0, W, DCP_BUF_PART}, {0, W, DCP_BUF_ACC_DK}, ROWS / 2, W},     /* aligned */
+        {{n + 1, W, DCP_BUF_PART}, {0, W, DCP_BUF_ACC_DK}, ROWS / 2, W}, /* same rows */
+        {{W * (ROWS / 2), W, DCP_BUF_PART},
+         {W * (ROWS / 2) + 3, W, DCP_BUF_ACC_DK},
+         ROWS / 2,
+         W - 5}, /* odd offset and width */
+    };
+    float *want = malloc((size_t)n * 4);
+    memcpy(want, dst, (size_t)n * 4);
+    for (int i = 0; i < 3; i++)
+        for (int32_t r = 0; r < items[i].rows; r++)
+            for (int32_t x = 0; x < items[i].row_elems; x++)
+                want[items[i].dst.off + (int64_t)r * W + x] +=
+                    src[items[i].src.off + (int64_t)r * W + x];
+    dcp_kernel_env_t env = {.dtype = DCP_DTYPE_BF16, .max_rows = ROWS / 2};
+    env.bufs[DCP_BUF_PART] = upload(src, 2 * n, DCP_DTYPE_FP32);
+    env.bufs[DCP_BUF_ACC_DK] = upload(dst, n, DCP_DTYPE_FP32);
+    void *ditems = upload_bytes(items, sizeof items);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.accumulate(&env, ditems, 3), DCP_OK);
+    float *got = malloc((size_t)n * 4);
+    download(got, env.bufs[DCP_BUF_ACC_DK], n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) /* two adds in either order: one rounding apart */
+        bad += !(fabs(got[i] - want[i]) <= 1e-6 * (fabs(want[i]) + 4.0));
+    CU_ASSERT_EQUAL(bad, 0);
+    dcp_cuda_free(env.bufs[DCP_BUF_PART]), dcp_cuda_free(env.bufs[DCP_BUF_ACC_DK]);
+    dcp_cuda_free(ditems);
+    free(src), free(dst), free(want), free(got);
+}
+
+/* The backward refuses head dims and types it has no kernel for, naming them. */
+static void test_backward_refusals(void)
+{
+    static const dcp_tile_group_t g[1]; /* refused before any descriptor is read */
+    dcp_kernel_env_t env = {
+        .q_heads = 8, .kv_heads = 2, .head_dim = 96, .dtype = DCP_DTYPE_BF16, .max_rows = 64};
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim 96"));
+    env.head_dim = 64;
+    env.dtype = DCP_DTYPE_FP32;
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "dtype"));
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.bwd_delta(&env, 10), DCP_ERR_UNSUPPORTED);
+}
+
 /* Plans on 4 in-process ranks sharing the GPU: every mask, two strategies, bf16. */
 static void test_executor_on_one_gpu(void)
 {
@@ -388,6 +649,13 @@ int dcp_suite_gpu(void)
         {"fully_masked_rows", test_fully_masked_rows},
         {"accumulate", test_accumulate},
         {"merge_and_copy", test_merge_and_copy},
+        {"backward_every_mask", test_backward_every_mask},
+        {"backward_gqa_dims_and_edges", test_backward_gqa_dims_and_edges},
+        {"backward_fully_masked_rows", test_backward_fully_masked_rows},
+        {"backward_adds_across_launches", test_backward_adds_across_launches},
+        {"bwd_delta", test_bwd_delta},
+        {"accumulate_grads", test_accumulate_grads},
+        {"backward_refusals", test_backward_refusals},
         {"executor_on_one_gpu", test_executor_on_one_gpu},
         {"executor_refuses_bad_input", test_executor_refuses_bad_input},
         {NULL, NULL},
