@@ -1,10 +1,10 @@
 #!/bin/bash
 # Multi-process attention tests: the README's MPI example (dcp.h + libdcp.so + libdcp_mpi)
-# on 3 processes, then dcp-attn-test --check under mpirun with 2, 4 and 8 processes, over
-# UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and metis strategies,
-# in fp32 and (4 processes) bf16 storage.
-# Each run must pass the reference check, and its outputs must be bit-identical (same
-# digest) to the same plans run on in-process ranks.
+# on 3 processes, then dcp-attn-test --check --backward under mpirun with 2, 4 and 8
+# processes, over UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and
+# metis strategies, in fp32 and (4 processes) bf16 storage.
+# Each run must pass the reference check of both passes, and its outputs (O, LSE, dQ, dK,
+# dV) must be bit-identical (same digest) to the same plans run on in-process ranks.
 #
 #   tests/mpi/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 
 masks=full,causal,window:300,lambda:64:512,blockwise:256:2,shared-question:0.2:4
 flags=(--tokens 2048 --block 128 --seed 11 --mask "$masks" --strategy lpt,zigzag,metis
-       --check --json --timeout 60)
+       --check --backward --json --timeout 60)
 mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 # the ranks share two cores: let UCX yield instead of spinning ahead of the others
 export OMPI_MCA_mpi_yield_when_idle=1
