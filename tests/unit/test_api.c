@@ -200,6 +200,87 @@ static void test_failing_rank_ends_its_peers(void)
     dcp_plan_destroy(p);
 }
 
+/* The backward's extra tensors of two ranks: dO (0.25), and dQ, dK, dV poisoned. */
+typedef struct {
+    dcp_grad_tensors_t io[2];
+    float *mem[2][4];
+    int64_t n[2];
+} grads2_t;
+
+static const int64_t grad_width[4] = {32, 32, 16, 16}; /* dO, dQ, dK, dV per token */
+
+static void grads_init(grads2_t *g, const tensors2_t *t, const dcp_plan_t *p)
+{
+    for (int r = 0; r < 2; r++) {
+        dcp_plan_local_layout(p, r, NULL, 0, NULL, &g->n[r]);
+        for (int j = 0; j < 4; j++) {
+            g->mem[r][j] = malloc((size_t)(g->n[r] * grad_width[j] + 1) * sizeof(float));
+            for (int64_t i = 0; i < g->n[r] * grad_width[j]; i++)
+                g->mem[r][j][i] = j == 0 ? 0.25f * (float)(i % 7) : 12345.0f;
+        }
+        g->io[r] = (dcp_grad_tensors_t){t->io[r], g->mem[r][0], g->mem[r][1], g->mem[r][2],
+                                        g->mem[r][3]};
+    }
+}
+
+/* Counts gradient elements still poisoned, and NaN ones. */
+static void grads_scan(const grads2_t *g, int64_t *poisoned, int64_t *nans)
+{
+    *poisoned = *nans = 0;
+    for (int r = 0; r < 2; r++)
+        for (int j = 1; j < 4; j++)
+            for (int64_t i = 0; i < g->n[r] * grad_width[j]; i++) {
+                *poisoned += g->mem[r][j][i] == 12345.0f;
+                *nans += isnan(g->mem[r][j][i]);
+            }
+}
+
+static void grads_free(grads2_t *g)
+{
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 4; j++) free(g->mem[r][j]);
+}
+
+/* Missing backward tensors are named (with the rank) and leave dQ, dK, dV untouched; a
+ * backward after the forward writes every gradient; NaN in dO propagates into them. */
+static void test_backward_arguments(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_FP32);
+    tensors2_t t;
+    tensors_init(&t, p);
+    grads2_t g;
+    grads_init(&g, &t, p);
+    int64_t poisoned, nans, total = 0;
+    for (int r = 0; r < 2; r++) total += g.n[r] * (32 + 16 + 16);
+    CU_ASSERT_EQUAL(dcp_backward_inproc(p, NULL, 10.0, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_backward(NULL, p, &g.io[0]), DCP_ERR_INVALID_ARG);
+    static const char *const names[4] = {"io.dout", "io.dq", "io.dk", "io.fwd.lse"};
+    for (int k = 0; k < 4; k++) {
+        grads2_t bad = g;
+        if (k == 0) bad.io[1].dout = NULL;
+        if (k == 1) bad.io[1].dq = NULL;
+        if (k == 2) bad.io[1].dk = NULL;
+        if (k == 3) bad.io[1].fwd.lse = NULL;
+        CU_ASSERT_EQUAL(dcp_backward_inproc(p, bad.io, 120.0, NULL), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "rank 1"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), names[k]));
+        grads_scan(&g, &poisoned, &nans);
+        CU_ASSERT_EQUAL(poisoned, total);
+    }
+    CU_ASSERT_EQUAL_FATAL(dcp_forward_inproc(p, t.io, 30.0, NULL), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_backward_inproc(p, g.io, 30.0, NULL), DCP_OK);
+    grads_scan(&g, &poisoned, &nans);
+    CU_ASSERT_EQUAL(poisoned, 0);
+    CU_ASSERT_EQUAL(nans, 0);
+    g.mem[0][0][0] = NAN; /* dO of rank 0's first row, first head */
+    CU_ASSERT_EQUAL(dcp_backward_inproc(p, g.io, 30.0, NULL), DCP_OK);
+    grads_scan(&g, &poisoned, &nans);
+    CU_ASSERT(nans > 0);
+    grads_free(&g);
+    tensors_free(&t);
+    dcp_plan_destroy(p);
+}
+
 typedef struct {
     dcp_context_t *ctx;
     const dcp_plan_t *plan;
@@ -351,6 +432,7 @@ int dcp_suite_api(void)
         {"plan_create_rejects_bad_input", test_plan_create_rejects_bad_input},
         {"local_layout_arguments", test_local_layout_arguments},
         {"failing_rank_ends_its_peers", test_failing_rank_ends_its_peers},
+        {"backward_arguments", test_backward_arguments},
         {"failed_group_stays_failed", test_failed_group_stays_failed},
         {"context_and_executor_arguments", test_context_and_executor_arguments},
         {NULL, NULL},

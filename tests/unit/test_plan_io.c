@@ -132,26 +132,33 @@ static void reseal(uint8_t *b, size_t n)
     for (int i = 0; i < 4; i++) b[24 + i] = (uint8_t)(crc >> (8 * i));
 }
 
+/* Runs both passes of an accepted plan on tensors of exactly the sizes it asks for. */
 static void run_anyway(const dcp_plan_t *q)
 {
-    dcp_tensors_t io[4];
-    float *mem[4][5];
+    dcp_grad_tensors_t io[4];
+    float *mem[4][9];
     const int64_t hq = q->shape.num_heads, hkv = q->shape.num_kv_heads, d = q->shape.head_dim;
     for (int32_t r = 0; r < q->num_ranks && r < 4; r++) {
         const int64_t t = q->rank_tokens[r] + 1;
-        const int64_t w[5] = {hq * d, hkv * d, hkv * d, hq * d, hq};
-        for (int j = 0; j < 5; j++) mem[r][j] = calloc((size_t)(t * w[j]), sizeof(float));
-        io[r] = (dcp_tensors_t){mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4]};
+        const int64_t w[9] = {hq * d, hkv * d, hkv * d, hq * d, hq, hq * d, hq * d, hkv * d,
+                              hkv * d};
+        for (int j = 0; j < 9; j++) mem[r][j] = calloc((size_t)(t * w[j]), sizeof(float));
+        io[r] = (dcp_grad_tensors_t){
+            {mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4]},
+            mem[r][5], mem[r][6], mem[r][7], mem[r][8]};
     }
-    if (q->num_ranks <= 4) {
-        const dcp_status_t st = dcp_forward_inproc(q, io, 5.0, NULL);
+    dcp_tensors_t fwd[4];
+    for (int32_t r = 0; r < q->num_ranks && r < 4; r++) fwd[r] = io[r].fwd;
+    for (int pass = 0; pass < 2 && q->num_ranks <= 4; pass++) {
+        const dcp_status_t st = pass == 0 ? dcp_forward_inproc(q, fwd, 5.0, NULL)
+                                          : dcp_backward_inproc(q, io, 5.0, NULL);
         CU_ASSERT(st == DCP_OK || st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARG);
         if (!(st == DCP_OK || st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARG))
             fprintf(stderr, "altered plan ran to %s: %s\n", dcp_status_string(st),
                     dcp_last_error());
     }
     for (int32_t r = 0; r < q->num_ranks && r < 4; r++)
-        for (int j = 0; j < 5; j++) free(mem[r][j]);
+        for (int j = 0; j < 9; j++) free(mem[r][j]);
 }
 
 static void test_resealed_garbage_rejected(void)
@@ -187,6 +194,49 @@ static void test_resealed_garbage_rejected(void)
     dcp_plan_destroy(p);
 }
 
+/* Plans of another format version are refused by name (version 1 had no backward). */
+static void test_old_version_refused(void)
+{
+    dcp_plan_t *p = sample_plan();
+    size_t n;
+    uint8_t *b = bytes_of(p, &n);
+    b[8] = 1; /* u32 version, little-endian, after the 8-byte magic */
+    b[9] = b[10] = b[11] = 0;
+    dcp_plan_t *q = NULL;
+    CU_ASSERT_EQUAL(dcp_plan_deserialize(b, n, &q), DCP_ERR_PLAN_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "version 1"));
+    CU_ASSERT_PTR_NULL(q);
+    free(b);
+    dcp_plan_destroy(p);
+}
+
+/* A backward program that names a forward transfer (its own pass's ids are distinct) or a
+ * buffer of the other pass is corrupt. */
+static void test_backward_program_checked(void)
+{
+    dcp_plan_t *p = sample_plan();
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_check_programs(p), DCP_OK);
+    int64_t op = -1, grp = -1;
+    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, 0);
+         i < dcp_plan_prog_end(p, DCP_PASS_BWD, 0); i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        if (in->op == DCP_OP_COMM_LAUNCH && op < 0) op = in->first;
+        if (in->op == DCP_OP_ATTN && grp < 0) grp = in->first;
+    }
+    CU_ASSERT_FATAL(op >= 0 && grp >= 0);
+    const int32_t id = p->comm[op].transfer;
+    CU_ASSERT(id >= p->pass_xfer[DCP_PASS_BWD]);
+    p->comm[op].transfer = 0; /* a forward transfer id */
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    p->comm[op].transfer = id;
+    const dcp_view_t dq = p->groups[grp].dq;
+    p->groups[grp].dq.buf = DCP_BUF_ACC_O; /* the forward's accumulator */
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    p->groups[grp].dq = dq;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
+    dcp_plan_destroy(p);
+}
+
 static void test_serialize_arguments(void)
 {
     dcp_plan_t *p = sample_plan();
@@ -210,6 +260,8 @@ int dcp_suite_plan_io(void)
         {"bit_flips_rejected", test_bit_flips_rejected},
         {"resealed_garbage_rejected", test_resealed_garbage_rejected},
         {"serialize_arguments", test_serialize_arguments},
+        {"old_version_refused", test_old_version_refused},
+        {"backward_program_checked", test_backward_program_checked},
         {NULL, NULL},
     };
     return dcp_add_suite("plan_io", tests);
