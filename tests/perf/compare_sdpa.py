@@ -1,23 +1,31 @@
 #!/usr/bin/env python3
-"""dcp beside PyTorch on one GPU, case by case.
+"""dcp beside PyTorch on one GPU, case by case, forward and backward.
 
 Runs the same attention through dcp (libdcp.so via ctypes: a one-rank plan, a CUDA context,
-dcp_forward on PyTorch's tensors) and through PyTorch's scaled_dot_product_attention with the
-flash and cuDNN backends (full and causal masks) or FlexAttention (lambda, blockwise,
-shared-question), in one process, and prints the time of each and the ratio
-(other time / dcp time: above 1 means dcp is faster). TFLOP/s count exact allowed pairs
-(4 x D x query heads per pair), as dcp-kernel-bench does.
+dcp_forward and then dcp_backward on PyTorch's tensors) and through PyTorch's
+scaled_dot_product_attention with the flash and cuDNN backends (full and causal masks) or
+FlexAttention (lambda, blockwise, shared-question), forward and autograd backward, in one
+process, and prints the time of each pass and the ratio (other time / dcp time: above 1 means
+dcp is faster), and the largest difference of O and of dQ/dK/dV from PyTorch's. Only the pass
+itself is timed: the backward runs on a forward done before timing. TFLOP/s count exact
+allowed pairs (forward 4 x D x query heads per pair, backward 2.5 times that), as
+dcp-kernel-bench does.
 
-Needs PyTorch and a CUDA GPU; not part of `make test`.
+The GPU comparison needs PyTorch and a CUDA GPU and is not part of `make test`. --dry-run
+needs neither: it plans every case through the ctypes mirror of dcp.h and runs a small fp32
+forward and backward on the CPU (two in-process ranks) against a plain Python reference, so
+that `make test` checks the mirror of every struct it uses.
 
     python3 tests/perf/compare_sdpa.py --lib build/lib/libdcp.so
-    python3 tests/perf/compare_sdpa.py --dry-run      # ctypes layer only: plans, no GPU
+    python3 tests/perf/compare_sdpa.py --dry-run      # ctypes layer only: no PyTorch, no GPU
 
 Standard library and PyTorch only.
 """
 import argparse
 import ctypes as C
 import json
+import math
+import random
 import statistics
 import sys
 
@@ -58,7 +66,25 @@ class PlanStats(C.Structure):
                 ("compute_imbalance", C.c_double), ("memory_imbalance", C.c_double),
                 ("max_buffer_bytes", C.c_int64), ("num_transfers", C.c_int32),
                 ("num_phases", C.c_int32), ("predicted_ms", C.c_double),
-                ("fallback", C.c_int32), ("plan_ms", C.c_double)]
+                ("fallback", C.c_int32), ("plan_ms", C.c_double),
+                ("bwd_flops", C.c_int64), ("bwd_comm_bytes", C.c_int64),
+                ("bwd_inter_node_bytes", C.c_int64), ("bwd_max_rank_bytes", C.c_int64),
+                ("bwd_compute_imbalance", C.c_double), ("bwd_num_transfers", C.c_int32),
+                ("bwd_num_phases", C.c_int32), ("bwd_predicted_ms", C.c_double)]
+
+
+class RankStats(C.Structure):
+    _fields_ = [("local_tokens", C.c_int64), ("flops", C.c_int64),
+                ("memory_bytes", C.c_int64), ("sent_bytes", C.c_int64),
+                ("recv_bytes", C.c_int64), ("buffer_bytes", C.c_int64),
+                ("num_instructions", C.c_int32), ("predicted_ms", C.c_double),
+                ("bwd_flops", C.c_int64), ("bwd_sent_bytes", C.c_int64),
+                ("bwd_recv_bytes", C.c_int64), ("bwd_num_instructions", C.c_int32),
+                ("bwd_predicted_ms", C.c_double)]
+
+
+class TokenSpan(C.Structure):
+    _fields_ = [("seq", C.c_int32), ("start", C.c_int32), ("len", C.c_int32)]
 
 
 class ContextConfig(C.Structure):
@@ -72,7 +98,13 @@ class Tensors(C.Structure):
                 ("o", C.c_void_p), ("lse", C.c_void_p)]
 
 
+class GradTensors(C.Structure):
+    _fields_ = [("fwd", Tensors), ("dout", C.c_void_p), ("dq", C.c_void_p),
+                ("dk", C.c_void_p), ("dv", C.c_void_p)]
+
+
 DTYPE_FP32, DTYPE_BF16, DTYPE_FP16 = 0, 1, 2
+STRATEGY_ZIGZAG = 1
 
 
 class Dcp:
@@ -87,6 +119,19 @@ class Dcp:
                      "dcp_group_destroy"):
             getattr(L, name).argtypes = [C.c_void_p]
             getattr(L, name).restype = None
+        L.dcp_plan_get_stats.argtypes = [C.c_void_p, C.POINTER(PlanStats)]
+        L.dcp_plan_get_rank_stats.argtypes = [C.c_void_p, C.c_int32, C.POINTER(RankStats)]
+        L.dcp_plan_local_layout.argtypes = [C.c_void_p, C.c_int32, C.POINTER(TokenSpan),
+                                            C.c_int32, C.POINTER(C.c_int32),
+                                            C.POINTER(C.c_int64)]
+        L.dcp_mask_allowed.argtypes = [C.POINTER(Mask), C.c_int32, C.c_int32,
+                                       C.POINTER(C.c_int32)]
+        L.dcp_forward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(Tensors)]
+        L.dcp_backward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(GradTensors)]
+        L.dcp_forward_inproc.argtypes = [C.c_void_p, C.POINTER(Tensors), C.c_double,
+                                         C.c_char_p]
+        L.dcp_backward_inproc.argtypes = [C.c_void_p, C.POINTER(GradTensors), C.c_double,
+                                          C.c_char_p]
 
     def check(self, status, what):
         if status != 0:
@@ -104,17 +149,21 @@ class Dcp:
                                                  C.byref(n)), "pairs")
         return n.value
 
-    def plan(self, m, total, hq, hkv, d, dtype, block):
-        """A one-rank plan of one sequence: all of it on the one GPU."""
+    def plan_batch(self, masks, lengths, hq, hkv, d, dtype, block, cluster_spec="1x1",
+                   strategy=None):
+        """A plan of sequences `lengths` (mask masks[i] each) on `cluster_spec`; with its
+        stats. strategy None keeps the library's default."""
         cluster = C.c_void_p()
-        self.check(self.lib.dcp_cluster_from_spec(b"1x1", C.byref(cluster)), "cluster")
-        lengths = (C.c_int32 * 1)(total)
-        masks = (Mask * 1)(m)
-        batch = Batch(1, lengths, masks)
+        self.check(self.lib.dcp_cluster_from_spec(cluster_spec.encode(), C.byref(cluster)),
+                   "cluster " + cluster_spec)
+        n = len(lengths)
+        batch = Batch(n, (C.c_int32 * n)(*lengths), (Mask * n)(*masks))
         shape = Shape(hq, hkv, d, dtype, 0.0)
         opts = PlanOptions()
         self.lib.dcp_plan_options_default(C.byref(opts))
         opts.block_size = block
+        if strategy is not None:
+            opts.strategy = strategy
         plan = C.c_void_p()
         st = self.lib.dcp_plan_create(C.byref(batch), C.byref(shape), C.byref(opts), cluster,
                                       C.byref(plan))
@@ -122,12 +171,35 @@ class Dcp:
         self.check(st, "plan")
         stats = PlanStats()
         self.check(self.lib.dcp_plan_get_stats(plan, C.byref(stats)), "stats")
-        nspans = C.c_int32()
-        self.check(self.lib.dcp_plan_local_layout(plan, 0, None, 0, C.byref(nspans), None),
-                   "layout")
-        if nspans.value != 1:  # one sequence on one rank: rows in sequence order
-            raise RuntimeError("one-rank plan has %d spans" % nspans.value)
         return plan, stats
+
+    def plan(self, m, total, hq, hkv, d, dtype, block):
+        """A one-rank plan of one sequence: all of it on the one GPU."""
+        plan, stats = self.plan_batch([m], [total], hq, hkv, d, dtype, block)
+        if len(self.layout(plan, 0)) != 1:  # one sequence on one rank: rows in sequence order
+            raise RuntimeError("one-rank plan has more than one span")
+        return plan, stats
+
+    def rank_stats(self, plan, rank):
+        rs = RankStats()
+        self.check(self.lib.dcp_plan_get_rank_stats(plan, rank, C.byref(rs)), "rank stats")
+        return rs
+
+    def layout(self, plan, rank):
+        """Rank `rank`'s local rows as (seq, start, len) spans."""
+        n = C.c_int32()
+        self.check(self.lib.dcp_plan_local_layout(plan, rank, None, 0, C.byref(n), None),
+                   "layout")
+        spans = (TokenSpan * max(n.value, 1))()
+        self.check(self.lib.dcp_plan_local_layout(plan, rank, spans, n.value, C.byref(n), None),
+                   "layout")
+        return [(s.seq, s.start, s.len) for s in spans[:n.value]]
+
+    def allowed(self, m, length, query):
+        """The allowed keys of a query as a list."""
+        r = (C.c_int32 * 4)()
+        self.check(self.lib.dcp_mask_allowed(C.byref(m), length, query, r), "allowed")
+        return list(range(r[0], r[1])) + list(range(r[2], r[3]))
 
     def context(self, device):
         group = C.c_void_p()
@@ -193,6 +265,51 @@ def median_ms(torch, fn, warmup, iters):
     return statistics.median(times)
 
 
+def grads_to_thd(grads, hq, hkv):
+    """PyTorch's [1, heads, tokens, D] gradients of Q and of the GQA-expanded K and V in
+    dcp's THD layout, dK and dV summed over the query heads of each KV head."""
+    gq, gk, gv = grads
+    total, d = gq.shape[2], gq.shape[3]
+
+    def fold(g):
+        return g[0].float().reshape(hkv, hq // hkv, total, d).sum(1).transpose(0, 1)
+    return gq[0].transpose(0, 1), fold(gk), fold(gv)
+
+
+def max_diff(a, b):
+    return (a.float() - b.float()).abs().max().item()
+
+
+def run_torch(torch, name, forward, leaves, dout_t, dcp_out, hq, hkv, row, args):
+    """Times one PyTorch attention: its forward (no autograd) and the autograd backward of
+    one forward done beforehand; records times and differences from dcp's outputs
+    (dcp_out: O, dQ, dK, dV in THD) in row. A pass the backend cannot run records an
+    error instead (and no time)."""
+    try:
+        with torch.no_grad():
+            ms = median_ms(torch, forward, args.warmup, args.iters)
+        out = forward()
+        diff = max_diff(out[0].transpose(0, 1), dcp_out[0])
+    except RuntimeError as e:  # backend not available for this shape or build
+        row[name + "_error"] = str(e).splitlines()[0]
+        return
+    row[name + "_ms"], row[name + "_max_diff"] = ms, diff
+    if args.no_backward:
+        return
+    try:
+        def backward():
+            torch.autograd.grad(out, leaves, dout_t, retain_graph=True)
+        ms = median_ms(torch, backward, args.warmup, args.iters)
+        grads = grads_to_thd(torch.autograd.grad(out, leaves, dout_t), hq, hkv)
+        diffs = [max_diff(ref, mine) for ref, mine in zip(grads, dcp_out[1:])]
+    except RuntimeError as e:
+        row[name + "_bwd_error"] = str(e).splitlines()[0]
+        return
+    row[name + "_bwd_ms"] = ms
+    for g, x in zip(("dq", "dk", "dv"), diffs):
+        row["%s_%s_max_diff" % (name, g)] = x
+
+
 def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
     m = dcp.mask(spec)
     flops = 4.0 * d * hq * dcp.pairs(m, total)
@@ -203,21 +320,35 @@ def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
     v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
     o = torch.empty(total, hq, d, device=dev, dtype=torch.bfloat16)
     lse = torch.empty(total, hq, device=dev, dtype=torch.float32)
-    io = Tensors(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+    io = Tensors(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                 lse=lse.data_ptr())
+    dout = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    gio = GradTensors(fwd=io, dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+                      dv=dv.data_ptr())
 
     def run_dcp():
         dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io)), "forward")
 
-    row = {"mask": spec, "total": total, "heads": "%d/%d" % (hq, hkv), "D": d, "block": block}
-    row["dcp_ms"] = median_ms(torch, run_dcp, args.warmup, args.iters)
-    row["dcp_tflops"] = flops / (row["dcp_ms"] * 1e9)
+    def run_dcp_bwd():  # on the O and LSE of the forward runs before it
+        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio)), "backward")
 
-    # PyTorch's layout: [1, heads, tokens, D]; K/V expanded for GQA before timing
-    qt = q.transpose(0, 1).unsqueeze(0)
-    kt = k.repeat_interleave(hq // hkv, dim=1).transpose(0, 1).unsqueeze(0)
-    vt = v.repeat_interleave(hq // hkv, dim=1).transpose(0, 1).unsqueeze(0)
+    row = {"mask": spec, "total": total, "heads": "%d/%d" % (hq, hkv), "D": d, "block": block,
+           "flops": flops, "bwd_flops": 2.5 * flops}
+    row["dcp_ms"] = median_ms(torch, run_dcp, args.warmup, args.iters)
+    if not args.no_backward:
+        row["dcp_bwd_ms"] = median_ms(torch, run_dcp_bwd, args.warmup, args.iters)
+    torch.cuda.synchronize()
+
+    # PyTorch's layout: [1, heads, tokens, D]; K/V expanded for GQA before timing, so their
+    # gradients are the expanded ones (folded back per KV head before comparing)
+    leaves = [x.transpose(0, 1).unsqueeze(0).detach().requires_grad_()
+              for x in (q, k.repeat_interleave(hq // hkv, dim=1),
+                        v.repeat_interleave(hq // hkv, dim=1))]
+    qt, kt, vt = leaves
+    dout_t = dout.transpose(0, 1).unsqueeze(0)
+    dcp_out = (o, dq, dk, dv)
     kind = spec.split(":")[0]
-    others = {}
     if kind in ("full", "causal"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         F = torch.nn.functional
@@ -225,49 +356,168 @@ def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
                               ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             def run_sdpa(backend=backend):
                 with sdpa_kernel(backend):
-                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=kind == "causal")
-            try:
-                others[name] = median_ms(torch, run_sdpa, args.warmup, args.iters)
-                ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=kind == "causal")
-                row[name + "_max_diff"] = (ref[0].transpose(0, 1) - o).abs().max().item()
-            except RuntimeError as e:  # backend not available for this shape or build
-                row[name + "_error"] = str(e).splitlines()[0]
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=kind == "causal")
+            run_torch(torch, name, run_sdpa, leaves, dout_t, dcp_out, hq, hkv, row, args)
     else:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention)
         bm = create_block_mask(flex_mask_mod(spec, total), None, None, total, total, device=dev)
-        others["flex"] = median_ms(torch, lambda: flex(qt, kt, vt, block_mask=bm), args.warmup,
-                                   args.iters)
-        ref = flex(qt, kt, vt, block_mask=bm)
-        row["flex_max_diff"] = (ref[0].transpose(0, 1) - o).abs().max().item()
-    for name, ms in others.items():
-        row[name + "_ms"] = ms
-        row[name + "_ratio"] = ms / row["dcp_ms"]
+        run_torch(torch, "flex", lambda: flex(qt, kt, vt, block_mask=bm), leaves, dout_t,
+                  dcp_out, hq, hkv, row, args)
+    for p, key in (("", "flops"), ("_bwd", "bwd_flops")):
+        for name in ("dcp", "flash", "cudnn", "flex"):
+            if name + p + "_ms" in row:
+                row[name + p + "_tflops"] = row[key] / (row[name + p + "_ms"] * 1e9)
+                if name != "dcp":
+                    row[name + p + "_ratio"] = row[name + p + "_ms"] / row["dcp" + p + "_ms"]
     dcp.lib.dcp_plan_destroy(plan)
     return row
 
 
-def cpu_forward(dcp):
-    """The context and tensor structs through a small fp32 forward on the CPU: with V all
-    ones every output is 1 and every LSE finite."""
-    total, hq, hkv, d = 300, 4, 2, 16
-    m = dcp.mask("causal")
-    plan, _ = dcp.plan(m, total, hq, hkv, d, DTYPE_FP32, 128)
-    group, ctx = dcp.context("cpu")
-    q = (C.c_float * (total * hq * d))(*([0.5] * (total * hq * d)))
-    k = (C.c_float * (total * hkv * d))(*([0.25] * (total * hkv * d)))
-    v = (C.c_float * (total * hkv * d))(*([1.0] * (total * hkv * d)))
-    o = (C.c_float * (total * hq * d))()
-    lse = (C.c_float * (total * hq))()
-    io = Tensors(C.addressof(q), C.addressof(k), C.addressof(v), C.addressof(o),
-                 C.addressof(lse))
-    dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io)), "forward")
-    assert all(abs(x - 1.0) < 1e-5 for x in o), "O"
-    assert all(-1e30 < x < 1e30 for x in lse), "LSE"
-    dcp.lib.dcp_context_destroy(ctx)
-    dcp.lib.dcp_group_destroy(group)
+def print_row(row):
+    """Two lines per case: the forward, then the backward with dQ/dK/dV differences."""
+    head = "%-18s %6d %5s" % (row["mask"], row["total"], row["heads"])
+    for p, label in (("", "fwd"), ("_bwd", "bwd")):
+        if "dcp" + p + "_ms" not in row:
+            continue
+        cells = []
+        for n in ("flash", "cudnn", "flex"):
+            if n + p + "_ms" in row:
+                diff = ("diff %.1e" % row[n + "_max_diff"] if not p else
+                        "diff %.1e/%.1e/%.1e" % tuple(row["%s_%s_max_diff" % (n, g)]
+                                                      for g in ("dq", "dk", "dv")))
+                cells.append("%s %.3f ms %.1f TFLOP/s (x%.2f, %s)" %
+                             (n, row[n + p + "_ms"], row[n + p + "_tflops"],
+                              row[n + p + "_ratio"], diff))
+            elif n + p + "_error" in row:
+                cells.append("%s: %s" % (n, row[n + p + "_error"]))
+        print("%s  %s  dcp %.3f ms %.1f TFLOP/s  %s" %
+              (head, label, row["dcp" + p + "_ms"], row["dcp" + p + "_tflops"],
+               "  ".join(cells)), flush=True)
+        head = " " * len(head)
+
+
+# ---- the ctypes layer on the CPU (--dry-run) -----------------------------------------------
+
+
+def reference(masks, lengths, tensors, hq, hkv, d, allowed):
+    """Attention forward and backward in double, per sequence: O, LSE, dQ, dK, dV as
+    [seq][pos] lists of flat [heads x D] rows (DESIGN.md's rules; dK/dV summed over the
+    query heads of each KV head)."""
+    scale = 1.0 / math.sqrt(d)
+    gs = hq // hkv
+    out = {n: [] for n in ("o", "lse", "dq", "dk", "dv")}
+    for s, length in enumerate(lengths):
+        q, k, v, do = (tensors[n][s] for n in ("q", "k", "v", "dout"))
+        o = [[0.0] * (hq * d) for _ in range(length)]
+        lse = [[0.0] * hq for _ in range(length)]
+        dq = [[0.0] * (hq * d) for _ in range(length)]
+        dk = [[0.0] * (hkv * d) for _ in range(length)]
+        dv = [[0.0] * (hkv * d) for _ in range(length)]
+        for i in range(length):
+            keys = allowed(masks[s], length, i)
+            for h in range(hq):
+                g = h // gs
+                qi, doi = q[i][h * d:(h + 1) * d], do[i][h * d:(h + 1) * d]
+                sc = [scale * sum(a * b for a, b in zip(qi, k[j][g * d:(g + 1) * d]))
+                      for j in keys]
+                mx = max(sc)
+                l = mx + math.log(sum(math.exp(x - mx) for x in sc))
+                p = [math.exp(x - l) for x in sc]
+                oi = [sum(pj * v[j][g * d + e] for pj, j in zip(p, keys)) for e in range(d)]
+                o[i][h * d:(h + 1) * d] = oi
+                lse[i][h] = l
+                delta = sum(a * b for a, b in zip(doi, oi))
+                for pj, j in zip(p, keys):
+                    dp = sum(a * b for a, b in zip(doi, v[j][g * d:(g + 1) * d]))
+                    ds = pj * (dp - delta) * scale
+                    for e in range(d):
+                        dq[i][h * d + e] += ds * k[j][g * d + e]
+                        dk[j][g * d + e] += ds * qi[e]
+                        dv[j][g * d + e] += pj * doi[e]
+        for n, x in (("o", o), ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
+            out[n].append(x)
+    return out
+
+
+def cpu_passes(dcp, cluster_spec, strategy):
+    """A small fp32 forward and backward on the CPU through every struct the GPU run uses
+    (PlanStats, RankStats, TokenSpan, Tensors, GradTensors) against the double reference:
+    one rank through a context and dcp_forward/dcp_backward as on the GPU, or several
+    in-process ranks through dcp_forward_inproc/dcp_backward_inproc."""
+    specs, lengths, hq, hkv, d, block = ["causal", "window:16"], [70, 45], 4, 2, 8, 16
+    masks = [dcp.mask(x) for x in specs]
+    plan, st = dcp.plan_batch(masks, lengths, hq, hkv, d, DTYPE_FP32, block, cluster_spec,
+                              strategy)
+    nr = st.num_ranks
+    pairs = sum(dcp.pairs(m, n) for m, n in zip(masks, lengths))
+    assert st.total_flops == 4 * d * hq * pairs, (st.total_flops, pairs)
+    assert 2 * st.bwd_flops == 5 * st.total_flops, (st.bwd_flops, st.total_flops)
+    assert st.bwd_predicted_ms > st.predicted_ms > 0, "backward predicted_ms"
+    assert st.bwd_compute_imbalance == st.compute_imbalance, "same placement, same balance"
+    traffic = st.bwd_comm_bytes > 0 and st.bwd_num_transfers > 0 and st.bwd_num_phases > 0
+    assert traffic == (nr > 1), "backward traffic"
+    assert st.bwd_max_rank_bytes <= 2 * st.bwd_comm_bytes, "bwd_max_rank_bytes"
+    rs = [dcp.rank_stats(plan, r) for r in range(nr)]
+    assert sum(x.bwd_flops for x in rs) == st.bwd_flops, "rank bwd_flops"
+    assert sum(x.bwd_sent_bytes for x in rs) == st.bwd_comm_bytes, "rank bwd_sent_bytes"
+    assert sum(x.bwd_recv_bytes for x in rs) == st.bwd_comm_bytes, "rank bwd_recv_bytes"
+    assert max(x.bwd_predicted_ms for x in rs) == st.bwd_predicted_ms, "rank bwd_predicted_ms"
+    assert all(x.bwd_num_instructions > 0 for x in rs), "rank bwd_num_instructions"
+
+    rnd = random.Random(11)
+    width = {"q": hq * d, "k": hkv * d, "v": hkv * d, "dout": hq * d}
+    tensors = {n: [[[rnd.uniform(-1, 1) for _ in range(w)] for _ in range(length)]
+                   for length in lengths] for n, w in width.items()}
+    layouts = [dcp.layout(plan, r) for r in range(nr)]
+    rows = [[(s, start + i) for s, start, n in lay for i in range(n)] for lay in layouts]
+    assert sorted(x for r in rows for x in r) == [(s, i) for s, n in enumerate(lengths)
+                                                  for i in range(n)], "layouts"
+
+    def local(name, r):  # rank r's rows of a global tensor, as a C float array
+        flat = [x for s, i in rows[r] for x in tensors[name][s][i]]
+        return (C.c_float * max(len(flat), 1))(*flat)
+
+    keep, io, gio = [], (Tensors * nr)(), (GradTensors * nr)()
+    for r in range(nr):
+        t = len(rows[r])
+        bufs = [local(n, r) for n in ("q", "k", "v", "dout")]
+        bufs += [(C.c_float * max(t * w, 1))() for w in (hq * d, hq, hq * d, hkv * d, hkv * d)]
+        keep.append(bufs)
+        a = [C.addressof(b) for b in bufs]
+        io[r] = Tensors(q=a[0], k=a[1], v=a[2], o=a[4], lse=a[5])
+        gio[r] = GradTensors(fwd=io[r], dout=a[3], dq=a[6], dk=a[7], dv=a[8])
+    if nr == 1:
+        group, ctx = dcp.context("cpu")
+        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io[0])), "forward")
+        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio[0])), "backward")
+        dcp.lib.dcp_context_destroy(ctx)
+        dcp.lib.dcp_group_destroy(group)
+    else:
+        dcp.check(dcp.lib.dcp_forward_inproc(plan, io, 30.0, None), "forward_inproc")
+        dcp.check(dcp.lib.dcp_backward_inproc(plan, gio, 30.0, None), "backward_inproc")
     dcp.lib.dcp_plan_destroy(plan)
-    print("cpu forward through ctypes ok")
+
+    ref = reference(masks, lengths, tensors, hq, hkv, d, dcp.allowed)
+    worst = {}
+    for n, slot, w in (("o", 4, hq * d), ("lse", 5, hq), ("dq", 6, hq * d), ("dk", 7, hkv * d),
+                       ("dv", 8, hkv * d)):
+        err, peak = 0.0, 0.0
+        for r in range(nr):
+            got = keep[r][slot]
+            for row, (s, i) in enumerate(rows[r]):
+                for e in range(w):
+                    want = ref[n][s][i][e]
+                    x = got[row * w + e]
+                    assert math.isfinite(x), "%s: rank %d row %d not finite" % (n, r, row)
+                    err, peak = max(err, abs(x - want)), max(peak, abs(want))
+        assert peak > 0, "%s is all zero" % n
+        assert err <= 1e-4 * max(1.0, peak), "%s: max diff %.3g (peak %.3g)" % (n, err, peak)
+        worst[n] = err
+    print("cpu fp32 forward+backward through ctypes ok: %s, %d rank(s), %s, bwd %d bytes in "
+          "%d transfers; max diff %s" %
+          (cluster_spec, nr, ",".join(specs), st.bwd_comm_bytes, st.bwd_num_transfers,
+           " ".join("%s %.1e" % kv for kv in worst.items())))
 
 
 def main():
@@ -280,9 +530,11 @@ def main():
     ap.add_argument("--block", type=int, default=2048, help="dcp token block (tile edge)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--no-backward", action="store_true", help="time the forward only")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dry-run", action="store_true",
-                    help="plan every case through ctypes and stop (no PyTorch, no GPU)")
+                    help="plan every case and run a small CPU forward and backward through "
+                         "ctypes, then stop (no PyTorch, no GPU)")
     args = ap.parse_args()
     dcp = Dcp(args.lib)
     masks = args.masks.split(",")
@@ -296,31 +548,28 @@ def main():
                     plan, st = dcp.plan(m, total, hq, hkv, args.head_dim, DTYPE_BF16, args.block)
                     flops = 4 * args.head_dim * hq * dcp.pairs(m, total)
                     assert st.total_flops == flops, (st.total_flops, flops)
-                    print("%-16s %7d %5s plan ok: %d blocks, %.3g GFLOP" %
-                          (spec, total, "%d/%d" % (hq, hkv), st.num_token_blocks, flops / 1e9))
+                    assert 2 * st.bwd_flops == 5 * flops, (st.bwd_flops, flops)
+                    print("%-16s %7d %5s plan ok: %d blocks, %.3g GFLOP, bwd %.3g GFLOP" %
+                          (spec, total, "%d/%d" % (hq, hkv), st.num_token_blocks, flops / 1e9,
+                           st.bwd_flops / 1e9))
                     dcp.lib.dcp_plan_destroy(plan)
-        cpu_forward(dcp)
+        cpu_passes(dcp, "1x1", None)
+        cpu_passes(dcp, "1x2", STRATEGY_ZIGZAG)
         return 0
     import torch
     if not torch.cuda.is_available():
         print("compare_sdpa: no CUDA device", file=sys.stderr)
         return 1
     group, ctx = dcp.context("cuda:%d" % torch.cuda.current_device())
-    rows = []
     for spec in masks:
         for total in totals:
             for hq, hkv in gqas:
                 row = run_case(dcp, torch, ctx, spec, total, hq, hkv, args.head_dim, args.block,
                                args)
-                rows.append(row)
                 if args.json:
                     print(json.dumps(row), flush=True)
-                    continue
-                ratios = "  ".join("%s %.3f ms (x%.2f)" % (n, row[n + "_ms"], row[n + "_ratio"])
-                                   for n in ("flash", "cudnn", "flex") if n + "_ms" in row)
-                print("%-18s %6d %5s  dcp %.3f ms %.1f TFLOP/s  %s" %
-                      (spec, total, row["heads"], row["dcp_ms"], row["dcp_tflops"], ratios),
-                      flush=True)
+                else:
+                    print_row(row)
     dcp.lib.dcp_context_destroy(ctx)
     dcp.lib.dcp_group_destroy(group)
     return 0
