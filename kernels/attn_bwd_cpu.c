@@ -26,6 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The helpers of the multiversioned tile loop are inlined into each of its versions, so
+ * that they are compiled for its instruction set too. */
+#if defined(__GNUC__)
+#define DCP_CPU_INLINE inline __attribute__((always_inline))
+#else
+#define DCP_CPU_INLINE inline
+#endif
+
 #define QB 32
 #define KB 64
 
@@ -44,16 +52,16 @@ typedef struct {
 } bwd_scratch_t;
 
 /* y += a * x over n elements. */
-static inline void axpy1(float *restrict y, float a, const float *restrict x, int32_t n)
+static DCP_CPU_INLINE void axpy1(float *restrict y, float a, const float *restrict x, int32_t n)
 {
     for (int32_t e = 0; e < n; e++) y[e] += a * x[e];
 }
 
 /* y += a[0] x0 + a[1] x1 + a[2] x2 + a[3] x3, added left to right: the same sums as four
  * axpy1 calls in that order, in one pass over y. */
-static inline void axpy4(float *restrict y, const float *a, const float *restrict x0,
-                         const float *restrict x1, const float *restrict x2,
-                         const float *restrict x3, int32_t n)
+static DCP_CPU_INLINE void axpy4(float *restrict y, const float *a, const float *restrict x0,
+                                 const float *restrict x1, const float *restrict x2,
+                                 const float *restrict x3, int32_t n)
 {
     const float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
     for (int32_t e = 0; e < n; e++) y[e] = y[e] + a0 * x0[e] + a1 * x1[e] + a2 * x2[e] + a3 * x3[e];
@@ -97,6 +105,12 @@ static inline int row_sees(const bwd_scratch_t *w, int32_t i, int32_t c0, int32_
     return (w->lo[i][0] < c1 && c0 < w->hi[i][0]) || (w->lo[i][1] < c1 && c0 < w->hi[i][1]);
 }
 
+/* Row i sees every key of [c0, c1). */
+static inline int row_covers(const bwd_scratch_t *w, int32_t i, int32_t c0, int32_t c1)
+{
+    return (w->lo[i][0] <= c0 && c1 <= w->hi[i][0]) || (w->lo[i][1] <= c0 && c1 <= w->hi[i][1]);
+}
+
 static inline int sees(const bwd_scratch_t *w, int32_t i, int32_t key)
 {
     return (key >= w->lo[i][0] && key < w->hi[i][0]) || (key >= w->lo[i][1] && key < w->hi[i][1]);
@@ -104,8 +118,9 @@ static inline int sees(const bwd_scratch_t *w, int32_t i, int32_t key)
 
 /* K and V of keys [c0, c0 + nc) transposed into kt, vt; returns the K rows as fp32 (in
  * place for fp32 storage, else widened into kc) and their stride. */
-static const float *pack_chunk(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_tile_t *t,
-                               int32_t kvh, int32_t c0, int32_t nc, int64_t *stride_out)
+static DCP_CPU_INLINE const float *pack_chunk(bwd_scratch_t *w, const dcp_kernel_env_t *env,
+                                              const dcp_tile_t *t, int32_t kvh, int32_t c0,
+                                              int32_t nc, int64_t *stride_out)
 {
     const int32_t d = w->d;
     const dcp_dtype_t kty = dcp_buf_dtype(t->k.buf, w->dtype),
@@ -135,7 +150,7 @@ static const float *pack_chunk(bwd_scratch_t *w, const dcp_kernel_env_t *env, co
 
 /* P and dS of row i against the chunk's nc keys, masked or not: the products below read
  * only the allowed ones. */
-static void row_scores(bwd_scratch_t *w, int32_t i, int32_t nc)
+static DCP_CPU_INLINE void row_scores(bwd_scratch_t *w, int32_t i, int32_t nc)
 {
     const int32_t d = w->d;
     float *s = w->p[i], *dp = w->ds[i];
@@ -160,7 +175,8 @@ static void row_scores(bwd_scratch_t *w, int32_t i, int32_t nc)
 }
 
 /* dQ of row i += dS K over the row's allowed keys in the chunk. */
-static void row_dq(bwd_scratch_t *w, int32_t i, int32_t c0, int32_t nc, const float *k, int64_t ks)
+static DCP_CPU_INLINE void row_dq(bwd_scratch_t *w, int32_t i, int32_t c0, int32_t nc,
+                                  const float *k, int64_t ks)
 {
     const int32_t d = w->d;
     float *dq = w->dqa + (size_t)i * d;
@@ -175,13 +191,16 @@ static void row_dq(bwd_scratch_t *w, int32_t i, int32_t c0, int32_t nc, const fl
     }
 }
 
-/* dV, dK of key c0 + c += P^T dO, dS^T (scale Q) over the rows that see it. */
-static void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int32_t c, float *dk, float *dv)
+/* dV, dK of key c0 + c += P^T dO, dS^T (scale Q) over the rows that see it (all: every row
+ * sees every key of the chunk). */
+static DCP_CPU_INLINE void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int32_t c, int all,
+                                   float *dk, float *dv)
 {
     const int32_t d = w->d, key = c0 + c;
     int32_t i = 0;
     for (; i + 4 <= nr; i += 4) {
-        if (sees(w, i, key) && sees(w, i + 1, key) && sees(w, i + 2, key) && sees(w, i + 3, key)) {
+        if (all || (sees(w, i, key) && sees(w, i + 1, key) && sees(w, i + 2, key) &&
+                    sees(w, i + 3, key))) {
             const float pa[4] = {w->p[i][c], w->p[i + 1][c], w->p[i + 2][c], w->p[i + 3][c]};
             const float da[4] = {w->ds[i][c], w->ds[i + 1][c], w->ds[i + 2][c], w->ds[i + 3][c]};
             const float *o = w->dob + (size_t)i * d, *q = w->qs + (size_t)i * d;
@@ -218,6 +237,8 @@ static void tile_bwd(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_se
         int any = 0;
         for (int32_t i = 0; i < nr && !any; i++) any = row_sees(w, i, c0, c0 + nc);
         if (!any) continue;
+        int all = 1;
+        for (int32_t i = 0; i < nr && all; i++) all = row_covers(w, i, c0, c0 + nc);
         int64_t ks;
         const float *k = pack_chunk(w, env, t, kvh, c0, nc, &ks);
         for (int32_t i = 0; i < nr; i++) {
@@ -226,7 +247,7 @@ static void tile_bwd(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_se
             row_dq(w, i, c0, nc, k, ks);
         }
         for (int32_t c = 0; c < nc; c++)
-            key_dkv(w, nr, c0, c, dk + (int64_t)(c0 + c) * t->dk.stride,
+            key_dkv(w, nr, c0, c, all, dk + (int64_t)(c0 + c) * t->dk.stride,
                     dv + (int64_t)(c0 + c) * t->dv.stride);
     }
 }
