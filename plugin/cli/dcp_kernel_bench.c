@@ -3,6 +3,9 @@
  * (fp32), on plan-free workloads (plugin/cli/tile_case.h):
  *   attn   fused masked attention over one sequence cut into tile x tile tiles, TFLOP/s
  *          counted from the exact allowed pairs (4 x D x query heads per pair);
+ *   bwd    its backward: the delta pre-pass and the fused backward, timed together after one
+ *          untimed forward, counted as 2.5x the forward's FLOPs; a device whose backward
+ *          fails (not built yet) shows "-" and the bench goes on;
  *   merge  n-way LSE merge of --sources partial outputs per block of rows, GB/s;
  *   copy   gather of every query block into the staging buffer, GB/s;
  * GB/s counts bytes read plus bytes written. Each figure is the median of --iters timed
@@ -59,6 +62,14 @@ static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t
     return st;
 }
 
+/* n fp32 zeros. */
+static dcp_status_t buf_zero(const bench_t *b, void *dst, int64_t n)
+{
+    if (b->gpu >= 0) return dcp_cuda_fill_f32(dst, n, 0.0f, b->stream);
+    memset(dst, 0, (size_t)n * sizeof(float));
+    return DCP_OK;
+}
+
 /* A descriptor array where the kernels read it: the host array itself on the CPU. */
 static dcp_status_t to_kernels(const bench_t *b, const void *host, size_t bytes, void **out)
 {
@@ -76,7 +87,13 @@ static void drop_descr(const bench_t *b, void *p)
     if (b->gpu >= 0) dcp_cuda_free(p);
 }
 
-typedef enum { OP_ATTN, OP_MERGE, OP_COPY } op_t;
+typedef enum { OP_ATTN, OP_BWD, OP_MERGE, OP_COPY } op_t;
+
+/* What a backward launch needs beside its groups: the tiles and the rows of delta. */
+typedef struct {
+    const void *tiles;
+    int64_t rows;
+} bwd_args_t;
 
 /* One launch of the kernel table of the bench's device: items `a` (n of them), and the
  * tiles or merge sources they refer to. */
@@ -87,6 +104,14 @@ static dcp_status_t launch(const bench_t *b, op_t op, const dcp_kernel_env_t *en
     switch (op) {
     case OP_ATTN:
         return k->attn_fwd(env, a, n, extra);
+    case OP_BWD: {
+        const bwd_args_t *ba = extra;
+        if (!k->bwd_delta || !k->attn_bwd)
+            return dcp_set_error(DCP_ERR_UNSUPPORTED, "%s backward kernels: not in the table",
+                                 k->name);
+        DCP_CHECK(k->bwd_delta(env, ba->rows));
+        return k->attn_bwd(env, a, n, ba->tiles);
+    }
     case OP_MERGE:
         return k->merge(env, a, n, extra);
     default:
@@ -124,6 +149,7 @@ typedef struct {
     const char *kernel, *mask;
     int32_t total, tile, d, hq, hkv;
     double density, ms, tflops, gbps;
+    const char *error; /* the case could not run (ms, tflops, gbps are 0) */
 } row_t;
 
 static const dcp_col_t cols[] = {
@@ -150,6 +176,7 @@ static void print_row(const bench_t *b, const row_t *r)
         dcp_json_num(&j, "ms", r->ms);
         dcp_json_num(&j, "tflops", r->tflops);
         dcp_json_num(&j, "gbps", r->gbps);
+        if (r->error) dcp_json_str(&j, "error", r->error);
         dcp_json_end(&j);
         return;
     }
@@ -161,7 +188,7 @@ static void print_row(const bench_t *b, const row_t *r)
     snprintf(c[4], 32, "%d", r->d);
     snprintf(c[5], 32, "%d/%d", r->hq, r->hkv);
     snprintf(c[6], 32, "%.1f", 100 * r->density);
-    snprintf(c[7], 32, "%.3f", r->ms);
+    snprintf(c[7], 32, r->ms > 0 ? "%.3f" : "-", r->ms);
     snprintf(c[8], 32, r->tflops <= 0 ? "-" : r->tflops < 10 ? "%.3f" : "%.1f", r->tflops);
     snprintf(c[9], 32, r->gbps > 0 ? "%.1f" : "-", r->gbps);
     dcp_table_row(stdout, cols, NCOLS, c);
@@ -190,10 +217,67 @@ static dcp_status_t measure(const bench_t *b, op_t op, const dcp_kernel_env_t *e
     return DCP_OK;
 }
 
-/* One attention case; the Q/K/V/O buffers are the caller's, sized for `total`. */
-static dcp_status_t bench_attn(const bench_t *b, const dcp_mask_t *mask, const char *mask_name,
-                               int32_t total, int32_t tile, int32_t d, int32_t hq, int32_t hkv,
-                               void *const bufs[DCP_BUF_COUNT])
+/* One copy item per block of `tile` rows of `w` elements, from buffer src to dst at the
+ * same offsets (malloc'ed). */
+static dcp_status_t block_items(int32_t total, int32_t tile, int64_t w, int32_t src, int32_t dst,
+                                dcp_copy_item_t **items_out, int64_t *n_out)
+{
+    const int64_t nb = (total + tile - 1) / tile;
+    dcp_copy_item_t *items;
+    DCP_CHECK(dcp_calloc(&items, nb, sizeof *items, "bench copy items"));
+    for (int64_t i = 0; i < nb; i++) {
+        const int64_t r0 = i * tile;
+        items[i] = (dcp_copy_item_t){{r0 * w, (int32_t)w, src},
+                                     {r0 * w, (int32_t)w, dst},
+                                     (int32_t)(r0 + tile < total ? tile : total - r0),
+                                     (int32_t)w};
+    }
+    *items_out = items;
+    *n_out = nb;
+    return DCP_OK;
+}
+
+/* The backward of a case: one untimed forward with O published in the dtype (as the executor
+ * does), then delta and the backward timed together. A backward that fails (a device table
+ * without it yet) shows "-" and is not an error of the bench. */
+static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
+                              const dcp_tile_case_t *tc, const void *groups, const void *tiles,
+                              row_t r)
+{
+    static int warned;
+    dcp_copy_item_t *items;
+    int64_t n;
+    DCP_CHECK(block_items(tc->total, tc->tile, (int64_t)tc->hq * tc->d, DCP_BUF_ACC_O, DCP_BUF_O,
+                          &items, &n));
+    void *di = NULL;
+    dcp_status_t st = to_kernels(b, items, (size_t)n * sizeof *items, &di);
+    if (st == DCP_OK) st = launch(b, OP_ATTN, env, groups, tc->num_groups, tiles);
+    if (st == DCP_OK) st = launch(b, OP_COPY, env, di, n, NULL);
+    if (st == DCP_OK && b->gpu >= 0) st = dcp_cuda_stream_sync(b->stream);
+    drop_descr(b, di);
+    free(items);
+    if (st != DCP_OK) return st;
+    const bwd_args_t args = {tiles, (int64_t)tc->total * tc->hq};
+    r.kernel = "bwd";
+    r.ms = r.tflops = r.gbps = 0;
+    st = time_launch(b, OP_BWD, env, groups, tc->num_groups, &args, &r.ms);
+    if (st == DCP_OK) {
+        r.tflops = 2.5 * dcp_tile_case_flops(tc) / (r.ms * 1e9);
+    } else {
+        r.error = dcp_last_error();
+        if (!warned++)
+            fprintf(stderr, "%s: backward on %s: %s: %s (shown as -)\n", tool,
+                    b->gpu >= 0 ? "cuda" : "cpu", dcp_status_string(st), dcp_last_error());
+    }
+    print_row(b, &r);
+    return DCP_OK;
+}
+
+/* One attention case, its forward and/or its backward; the buffers are the caller's, sized
+ * for `total`. */
+static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mask_t *mask,
+                               const char *mask_name, int32_t total, int32_t tile, int32_t d,
+                               int32_t hq, int32_t hkv, void *const bufs[DCP_BUF_COUNT])
 {
     dcp_tile_case_t tc;
     DCP_CHECK(dcp_tile_case_build(mask, total, tile, hq, hkv, d, &tc));
@@ -206,10 +290,11 @@ static dcp_status_t bench_attn(const bench_t *b, const dcp_mask_t *mask, const c
     env.seqs = seqs;
     row_t r = {"attn", mask_name, total, tile,
                d,      hq,        hkv,   (double)tc.pairs / ((double)total * total),
-               0,      0,         0};
-    if (st == DCP_OK)
+               0,      0,         0,     NULL};
+    if (st == DCP_OK && fwd)
         st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcp_tile_case_flops(&tc), 0,
                      &r);
+    if (st == DCP_OK && bwd) st = bench_bwd(b, &env, &tc, groups, tiles, r);
     drop_descr(b, groups);
     drop_descr(b, tiles);
     drop_descr(b, seqs);
@@ -244,7 +329,7 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
     if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    row_t r = {"merge", "-", total, tile, d, hq, hq, 1, 0, 0, 0};
+    row_t r = {"merge", "-", total, tile, d, hq, hq, 1, 0, 0, 0, NULL};
     const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
     if (st == DCP_OK) st = measure(b, OP_MERGE, &env, di, nb, ds, 0, bytes, &r);
     drop_descr(b, di);
@@ -258,21 +343,15 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
 static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, int32_t d, int32_t hq,
                                void *const bufs[DCP_BUF_COUNT])
 {
-    const int64_t nb = (total + tile - 1) / tile, w = (int64_t)hq * d;
+    const int64_t w = (int64_t)hq * d;
     dcp_copy_item_t *items;
-    DCP_CHECK(dcp_calloc(&items, nb, sizeof *items, "bench copy"));
-    for (int64_t i = 0; i < nb; i++) {
-        const int64_t r0 = i * tile;
-        items[i] = (dcp_copy_item_t){{r0 * w, (int32_t)w, DCP_BUF_Q},
-                                     {r0 * w, (int32_t)w, DCP_BUF_STAGE},
-                                     (int32_t)(r0 + tile < total ? tile : total - r0),
-                                     (int32_t)w};
-    }
+    int64_t nb;
+    DCP_CHECK(block_items(total, tile, w, DCP_BUF_Q, DCP_BUF_STAGE, &items, &nb));
     void *di = NULL;
     dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    row_t r = {"copy", "-", total, tile, d, hq, hq, 1, 0, 0, 0};
+    row_t r = {"copy", "-", total, tile, d, hq, hq, 1, 0, 0, 0, NULL};
     const double bytes = 2.0 * total * w * dcp_buf_elem_bytes(DCP_BUF_Q, b->dtype);
     if (st == DCP_OK) st = measure(b, OP_COPY, &env, di, nb, NULL, 0, bytes, &r);
     drop_descr(b, di);
@@ -322,14 +401,22 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
     const int64_t nq = (int64_t)total * g.hq * d, nkv = (int64_t)total * g.hkv * d;
     /* partials: every source's O, then every source's LSE */
     const int64_t part_o = b->sources * nq, part = part_o + b->sources * (int64_t)total * g.hq;
+    /* the backward's: dO (filled), O (published by the forward), delta, zeroed gradients */
+    const int64_t bwd = wants(l, "bwd"), rows = (int64_t)total * g.hq;
     const int64_t elems[DCP_BUF_COUNT] = {
         [DCP_BUF_Q] = nq,
         [DCP_BUF_K] = nkv,
         [DCP_BUF_V] = nkv,
         [DCP_BUF_ACC_O] = nq,
-        [DCP_BUF_ACC_LSE] = (int64_t)total * g.hq,
+        [DCP_BUF_ACC_LSE] = rows,
         [DCP_BUF_STAGE] = nq,
         [DCP_BUF_PART] = part,
+        [DCP_BUF_DO] = bwd * nq,
+        [DCP_BUF_O] = bwd * nq,
+        [DCP_BUF_DELTA] = bwd * rows,
+        [DCP_BUF_ACC_DQ] = bwd * nq,
+        [DCP_BUF_ACC_DK] = bwd * nkv,
+        [DCP_BUF_ACC_DV] = bwd * nkv,
     };
     void *bufs[DCP_BUF_COUNT] = {0};
     dcp_status_t st = DCP_OK;
@@ -339,7 +426,9 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
         if (!(bufs[i] = dcp_mem_alloc(b->gpu, (size_t)elems[i] * dcp_buf_elem_bytes(i, b->dtype))))
             st = dcp_set_error(DCP_ERR_NO_MEMORY, "bench: buffer %d of %lld elements", i,
                                (long long)elems[i]);
-        else if (i != DCP_BUF_STAGE && i != DCP_BUF_ACC_O)
+        else if (i >= DCP_BUF_ACC_DQ && i <= DCP_BUF_ACC_DV)
+            st = buf_zero(b, bufs[i], elems[i]);
+        else if (i != DCP_BUF_STAGE && i != DCP_BUF_ACC_O && i != DCP_BUF_O && i != DCP_BUF_DELTA)
             st = buf_fill(b, bufs[i], i == DCP_BUF_PART ? part_o : elems[i], ty, 0,
                           seed + (uint64_t)i);
     }
@@ -348,9 +437,10 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
                       seed + 99);
     for (int t = 0; st == DCP_OK && t < l->ntiles; t++) {
         const int32_t tile = (int32_t)list_int("tile", l->tiles[t], 16, 1 << 20);
-        if (wants(l, "attn"))
+        if (wants(l, "attn") || bwd)
             for (int m = 0; st == DCP_OK && m < l->nmasks; m++)
-                st = bench_attn(b, &masks[m], l->masks[m], total, tile, d, g.hq, g.hkv, bufs);
+                st = bench_attn(b, wants(l, "attn"), (int)bwd, &masks[m], l->masks[m], total, tile,
+                                d, g.hq, g.hkv, bufs);
         if (st == DCP_OK && wants(l, "merge")) st = bench_merge(b, total, tile, d, g.hq, bufs);
         if (st == DCP_OK && wants(l, "copy")) st = bench_copy(b, total, tile, d, g.hq, bufs);
     }
@@ -364,14 +454,14 @@ int main(int argc, char **argv)
     const char *device = have_gpu ? "cuda" : "cpu", *dtype = NULL;
     const char *masks_s = "full,causal,lambda,blockwise,shared-question";
     const char *totals_s = NULL, *tiles_s = NULL, *dims_s = NULL, *gqa_s = NULL;
-    const char *kernels_s = "attn,merge,copy";
+    const char *kernels_s = "attn,bwd,merge,copy";
     int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
     int json = 0;
     dcp_arg_t args[] = {
         {"device", DCP_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
         {"dtype", DCP_ARG_STR, &dtype, 0, 0,
          "bf16 or fp16 (default on cuda), fp32 (default on cpu; cpu only)", 0},
-        {"kernel", DCP_ARG_STR, &kernels_s, 0, 0, "attn,merge,copy (default all)", 0},
+        {"kernel", DCP_ARG_STR, &kernels_s, 0, 0, "attn,bwd,merge,copy (default all)", 0},
         {"mask", DCP_ARG_STR, &masks_s, 0, 0,
          "masks (default full,causal,lambda,blockwise,shared-question)", 0},
         {"total", DCP_ARG_STR, &totals_s, 0, 0,
@@ -388,8 +478,8 @@ int main(int argc, char **argv)
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
     dcp_args_parse(argc, argv, args, nargs, tool,
-                   "Times dcp's attention, merge and copy kernels; TFLOP/s from exact allowed "
-                   "pairs.");
+                   "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
+                   "from exact allowed pairs.");
     bench_t b = {.json = json, .sources = sources, .gpu = -1};
     if (dcp_context_parse_device(device, 0, &b.gpu) != DCP_OK)
         dcp_args_fail(tool, "device", "%s", dcp_last_error());
@@ -420,9 +510,9 @@ int main(int argc, char **argv)
     l.ngqas = dcp_args_split(tool, "gqa", gqa_s ? gqa_s : cpu ? "8:2" : "8:2,64:8", &l.gqas, &st_g);
     l.nkernels = dcp_args_split(tool, "kernel", kernels_s, &l.kernels, &st_k);
     for (int i = 0; i < l.nkernels; i++)
-        if (strcmp(l.kernels[i], "attn") && strcmp(l.kernels[i], "merge") &&
-            strcmp(l.kernels[i], "copy"))
-            dcp_args_fail(tool, "kernel", "'%s': attn, merge or copy", l.kernels[i]);
+        if (strcmp(l.kernels[i], "attn") && strcmp(l.kernels[i], "bwd") &&
+            strcmp(l.kernels[i], "merge") && strcmp(l.kernels[i], "copy"))
+            dcp_args_fail(tool, "kernel", "'%s': attn, bwd, merge or copy", l.kernels[i]);
     for (int i = 0; i < l.ndims; i++) {
         const int64_t d = list_int("head-dim", l.dims[i], 1, 1024);
         if (!cpu && d != 64 && d != 128) dcp_args_fail(tool, "head-dim", "the GPU runs 64 and 128");
@@ -446,8 +536,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (!json) {
-        printf("# %s: %s %s, median of %lld launches after %lld, merge of %lld partials\n", tool,
-               cpu ? "cpu" : device, dcp_dtype_name(b.dtype), (long long)b.iters,
+        printf("# %s: %s %s, median of %lld launches after %lld, merge of %lld partials; bwd: "
+               "delta + backward, 2.5x the forward's FLOPs\n",
+               tool, cpu ? "cpu" : device, dcp_dtype_name(b.dtype), (long long)b.iters,
                (long long)b.warmup, (long long)b.sources);
         dcp_table_header(stdout, cols, NCOLS);
     }
