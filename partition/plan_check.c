@@ -241,6 +241,12 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
             st = bad(w, "tile group fields out of range");
             break;
         }
+        /* the GPU kernels find a tile's group by its index: a launch's tiles are its
+         * groups' runs, back to back */
+        if (i > 0 && g->first_tile != g[-1].first_tile + g[-1].num_tiles) {
+            st = bad(w, "tile groups of one launch do not own consecutive tiles");
+            break;
+        }
         if ((st = check_block_ref(w, g->q_block, g->seq, g->q_pos, g->q_len)) != DCP_OK) break;
         if (!group_views_ok(w, g)) {
             st = bad(w, "tile group view out of bounds");

@@ -83,7 +83,8 @@ typedef struct {
 } dcp_tile_t;
 
 /* One output block: the queries of one token block for one head group, attended against
- * tiles [first_tile, first_tile + num_tiles). Groups of one launch have distinct outputs.
+ * tiles [first_tile, first_tile + num_tiles). Groups of one launch have distinct outputs and
+ * own consecutive runs of tiles (group i + 1's run starts where group i's ends).
  *
  * Forward: reads q, writes (or LSE-merges, with accumulate) o and lse.
  * Backward: reads q, dout (dO rows, plan dtype), lse and delta (fp32, the final forward LSE
