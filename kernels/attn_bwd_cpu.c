@@ -18,6 +18,7 @@
  * destination row (axpy4) to save stores, which does not change the result.
  */
 #include "kernels/cpu.h"
+#include "kernels/cpu_rows.h"
 
 #include "include/base/error.h"
 #include "include/base/mask_rule.h"
@@ -34,7 +35,7 @@
 #define DCP_CPU_INLINE inline
 #endif
 
-#define QB 32
+#define QB DCP_CPU_QB
 #define KB 64
 
 typedef struct {
@@ -48,7 +49,7 @@ typedef struct {
     float p[QB][KB];   /* P of the chunk */
     float ds[QB][KB];  /* dP, then dS */
     float lse[QB], delta[QB];
-    int32_t lo[QB][2], hi[QB][2]; /* allowed keys of each row, tile-local; empty: no part */
+    dcp_cpu_rows_t rows; /* allowed keys of each row, tile-local; empty: no part */
 } bwd_scratch_t;
 
 /* y += a * x over n elements. */
@@ -67,16 +68,6 @@ static DCP_CPU_INLINE void axpy4(float *restrict y, const float *a, const float 
     for (int32_t e = 0; e < n; e++) y[e] = y[e] + a0 * x0[e] + a1 * x1[e] + a2 * x2[e] + a3 * x3[e];
 }
 
-/* Clamps [a, b) shifted by -base into [0, n]. */
-static void local_range(int32_t a, int32_t b, int32_t base, int32_t n, int32_t *lo, int32_t *hi)
-{
-    int32_t x = a - base, y = b - base;
-    x = x < 0 ? 0 : (x > n ? n : x);
-    y = y < x ? x : (y > n ? n : y);
-    *lo = x;
-    *hi = y;
-}
-
 /* Allowed keys of rows [r0, r0 + nr) inside the tile (rows with LSE = -inf: none); returns
  * the key span they cover (empty: klo >= khi). */
 static void row_ranges(bwd_scratch_t *w, const dcp_seq_info_t *seq, const dcp_tile_group_t *g,
@@ -90,30 +81,8 @@ static void row_ranges(bwd_scratch_t *w, const dcp_seq_info_t *seq, const dcp_ti
             rg[1] = rg[0];
         else if (!t->full)
             dcp_mask_keys(&seq->mask, seq->len, g->q_pos + r0 + i, rg);
-        for (int j = 0; j < 2; j++) {
-            local_range(rg[2 * j], rg[2 * j + 1], t->kv_pos, t->kv_len, &w->lo[i][j], &w->hi[i][j]);
-            if (w->lo[i][j] < w->hi[i][j]) {
-                if (w->lo[i][j] < *klo) *klo = w->lo[i][j];
-                if (w->hi[i][j] > *khi) *khi = w->hi[i][j];
-            }
-        }
+        dcp_cpu_row_set(&w->rows, i, rg, t->kv_pos, t->kv_len, klo, khi);
     }
-}
-
-static inline int row_sees(const bwd_scratch_t *w, int32_t i, int32_t c0, int32_t c1)
-{
-    return (w->lo[i][0] < c1 && c0 < w->hi[i][0]) || (w->lo[i][1] < c1 && c0 < w->hi[i][1]);
-}
-
-/* Row i sees every key of [c0, c1). */
-static inline int row_covers(const bwd_scratch_t *w, int32_t i, int32_t c0, int32_t c1)
-{
-    return (w->lo[i][0] <= c0 && c1 <= w->hi[i][0]) || (w->lo[i][1] <= c0 && c1 <= w->hi[i][1]);
-}
-
-static inline int sees(const bwd_scratch_t *w, int32_t i, int32_t key)
-{
-    return (key >= w->lo[i][0] && key < w->hi[i][0]) || (key >= w->lo[i][1] && key < w->hi[i][1]);
 }
 
 /* K and V of keys [c0, c0 + nc) transposed into kt, vt; returns the K rows as fp32 (in
@@ -182,8 +151,8 @@ static DCP_CPU_INLINE void row_dq(bwd_scratch_t *w, int32_t i, int32_t c0, int32
     float *dq = w->dqa + (size_t)i * d;
     const float *ds = w->ds[i];
     for (int j = 0; j < 2; j++) {
-        const int32_t a = (w->lo[i][j] > c0 ? w->lo[i][j] : c0) - c0,
-                      b = (w->hi[i][j] < c0 + nc ? w->hi[i][j] : c0 + nc) - c0;
+        const int32_t a = (w->rows.lo[i][j] > c0 ? w->rows.lo[i][j] : c0) - c0,
+                      b = (w->rows.hi[i][j] < c0 + nc ? w->rows.hi[i][j] : c0 + nc) - c0;
         int32_t c = a;
         for (; c + 4 <= b; c += 4)
             axpy4(dq, ds + c, k + c * ks, k + (c + 1) * ks, k + (c + 2) * ks, k + (c + 3) * ks, d);
@@ -199,8 +168,8 @@ static DCP_CPU_INLINE void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int
     const int32_t d = w->d, key = c0 + c;
     int32_t i = 0;
     for (; i + 4 <= nr; i += 4) {
-        if (all || (sees(w, i, key) && sees(w, i + 1, key) && sees(w, i + 2, key) &&
-                    sees(w, i + 3, key))) {
+        if (all || (dcp_cpu_row_has(&w->rows, i, key) && dcp_cpu_row_has(&w->rows, i + 1, key) && dcp_cpu_row_has(&w->rows, i + 2, key) &&
+                    dcp_cpu_row_has(&w->rows, i + 3, key))) {
             const float pa[4] = {w->p[i][c], w->p[i + 1][c], w->p[i + 2][c], w->p[i + 3][c]};
             const float da[4] = {w->ds[i][c], w->ds[i + 1][c], w->ds[i + 2][c], w->ds[i + 3][c]};
             const float *o = w->dob + (size_t)i * d, *q = w->qs + (size_t)i * d;
@@ -209,13 +178,13 @@ static DCP_CPU_INLINE void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int
             continue;
         }
         for (int32_t u = i; u < i + 4; u++)
-            if (sees(w, u, key)) {
+            if (dcp_cpu_row_has(&w->rows, u, key)) {
                 axpy1(dv, w->p[u][c], w->dob + (size_t)u * d, d);
                 axpy1(dk, w->ds[u][c], w->qs + (size_t)u * d, d);
             }
     }
     for (; i < nr; i++)
-        if (sees(w, i, key)) {
+        if (dcp_cpu_row_has(&w->rows, i, key)) {
             axpy1(dv, w->p[i][c], w->dob + (size_t)i * d, d);
             axpy1(dk, w->ds[i][c], w->qs + (size_t)i * d, d);
         }
@@ -235,14 +204,14 @@ static void tile_bwd(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_se
     for (int32_t c0 = klo; c0 < khi; c0 += KB) {
         const int32_t nc = khi - c0 < KB ? khi - c0 : KB;
         int any = 0;
-        for (int32_t i = 0; i < nr && !any; i++) any = row_sees(w, i, c0, c0 + nc);
+        for (int32_t i = 0; i < nr && !any; i++) any = dcp_cpu_row_sees(&w->rows, i, c0, c0 + nc);
         if (!any) continue;
         int all = 1;
-        for (int32_t i = 0; i < nr && all; i++) all = row_covers(w, i, c0, c0 + nc);
+        for (int32_t i = 0; i < nr && all; i++) all = dcp_cpu_row_covers(&w->rows, i, c0, c0 + nc);
         int64_t ks;
         const float *k = pack_chunk(w, env, t, kvh, c0, nc, &ks);
         for (int32_t i = 0; i < nr; i++) {
-            if (!row_sees(w, i, c0, c0 + nc)) continue;
+            if (!dcp_cpu_row_sees(&w->rows, i, c0, c0 + nc)) continue;
             row_scores(w, i, nc);
             row_dq(w, i, c0, nc, k, ks);
         }

@@ -11,6 +11,7 @@
  * chunks no row may see.
  */
 #include "kernels/cpu.h"
+#include "kernels/cpu_rows.h"
 
 #include "include/base/error.h"
 #include "include/base/half.h"
@@ -21,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define QB 32
+#define QB DCP_CPU_QB
 #define KB 64
 
 typedef struct {
@@ -33,15 +34,8 @@ typedef struct {
     float *vc;         /* [KB][d] value chunk widened to fp32 (2-byte storage only) */
     float s[QB][KB];
     float m[QB], l[QB];
-    int32_t lo[QB][2], hi[QB][2]; /* allowed keys of each row, tile-local */
+    dcp_cpu_rows_t rows; /* allowed keys of each row, tile-local */
 } attn_scratch_t;
-
-/* Element i of a buffer of storage type `dtype` (fp32 buffers: dtype FP32). */
-static inline float load_elem(const void *base, dcp_dtype_t dtype, int64_t i)
-{
-    if (dtype == DCP_DTYPE_FP32) return ((const float *)base)[i];
-    return dcp_half_to_f32(dtype, ((const uint16_t *)base)[i]);
-}
 
 static inline void store_elem(void *base, dcp_dtype_t dtype, int64_t i, float v)
 {
@@ -49,16 +43,6 @@ static inline void store_elem(void *base, dcp_dtype_t dtype, int64_t i, float v)
         ((float *)base)[i] = v;
     else
         ((uint16_t *)base)[i] = dcp_half_from_f32(dtype, v);
-}
-
-/* Clamps [a, b) shifted by -base into [0, n]. */
-static void local_range(int32_t a, int32_t b, int32_t base, int32_t n, int32_t *lo, int32_t *hi)
-{
-    int32_t x = a - base, y = b - base;
-    x = x < 0 ? 0 : (x > n ? n : x);
-    y = y < x ? x : (y > n ? n : y);
-    *lo = x;
-    *hi = y;
 }
 
 /* Allowed keys of rows [r0, r0 + nr) inside the tile; returns the covering key span. */
@@ -70,19 +54,8 @@ static void row_ranges(attn_scratch_t *w, const dcp_seq_info_t *seq, const dcp_t
     for (int32_t i = 0; i < nr; i++) {
         int32_t rg[4];
         dcp_mask_keys(&seq->mask, seq->len, g->q_pos + r0 + i, rg);
-        for (int j = 0; j < 2; j++) {
-            local_range(rg[2 * j], rg[2 * j + 1], t->kv_pos, t->kv_len, &w->lo[i][j], &w->hi[i][j]);
-            if (w->lo[i][j] < w->hi[i][j]) {
-                if (w->lo[i][j] < *klo) *klo = w->lo[i][j];
-                if (w->hi[i][j] > *khi) *khi = w->hi[i][j];
-            }
-        }
+        dcp_cpu_row_set(&w->rows, i, rg, t->kv_pos, t->kv_len, klo, khi);
     }
-}
-
-static int row_sees(const attn_scratch_t *w, int32_t i, int32_t c0, int32_t c1)
-{
-    return (w->lo[i][0] < c1 && c0 < w->hi[i][0]) || (w->lo[i][1] < c1 && c0 < w->hi[i][1]);
 }
 
 /* Online-softmax update of row i with the scores w->s[i][0..nc) of keys v[0..nc). */
@@ -140,7 +113,7 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
     for (int32_t c0 = klo; c0 < khi; c0 += KB) {
         const int32_t nc = khi - c0 < KB ? khi - c0 : KB;
         int any = t->full;
-        for (int32_t i = 0; i < nr && !any; i++) any = row_sees(w, i, c0, c0 + nc);
+        for (int32_t i = 0; i < nr && !any; i++) any = dcp_cpu_row_sees(&w->rows, i, c0, c0 + nc);
         if (!any) continue;
         for (int32_t c = 0; c < nc; c++) {
             const int64_t kr = k0 + (int64_t)(c0 + c) * t->k.stride;
@@ -149,7 +122,7 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
                 for (int32_t x = 0; x < d; x++) w->kt[(size_t)x * KB + c] = kf[x];
             } else {
                 for (int32_t x = 0; x < d; x++)
-                    w->kt[(size_t)x * KB + c] = load_elem(kb, kt_ty, kr + x);
+                    w->kt[(size_t)x * KB + c] = dcp_cpu_load(kb, kt_ty, kr + x);
             }
         }
         /* values: fp32 rows are read in place, 2-byte rows widened once per chunk */
@@ -162,11 +135,11 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
             for (int32_t c = 0; c < nc; c++)
                 for (int32_t x = 0; x < d; x++)
                     w->vc[(size_t)c * d + x] =
-                        load_elem(vb, vt_ty, v0 + (int64_t)(c0 + c) * t->v.stride + x);
+                        dcp_cpu_load(vb, vt_ty, v0 + (int64_t)(c0 + c) * t->v.stride + x);
         }
         for (int32_t i = 0; i < nr; i++) {
             float *s = w->s[i];
-            if (!t->full && !row_sees(w, i, c0, c0 + nc)) continue;
+            if (!t->full && !dcp_cpu_row_sees(&w->rows, i, c0, c0 + nc)) continue;
             for (int32_t c = 0; c < nc; c++) s[c] = 0.0f;
             const float *q = w->qs + (size_t)i * d;
             for (int32_t x = 0; x < d; x++) {
@@ -177,9 +150,7 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
             if (!t->full)
                 for (int32_t c = 0; c < nc; c++) {
                     const int32_t key = c0 + c;
-                    if (!((key >= w->lo[i][0] && key < w->hi[i][0]) ||
-                          (key >= w->lo[i][1] && key < w->hi[i][1])))
-                        s[c] = -INFINITY;
+                    if (!dcp_cpu_row_has(&w->rows, i, key)) s[c] = -INFINITY;
                 }
             softmax_update(w, i, nc, v, v_stride);
         }
@@ -214,7 +185,7 @@ static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
             continue;
         }
         for (int32_t x = 0; x < d; x++) {
-            const float old = g->accumulate ? wt[0] * load_elem(o, oty, orow + x) : 0.0f;
+            const float old = g->accumulate ? wt[0] * dcp_cpu_load(o, oty, orow + x) : 0.0f;
             store_elem(o, oty, orow + x, old + wt[1] * acc[x] * inv);
         }
     }
@@ -233,7 +204,7 @@ static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_
             for (int32_t i = 0; i < nr; i++) {
                 const int64_t qr = g->q.off + (int64_t)(r0 + i) * g->q.stride + (int64_t)j * d;
                 for (int32_t x = 0; x < d; x++)
-                    w->qs[(size_t)i * d + x] = load_elem(q, qty, qr + x) * env->scale;
+                    w->qs[(size_t)i * d + x] = dcp_cpu_load(q, qty, qr + x) * env->scale;
                 w->m[i] = -INFINITY;
                 w->l[i] = 0.0f;
             }
