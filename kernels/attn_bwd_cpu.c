@@ -168,8 +168,9 @@ static DCP_CPU_INLINE void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int
     const int32_t d = w->d, key = c0 + c;
     int32_t i = 0;
     for (; i + 4 <= nr; i += 4) {
-        if (all || (dcp_cpu_row_has(&w->rows, i, key) && dcp_cpu_row_has(&w->rows, i + 1, key) && dcp_cpu_row_has(&w->rows, i + 2, key) &&
-                    dcp_cpu_row_has(&w->rows, i + 3, key))) {
+        if (all ||
+            (dcp_cpu_row_has(&w->rows, i, key) && dcp_cpu_row_has(&w->rows, i + 1, key) &&
+             dcp_cpu_row_has(&w->rows, i + 2, key) && dcp_cpu_row_has(&w->rows, i + 3, key))) {
             const float pa[4] = {w->p[i][c], w->p[i + 1][c], w->p[i + 2][c], w->p[i + 3][c]};
             const float da[4] = {w->ds[i][c], w->ds[i + 1][c], w->ds[i + 2][c], w->ds[i + 3][c]};
             const float *o = w->dob + (size_t)i * d, *q = w->qs + (size_t)i * d;

@@ -13,8 +13,8 @@ typedef struct {
 
 /* Row i's ranges from the absolute key ranges rg = {s0, e0, s1, e1}, shifted by -base and
  * clamped into [0, n]; widens [*klo, *khi) to cover them. */
-static inline void dcp_cpu_row_set(dcp_cpu_rows_t *w, int32_t i, const int32_t rg[4],
-                                   int32_t base, int32_t n, int32_t *klo, int32_t *khi)
+static inline void dcp_cpu_row_set(dcp_cpu_rows_t *w, int32_t i, const int32_t rg[4], int32_t base,
+                                   int32_t n, int32_t *klo, int32_t *khi)
 {
     for (int j = 0; j < 2; j++) {
         int32_t x = rg[2 * j] - base, y = rg[2 * j + 1] - base;

@@ -67,10 +67,10 @@ static dcp_status_t derive_buffers(dcp_plan_t *p)
     for (int32_t r = 0; r < p->num_ranks; r++) {
         int64_t *e = p->buf_elems + (int64_t)r * DCP_BUF_COUNT;
         const int64_t n = p->rank_tokens[r];
-        static const int q_like[] = {DCP_BUF_Q,  DCP_BUF_O,      DCP_BUF_DO,
-                                     DCP_BUF_DQ, DCP_BUF_ACC_O,  DCP_BUF_ACC_DQ};
-        static const int kv_like[] = {DCP_BUF_K, DCP_BUF_V, DCP_BUF_DK, DCP_BUF_DV,
-                                      DCP_BUF_ACC_DK, DCP_BUF_ACC_DV};
+        static const int q_like[] = {DCP_BUF_Q,  DCP_BUF_O,     DCP_BUF_DO,
+                                     DCP_BUF_DQ, DCP_BUF_ACC_O, DCP_BUF_ACC_DQ};
+        static const int kv_like[] = {DCP_BUF_K,  DCP_BUF_V,      DCP_BUF_DK,
+                                      DCP_BUF_DV, DCP_BUF_ACC_DK, DCP_BUF_ACC_DV};
         static const int row_like[] = {DCP_BUF_LSE, DCP_BUF_ACC_LSE, DCP_BUF_DELTA};
         for (int i = 0; i < 6; i++) e[q_like[i]] = n * hq * d;
         for (int i = 0; i < 6; i++) e[kv_like[i]] = n * hkv * d;

@@ -58,8 +58,8 @@ struct dcp_plan {
     int32_t *blk_seq, *blk_start, *blk_len, *blk_owner;
 
     /* programs */
-    int32_t num_xfers;     /* transfer ids (tags) are in [0, num_xfers) */
-    int32_t num_phases;    /* launches are numbered 0 .. num_phases - 1 in global order */
+    int32_t num_xfers;  /* transfer ids (tags) are in [0, num_xfers) */
+    int32_t num_phases; /* launches are numbered 0 .. num_phases - 1 in global order */
     int32_t pass_xfer[DCP_PASS_COUNT + 1];  /* transfer ids of each pass */
     int32_t pass_phase[DCP_PASS_COUNT + 1]; /* phases of each pass */
     int32_t *phase_step;   /* [num_phases]: the step (0..T) of its pass each phase belongs to */

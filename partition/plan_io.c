@@ -318,7 +318,8 @@ static dcp_status_t f_blocks(codec_t *c, dcp_plan_t *p)
 static dcp_status_t f_programs(codec_t *c, dcp_plan_t *p)
 {
     DCP_CHECK(f_tag(c, SEC_PROGRAMS));
-    int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks + 1, nwork = (int64_t)p->num_ranks * DCP_BUF_COUNT;
+    int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks + 1,
+            nwork = (int64_t)p->num_ranks * DCP_BUF_COUNT;
     const int64_t want_prog = nprog, want_work = nwork;
     DCP_CHECK(f_array(c, &p->prog_off, &nprog, sizeof(int64_t), 8, e_i64, "program offsets"));
     DCP_CHECK(f_array(c, &p->work_elems, &nwork, sizeof(int64_t), 8, e_i64, "buffer sizes"));

@@ -36,9 +36,9 @@ static void tally_attn(const dcp_plan_t *p, const dcp_instr_t *in, pass_tally_t 
         const dcp_seq_info_t *s = &p->seqs[gr->seq];
         for (int32_t i = gr->first_tile; i < gr->first_tile + gr->num_tiles; i++) {
             const dcp_tile_t *tl = &p->tiles[i];
-            t->flops += per_pair * dcp_mask_pairs(&s->mask, s->len, gr->q_pos,
-                                                  gr->q_pos + gr->q_len, tl->kv_pos,
-                                                  tl->kv_pos + tl->kv_len);
+            t->flops +=
+                per_pair * dcp_mask_pairs(&s->mask, s->len, gr->q_pos, gr->q_pos + gr->q_len,
+                                          tl->kv_pos, tl->kv_pos + tl->kv_len);
             t->comps++;
         }
     }

@@ -223,4 +223,3 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     *plan_out = p;
     return DCP_OK;
 }
-

@@ -169,8 +169,8 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &s->xfers[xi];
         if (x->src != r || dcp_xfer_is_partial(x->kind)) continue;
-        DCP_CHECK(dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x),
-                                  &e->src_off[xi]));
+        DCP_CHECK(
+            dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x), &e->src_off[xi]));
         DCP_CHECK(push_stage(e, x->kind, x->block, x->head_group, e->src_off[xi]));
     }
     if (e->p->num_copies > copy0)
@@ -189,8 +189,7 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
             DCP_CHECK(push_comm(e, x->src, 0, id, recv_buf(x->kind), e->dst_off[xi], n));
         }
     }
-    return push_instr(e, DCP_OP_COMM_LAUNCH, e->phase_base + phase, comm0,
-                      e->p->num_comm - comm0);
+    return push_instr(e, DCP_OP_COMM_LAUNCH, e->phase_base + phase, comm0, e->p->num_comm - comm0);
 }
 
 /* Waits for a phase and frees the send-side slots it used. */
@@ -228,8 +227,9 @@ static dcp_status_t find_xfer(const emitter_t *e, int32_t kind, int32_t t, int32
 {
     *x = dcp_schedule_find(e->s, e->rank, kind, t, h);
     if (*x < 0)
-        return dcp_set_error(DCP_ERR_INTERNAL, "program: rank %d lacks transfer kind %d of block %d",
-                             e->rank, kind, t);
+        return dcp_set_error(DCP_ERR_INTERNAL,
+                             "program: rank %d lacks transfer kind %d of block %d", e->rank, kind,
+                             t);
     return DCP_OK;
 }
 
@@ -428,8 +428,8 @@ static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
             part_views(e, e->dst_off[in[i].xfer], m.rows, &src->o, &src->lse);
         }
         m.num_src = (int32_t)(p->num_merge_srcs - m.first_src);
-        DCP_CHECK(
-            dcp_reserve(&p->merges, &e->cap_merges, p->num_merges + 1, sizeof *p->merges, "merges"));
+        DCP_CHECK(dcp_reserve(&p->merges, &e->cap_merges, p->num_merges + 1, sizeof *p->merges,
+                              "merges"));
         p->merges[p->num_merges++] = m;
     }
     return push_instr(e, DCP_OP_REDUCE, DCP_PASS_FWD, merge0, p->num_merges - merge0);
@@ -496,8 +496,8 @@ static dcp_status_t emit_copy_out(emitter_t *e, int64_t tokens)
     for (int i = 0; i < n; i++) {
         const int32_t *pair = bw ? bwd[i] : fwd[i];
         const int64_t w = widths[bw][i];
-        DCP_CHECK(push_copy(e, view(pair[0], 0, w), view(pair[1], 0, w), (int32_t)tokens,
-                            (int32_t)w));
+        DCP_CHECK(
+            push_copy(e, view(pair[0], 0, w), view(pair[1], 0, w), (int32_t)tokens, (int32_t)w));
     }
     return push_instr(e, DCP_OP_COPY, 0, copy0, n);
 }
@@ -664,8 +664,8 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
     DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
     DCP_CHECK_GOTO(index_touches(&e), st, out);
-    int32_t *steps = realloc(p->phase_step, ((size_t)p->num_phases + s->num_phases + 1) *
-                                                sizeof *p->phase_step);
+    int32_t *steps =
+        realloc(p->phase_step, ((size_t)p->num_phases + s->num_phases + 1) * sizeof *p->phase_step);
     if (!steps) {
         st = dcp_set_error(DCP_ERR_NO_MEMORY, "program: phase steps");
         goto out;

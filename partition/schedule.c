@@ -131,7 +131,7 @@ static dcp_status_t order_comps(const dcp_blocks_t *b, const dcp_placement_t *p,
 static const int32_t query_kinds[DCP_PASS_COUNT][4] = {
     {DCP_XFER_Q, DCP_XFER_PART, -1}, {DCP_XFER_BQ, DCP_XFER_BSTAT, DCP_XFER_DQ, -1}};
 static const int32_t kv_kinds[DCP_PASS_COUNT][3] = {{DCP_XFER_KV, -1},
-                                                     {DCP_XFER_KV, DCP_XFER_DKV, -1}};
+                                                    {DCP_XFER_KV, DCP_XFER_DKV, -1}};
 
 static dcp_status_t collect_needs(const dcp_blocks_t *b, const dcp_placement_t *p,
                                   const dcp_schedule_t *s, need_t **needs_out, int64_t *n_out)

@@ -50,9 +50,9 @@ static caller_bufs_t backward_bufs(const dcp_grad_tensors_t *io)
 }
 
 static const char *const buf_name[DCP_BUF_FIRST_WORK] = {
-    [DCP_BUF_Q] = "fwd.q",   [DCP_BUF_K] = "fwd.k",     [DCP_BUF_V] = "fwd.v",
-    [DCP_BUF_O] = "fwd.o",   [DCP_BUF_LSE] = "fwd.lse", [DCP_BUF_DO] = "dout",
-    [DCP_BUF_DQ] = "dq",     [DCP_BUF_DK] = "dk",       [DCP_BUF_DV] = "dv"};
+    [DCP_BUF_Q] = "fwd.q", [DCP_BUF_K] = "fwd.k",     [DCP_BUF_V] = "fwd.v",
+    [DCP_BUF_O] = "fwd.o", [DCP_BUF_LSE] = "fwd.lse", [DCP_BUF_DO] = "dout",
+    [DCP_BUF_DQ] = "dq",   [DCP_BUF_DK] = "dk",       [DCP_BUF_DV] = "dv"};
 
 static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
                                const caller_bufs_t *io)
@@ -75,8 +75,8 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dc
         if (!gpu) continue;
         if (!dcp_cuda_is_device_ptr(io->ptr[i], ctx->device))
             return dcp_set_error(DCP_ERR_INVALID_ARG,
-                                 "io.%s on rank %d is not device memory of GPU %d", name,
-                                 ctx->rank, ctx->device);
+                                 "io.%s on rank %d is not device memory of GPU %d", name, ctx->rank,
+                                 ctx->device);
         const int align = i == DCP_BUF_LSE ? 4 : 16;
         if ((uintptr_t)io->ptr[i] % align != 0)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s on rank %d is not %d-byte aligned",
@@ -191,8 +191,8 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
         launch_env.max_rows = d.rows ? d.rows[i] : 0;
         switch (in->op) {
         case DCP_OP_ATTN:
-            DCP_CHECK((fwd ? k->attn_fwd : k->attn_bwd)(env, d.groups + in->first, in->count,
-                                                        d.tiles));
+            DCP_CHECK(
+                (fwd ? k->attn_fwd : k->attn_bwd)(env, d.groups + in->first, in->count, d.tiles));
             break;
         case DCP_OP_REDUCE:
             if (fwd)

@@ -21,7 +21,8 @@ typedef struct {
 static void *rank_main(void *arg)
 {
     rank_job_t *j = arg;
-    j->status = j->gio ? dcp_backward(j->ctx, j->plan, j->gio) : dcp_forward(j->ctx, j->plan, j->io);
+    j->status =
+        j->gio ? dcp_backward(j->ctx, j->plan, j->gio) : dcp_forward(j->ctx, j->plan, j->io);
     if (j->status != DCP_OK) dcp_error_save(j->error, sizeof j->error);
     return NULL;
 }
@@ -54,8 +55,8 @@ static dcp_status_t run_group(dcp_context_t *const *ctx, int32_t n, const dcp_pl
     }
     int32_t started = 0;
     for (int32_t r = 0; r < n; r++) {
-        jobs[r] = (rank_job_t){ctx[r], plan, io ? &io[r] : NULL, gio ? &gio[r] : NULL, r, DCP_OK,
-                               ""};
+        jobs[r] =
+            (rank_job_t){ctx[r], plan, io ? &io[r] : NULL, gio ? &gio[r] : NULL, r, DCP_OK, ""};
         if (r == 0) continue; /* rank 0 runs on the calling thread */
         if (pthread_create(&tid[r], NULL, rank_main, &jobs[r]) != 0) {
             jobs[r].status = dcp_set_error(DCP_ERR_SYSTEM, "cannot start the thread of rank %d", r);

@@ -47,14 +47,14 @@ typedef struct {
 
 /* The forward's columns, then (with --backward) the backward's, then the verdict of both. */
 static const dcp_col_t cols[] = {
-    {"strategy", -8},    {"comm(MB)", 9},      {"inter(MB)", 9},    {"maxrank(MB)", 11},
-    {"comp-imb(%)", 11}, {"mem-imb(%)", 10},   {"plan(ms)", 9},     {"exec(ms)", 9},
-    {"GFLOP/s", 8},      {"max-rel-err", 11},  {"bwd-comm(MB)", 12}, {"bwd-inter(MB)", 13},
-    {"bwd-exec(ms)", 12}, {"bwd-GFLOP/s", 11}, {"bwd-rel-err", 11}, {"check", 5},
+    {"strategy", -8},     {"comm(MB)", 9},     {"inter(MB)", 9},     {"maxrank(MB)", 11},
+    {"comp-imb(%)", 11},  {"mem-imb(%)", 10},  {"plan(ms)", 9},      {"exec(ms)", 9},
+    {"GFLOP/s", 8},       {"max-rel-err", 11}, {"bwd-comm(MB)", 12}, {"bwd-inter(MB)", 13},
+    {"bwd-exec(ms)", 12}, {"bwd-GFLOP/s", 11}, {"bwd-rel-err", 11},  {"check", 5},
 };
-#define NCOLS     ((int)(sizeof cols / sizeof cols[0]))
-#define FWD_COLS  10 /* columns before the backward's */
-#define BWD_COLS  5
+#define NCOLS    ((int)(sizeof cols / sizeof cols[0]))
+#define FWD_COLS 10 /* columns before the backward's */
+#define BWD_COLS 5
 
 /* The columns shown: the backward's only with --backward. */
 static int shown_cols(const run_flags_t *rf, dcp_col_t *out)

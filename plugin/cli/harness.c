@@ -194,8 +194,7 @@ typedef struct {
 
 static void rank_io_free(rank_io_t *r)
 {
-    for (int32_t i = 0; r->store && i < NT * r->n; i++)
-        dcp_mem_free(r->gpu[i / NT], r->store[i]);
+    for (int32_t i = 0; r->store && i < NT * r->n; i++) dcp_mem_free(r->gpu[i / NT], r->store[i]);
     free(r->store);
     free(r->gpu);
     for (int32_t i = 0; r->bufs && i < NT * r->n; i++) free(r->bufs[i]);
@@ -232,9 +231,9 @@ static dcp_status_t rank_io_fill(const dcp_harness_t *h, const dcp_plan_t *plan,
             if (src[j])
                 memcpy(r->bufs[NT * rank + j] + i * widths[j],
                        src[j] + r->rows[rank][i] * widths[j], (size_t)widths[j] * sizeof(float));
-    r->io[rank] = (dcp_tensors_t){r->bufs[NT * rank], r->bufs[NT * rank + 1],
-                                  r->bufs[NT * rank + 2], r->bufs[NT * rank + 3],
-                                  r->bufs[NT * rank + 4]};
+    r->io[rank] =
+        (dcp_tensors_t){r->bufs[NT * rank], r->bufs[NT * rank + 1], r->bufs[NT * rank + 2],
+                        r->bufs[NT * rank + 3], r->bufs[NT * rank + 4]};
     float **b = &r->bufs[NT * rank];
     r->gio[rank] = (dcp_grad_tensors_t){r->io[rank], b[5], b[6], b[7], b[8]};
 out:
@@ -321,7 +320,7 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
     DCP_CHECK(dcp_calloc(&r->gpu, r->n, sizeof *r->gpu, "harness"));
     const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
     const int64_t widths[NT] = {hq * d, hkv * d, hkv * d, hq * d, hq,
-                                hq * d, hq * d, hkv * d, hkv * d};
+                                hq * d, hq * d,  hkv * d, hkv * d};
     memcpy(r->width, widths, sizeof widths);
     r->nt = h->dout ? NT : 5;
     r->dtype = h->shape.dtype;
@@ -368,8 +367,8 @@ typedef struct {
 } rank_check_t;
 
 /* One gradient tensor of a rank against the reference rows (and the plain computation). */
-static void check_grad(const rank_io_t *r, int32_t rank, int j, const double *ref,
-                       const float *low, rank_check_t *c)
+static void check_grad(const rank_io_t *r, int32_t rank, int j, const double *ref, const float *low,
+                       rank_check_t *c)
 {
     const int g = j - T_DQ;
     const int64_t w = r->width[j];

@@ -23,7 +23,7 @@ typedef struct {
     float *low_o;            /* bf16/fp16: the plain low-precision computation (reference.h) */
     uint8_t *ref_done;       /* sequences whose reference is computed */
     /* backward, after dcp_harness_enable_backward(): dO and the reference gradients */
-    float *dout;                     /* layout of q, representable in the plan dtype */
+    float *dout;                      /* layout of q, representable in the plan dtype */
     double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcp_harness_reference() */
     float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
 } dcp_harness_t;
@@ -42,8 +42,8 @@ typedef struct {
     double exec_ms;     /* median wall time of one forward pass over all ranks */
     /* backward (when enabled); `passed` then also requires bwd_passed */
     int bwd_run;
-    int bwd_passed;            /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;
-                                  bf16/fp16 FlashAttention-2's gradient rule; no bad values */
+    int bwd_passed;             /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;
+                                   bf16/fp16 FlashAttention-2's gradient rule; no bad values */
     double max_rel_err_grad[3]; /* dQ, dK, dV: max |g - g_ref| / max |g_ref| */
     double max_abs_err_grad[3];
     double low_abs_err_grad[3]; /* bf16/fp16: the plain computation's max abs error */

@@ -47,9 +47,9 @@ static void expect_pass(const dcp_harness_t *h, const dcp_plan_t *p, const char 
     if (st != DCP_OK || !r.passed)
         fprintf(stderr,
                 "e2e %s: %s rel %.3g lse %.3g bad %lld; dq %.3g dk %.3g dv %.3g bad %lld %s\n",
-                what, dcp_status_string(st), r.max_rel_err, r.max_lse_err,
-                (long long)r.bad_values, r.max_rel_err_grad[0], r.max_rel_err_grad[1],
-                r.max_rel_err_grad[2], (long long)r.bwd_bad_values, st ? dcp_last_error() : "");
+                what, dcp_status_string(st), r.max_rel_err, r.max_lse_err, (long long)r.bad_values,
+                r.max_rel_err_grad[0], r.max_rel_err_grad[1], r.max_rel_err_grad[2],
+                (long long)r.bwd_bad_values, st ? dcp_last_error() : "");
 }
 
 static void test_every_mask_strategy_and_rank_count(void)

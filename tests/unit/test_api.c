@@ -218,8 +218,8 @@ static void grads_init(grads2_t *g, const tensors2_t *t, const dcp_plan_t *p)
             for (int64_t i = 0; i < g->n[r] * grad_width[j]; i++)
                 g->mem[r][j][i] = j == 0 ? 0.25f * (float)(i % 7) : 12345.0f;
         }
-        g->io[r] = (dcp_grad_tensors_t){t->io[r], g->mem[r][0], g->mem[r][1], g->mem[r][2],
-                                        g->mem[r][3]};
+        g->io[r] =
+            (dcp_grad_tensors_t){t->io[r], g->mem[r][0], g->mem[r][1], g->mem[r][2], g->mem[r][3]};
     }
 }
 

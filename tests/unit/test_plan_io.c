@@ -140,12 +140,14 @@ static void run_anyway(const dcp_plan_t *q)
     const int64_t hq = q->shape.num_heads, hkv = q->shape.num_kv_heads, d = q->shape.head_dim;
     for (int32_t r = 0; r < q->num_ranks && r < 4; r++) {
         const int64_t t = q->rank_tokens[r] + 1;
-        const int64_t w[9] = {hq * d, hkv * d, hkv * d, hq * d, hq, hq * d, hq * d, hkv * d,
-                              hkv * d};
+        const int64_t w[9] = {hq * d, hkv * d, hkv * d, hq * d, hq,
+                              hq * d, hq * d,  hkv * d, hkv * d};
         for (int j = 0; j < 9; j++) mem[r][j] = calloc((size_t)(t * w[j]), sizeof(float));
-        io[r] = (dcp_grad_tensors_t){
-            {mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4]},
-            mem[r][5], mem[r][6], mem[r][7], mem[r][8]};
+        io[r] = (dcp_grad_tensors_t){{mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4]},
+                                     mem[r][5],
+                                     mem[r][6],
+                                     mem[r][7],
+                                     mem[r][8]};
     }
     dcp_tensors_t fwd[4];
     for (int32_t r = 0; r < q->num_ranks && r < 4; r++) fwd[r] = io[r].fwd;

@@ -456,16 +456,15 @@ static void test_every_send_has_its_receive(void)
             *recvs = calloc((size_t)p->num_xfers, sizeof *recvs);
     int64_t sent = 0, recvd = 0;
     for (int64_t i = 0; i < p->num_instrs; i++) /* every program of both passes */
-            if (p->instrs[i].op == DCP_OP_COMM_LAUNCH)
-                for (int64_t k = p->instrs[i].first; k < p->instrs[i].first + p->instrs[i].count;
-                     k++) {
-                    const dcp_comm_op_t *op = &p->comm[k];
-                    (op->send ? sends : recvs)[op->transfer]++;
-                    if (op->send)
-                        sent += op->elems;
-                    else
-                        recvd += op->elems;
-                }
+        if (p->instrs[i].op == DCP_OP_COMM_LAUNCH)
+            for (int64_t k = p->instrs[i].first; k < p->instrs[i].first + p->instrs[i].count; k++) {
+                const dcp_comm_op_t *op = &p->comm[k];
+                (op->send ? sends : recvs)[op->transfer]++;
+                if (op->send)
+                    sent += op->elems;
+                else
+                    recvd += op->elems;
+            }
     CU_ASSERT(p->num_xfers > 0);
     for (int32_t x = 0; x < p->num_xfers; x++) CU_ASSERT(sends[x] == 1 && recvs[x] == 1);
     CU_ASSERT_EQUAL(sent, recvd);
