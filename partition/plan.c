@@ -86,7 +86,7 @@ dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate)
     if (validate) DCP_CHECK(dcp_plan_check_inputs(p));
     p->qpg = p->shape.num_heads / p->opts.head_blocks;
     p->kvpg = p->shape.num_kv_heads / p->opts.head_blocks;
-    DCP_CHECK(dcp_plan_derive_rows(p));
+    if (!p->blk_row) DCP_CHECK(dcp_plan_derive_rows(p)); /* the planner derived them already */
     DCP_CHECK(derive_buffers(p));
     if (validate) DCP_CHECK(dcp_plan_check_programs(p));
     const uint32_t a = dcp_crc32c(p->blk_owner, (size_t)p->num_blocks * sizeof *p->blk_owner);
