@@ -27,7 +27,19 @@ step suites "$bin/dcp-tests" -s gpu
 step attn-test "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens 8192 \
     --heads 8 --kv-heads 2 --head-dim 128 --block 1024 \
     --mask full,causal,window,lambda,blockwise,shared-question --strategy all --check \
-    --warmup 1 --iters 3
+    --backward --warmup 1 --iters 3
+# the 8-ranks-on-one-GPU ordering race (ring and zigzag failed 6/12 and 5/12 before the
+# device allocations waited for their zero fill): 50 repetitions, any mismatch fails
+stress() {
+    for i in $(seq 50); do
+        for dt in fp16 bf16; do
+            "$bin/dcp-attn-test" --device cuda --dtype $dt --heads 4 --kv-heads 2 --head-dim 128 \
+                --block 512 --check --backward --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
+                --mask full,causal --strategy ring,zigzag --seed $i || { echo "run $i $dt failed"; return 1; }
+        done
+    done | grep -c PASS
+}
+step race-stress stress
 step kernel-bench "$bin/dcp-kernel-bench" --json
 step kernel-bench-table "$bin/dcp-kernel-bench" --total 16384,131072 --tile 2048,4096 \
     --head-dim 128 --gqa 8:2,64:8
