@@ -31,13 +31,17 @@ step attn-test "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --toke
 # the 8-ranks-on-one-GPU ordering race (ring and zigzag failed 6/12 and 5/12 before the
 # device allocations waited for their zero fill): 50 repetitions, any mismatch fails
 stress() {
+    local n=0 out
     for i in $(seq 50); do
         for dt in fp16 bf16; do
-            "$bin/dcp-attn-test" --device cuda --dtype $dt --heads 4 --kv-heads 2 --head-dim 128 \
-                --block 512 --check --backward --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
-                --mask full,causal --strategy ring,zigzag --seed $i || { echo "run $i $dt failed"; return 1; }
+            out=$("$bin/dcp-attn-test" --device cuda --dtype $dt --heads 4 --kv-heads 2 \
+                --head-dim 128 --block 512 --check --backward --ranks 8 --cluster 2x4 \
+                --seqlens 1059,3263,3870 --mask full,causal --strategy ring,zigzag --seed "$i") ||
+                { echo "$out"; echo "repetition $i, $dt: failed"; return 1; }
+            n=$((n + $(grep -c PASS <<<"$out")))
         done
-    done | grep -c PASS
+    done
+    echo "$n runs passed"
 }
 step race-stress stress
 step kernel-bench "$bin/dcp-kernel-bench" --json
