@@ -378,16 +378,26 @@ DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_no
 
 /* Runs this rank's forward program of `plan` over `io`: any plan on a CPU context (fp32
  * arithmetic, so bf16/fp16 storage gives the GPU's inputs a CPU twin); bf16 or fp16 plans
- * on a CUDA context, whose io pointers are device memory of its GPU (16-byte
- * aligned). On a GPU the call orders itself after the work already queued on the legacy
- * default stream and returns once O and LSE are written. Every rank of the group must call
- * it with the same plan. O and LSE are written only on success; when a peer
- * fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of hanging, and a failing
- * rank marks its group failed so that later calls on it return DCP_ERR_PEER at once. After a
- * failure, destroy the context before freeing or overwriting that call's Q, K and V: a send
- * to a dead peer cannot always be withdrawn and may read them until the engine is gone. */
+ * on a CUDA context, whose io pointers are device memory of its GPU (16-byte aligned).
+ *
+ * `stream` is the caller's cudaStream_t (NULL: the legacy default stream) on a CUDA context
+ * and must be NULL on a CPU context. On a GPU the call is stream-ordered, like ncclSend or a
+ * kernel launch: Q, K and V are read after the work queued on `stream` before the call, O
+ * and LSE are ready for the work queued on it after the call, and the call returns once the
+ * work is queued (the host waits only for what a transport truly needs: the peers' threads
+ * reaching their matching launch in process, UCX on host memory). Keep io alive and
+ * untouched until `stream` reaches the point of the call. On the CPU the call returns when
+ * O and LSE are written.
+ *
+ * Every rank of the group must call it with the same plan. O and LSE are written only on
+ * success; when a peer fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of
+ * hanging, and a failing rank marks its group failed so that later calls on it return
+ * DCP_ERR_PEER at once. (On a GPU, a failure that happens after the call has returned, in
+ * work still queued, is reported by the context's next call.) After a failure, destroy the
+ * context before freeing or overwriting that call's Q, K and V: a send to a dead peer cannot
+ * always be withdrawn and may read them until the engine is gone. */
 DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
-                                 const dcp_tensors_t *io);
+                                 const dcp_tensors_t *io, void *stream);
 
 /* One rank's tensors for the backward pass, borrowed for the call, rows in
  * dcp_plan_local_layout() order. `fwd` holds the forward call's tensors as they were passed
@@ -407,10 +417,10 @@ typedef struct {
  * and LSE, and dO. Each computation block runs where its forward ran; partial gradients
  * return to the owners of their rows and are summed there in fp32. Rows with no allowed key
  * (LSE = -inf) get no gradient; NaN or Inf in the inputs propagate into the gradients.
- * Device, ordering, failure and output rules are those of dcp_forward(): dQ, dK and dV are
- * written only on success. */
+ * Device, stream, ordering, failure and output rules are those of dcp_forward(): dQ, dK and
+ * dV are written only on success. */
 DCP_API dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan,
-                                  const dcp_grad_tensors_t *io);
+                                  const dcp_grad_tensors_t *io, void *stream);
 
 /* Waits until every rank of the context has called it. Through the context's engine, so it
  * fails like dcp_forward (DCP_ERR_PEER, DCP_ERR_TIMEOUT) instead of hanging on a dead rank;

@@ -242,7 +242,8 @@ static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pas
 
 /* Arguments that cannot reach the peers' collective (no context) fail locally; the rest go
  * through run_pass. */
-static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void *io)
+static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void *io,
+                          const void *stream)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
     const dcp_status_t st = ctx->engine->ops->health(ctx->engine);
@@ -251,19 +252,25 @@ static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void
         ctx->engine->ops->abort(ctx->engine);
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
     }
+    if (stream && ctx->device < 0) {
+        ctx->engine->ops->abort(ctx->engine);
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "stream is not NULL on a CPU context");
+    }
     return DCP_OK;
 }
 
-dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io)
+dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io,
+                         void *stream)
 {
-    DCP_CHECK(enter(ctx, plan, io));
+    DCP_CHECK(enter(ctx, plan, io, stream));
     const caller_bufs_t bufs = forward_bufs(io);
     return run_pass(ctx, plan, DCP_PASS_FWD, &bufs);
 }
 
-dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io)
+dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
+                          void *stream)
 {
-    DCP_CHECK(enter(ctx, plan, io));
+    DCP_CHECK(enter(ctx, plan, io, stream));
     const caller_bufs_t bufs = backward_bufs(io);
     return run_pass(ctx, plan, DCP_PASS_BWD, &bufs);
 }

@@ -22,7 +22,7 @@ static void *rank_main(void *arg)
 {
     rank_job_t *j = arg;
     j->status =
-        j->gio ? dcp_backward(j->ctx, j->plan, j->gio) : dcp_forward(j->ctx, j->plan, j->io);
+        j->gio ? dcp_backward(j->ctx, j->plan, j->gio, NULL) : dcp_forward(j->ctx, j->plan, j->io, NULL);
     if (j->status != DCP_OK) dcp_error_save(j->error, sizeof j->error);
     return NULL;
 }

@@ -536,12 +536,12 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
         DCP_CHECK_GOTO(poison(&r), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         double t0 = dcp_now();
-        DCP_CHECK_GOTO(dcp_forward(ctx, plan, &r.io[me]), st, out);
+        DCP_CHECK_GOTO(dcp_forward(ctx, plan, &r.io[me], NULL), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
         if (!h->dout) continue;
         t0 = dcp_now();
-        DCP_CHECK_GOTO(dcp_backward(ctx, plan, &r.gio[me]), st, out);
+        DCP_CHECK_GOTO(dcp_backward(ctx, plan, &r.gio[me], NULL), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         if (i >= warmup) times[iters + i - warmup] = (dcp_now() - t0) * 1e3;
     }

@@ -46,7 +46,7 @@ int main(int argc, char **argv)
         for (int64_t i = 0; i < nq + 2 * nkv; i++) buf[i] = 0.01f;
         const dcp_tensors_t io = {buf, buf + nq, buf + nq + nkv, buf + nq + 2 * nkv,
                                   buf + 2 * nq + 2 * nkv};
-        st = dcp_forward(ctx, plan, &io);
+        st = dcp_forward(ctx, plan, &io, NULL);
     }
     /* equal inputs: every output equals V */
     int ok = st == DCP_OK;

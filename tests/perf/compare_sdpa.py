@@ -126,8 +126,8 @@ class Dcp:
                                             C.POINTER(C.c_int64)]
         L.dcp_mask_allowed.argtypes = [C.POINTER(Mask), C.c_int32, C.c_int32,
                                        C.POINTER(C.c_int32)]
-        L.dcp_forward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(Tensors)]
-        L.dcp_backward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(GradTensors)]
+        L.dcp_forward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(Tensors), C.c_void_p]
+        L.dcp_backward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(GradTensors), C.c_void_p]
         L.dcp_forward_inproc.argtypes = [C.c_void_p, C.POINTER(Tensors), C.c_double,
                                          C.c_char_p]
         L.dcp_backward_inproc.argtypes = [C.c_void_p, C.POINTER(GradTensors), C.c_double,
@@ -328,10 +328,10 @@ def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
                       dv=dv.data_ptr())
 
     def run_dcp():
-        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io)), "forward")
+        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io), None), "forward")
 
     def run_dcp_bwd():  # on the O and LSE of the forward runs before it
-        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio)), "backward")
+        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio), None), "backward")
 
     row = {"mask": spec, "total": total, "heads": "%d/%d" % (hq, hkv), "D": d, "block": block,
            "flops": flops, "bwd_flops": 2.5 * flops}
@@ -489,8 +489,8 @@ def cpu_passes(dcp, cluster_spec, strategy):
         gio[r] = GradTensors(fwd=io[r], dout=a[3], dq=a[6], dk=a[7], dv=a[8])
     if nr == 1:
         group, ctx = dcp.context("cpu")
-        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io[0])), "forward")
-        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio[0])), "backward")
+        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io[0]), None), "forward")
+        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio[0]), None), "backward")
         dcp.lib.dcp_context_destroy(ctx)
         dcp.lib.dcp_group_destroy(group)
     else:

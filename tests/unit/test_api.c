@@ -253,7 +253,7 @@ static void test_backward_arguments(void)
     int64_t poisoned, nans, total = 0;
     for (int r = 0; r < 2; r++) total += g.n[r] * (32 + 16 + 16);
     CU_ASSERT_EQUAL(dcp_backward_inproc(p, NULL, 10.0, NULL), DCP_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dcp_backward(NULL, p, &g.io[0]), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_backward(NULL, p, &g.io[0], NULL), DCP_ERR_INVALID_ARG);
     static const char *const names[4] = {"io.dout", "io.dq", "io.dk", "io.fwd.lse"};
     for (int k = 0; k < 4; k++) {
         grads2_t bad = g;
@@ -291,7 +291,7 @@ typedef struct {
 static void *fwd_thread(void *arg)
 {
     fwd_t *f = arg;
-    f->st = dcp_forward(f->ctx, f->plan, f->io);
+    f->st = dcp_forward(f->ctx, f->plan, f->io, NULL);
     return NULL;
 }
 
@@ -344,8 +344,8 @@ static void test_failed_group_stays_failed(void)
     CU_ASSERT_EQUAL(f[1].st, DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(f[0].st, DCP_ERR_PEER);
     /* and the next batch on the group fails at once, on every rank */
-    CU_ASSERT_EQUAL(dcp_forward(ctx[0], p, &t.io[0]), DCP_ERR_PEER);
-    CU_ASSERT_EQUAL(dcp_forward(ctx[1], p, &t.io[1]), DCP_ERR_PEER);
+    CU_ASSERT_EQUAL(dcp_forward(ctx[0], p, &t.io[0], NULL), DCP_ERR_PEER);
+    CU_ASSERT_EQUAL(dcp_forward(ctx[1], p, &t.io[1], NULL), DCP_ERR_PEER);
     /* so does a barrier, alone, instead of waiting for the other rank */
     CU_ASSERT_EQUAL(dcp_context_barrier(ctx[0]), DCP_ERR_PEER);
     CU_ASSERT_EQUAL(dcp_context_barrier(NULL), DCP_ERR_INVALID_ARG);
@@ -364,7 +364,7 @@ static dcp_status_t forward_once(const dcp_plan_t *p, const dcp_tensors_t *io)
     CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
     c.group = g;
     CU_ASSERT_EQUAL_FATAL(dcp_context_create(&c, &ctx), DCP_OK);
-    const dcp_status_t st = dcp_forward(ctx, p, io);
+    const dcp_status_t st = dcp_forward(ctx, p, io, NULL);
     dcp_context_destroy(ctx);
     dcp_group_destroy(g);
     return st;
@@ -417,7 +417,7 @@ static void test_context_and_executor_arguments(void)
     CU_ASSERT(outputs_untouched(&t, bf16));
     CU_ASSERT_EQUAL(forward_once(NULL, &t.io[0]), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(forward_once(bf16, NULL), DCP_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dcp_forward(NULL, bf16, &t.io[0]), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_forward(NULL, bf16, &t.io[0], NULL), DCP_ERR_INVALID_ARG);
     tensors_free(&t);
     dcp_plan_destroy(bf16);
     dcp_plan_destroy(three);
