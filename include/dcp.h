@@ -304,6 +304,44 @@ DCP_API dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_
 DCP_API dcp_status_t dcp_plan_deserialize(const void *buf, size_t size, dcp_plan_t **plan_out);
 
 /* ---------------------------------------------------------------------------------------
+ * Planning ahead
+ * ------------------------------------------------------------------------------------- */
+
+/* A planner service: worker threads that make the plans of coming batches while the
+ * current one trains, and a cache that returns the plan of an identical batch (same
+ * lengths, masks, shape, options and cluster) without planning again. Thread-safe. */
+typedef struct dcp_planner dcp_planner_t;
+
+typedef struct {
+    int32_t num_threads;   /* worker threads, >= 0 (0: 1) */
+    int32_t cache_entries; /* plans kept by batch, least recently used dropped, >= 0 (0: none) */
+} dcp_planner_config_t;
+
+/* `cluster` is borrowed and must outlive the planner; config may be NULL for the defaults
+ * (1 thread, 16 cached plans). */
+DCP_API dcp_status_t dcp_planner_create(const dcp_planner_config_t *config,
+                                        const dcp_cluster_t *cluster, dcp_planner_t **planner_out);
+/* Waits for the plans being made, then frees everything; plans handed out stay valid. */
+DCP_API void dcp_planner_destroy(dcp_planner_t *planner);
+
+/* Queues `batch` for planning (inputs are copied; opts may be NULL) and returns a ticket,
+ * which must be collected once with dcp_planner_wait() (or dcp_planner_try()). Arguments
+ * are checked as dcp_plan_create() checks them, at submission. */
+DCP_API dcp_status_t dcp_planner_submit(dcp_planner_t *planner, const dcp_batch_t *batch,
+                                        const dcp_attn_shape_t *shape,
+                                        const dcp_plan_options_t *opts, uint64_t *ticket_out);
+
+/* The plan of a ticket, waiting for it: the caller owns *plan_out (dcp_plan_destroy). A
+ * planning failure returns its status and message here. The ticket is spent either way. */
+DCP_API dcp_status_t dcp_planner_wait(dcp_planner_t *planner, uint64_t ticket,
+                                      dcp_plan_t **plan_out);
+
+/* The same without waiting: *plan_out = NULL and DCP_OK while the plan is being made (the
+ * ticket stays valid). */
+DCP_API dcp_status_t dcp_planner_try(dcp_planner_t *planner, uint64_t ticket,
+                                     dcp_plan_t **plan_out);
+
+/* ---------------------------------------------------------------------------------------
  * Execution
  * ------------------------------------------------------------------------------------- */
 
