@@ -12,11 +12,12 @@ allowed pairs (forward 4 x D x query heads per pair, backward 2.5 times that), a
 dcp-kernel-bench does.
 
 The GPU comparison needs PyTorch and a CUDA GPU and is not part of `make test`. --dry-run
-needs neither: it plans every case through the ctypes mirror of dcp.h and runs a small fp32
-forward and backward on the CPU (two in-process ranks) against a plain Python reference, so
-that `make test` checks the mirror of every struct it uses.
+needs neither: it plans every case through the ctypes mirror of dcp.h (the dcp package's
+binding, plugin/python/dcp/core.py) and runs a small fp32 forward and backward on the CPU
+(two in-process ranks) against a plain Python reference, so that `make test` checks the
+mirror of every struct it uses.
 
-    python3 tests/perf/compare_sdpa.py --lib build/lib/libdcp.so
+    python3 tests/perf/compare_sdpa.py                # libdcp: --lib, $DCP_LIB or build/lib
     python3 tests/perf/compare_sdpa.py --dry-run      # ctypes layer only: no PyTorch, no GPU
 
 Standard library and PyTorch only.
@@ -25,189 +26,36 @@ import argparse
 import ctypes as C
 import json
 import math
+import os
 import random
 import statistics
 import sys
 
-# ---- libdcp through ctypes (include/dcp.h) ---------------------------------------------
+# ---- libdcp through ctypes: the dcp package's binding (plugin/python/dcp/core.py) ----------
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plugin",
+                                "python"))
+from dcp import core  # noqa: E402
+from dcp.core import DTYPE_BF16, DTYPE_FP32, STRATEGY_ZIGZAG, GradTensors, Tensors  # noqa: E402
 
 
-class Mask(C.Structure):
-    _fields_ = [("kind", C.c_int), ("window", C.c_int32), ("sink", C.c_int32),
-                ("block", C.c_int32), ("k", C.c_int32), ("answers", C.c_int32),
-                ("question_frac", C.c_double), ("ranges", C.POINTER(C.c_int32))]
+def plan_batch(dcp, masks, lengths, hq, hkv, d, dtype, block, cluster_spec="1x1",
+               strategy=None):
+    """A plan of sequences `lengths` (mask masks[i] each) on `cluster_spec`; with its stats.
+    strategy None keeps the library's default."""
+    cluster = dcp.cluster(cluster_spec)
+    plan = dcp.plan(core.BatchArgs(dcp, lengths, masks), core.Shape(hq, hkv, d, dtype, 0.0),
+                    dcp.plan_options(block_size=block, strategy=strategy), cluster)
+    cluster.close()
+    return plan, plan.stats()
 
 
-class Batch(C.Structure):
-    _fields_ = [("num_seqs", C.c_int32), ("lengths", C.POINTER(C.c_int32)),
-                ("masks", C.POINTER(Mask))]
-
-
-class Shape(C.Structure):
-    _fields_ = [("num_heads", C.c_int32), ("num_kv_heads", C.c_int32),
-                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float)]
-
-
-class PlanOptions(C.Structure):
-    _fields_ = [("block_size", C.c_int32), ("head_blocks", C.c_int32),
-                ("divisions", C.c_int32), ("strategy", C.c_int),
-                ("eps_inter", C.c_double), ("eps_intra", C.c_double),
-                ("mem_cap_bytes", C.c_int64), ("seed", C.c_uint64),
-                ("expansion", C.c_int), ("net_cap", C.c_int32), ("refine", C.c_int32),
-                ("comm_schedule", C.c_int), ("coalesce", C.c_int32)]
-
-
-class PlanStats(C.Structure):
-    _fields_ = [("num_ranks", C.c_int32), ("num_nodes", C.c_int32), ("strategy", C.c_int),
-                ("num_divisions", C.c_int32), ("num_token_blocks", C.c_int32),
-                ("num_comp_blocks", C.c_int64), ("total_tokens", C.c_int64),
-                ("total_flops", C.c_int64), ("comm_bytes", C.c_int64),
-                ("inter_node_bytes", C.c_int64), ("max_rank_bytes", C.c_int64),
-                ("compute_imbalance", C.c_double), ("memory_imbalance", C.c_double),
-                ("max_buffer_bytes", C.c_int64), ("num_transfers", C.c_int32),
-                ("num_phases", C.c_int32), ("predicted_ms", C.c_double),
-                ("fallback", C.c_int32), ("plan_ms", C.c_double),
-                ("bwd_flops", C.c_int64), ("bwd_comm_bytes", C.c_int64),
-                ("bwd_inter_node_bytes", C.c_int64), ("bwd_max_rank_bytes", C.c_int64),
-                ("bwd_compute_imbalance", C.c_double), ("bwd_num_transfers", C.c_int32),
-                ("bwd_num_phases", C.c_int32), ("bwd_predicted_ms", C.c_double)]
-
-
-class RankStats(C.Structure):
-    _fields_ = [("local_tokens", C.c_int64), ("flops", C.c_int64),
-                ("memory_bytes", C.c_int64), ("sent_bytes", C.c_int64),
-                ("recv_bytes", C.c_int64), ("buffer_bytes", C.c_int64),
-                ("num_instructions", C.c_int32), ("predicted_ms", C.c_double),
-                ("bwd_flops", C.c_int64), ("bwd_sent_bytes", C.c_int64),
-                ("bwd_recv_bytes", C.c_int64), ("bwd_num_instructions", C.c_int32),
-                ("bwd_predicted_ms", C.c_double)]
-
-
-class TokenSpan(C.Structure):
-    _fields_ = [("seq", C.c_int32), ("start", C.c_int32), ("len", C.c_int32)]
-
-
-class ContextConfig(C.Structure):
-    _fields_ = [("rank", C.c_int32), ("group", C.c_void_p), ("bootstrap", C.c_void_p),
-                ("timeout_s", C.c_double), ("transport_intra", C.c_char_p),
-                ("transport_inter", C.c_char_p), ("device", C.c_char_p)]
-
-
-class Tensors(C.Structure):
-    _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
-                ("o", C.c_void_p), ("lse", C.c_void_p)]
-
-
-class GradTensors(C.Structure):
-    _fields_ = [("fwd", Tensors), ("dout", C.c_void_p), ("dq", C.c_void_p),
-                ("dk", C.c_void_p), ("dv", C.c_void_p)]
-
-
-DTYPE_FP32, DTYPE_BF16, DTYPE_FP16 = 0, 1, 2
-STRATEGY_ZIGZAG = 1
-
-
-class Dcp:
-    def __init__(self, path):
-        self.lib = C.CDLL(path)
-        L = self.lib
-        L.dcp_last_error.restype = C.c_char_p
-        L.dcp_status_string.restype = C.c_char_p
-        L.dcp_plan_options_default.argtypes = [C.POINTER(PlanOptions)]
-        L.dcp_plan_options_default.restype = None
-        for name in ("dcp_plan_destroy", "dcp_cluster_destroy", "dcp_context_destroy",
-                     "dcp_group_destroy"):
-            getattr(L, name).argtypes = [C.c_void_p]
-            getattr(L, name).restype = None
-        L.dcp_plan_get_stats.argtypes = [C.c_void_p, C.POINTER(PlanStats)]
-        L.dcp_plan_get_rank_stats.argtypes = [C.c_void_p, C.c_int32, C.POINTER(RankStats)]
-        L.dcp_plan_local_layout.argtypes = [C.c_void_p, C.c_int32, C.POINTER(TokenSpan),
-                                            C.c_int32, C.POINTER(C.c_int32),
-                                            C.POINTER(C.c_int64)]
-        L.dcp_mask_allowed.argtypes = [C.POINTER(Mask), C.c_int32, C.c_int32,
-                                       C.POINTER(C.c_int32)]
-        L.dcp_forward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(Tensors), C.c_void_p]
-        L.dcp_backward.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(GradTensors), C.c_void_p]
-        L.dcp_forward_inproc.argtypes = [C.c_void_p, C.POINTER(Tensors), C.c_double,
-                                         C.c_char_p]
-        L.dcp_backward_inproc.argtypes = [C.c_void_p, C.POINTER(GradTensors), C.c_double,
-                                          C.c_char_p]
-
-    def check(self, status, what):
-        if status != 0:
-            raise RuntimeError("%s: %s: %s" % (what, self.lib.dcp_status_string(status).decode(),
-                                               self.lib.dcp_last_error().decode()))
-
-    def mask(self, spec):
-        m = Mask()
-        self.check(self.lib.dcp_mask_parse(spec.encode(), C.byref(m)), "mask " + spec)
-        return m
-
-    def pairs(self, m, total):
-        n = C.c_int64()
-        self.check(self.lib.dcp_mask_count_pairs(C.byref(m), total, 0, total, 0, total,
-                                                 C.byref(n)), "pairs")
-        return n.value
-
-    def plan_batch(self, masks, lengths, hq, hkv, d, dtype, block, cluster_spec="1x1",
-                   strategy=None):
-        """A plan of sequences `lengths` (mask masks[i] each) on `cluster_spec`; with its
-        stats. strategy None keeps the library's default."""
-        cluster = C.c_void_p()
-        self.check(self.lib.dcp_cluster_from_spec(cluster_spec.encode(), C.byref(cluster)),
-                   "cluster " + cluster_spec)
-        n = len(lengths)
-        batch = Batch(n, (C.c_int32 * n)(*lengths), (Mask * n)(*masks))
-        shape = Shape(hq, hkv, d, dtype, 0.0)
-        opts = PlanOptions()
-        self.lib.dcp_plan_options_default(C.byref(opts))
-        opts.block_size = block
-        if strategy is not None:
-            opts.strategy = strategy
-        plan = C.c_void_p()
-        st = self.lib.dcp_plan_create(C.byref(batch), C.byref(shape), C.byref(opts), cluster,
-                                      C.byref(plan))
-        self.lib.dcp_cluster_destroy(cluster)
-        self.check(st, "plan")
-        stats = PlanStats()
-        self.check(self.lib.dcp_plan_get_stats(plan, C.byref(stats)), "stats")
-        return plan, stats
-
-    def plan(self, m, total, hq, hkv, d, dtype, block):
-        """A one-rank plan of one sequence: all of it on the one GPU."""
-        plan, stats = self.plan_batch([m], [total], hq, hkv, d, dtype, block)
-        if len(self.layout(plan, 0)) != 1:  # one sequence on one rank: rows in sequence order
-            raise RuntimeError("one-rank plan has more than one span")
-        return plan, stats
-
-    def rank_stats(self, plan, rank):
-        rs = RankStats()
-        self.check(self.lib.dcp_plan_get_rank_stats(plan, rank, C.byref(rs)), "rank stats")
-        return rs
-
-    def layout(self, plan, rank):
-        """Rank `rank`'s local rows as (seq, start, len) spans."""
-        n = C.c_int32()
-        self.check(self.lib.dcp_plan_local_layout(plan, rank, None, 0, C.byref(n), None),
-                   "layout")
-        spans = (TokenSpan * max(n.value, 1))()
-        self.check(self.lib.dcp_plan_local_layout(plan, rank, spans, n.value, C.byref(n), None),
-                   "layout")
-        return [(s.seq, s.start, s.len) for s in spans[:n.value]]
-
-    def allowed(self, m, length, query):
-        """The allowed keys of a query as a list."""
-        r = (C.c_int32 * 4)()
-        self.check(self.lib.dcp_mask_allowed(C.byref(m), length, query, r), "allowed")
-        return list(range(r[0], r[1])) + list(range(r[2], r[3]))
-
-    def context(self, device):
-        group = C.c_void_p()
-        self.check(self.lib.dcp_group_create(1, C.byref(group)), "group")
-        cfg = ContextConfig(0, group, None, 0.0, None, None, device.encode())
-        ctx = C.c_void_p()
-        self.check(self.lib.dcp_context_create(C.byref(cfg), C.byref(ctx)), "context")
-        return group, ctx
+def plan_one(dcp, m, total, hq, hkv, d, dtype, block):
+    """A one-rank plan of one sequence: all of it on the one GPU."""
+    plan, stats = plan_batch(dcp, [m], [total], hq, hkv, d, dtype, block)
+    if len(plan.layout(0)) != 1:  # one sequence on one rank: rows in sequence order
+        raise RuntimeError("one-rank plan has more than one span")
+    return plan, stats
 
 
 # ---- the cases -----------------------------------------------------------------------------
@@ -313,7 +161,7 @@ def run_torch(torch, name, forward, leaves, dout_t, dcp_out, hq, hkv, row, args)
 def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
     m = dcp.mask(spec)
     flops = 4.0 * d * hq * dcp.pairs(m, total)
-    plan, _ = dcp.plan(m, total, hq, hkv, d, DTYPE_BF16, block)
+    plan, _ = plan_one(dcp, m, total, hq, hkv, d, DTYPE_BF16, block)
     dev = "cuda"
     q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16)
     k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16)
@@ -328,10 +176,10 @@ def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
                       dv=dv.data_ptr())
 
     def run_dcp():
-        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io), None), "forward")
+        dcp.check(dcp.lib.dcp_forward(ctx, plan.handle, C.byref(io), None), "forward")
 
     def run_dcp_bwd():  # on the O and LSE of the forward runs before it
-        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio), None), "backward")
+        dcp.check(dcp.lib.dcp_backward(ctx, plan.handle, C.byref(gio), None), "backward")
 
     row = {"mask": spec, "total": total, "heads": "%d/%d" % (hq, hkv), "D": d, "block": block,
            "flops": flops, "bwd_flops": 2.5 * flops}
@@ -370,7 +218,7 @@ def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
                 row[name + p + "_tflops"] = row[key] / (row[name + p + "_ms"] * 1e9)
                 if name != "dcp":
                     row[name + p + "_ratio"] = row[name + p + "_ms"] / row["dcp" + p + "_ms"]
-    dcp.lib.dcp_plan_destroy(plan)
+    plan.close()
     return row
 
 
@@ -447,7 +295,7 @@ def cpu_passes(dcp, cluster_spec, strategy):
     in-process ranks through dcp_forward_inproc/dcp_backward_inproc."""
     specs, lengths, hq, hkv, d, block = ["causal", "window:16"], [70, 45], 4, 2, 8, 16
     masks = [dcp.mask(x) for x in specs]
-    plan, st = dcp.plan_batch(masks, lengths, hq, hkv, d, DTYPE_FP32, block, cluster_spec,
+    plan, st = plan_batch(dcp, masks, lengths, hq, hkv, d, DTYPE_FP32, block, cluster_spec,
                               strategy)
     nr = st.num_ranks
     pairs = sum(dcp.pairs(m, n) for m, n in zip(masks, lengths))
@@ -458,7 +306,7 @@ def cpu_passes(dcp, cluster_spec, strategy):
     traffic = st.bwd_comm_bytes > 0 and st.bwd_num_transfers > 0 and st.bwd_num_phases > 0
     assert traffic == (nr > 1), "backward traffic"
     assert st.bwd_max_rank_bytes <= 2 * st.bwd_comm_bytes, "bwd_max_rank_bytes"
-    rs = [dcp.rank_stats(plan, r) for r in range(nr)]
+    rs = [plan.rank_stats(r) for r in range(nr)]
     assert sum(x.bwd_flops for x in rs) == st.bwd_flops, "rank bwd_flops"
     assert sum(x.bwd_sent_bytes for x in rs) == st.bwd_comm_bytes, "rank bwd_sent_bytes"
     assert sum(x.bwd_recv_bytes for x in rs) == st.bwd_comm_bytes, "rank bwd_recv_bytes"
@@ -469,7 +317,7 @@ def cpu_passes(dcp, cluster_spec, strategy):
     width = {"q": hq * d, "k": hkv * d, "v": hkv * d, "dout": hq * d}
     tensors = {n: [[[rnd.uniform(-1, 1) for _ in range(w)] for _ in range(length)]
                    for length in lengths] for n, w in width.items()}
-    layouts = [dcp.layout(plan, r) for r in range(nr)]
+    layouts = [plan.layout(r) for r in range(nr)]
     rows = [[(s, start + i) for s, start, n in lay for i in range(n)] for lay in layouts]
     assert sorted(x for r in rows for x in r) == [(s, i) for s, n in enumerate(lengths)
                                                   for i in range(n)], "layouts"
@@ -489,14 +337,14 @@ def cpu_passes(dcp, cluster_spec, strategy):
         gio[r] = GradTensors(fwd=io[r], dout=a[3], dq=a[6], dk=a[7], dv=a[8])
     if nr == 1:
         group, ctx = dcp.context("cpu")
-        dcp.check(dcp.lib.dcp_forward(ctx, plan, C.byref(io[0]), None), "forward")
-        dcp.check(dcp.lib.dcp_backward(ctx, plan, C.byref(gio[0]), None), "backward")
+        dcp.check(dcp.lib.dcp_forward(ctx, plan.handle, C.byref(io[0]), None), "forward")
+        dcp.check(dcp.lib.dcp_backward(ctx, plan.handle, C.byref(gio[0]), None), "backward")
         dcp.lib.dcp_context_destroy(ctx)
-        dcp.lib.dcp_group_destroy(group)
+        group.close()
     else:
-        dcp.check(dcp.lib.dcp_forward_inproc(plan, io, 30.0, None), "forward_inproc")
-        dcp.check(dcp.lib.dcp_backward_inproc(plan, gio, 30.0, None), "backward_inproc")
-    dcp.lib.dcp_plan_destroy(plan)
+        dcp.check(dcp.lib.dcp_forward_inproc(plan.handle, io, 30.0, None), "forward_inproc")
+        dcp.check(dcp.lib.dcp_backward_inproc(plan.handle, gio, 30.0, None), "backward_inproc")
+    plan.close()
 
     ref = reference(masks, lengths, tensors, hq, hkv, d, dcp.allowed)
     worst = {}
@@ -522,7 +370,8 @@ def cpu_passes(dcp, cluster_spec, strategy):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lib", default="build/lib/libdcp.so")
+    ap.add_argument("--lib", default=None,
+                    help="libdcp.so (default: $DCP_LIB, build/lib/libdcp.so, the installed one)")
     ap.add_argument("--masks", default="full,causal,lambda,blockwise,shared-question")
     ap.add_argument("--totals", default="8192,16384,32768")
     ap.add_argument("--gqa", default="8:2,64:8")
@@ -536,7 +385,7 @@ def main():
                     help="plan every case and run a small CPU forward and backward through "
                          "ctypes, then stop (no PyTorch, no GPU)")
     args = ap.parse_args()
-    dcp = Dcp(args.lib)
+    dcp = core.load(args.lib)
     masks = args.masks.split(",")
     totals = [int(t) for t in args.totals.split(",")]
     gqas = [tuple(int(x) for x in g.split(":")) for g in args.gqa.split(",")]
@@ -545,14 +394,15 @@ def main():
             for total in totals:
                 for hq, hkv in gqas:
                     m = dcp.mask(spec)
-                    plan, st = dcp.plan(m, total, hq, hkv, args.head_dim, DTYPE_BF16, args.block)
+                    plan, st = plan_one(dcp, m, total, hq, hkv, args.head_dim, DTYPE_BF16,
+                                        args.block)
                     flops = 4 * args.head_dim * hq * dcp.pairs(m, total)
                     assert st.total_flops == flops, (st.total_flops, flops)
                     assert 2 * st.bwd_flops == 5 * flops, (st.bwd_flops, flops)
                     print("%-16s %7d %5s plan ok: %d blocks, %.3g GFLOP, bwd %.3g GFLOP" %
                           (spec, total, "%d/%d" % (hq, hkv), st.num_token_blocks, flops / 1e9,
                            st.bwd_flops / 1e9))
-                    dcp.lib.dcp_plan_destroy(plan)
+                    plan.close()
         cpu_passes(dcp, "1x1", None)
         cpu_passes(dcp, "1x2", STRATEGY_ZIGZAG)
         return 0
@@ -571,7 +421,7 @@ def main():
                 else:
                     print_row(row)
     dcp.lib.dcp_context_destroy(ctx)
-    dcp.lib.dcp_group_destroy(group)
+    group.close()
     return 0
 
 

@@ -1,0 +1,571 @@
+"""libdcp through ctypes: the mirror of include/dcp.h, standard library only.
+
+Every struct below mirrors its C twin field for field; `make test` runs
+tests/perf/compare_sdpa.py --dry-run, which plans and runs forward and backward passes
+through them against a double reference, so a drift from dcp.h shows there.
+
+The library is found, in order, at $DCP_LIB, at build/lib/libdcp.so of the repository this
+package lives in (plugin/python/dcp -> ../../..), and as the installed libdcp.so.
+
+Objects that own a C handle (Cluster, Plan, Planner, Group) free it when collected or on
+close(); contexts of process ranks are collective and must be closed explicitly (see
+dcp.torch.Context).
+"""
+import ctypes as C
+import ctypes.util
+import os
+import struct
+import threading
+
+# ---- the mirror of dcp.h -----------------------------------------------------------------
+
+STATUS_NAMES = ("DCP_OK", "DCP_ERR_INVALID_ARG", "DCP_ERR_NO_MEMORY", "DCP_ERR_PLAN_CORRUPT",
+                "DCP_ERR_CAPACITY", "DCP_ERR_UNSUPPORTED", "DCP_ERR_TIMEOUT", "DCP_ERR_PEER",
+                "DCP_ERR_SYSTEM", "DCP_ERR_INTERNAL")
+OK, ERR_INVALID_ARG, ERR_NO_MEMORY, ERR_PLAN_CORRUPT, ERR_CAPACITY, ERR_UNSUPPORTED, \
+    ERR_TIMEOUT, ERR_PEER, ERR_SYSTEM, ERR_INTERNAL = range(10)
+
+MASK_FULL, MASK_CAUSAL, MASK_WINDOW, MASK_LAMBDA, MASK_BLOCKWISE, MASK_SHARED_QUESTION, \
+    MASK_CUSTOM = range(7)
+DTYPE_FP32, DTYPE_BF16, DTYPE_FP16 = 0, 1, 2
+DTYPES = {"fp32": DTYPE_FP32, "bf16": DTYPE_BF16, "fp16": DTYPE_FP16}
+STRATEGY_RING, STRATEGY_ZIGZAG, STRATEGY_LPT, STRATEGY_METIS = range(4)
+STRATEGY_AUTO = 100
+EXPANSIONS = {"clique": 0, "star": 1}
+COMM_SCHEDULES = {"divisions": 0, "rounds": 1}
+
+
+class Mask(C.Structure):
+    _fields_ = [("kind", C.c_int), ("window", C.c_int32), ("sink", C.c_int32),
+                ("block", C.c_int32), ("k", C.c_int32), ("answers", C.c_int32),
+                ("question_frac", C.c_double), ("ranges", C.POINTER(C.c_int32))]
+
+
+class Batch(C.Structure):
+    _fields_ = [("num_seqs", C.c_int32), ("lengths", C.POINTER(C.c_int32)),
+                ("masks", C.POINTER(Mask))]
+
+
+class Shape(C.Structure):
+    _fields_ = [("num_heads", C.c_int32), ("num_kv_heads", C.c_int32),
+                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float)]
+
+
+class PlanOptions(C.Structure):
+    _fields_ = [("block_size", C.c_int32), ("head_blocks", C.c_int32),
+                ("divisions", C.c_int32), ("strategy", C.c_int),
+                ("eps_inter", C.c_double), ("eps_intra", C.c_double),
+                ("mem_cap_bytes", C.c_int64), ("seed", C.c_uint64),
+                ("expansion", C.c_int), ("net_cap", C.c_int32), ("refine", C.c_int32),
+                ("comm_schedule", C.c_int), ("coalesce", C.c_int32)]
+
+
+class PlanStats(C.Structure):
+    _fields_ = [("num_ranks", C.c_int32), ("num_nodes", C.c_int32), ("strategy", C.c_int),
+                ("num_divisions", C.c_int32), ("num_token_blocks", C.c_int32),
+                ("num_comp_blocks", C.c_int64), ("total_tokens", C.c_int64),
+                ("total_flops", C.c_int64), ("comm_bytes", C.c_int64),
+                ("inter_node_bytes", C.c_int64), ("max_rank_bytes", C.c_int64),
+                ("compute_imbalance", C.c_double), ("memory_imbalance", C.c_double),
+                ("max_buffer_bytes", C.c_int64), ("num_transfers", C.c_int32),
+                ("num_phases", C.c_int32), ("predicted_ms", C.c_double),
+                ("fallback", C.c_int32), ("plan_ms", C.c_double),
+                ("bwd_flops", C.c_int64), ("bwd_comm_bytes", C.c_int64),
+                ("bwd_inter_node_bytes", C.c_int64), ("bwd_max_rank_bytes", C.c_int64),
+                ("bwd_compute_imbalance", C.c_double), ("bwd_num_transfers", C.c_int32),
+                ("bwd_num_phases", C.c_int32), ("bwd_predicted_ms", C.c_double)]
+
+
+class RankStats(C.Structure):
+    _fields_ = [("local_tokens", C.c_int64), ("flops", C.c_int64),
+                ("memory_bytes", C.c_int64), ("sent_bytes", C.c_int64),
+                ("recv_bytes", C.c_int64), ("buffer_bytes", C.c_int64),
+                ("num_instructions", C.c_int32), ("predicted_ms", C.c_double),
+                ("bwd_flops", C.c_int64), ("bwd_sent_bytes", C.c_int64),
+                ("bwd_recv_bytes", C.c_int64), ("bwd_num_instructions", C.c_int32),
+                ("bwd_predicted_ms", C.c_double)]
+
+
+class TokenSpan(C.Structure):
+    _fields_ = [("seq", C.c_int32), ("start", C.c_int32), ("len", C.c_int32)]
+
+
+class PlannerConfig(C.Structure):
+    _fields_ = [("num_threads", C.c_int32), ("cache_entries", C.c_int32)]
+
+
+# dcp_status_t (*)(void *state, const void *send, void *recv, size_t bytes)
+ALLGATHER_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t)
+
+
+class Bootstrap(C.Structure):
+    _fields_ = [("rank", C.c_int32), ("size", C.c_int32), ("allgather", ALLGATHER_FN),
+                ("state", C.c_void_p)]
+
+
+class ContextConfig(C.Structure):
+    _fields_ = [("rank", C.c_int32), ("group", C.c_void_p),
+                ("bootstrap", C.POINTER(Bootstrap)), ("timeout_s", C.c_double),
+                ("transport_intra", C.c_char_p), ("transport_inter", C.c_char_p),
+                ("device", C.c_char_p)]
+
+
+class Tensors(C.Structure):
+    _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
+                ("o", C.c_void_p), ("lse", C.c_void_p)]
+
+
+class GradTensors(C.Structure):
+    _fields_ = [("fwd", Tensors), ("dout", C.c_void_p), ("dq", C.c_void_p),
+                ("dk", C.c_void_p), ("dv", C.c_void_p)]
+
+
+_P = C.c_void_p
+_PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
+    "dcp_status_string": (C.c_char_p, [C.c_int]),
+    "dcp_last_error": (C.c_char_p, []),
+    "dcp_mask_parse": (C.c_int, [C.c_char_p, C.POINTER(Mask)]),
+    "dcp_mask_format": (C.c_int, [C.POINTER(Mask), C.c_char_p, C.c_size_t]),
+    "dcp_mask_allowed": (C.c_int, [C.POINTER(Mask), C.c_int32, C.c_int32,
+                                   C.POINTER(C.c_int32)]),
+    "dcp_mask_count_pairs": (C.c_int, [C.POINTER(Mask), C.c_int32, C.c_int32, C.c_int32,
+                                       C.c_int32, C.c_int32, C.POINTER(C.c_int64)]),
+    "dcp_strategy_name": (C.c_char_p, [C.c_int]),
+    "dcp_strategy_parse": (C.c_int, [C.c_char_p, C.POINTER(C.c_int)]),
+    "dcp_plan_options_default": (None, [C.POINTER(PlanOptions)]),
+    "dcp_cluster_from_spec": (C.c_int, [C.c_char_p, C.POINTER(_P)]),
+    "dcp_cluster_destroy": (None, [_P]),
+    "dcp_cluster_num_ranks": (C.c_int32, [_P]),
+    "dcp_cluster_num_nodes": (C.c_int32, [_P]),
+    "dcp_plan_create": (C.c_int, [C.POINTER(Batch), C.POINTER(Shape), C.POINTER(PlanOptions),
+                                  _P, C.POINTER(_P)]),
+    "dcp_plan_destroy": (None, [_P]),
+    "dcp_plan_get_stats": (C.c_int, [_P, C.POINTER(PlanStats)]),
+    "dcp_plan_get_rank_stats": (C.c_int, [_P, C.c_int32, C.POINTER(RankStats)]),
+    "dcp_plan_local_layout": (C.c_int, [_P, C.c_int32, C.POINTER(TokenSpan), C.c_int32,
+                                        C.POINTER(C.c_int32), C.POINTER(C.c_int64)]),
+    "dcp_plan_serialize": (C.c_int, [_P, _P, C.c_size_t, C.POINTER(C.c_size_t)]),
+    "dcp_plan_deserialize": (C.c_int, [C.c_char_p, C.c_size_t, C.POINTER(_P)]),
+    "dcp_planner_create": (C.c_int, [C.POINTER(PlannerConfig), _P, C.POINTER(_P)]),
+    "dcp_planner_destroy": (None, [_P]),
+    "dcp_planner_submit": (C.c_int, [_P, C.POINTER(Batch), C.POINTER(Shape),
+                                     C.POINTER(PlanOptions), C.POINTER(C.c_uint64)]),
+    "dcp_planner_wait": (C.c_int, [_P, C.c_uint64, C.POINTER(_P)]),
+    "dcp_planner_try": (C.c_int, [_P, C.c_uint64, C.POINTER(_P)]),
+    "dcp_group_create": (C.c_int, [C.c_int32, C.POINTER(_P)]),
+    "dcp_group_destroy": (None, [_P]),
+    "dcp_context_create": (C.c_int, [C.POINTER(ContextConfig), C.POINTER(_P)]),
+    "dcp_context_destroy": (None, [_P]),
+    "dcp_context_cluster": (C.c_int, [_P, C.POINTER(_P)]),
+    "dcp_context_transport": (C.c_char_p, [_P, C.c_int]),
+    "dcp_context_barrier": (C.c_int, [_P]),
+    "dcp_forward": (C.c_int, [_P, _P, C.POINTER(Tensors), _P]),
+    "dcp_backward": (C.c_int, [_P, _P, C.POINTER(GradTensors), _P]),
+    "dcp_forward_inproc": (C.c_int, [_P, C.POINTER(Tensors), C.c_double, C.c_char_p]),
+    "dcp_backward_inproc": (C.c_int, [_P, C.POINTER(GradTensors), C.c_double, C.c_char_p]),
+}
+
+
+class DcpError(RuntimeError):
+    """A libdcp call failed: `status` (int), `status_name` ("DCP_ERR_INVALID_ARG"),
+    `message` (dcp_last_error() of the failing call) and `what` (the call, as this package
+    names it)."""
+
+    def __init__(self, status, message, what=""):
+        self.status = status
+        self.status_name = (STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES)
+                            else "status %d" % status)
+        self.message = message
+        self.what = what
+        super().__init__("%s%s: %s" % (what + ": " if what else "", self.status_name, message))
+
+
+# ---- finding and loading the library -------------------------------------------------------
+
+_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def find_library():
+    """The path (or bare name for the default loader) of libdcp.so this package loads."""
+    env = os.environ.get("DCP_LIB")
+    if env:
+        return env
+    built = os.path.join(_REPO, "build", "lib", "libdcp.so")
+    if os.path.exists(built):
+        return built
+    return ctypes.util.find_library("dcp") or "libdcp.so"
+
+
+class Library:
+    """libdcp loaded, its prototypes declared. `lib` is the ctypes.CDLL (the GIL is released
+    during every call, so ranks on threads run in parallel)."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.lib = C.CDLL(path)
+        except OSError as e:
+            raise OSError("dcp: cannot load libdcp (%s): %s; build it with `make lib` or set "
+                          "$DCP_LIB" % (path, e)) from e
+        for name, (res, args) in _PROTOTYPES.items():
+            fn = getattr(self.lib, name, None)
+            if fn is None:  # an older library: the call fails when used, not at load
+                continue
+            fn.restype, fn.argtypes = res, args
+
+    def has(self, name):
+        return hasattr(self.lib, name)
+
+    def error(self, status, what):
+        """The DcpError of a failed call (read at once: the text is thread-local and lives
+        until the next dcp call on this thread)."""
+        return DcpError(status, self.lib.dcp_last_error().decode(errors="replace"), what)
+
+    def check(self, status, what):
+        if status != OK:
+            raise self.error(status, what)
+
+    # -- masks --
+
+    def mask(self, spec):
+        """A Mask from a spec string ("causal", "window:256", ...), a CustomMask, or a Mask."""
+        if isinstance(spec, Mask):
+            return spec
+        if isinstance(spec, CustomMask):
+            return spec.mask
+        m = Mask()
+        self.check(self.lib.dcp_mask_parse(str(spec).encode(), C.byref(m)), "mask %r" % spec)
+        return m
+
+    def mask_name(self, m):
+        buf = C.create_string_buffer(128)
+        self.check(self.lib.dcp_mask_format(C.byref(m), buf, len(buf)), "mask format")
+        return buf.value.decode()
+
+    def allowed(self, m, length, query):
+        """The allowed keys of a query as the list of key positions."""
+        r = (C.c_int32 * 4)()
+        self.check(self.lib.dcp_mask_allowed(C.byref(m), length, query, r), "mask allowed")
+        return list(range(r[0], r[1])) + list(range(r[2], r[3]))
+
+    def pairs(self, m, length, q0=0, q1=None, k0=0, k1=None):
+        """Allowed (query, key) pairs of the tile [q0, q1) x [k0, k1) (whole sequence by
+        default)."""
+        n = C.c_int64()
+        self.check(self.lib.dcp_mask_count_pairs(
+            C.byref(m), length, q0, length if q1 is None else q1, k0,
+            length if k1 is None else k1, C.byref(n)), "mask count pairs")
+        return n.value
+
+    # -- clusters, plans --
+
+    def cluster(self, spec):
+        return Cluster.from_spec(self, spec)
+
+    def strategy(self, name):
+        if isinstance(name, int):
+            return name
+        s = C.c_int()
+        self.check(self.lib.dcp_strategy_parse(str(name).encode(), C.byref(s)), "strategy")
+        return s.value
+
+    def strategy_name(self, value):
+        return self.lib.dcp_strategy_name(value).decode()
+
+    def plan_options(self, **kw):
+        """PlanOptions: the library's defaults, then the given fields. strategy, expansion
+        and comm_schedule may be names ("metis", "star", "rounds")."""
+        opts = PlanOptions()
+        self.lib.dcp_plan_options_default(C.byref(opts))
+        names = {f for f, _ in PlanOptions._fields_}
+        for key, value in kw.items():
+            if value is None:
+                continue
+            if key not in names:
+                raise TypeError("dcp: unknown plan option %r (one of %s)" %
+                                (key, ", ".join(sorted(names))))
+            if key == "strategy":
+                value = self.strategy(value)
+            elif key == "expansion" and isinstance(value, str):
+                value = _choice(EXPANSIONS, value, key)
+            elif key == "comm_schedule" and isinstance(value, str):
+                value = _choice(COMM_SCHEDULES, value, key)
+            setattr(opts, key, value)
+        return opts
+
+    def plan(self, batch, shape, opts, cluster):
+        """dcp_plan_create over a BatchArgs, a Shape, PlanOptions (or None) and a Cluster."""
+        h = C.c_void_p()
+        self.check(self.lib.dcp_plan_create(C.byref(batch.batch), C.byref(shape),
+                                            C.byref(opts) if opts is not None else None,
+                                            cluster.handle, C.byref(h)), "plan")
+        return Plan(self, h, shape)
+
+    def plan_from_bytes(self, data):
+        data = bytes(data)
+        h = C.c_void_p()
+        self.check(self.lib.dcp_plan_deserialize(data, len(data), C.byref(h)), "plan from bytes")
+        return Plan(self, h, shape_from_bytes(data))
+
+    # -- in-process ranks (compare_sdpa.py's one-rank GPU context) --
+
+    def context(self, device, rank=0, group_size=1):
+        """A Group of `group_size` in-process ranks and the context of `rank` on `device`
+        ("cpu", "cuda", "cuda:N"); the caller destroys both (context first)."""
+        group = Group(self, group_size)
+        cfg = ContextConfig(rank, group.handle, None, 0.0, None, None, device.encode())
+        ctx = C.c_void_p()
+        self.check(self.lib.dcp_context_create(C.byref(cfg), C.byref(ctx)), "context")
+        return group, ctx
+
+
+def _choice(table, value, what):
+    if value not in table:
+        raise ValueError("dcp: %s %r is not one of %s" % (what, value, ", ".join(table)))
+    return table[value]
+
+
+_loaded = {}
+_load_lock = threading.Lock()
+
+
+def load(path=None):
+    """The Library at `path` (default: find_library()), loaded once per path."""
+    path = path or find_library()
+    with _load_lock:
+        if path not in _loaded:
+            _loaded[path] = Library(path)
+        return _loaded[path]
+
+
+# ---- owning wrappers ------------------------------------------------------------------------
+
+
+class _Handle:
+    """A C object freed by `_destroy_name` on close() or collection."""
+    _destroy_name = None
+
+    def __init__(self, library, handle):
+        self.dcp = library
+        self.handle = handle
+        self._destroy = getattr(library.lib, self._destroy_name)
+
+    def close(self):
+        h, self.handle = self.handle, None
+        if h:
+            self._destroy(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def _live(self):
+        if not self.handle:
+            raise ValueError("dcp: %s is closed" % type(self).__name__)
+        return self.handle
+
+
+class Cluster(_Handle):
+    """A cluster model. `owner` keeps a borrowed cluster's owner (a context) alive."""
+    _destroy_name = "dcp_cluster_destroy"
+
+    def __init__(self, library, handle, owned=True, owner=None):
+        super().__init__(library, handle)
+        self._owned, self._owner = owned, owner
+
+    @classmethod
+    def from_spec(cls, library, spec):
+        h = C.c_void_p()
+        library.check(library.lib.dcp_cluster_from_spec(spec.encode(), C.byref(h)),
+                      "cluster %r" % spec)
+        return cls(library, h)
+
+    def close(self):
+        if self._owned:
+            super().close()
+        else:
+            self.handle = None
+
+    @property
+    def num_ranks(self):
+        return self.dcp.lib.dcp_cluster_num_ranks(self._live())
+
+    @property
+    def num_nodes(self):
+        return self.dcp.lib.dcp_cluster_num_nodes(self._live())
+
+
+class Group(_Handle):
+    _destroy_name = "dcp_group_destroy"
+
+    def __init__(self, library, size):
+        h = C.c_void_p()
+        library.check(library.lib.dcp_group_create(size, C.byref(h)), "group")
+        super().__init__(library, h)
+
+
+class CustomMask:
+    """A caller-given mask: ranges is a sequence of (s0, e0, s1, e1) per query (allowed keys
+    [s0, e0) u [s1, e1)), flattened or not; anything with .tolist() (a tensor) works too."""
+
+    def __init__(self, ranges):
+        flat = ranges.tolist() if hasattr(ranges, "tolist") else list(ranges)
+        if flat and isinstance(flat[0], (list, tuple)):
+            flat = [int(x) for row in flat for x in row]
+        if len(flat) % 4:
+            raise ValueError("dcp: custom mask: %d numbers, not 4 per query" % len(flat))
+        self.length = len(flat) // 4
+        self.ranges = (C.c_int32 * max(len(flat), 1))(*flat)
+        self.mask = Mask(kind=MASK_CUSTOM, ranges=C.cast(self.ranges, C.POINTER(C.c_int32)))
+
+
+class BatchArgs:
+    """A dcp_batch_t and the arrays it points to (kept alive with it)."""
+
+    def __init__(self, library, lengths, masks):
+        lengths = [int(x) for x in lengths]
+        n = len(lengths)
+        if isinstance(masks, (str, Mask, CustomMask)):
+            masks = [masks] * n
+        masks = list(masks)
+        if len(masks) != n:
+            raise ValueError("dcp: %d masks for %d sequences (give one, or one per sequence)"
+                             % (len(masks), n))
+        self._keep = [m for m in masks if isinstance(m, CustomMask)]
+        self.lengths = lengths
+        self.masks = [library.mask(m) for m in masks]
+        self._lengths = (C.c_int32 * max(n, 1))(*lengths)
+        self._masks = (Mask * max(n, 1))(*self.masks)
+        self.batch = Batch(n, self._lengths, self._masks)
+
+
+def shape_from_bytes(data):
+    """The attention shape in serialized plan bytes (the META section that opens the
+    payload, plan format version 2) as a Shape, or None for another format. Read only from
+    bytes libdcp has accepted."""
+    if len(data) < 32 + 4 + 32 or data[:8] != b"DCPPLAN\0":
+        return None
+    version, header = struct.unpack_from("<II", data, 8)
+    if version != 2 or len(data) < header + 36:
+        return None
+    tag, = struct.unpack_from("<I", data, header)
+    if tag != 0x4154454d:  # "META"
+        return None
+    hq, hkv, d, dtype = struct.unpack_from("<iiii", data, header + 16)
+    scale, = struct.unpack_from("<f", data, header + 32)
+    return Shape(hq, hkv, d, dtype, scale)
+
+
+class Plan(_Handle):
+    """A plan. `shape` is its Shape (None when the bytes it came from were of another
+    format version)."""
+    _destroy_name = "dcp_plan_destroy"
+
+    def __init__(self, library, handle, shape):
+        super().__init__(library, handle)
+        self.shape = shape
+        self._layouts = {}
+
+    def stats(self):
+        s = PlanStats()
+        self.dcp.check(self.dcp.lib.dcp_plan_get_stats(self._live(), C.byref(s)), "plan stats")
+        return s
+
+    @property
+    def num_ranks(self):
+        return self.stats().num_ranks
+
+    def rank_stats(self, rank):
+        s = RankStats()
+        self.dcp.check(self.dcp.lib.dcp_plan_get_rank_stats(self._live(), rank, C.byref(s)),
+                       "rank stats")
+        return s
+
+    def layout(self, rank):
+        """Rank `rank`'s local rows as (seq, start, len) spans, in local order."""
+        if rank not in self._layouts:
+            n = C.c_int32()
+            L = self.dcp.lib
+            self.dcp.check(L.dcp_plan_local_layout(self._live(), rank, None, 0, C.byref(n),
+                                                   None), "local layout")
+            spans = (TokenSpan * max(n.value, 1))()
+            self.dcp.check(L.dcp_plan_local_layout(self._live(), rank, spans, n.value,
+                                                   C.byref(n), None), "local layout")
+            self._layouts[rank] = [(s.seq, s.start, s.len) for s in spans[:n.value]]
+        return self._layouts[rank]
+
+    def local_tokens(self, rank):
+        return sum(n for _, _, n in self.layout(rank))
+
+    def lengths(self):
+        """The sequence lengths, from the layouts of all ranks (every token has one owner)."""
+        total = {}
+        for r in range(self.num_ranks):
+            for s, _, n in self.layout(r):
+                total[s] = total.get(s, 0) + n
+        return [total[s] for s in range(len(total))]
+
+    def to_bytes(self):
+        size = C.c_size_t()
+        L = self.dcp.lib
+        self.dcp.check(L.dcp_plan_serialize(self._live(), None, 0, C.byref(size)), "serialize")
+        buf = C.create_string_buffer(size.value)
+        self.dcp.check(L.dcp_plan_serialize(self.handle, buf, size.value, C.byref(size)),
+                       "serialize")
+        return buf.raw[:size.value]
+
+
+def stats_dict(library, s):
+    """A PlanStats as a dict; strategy by name."""
+    d = {name: getattr(s, name) for name, _ in s._fields_}
+    if "strategy" in d:
+        d["strategy"] = library.strategy_name(d["strategy"])
+    return d
+
+
+class Planner(_Handle):
+    """The planner service: worker threads planning coming batches, plans cached by batch.
+    `cluster` (a Cluster) is kept alive as long as the planner."""
+    _destroy_name = "dcp_planner_destroy"
+
+    def __init__(self, library, cluster, num_threads=1, cache_entries=16):
+        if not library.has("dcp_planner_create"):
+            raise DcpError(ERR_UNSUPPORTED, "this libdcp (%s) has no planner service"
+                           % library.path, "planner")
+        cfg = PlannerConfig(num_threads, cache_entries)
+        h = C.c_void_p()
+        library.check(library.lib.dcp_planner_create(C.byref(cfg), cluster._live(), C.byref(h)),
+                      "planner")
+        super().__init__(library, h)
+        self.cluster = cluster
+        self._shapes = {}
+
+    def submit(self, batch, shape, opts):
+        """Queues a batch (BatchArgs, Shape, PlanOptions or None); returns the ticket."""
+        t = C.c_uint64()
+        self.dcp.check(self.dcp.lib.dcp_planner_submit(
+            self._live(), C.byref(batch.batch), C.byref(shape),
+            C.byref(opts) if opts is not None else None, C.byref(t)), "planner submit")
+        self._shapes[t.value] = Shape.from_buffer_copy(shape)
+        return t.value
+
+    def wait(self, ticket):
+        """The Plan of a ticket, waiting for it (the ticket is spent)."""
+        h = C.c_void_p()
+        st = self.dcp.lib.dcp_planner_wait(self._live(), ticket, C.byref(h))
+        shape = self._shapes.pop(ticket, None)
+        self.dcp.check(st, "planner wait (ticket %d)" % ticket)
+        return Plan(self.dcp, h, shape)
+
+    def try_wait(self, ticket):
+        """The Plan of a ticket, or None while it is being made."""
+        h = C.c_void_p()
+        st = self.dcp.lib.dcp_planner_try(self._live(), ticket, C.byref(h))
+        if st != OK:
+            self._shapes.pop(ticket, None)
+            raise self.dcp.error(st, "planner try (ticket %d)" % ticket)
+        if not h.value:
+            return None
+        return Plan(self.dcp, h, self._shapes.pop(ticket, None))
