@@ -1,0 +1,126 @@
+"""Plain PyTorch attention over a batch of variable-length sequences, for checking dcp.
+
+The masks follow DESIGN.md's table, written here again from the table (not through libdcp),
+so that a mask bug in dcp cannot hide in its own reference. Tensors are THD: [tokens, heads,
+head_dim], the sequences concatenated.
+"""
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "plugin", "python"))
+
+# DCP's parameters for the bare specs (dcp.h, dcp_mask_parse)
+_DEFAULTS = {"window": [4096], "lambda": [64, 4096], "blockwise": [256, 2],
+             "shared-question": [0.2, 4]}
+
+
+def mask_matrix(spec, length):
+    """[length, length] bool: query i may attend key j. spec: a mask string or a custom mask
+    (an [L, 4] tensor of (s0, e0, s1, e1) per query)."""
+    i = torch.arange(length).unsqueeze(1)
+    j = torch.arange(length).unsqueeze(0)
+    if not isinstance(spec, str):
+        r = torch.as_tensor(spec).long()
+        s0, e0, s1, e1 = (r[:, c].unsqueeze(1) for c in range(4))
+        return ((j >= s0) & (j < e0)) | ((j >= s1) & (j < e1))
+    kind, *params = spec.split(":")
+    if kind in _DEFAULTS and not params:
+        params = _DEFAULTS[kind]
+    causal = j <= i
+    if kind == "full":
+        return torch.ones(length, length, dtype=torch.bool)
+    if kind == "causal":
+        return causal
+    if kind == "window":
+        w = int(params[0])
+        return causal & (j > i - w)
+    if kind == "lambda":
+        s, w = int(params[0]), int(params[1])
+        return causal & ((j < s) | (j > i - w))
+    if kind == "blockwise":
+        b, k = int(params[0]), int(params[1])
+        n = -(-length // b)
+        c = i // b
+        edge = (c == 0) | (c == n - 1)
+        lo = torch.clamp(i - k * b, min=b)
+        return causal & (edge | (j < b) | (j >= lo))
+    if kind == "shared-question":
+        p, a = float(params[0]), int(params[1])
+        q = math.floor(length * p)
+        m = (length - q) // a
+        r = torch.clamp((i - q) // m, max=a - 1) if m else torch.zeros_like(i)
+        st = q + r * m
+        answer = (j < q) | (j >= st)
+        return causal & ((i < q) | answer)
+    raise ValueError("unknown mask %r" % spec)
+
+
+def random_custom(length, rng):
+    """A custom mask: two random ranges per query, some queries with no key at all."""
+    rows = []
+    for _ in range(length):
+        if rng.random() < 0.1:
+            s = rng.randrange(length + 1)
+            rows.append((s, s, s, s))
+        else:
+            rows.append(tuple(sorted(rng.randrange(length + 1) for _ in range(4))))
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+def attention(q, k, v, lengths, masks, scale=None):
+    """Masked softmax attention per sequence in q's dtype (plain PyTorch, differentiable);
+    GQA by repeating KV heads; a query with no allowed key gets 0."""
+    hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    outs, start = [], 0
+    for length, spec in zip(lengths, masks):
+        sl = slice(start, start + length)
+        qs = q[sl].transpose(0, 1)                                   # [H, L, D]
+        ks = k[sl].repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
+        vs = v[sl].repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
+        allowed = mask_matrix(spec, length).to(q.device)
+        any_key = allowed.any(1, keepdim=True)
+        # rows with no key keep finite scores (their output is zeroed below) so that no NaN
+        # reaches the gradients
+        s = (qs @ ks.transpose(1, 2)) * scale
+        s = s.masked_fill(~allowed & any_key, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        o = torch.where(any_key, p @ vs, torch.zeros((), dtype=q.dtype, device=q.device))
+        outs.append(o.transpose(0, 1))
+        start += length
+    return torch.cat(outs, 0)
+
+
+def sample_lengths(rng, tokens, scale, max_len, path=None):
+    """Sequence lengths drawn from the WLB-LLM length file (../shared/data, outside the
+    repository), each divided by `scale` and capped at max_len, until `tokens` are reached;
+    from a small built-in list of the same shape when the file is missing."""
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "shared", "data", "lengths_wlbllm.txt")
+    try:
+        with open(path) as f:
+            pool = [int(x) for x in f.read().split()]
+        source = "lengths_wlbllm.txt"
+    except OSError:
+        pool = [2792, 4238, 642, 5298, 2888, 131, 9120, 3227, 1460, 5784, 17, 24500, 700,
+                3900, 2100, 88, 6400, 1200]
+        source = "built-in lengths"
+    out = []
+    while sum(out) < tokens:
+        n = max(1, min(max_len, round(rng.choice(pool) / scale)))
+        out.append(min(n, tokens - sum(out)) if sum(out) + n > tokens else n)
+    return out, source
+
+
+def max_err(a, b):
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+def peak(a):
+    return a.double().abs().max().item() if a.numel() else 0.0
+
+

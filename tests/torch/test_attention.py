@@ -1,0 +1,196 @@
+"""dcp.torch.attention_inproc against plain PyTorch attention: forward and the gradients of
+q, k and v, every mask kind, several strategies and clusters, fp32 (1e-5 relative to the
+double reference) and bf16 (FlashAttention's rule: dcp's error at most twice that of plain
+bf16 PyTorch attention plus one bf16 rounding step of the largest value); and the Python
+surface: plans, layouts, bytes, errors.
+
+    PYTHONPATH=plugin/python python3 tests/torch/test_attention.py [-v]
+"""
+import random
+import unittest
+
+import torch
+
+import reference as ref
+import dcp
+import dcp.torch as dt
+
+HQ, HKV, D, BLOCK = 4, 2, 16, 32
+LENGTHS = [150, 37, 96, 1, 64]
+MASKS = ["full", "causal", "window:24", "lambda:8:24", "blockwise:16:2",
+         "shared-question:0.25:3", "custom", "mixed"]
+CASES = [("1x3", "zigzag"), ("2x2", "metis"), ("1x4", "lpt")]
+
+
+def mask_specs(kind, lengths, rng):
+    """One mask per sequence: `kind` everywhere, random custom ranges, or a mix."""
+    if kind == "custom":
+        return [ref.random_custom(n, rng) for n in lengths]
+    if kind == "mixed":
+        pool = MASKS[:6]
+        return [pool[i % len(pool)] for i in range(len(lengths))]
+    return [kind] * len(lengths)
+
+
+def run_dcp(plan, q, k, v, dout):
+    """O and the gradients through attention_inproc, gathered back to global order."""
+    n = plan.num_ranks
+    idx = [plan.local_indices(r) for r in range(n)]
+    leaves = [[x[i].detach().clone().requires_grad_() for i in idx] for x in (q, k, v)]
+    outs = dt.attention_inproc(plan, *leaves)
+    torch.autograd.backward(outs, [dout[i] for i in idx])
+
+    def gather(parts, like):
+        full = torch.zeros_like(like)
+        for i, p in zip(idx, parts):
+            full[i] = p.detach()
+        return full
+    return (gather(outs, q), gather([x.grad for x in leaves[0]], q),
+            gather([x.grad for x in leaves[1]], k), gather([x.grad for x in leaves[2]], v))
+
+
+def run_torch(q, k, v, dout, lengths, masks):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    o = ref.attention(*leaves, lengths, masks)
+    o.backward(dout)
+    return (o.detach(),) + tuple(x.grad for x in leaves)
+
+
+def inputs(lengths, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    t = sum(lengths)
+    return [torch.randn(t, h, D, generator=g, dtype=torch.float64).to(dtype)
+            for h in (HQ, HKV, HKV, HQ)]
+
+
+class AttentionInproc(unittest.TestCase):
+    """Every mask x (cluster, strategy), fp32 then bf16."""
+
+    def check(self, kind, cluster, strategy, dtype, seed):
+        rng = random.Random(seed)
+        masks = mask_specs(kind, LENGTHS, rng)
+        plan = dt.plan(LENGTHS, masks, cluster, HQ, HKV, D, dtype, block_size=BLOCK,
+                       strategy=strategy)
+        q, k, v, dout = inputs(LENGTHS, dtype, seed)
+        want = run_torch(*(x.double() for x in (q, k, v, dout)), LENGTHS, masks)
+        got = run_dcp(plan, q, k, v, dout)
+        plain = run_torch(q, k, v, dout, LENGTHS, masks) if dtype != torch.float32 else None
+        names = ("O", "dQ", "dK", "dV")
+        line = []
+        for i, name in enumerate(names):
+            err, top = ref.max_err(got[i], want[i]), ref.peak(want[i])
+            self.assertTrue(torch.isfinite(got[i]).all(), "%s not finite" % name)
+            self.assertGreater(top, 0, name)
+            if plain is None:
+                self.assertLessEqual(err, 1e-5 * top, "%s: %s %s %s: max error %.3g of %.3g"
+                                     % (name, kind, cluster, strategy, err, top))
+                line.append("%s %.1e" % (name, err / top))
+            else:
+                low = ref.max_err(plain[i], want[i])
+                self.assertLessEqual(err, 2 * low + top * 2.0 ** -8,
+                                     "%s: %s %s %s bf16: error %.3g, plain bf16 %.3g, peak %.3g"
+                                     % (name, kind, cluster, strategy, err, low, top))
+                line.append("%s %.2f" % (name, err / low if low else 0.0))
+        return " ".join(line)
+
+    def test_masks_fp32(self):
+        for kind in MASKS:
+            for cluster, strategy in CASES:
+                with self.subTest(mask=kind, cluster=cluster, strategy=strategy):
+                    rel = self.check(kind, cluster, strategy, torch.float32, 7)
+                    if kind in ("causal", "custom"):
+                        print("  fp32 %-22s %s %-6s max error / peak: %s" %
+                              (kind, cluster, strategy, rel))
+
+    def test_masks_bf16(self):
+        for kind in MASKS:
+            for cluster, strategy in CASES[:2]:
+                with self.subTest(mask=kind, cluster=cluster, strategy=strategy):
+                    rel = self.check(kind, cluster, strategy, torch.bfloat16, 8)
+                    if kind in ("causal", "custom"):
+                        print("  bf16 %-22s %s %-6s dcp error / plain bf16 error: %s" %
+                              (kind, cluster, strategy, rel))
+
+
+class Surface(unittest.TestCase):
+    """Plans, layouts, bytes and errors as the Python package shows them."""
+
+    def setUp(self):
+        self.plan = dt.plan(LENGTHS, "causal", "2x2", HQ, HKV, D, torch.float32,
+                            block_size=BLOCK, strategy="metis", seed=3)
+
+    def test_local_indices_partition_tokens(self):
+        idx = torch.cat([self.plan.local_indices(r) for r in range(self.plan.num_ranks)])
+        self.assertEqual(idx.dtype, torch.long)
+        self.assertTrue(torch.equal(idx.sort().values, torch.arange(sum(LENGTHS))))
+
+    def test_stats(self):
+        s = self.plan.stats()
+        self.assertEqual(s["num_ranks"], 4)
+        self.assertEqual(s["strategy"], "metis")
+        self.assertEqual(s["total_tokens"], sum(LENGTHS))
+        pairs = sum(ref.mask_matrix("causal", n).sum().item() for n in LENGTHS)
+        self.assertEqual(s["total_flops"], 4 * D * HQ * pairs)
+        ranks = [self.plan.rank_stats(r) for r in range(4)]
+        self.assertEqual(sum(r["local_tokens"] for r in ranks), sum(LENGTHS))
+
+    def test_bytes_round_trip(self):
+        b = self.plan.to_bytes()
+        again = dt.plan_from_bytes(b)
+        self.assertEqual(again.to_bytes(), b)
+        self.assertEqual(again.lengths, LENGTHS)
+        self.assertEqual(again.shape, (HQ, HKV, D))
+        self.assertEqual(again.dtype, torch.float32)
+        for r in range(4):
+            self.assertTrue(torch.equal(again.local_indices(r), self.plan.local_indices(r)))
+        q, k, v, dout = inputs(LENGTHS, torch.float32, 5)
+        a, b2 = run_dcp(self.plan, q, k, v, dout), run_dcp(again, q, k, v, dout)
+        for x, y in zip(a, b2):
+            self.assertTrue(torch.equal(x, y))
+
+    def test_corrupt_bytes_raise(self):
+        b = bytearray(self.plan.to_bytes())
+        b[len(b) // 2] ^= 0x55
+        with self.assertRaises(dcp.DcpError) as e:
+            dt.plan_from_bytes(bytes(b))
+        self.assertEqual(e.exception.status_name, "DCP_ERR_PLAN_CORRUPT")
+
+    def test_bad_arguments_raise_with_the_library_text(self):
+        with self.assertRaises(dcp.DcpError) as e:
+            dt.plan(LENGTHS, "window:0", "1x2", HQ, HKV, D, torch.float32)
+        self.assertEqual(e.exception.status, 1)
+        self.assertIn("window", e.exception.message)
+        with self.assertRaises(dcp.DcpError) as e:
+            dt.plan([10, 0], "causal", "1x2", HQ, HKV, D, torch.float32)
+        self.assertIn("lengths[1]", str(e.exception))
+        with self.assertRaises(dcp.DcpError):
+            dt.plan(LENGTHS, "causal", "1x2", 3, 2, D, torch.float32)  # Hq % Hkv
+        with self.assertRaises(dcp.DcpError):
+            dt.plan(LENGTHS, "causal", "nonsense", HQ, HKV, D, torch.float32)
+
+    def test_wrong_tensors_refused_before_the_library(self):
+        n = self.plan.num_ranks
+        q, k, v, _ = inputs(LENGTHS, torch.float32, 5)
+        idx = [self.plan.local_indices(r) for r in range(n)]
+        qs, ks, vs = ([x[i] for i in idx] for x in (q, k, v))
+        with self.assertRaises(ValueError):  # one row short on rank 1
+            dt.attention_inproc(self.plan, qs[:1] + [qs[1][1:]] + qs[2:], ks, vs)
+        with self.assertRaises(TypeError):  # fp64 for an fp32 plan
+            dt.attention_inproc(self.plan, [x.double() for x in qs], ks, vs)
+        with self.assertRaises(ValueError):  # 3 ranks' tensors
+            dt.attention_inproc(self.plan, qs[:3], ks[:3], vs[:3])
+
+    def test_reference_masks_match_the_library(self):
+        lib = dcp.load()
+        rng = random.Random(2)
+        for spec in MASKS[:6] + ["window", "lambda", "blockwise", "shared-question"]:
+            for n in (1, 7, 40, 257):
+                m, want = lib.mask(spec), ref.mask_matrix(spec, n)
+                for i in sorted(rng.sample(range(n), min(n, 12))):
+                    keys = torch.zeros(n, dtype=torch.bool)
+                    keys[lib.allowed(m, n, i)] = True
+                    self.assertTrue(torch.equal(keys, want[i]), "%s L=%d query %d" % (spec, n, i))
+
+
+if __name__ == "__main__":
+    unittest.main()
