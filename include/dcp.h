@@ -309,30 +309,40 @@ DCP_API dcp_status_t dcp_plan_deserialize(const void *buf, size_t size, dcp_plan
 
 /* A planner service: worker threads that make the plans of coming batches while the
  * current one trains, and a cache that returns the plan of an identical batch (same
- * lengths, masks, shape, options and cluster) without planning again. Thread-safe. */
+ * lengths, masks, shape, options and cluster) without planning again. Tickets are served
+ * in submission order as workers come free (FIFO). Every function is thread-safe except
+ * dcp_planner_destroy(), which must not overlap any other call on the planner. */
 typedef struct dcp_planner dcp_planner_t;
 
 typedef struct {
-    int32_t num_threads;   /* worker threads, >= 0 (0: 1) */
+    int32_t num_threads;   /* worker threads, in [0, 256] (0: 1) */
     int32_t cache_entries; /* plans kept by batch, least recently used dropped, >= 0 (0: none) */
 } dcp_planner_config_t;
 
-/* `cluster` is borrowed and must outlive the planner; config may be NULL for the defaults
- * (1 thread, 16 cached plans). */
+/* `cluster` is borrowed: it must outlive the planner and not change while the planner exists
+ * (no dcp_cluster_set_kernel_table()). config may be NULL for the defaults (1 thread, 16
+ * cached plans). */
 DCP_API dcp_status_t dcp_planner_create(const dcp_planner_config_t *config,
                                         const dcp_cluster_t *cluster, dcp_planner_t **planner_out);
-/* Waits for the plans being made, then frees everything; plans handed out stay valid. */
+/* Waits for the plans being made, drops the batches not yet started and frees every plan
+ * not collected; plans handed out stay valid (the caller destroys them). */
 DCP_API void dcp_planner_destroy(dcp_planner_t *planner);
 
-/* Queues `batch` for planning (inputs are copied; opts may be NULL) and returns a ticket,
- * which must be collected once with dcp_planner_wait() (or dcp_planner_try()). Arguments
- * are checked as dcp_plan_create() checks them, at submission. */
+/* Queues `batch` for planning and returns a ticket (never 0), which must be collected once
+ * with dcp_planner_wait() or dcp_planner_try(). Everything is copied: lengths, masks and
+ * CUSTOM ranges may be freed on return; opts may be NULL for the defaults. Arguments are
+ * checked as dcp_plan_create() checks them, here, with the same messages. */
 DCP_API dcp_status_t dcp_planner_submit(dcp_planner_t *planner, const dcp_batch_t *batch,
                                         const dcp_attn_shape_t *shape,
                                         const dcp_plan_options_t *opts, uint64_t *ticket_out);
 
-/* The plan of a ticket, waiting for it: the caller owns *plan_out (dcp_plan_destroy). A
- * planning failure returns its status and message here. The ticket is spent either way. */
+/* The plan of a ticket, waiting for it: the caller owns *plan_out (dcp_plan_destroy). Its
+ * bytes (dcp_plan_serialize) are those dcp_plan_create() gives for the same inputs. A plan
+ * served from the cache is a copy rebuilt from the cached bytes, so its stats say
+ * plan_ms = 0. A planning failure returns its status here, with its message in
+ * dcp_last_error() on the calling thread. The ticket is spent either way. A ticket never
+ * issued, already collected, or being collected by another thread gives
+ * DCP_ERR_INVALID_ARG (and stays as it was). */
 DCP_API dcp_status_t dcp_planner_wait(dcp_planner_t *planner, uint64_t ticket,
                                       dcp_plan_t **plan_out);
 
@@ -340,6 +350,20 @@ DCP_API dcp_status_t dcp_planner_wait(dcp_planner_t *planner, uint64_t ticket,
  * ticket stays valid). */
 DCP_API dcp_status_t dcp_planner_try(dcp_planner_t *planner, uint64_t ticket,
                                      dcp_plan_t **plan_out);
+
+/* Counters since dcp_planner_create(). plan_ms - wait_ms bounds from below the planning
+ * time hidden from callers that collect plans with dcp_planner_wait(). */
+typedef struct {
+    int64_t submitted;  /* tickets issued */
+    int64_t planned;    /* dcp_plan_create() calls the workers made (failures included) */
+    int64_t cache_hits; /* tickets served from the cache, without planning */
+    int64_t failed;     /* tickets whose planning failed */
+    int64_t pending;    /* tickets issued and not yet collected */
+    double plan_ms;     /* wall time the workers spent in dcp_plan_create(), summed */
+    double wait_ms;     /* wall time callers spent blocked in dcp_planner_wait(), summed */
+} dcp_planner_stats_t;
+
+DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats_t *stats_out);
 
 /* ---------------------------------------------------------------------------------------
  * Execution

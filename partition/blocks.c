@@ -68,8 +68,9 @@ static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, in
     return DCP_OK;
 }
 
-dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
-                             const dcp_attn_shape_t *shape, int32_t block_size, int32_t head_blocks)
+static dcp_status_t check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               int32_t block_size, int32_t head_blocks, int64_t *total_out,
+                               int64_t *custom_out)
 {
     if (!batch || !shape)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", batch ? "shape" : "batch");
@@ -77,8 +78,21 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.block_size = %d, must be >= 1",
                              block_size);
     DCP_CHECK(check_shape(shape, head_blocks));
+    return check_batch(batch, total_out, custom_out);
+}
+
+dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                              int32_t block_size, int32_t head_blocks)
+{
+    int64_t total, custom;
+    return check_args(batch, shape, block_size, head_blocks, &total, &custom);
+}
+
+dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
+                             const dcp_attn_shape_t *shape, int32_t block_size, int32_t head_blocks)
+{
     int64_t total = 0, custom = 0;
-    DCP_CHECK(check_batch(batch, &total, &custom));
+    DCP_CHECK(check_args(batch, shape, block_size, head_blocks, &total, &custom));
 
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&b->seqs, batch->num_seqs, sizeof *b->seqs, "batch copy"), st, err);

@@ -44,6 +44,10 @@ typedef struct {
     int64_t tile_cap;
 } dcp_blocks_t;
 
+/* Validates batch and shape as dcp_blocks_init() does, without copying them. */
+dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                              int32_t block_size, int32_t head_blocks);
+
 /* Validates batch and shape and copies them into b (which must be zeroed). */
 dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
                              const dcp_attn_shape_t *shape, int32_t block_size,

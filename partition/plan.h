@@ -129,4 +129,9 @@ dcp_status_t dcp_plan_derive_stats(dcp_plan_t *p);
 
 dcp_status_t dcp_plan_alloc(dcp_plan_t **plan_out);
 
+/* Checks the arguments of dcp_plan_create() (opts resolved, never NULL) without planning:
+ * the options, then batch and shape, with the same messages (planner.c). */
+dcp_status_t dcp_plan_check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                 const dcp_plan_options_t *opts);
+
 #endif

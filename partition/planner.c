@@ -203,6 +203,13 @@ static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *
     return DCP_OK;
 }
 
+dcp_status_t dcp_plan_check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                 const dcp_plan_options_t *opts)
+{
+    DCP_CHECK(check_options(opts));
+    return dcp_blocks_check(batch, shape, opts->block_size, opts->head_blocks);
+}
+
 dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                              const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
                              dcp_plan_t **plan_out)
