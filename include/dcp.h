@@ -418,6 +418,12 @@ typedef struct {
                                          fp32 arithmetic); "cuda" (in-process rank r on GPU
                                          r % count, a process on GPU local-rank % count) or
                                          "cuda:N" (bf16 and fp16 plans) */
+    /* Borrowed handles of an embedding framework (CUDA contexts only; NULL: dcp makes its
+     * own). dcp never frees or destroys them; they must outlive the context. */
+    void *compute_stream;  /* cudaStream_t of the context's GPU for dcp's kernels */
+    void *transfer_stream; /* cudaStream_t for its transfers (NCCL) and in-process copies */
+    void *nccl_comm;       /* ncclComm_t over exactly the bootstrap's ranks, rank for rank
+                              (process ranks whose engine is NCCL) */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it

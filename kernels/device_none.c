@@ -1,6 +1,7 @@
 /* Builds without nvcc: no CUDA devices; every device call fails with DCP_ERR_UNSUPPORTED. */
 #include "include/base/error.h"
 #include "kernels/cuda/device.h"
+#include "kernels/device.h"
 #include "kernels/kernel.h"
 
 static dcp_status_t no_cuda(const char *what)
@@ -69,16 +70,56 @@ void dcp_cuda_stream_drain(void *stream)
     (void)stream;
 }
 
-dcp_status_t dcp_cuda_stream_after_default(void *stream)
-{
-    (void)stream;
-    return no_cuda("cuda stream");
-}
-
 dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)
 {
     (void)dst, (void)src, (void)bytes, (void)stream;
     return no_cuda("cuda copy");
+}
+
+dcp_status_t dcp_cuda_copy_bytes(void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    return no_cuda("cuda copy");
+}
+
+void *dcp_cuda_host_alloc(size_t bytes)
+{
+    (void)bytes;
+    return NULL;
+}
+
+void dcp_cuda_host_free(void *ptr)
+{
+    (void)ptr;
+}
+
+dcp_status_t dcp_cuda_event_create(int device, void **event_out)
+{
+    (void)device, (void)event_out;
+    return no_cuda("cuda event");
+}
+
+void dcp_cuda_event_destroy(void *event)
+{
+    (void)event;
+}
+
+dcp_status_t dcp_cuda_event_sync(void *event)
+{
+    (void)event;
+    return no_cuda("cuda event");
+}
+
+dcp_status_t dcp_cuda_event_record(void *event, void *stream)
+{
+    (void)event, (void)stream;
+    return no_cuda("cuda event");
+}
+
+dcp_status_t dcp_cuda_stream_wait(void *stream, void *event)
+{
+    (void)stream, (void)event;
+    return no_cuda("cuda stream");
 }
 
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
@@ -148,4 +189,52 @@ const dcp_kernels_t dcp_kernels_cuda = {
     .attn_bwd = attn_bwd_none,
     .bwd_delta = delta_none,
     .accumulate = accumulate_none,
+};
+
+static dcp_status_t set_device_none(int32_t device)
+{
+    return dcp_cuda_set_device(device);
+}
+
+static void *alloc_none(int32_t device, size_t bytes)
+{
+    return dcp_cuda_alloc(device, bytes);
+}
+
+static int addressable_none(const void *ptr, int32_t device)
+{
+    return dcp_cuda_is_device_ptr(ptr, device);
+}
+
+static dcp_status_t stream_create_none(int32_t device, void **stream_out)
+{
+    return dcp_cuda_stream_create(device, stream_out);
+}
+
+static dcp_status_t event_create_none(int32_t device, void **event_out)
+{
+    return dcp_cuda_event_create(device, event_out);
+}
+
+const dcp_device_t dcp_device_cuda = {
+    .name = "cuda",
+    .kernels = &dcp_kernels_cuda,
+    .set_device = set_device_none,
+    .alloc = alloc_none,
+    .free = dcp_cuda_free,
+    .host_alloc = dcp_cuda_host_alloc,
+    .host_free = dcp_cuda_host_free,
+    .addressable = addressable_none,
+    .copy = dcp_cuda_copy_bytes,
+    .fill_f32 = dcp_cuda_fill_f32,
+    .stream_create = stream_create_none,
+    .stream_destroy = dcp_cuda_stream_destroy,
+    .stream_sync = dcp_cuda_stream_sync,
+    .event_create = event_create_none,
+    .event_destroy = dcp_cuda_event_destroy,
+    .event_record = dcp_cuda_event_record,
+    .stream_wait = dcp_cuda_stream_wait,
+    .event_sync = dcp_cuda_event_sync,
+    .timer_start = dcp_cuda_timer_start,
+    .timer_stop = dcp_cuda_timer_stop,
 };

@@ -18,11 +18,11 @@ dcp_status_t dcp_context_barrier(dcp_context_t *ctx)
     dcp_status_t st = DCP_OK;
     for (int32_t k = 1, round = 0; k < n && st == DCP_OK; k <<= 1, round++) {
         const uint64_t tag = DCP_TAG_SYNC | (seq & 0xffffffffu) << 8 | (uint64_t)round;
-        const dcp_xfer_op_t ops[2] = {{(r + k) % n, 1, tag, out, 1},
-                                      {(r - k + n) % n, 0, tag, in, 1}};
+        const dcp_xfer_op_t ops[2] = {{(r + k) % n, 1, tag, out, 1, NULL, NULL},
+                                      {(r - k + n) % n, 0, tag, in, 1, NULL, NULL}};
         dcp_xfer_req_t *req = NULL;
         st = e->ops->launch(e, ops, 2, &req);
-        if (st == DCP_OK) st = e->ops->wait(e, req, ctx->timeout_s);
+        if (st == DCP_OK) st = e->ops->wait(e, req, ctx->timeout_s, NULL);
         if (st != DCP_OK) {
             e->ops->abort(e);
             e->ops->cancel(e, req);

@@ -2,7 +2,6 @@
 #include "plugin/context.h"
 
 #include "include/base/error.h"
-#include "kernels/cuda/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,73 +27,91 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
         const dcp_engine_env_t env = {.threads = 1, .override = {names[0], names[1]}};
         DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL));
     }
+    if (config->nccl_comm)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config.nccl_comm is set on in-process ranks (they copy blocks "
+                             "between themselves; NCCL serves process ranks)");
     snprintf(ctx->cluster_why, sizeof ctx->cluster_why,
              "the ranks are threads: plan with a cluster of the caller's choosing");
-    ctx->rank = config->rank;
+    DCP_CHECK(dcp_device_parse(config->device, config->rank, "config.device", &ctx->device));
     return dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
 }
 
-dcp_status_t dcp_context_parse_device(const char *device, int32_t local_rank, int32_t *device_out)
+/* Process ranks: the job's engine, cluster and device. */
+static dcp_status_t attach_job(dcp_context_t *ctx, const dcp_context_config_t *config)
 {
-    if (!device || strcmp(device, "cpu") == 0) {
-        *device_out = -1;
-        return DCP_OK;
-    }
-    if (strncmp(device, "cuda", 4) != 0 || (device[4] != '\0' && device[4] != ':'))
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "config.device = \"%s\": expected \"cpu\", \"cuda\" or \"cuda:N\"",
-                             device);
-    const int n = dcp_cuda_device_count();
-    if (n == 0)
-        return dcp_set_error(DCP_ERR_UNSUPPORTED, "config.device = \"%s\": %s", device,
-                             dcp_cuda_built() ? "no CUDA device is visible"
-                                              : "this build has no CUDA (nvcc was not found)");
-    if (device[4] == '\0') {
-        *device_out = local_rank % n;
-        return DCP_OK;
-    }
-    char *end;
-    const long v = strtol(device + 5, &end, 10);
-    if (end == device + 5 || *end != '\0' || v < 0 || v >= n)
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "config.device = \"%s\": this process sees %d CUDA device(s)", device,
-                             n);
-    *device_out = (int32_t)v;
+    dcp_job_t job;
+    DCP_CHECK(dcp_job_attach(config, &job));
+    ctx->engine = job.engine;
+    memcpy(ctx->engine_kind, job.engine_kind, sizeof ctx->engine_kind);
+    ctx->cluster = job.cluster;
+    memcpy(ctx->cluster_why, job.cluster_why, sizeof ctx->cluster_why);
+    ctx->device = job.device;
     return DCP_OK;
 }
 
-static dcp_status_t device_copy(void *user, void *dst, const void *src, size_t bytes)
+/* In-process copies of ranks on GPUs: queued on the copying rank's transfer stream after
+ * both sides' ready events, the done events recorded after them. Between two GPUs (whose
+ * events a stream of one cannot record), and for ops without events (the barrier's), the
+ * copy is finished before it returns: the done events keep an older record, which a wait
+ * passes at once. */
+static dcp_status_t mover_copy(void *user, const dcp_xfer_op_t *send, const dcp_xfer_op_t *recv,
+                               int same_device)
 {
-    return dcp_cuda_memcpy(dst, src, bytes, ((dcp_context_t *)user)->xfer_stream);
+    const dcp_context_t *ctx = user;
+    const dcp_device_t *dev = ctx->dev;
+    void *s = ctx->xfer_stream;
+    if (send->ready) DCP_CHECK(dev->stream_wait(s, send->ready));
+    if (recv->ready) DCP_CHECK(dev->stream_wait(s, recv->ready));
+    DCP_CHECK(dev->copy(recv->ptr, send->ptr, send->bytes, s));
+    const int ordered = same_device && send->done && recv->done;
+    if (!ordered) return dev->stream_sync(s);
+    DCP_CHECK(dev->event_record(send->done, s));
+    return dev->event_record(recv->done, s);
 }
 
-/* A GPU context: its streams, and in-process copies through the transfer stream. */
+static dcp_status_t mover_order(void *user, void *stream, void *done)
+{
+    return ((const dcp_context_t *)user)->dev->stream_wait(stream, done);
+}
+
+/* A context on a GPU: its streams (the caller's where lent), the events that order them with
+ * the caller's stream, the barrier's bytes, and in-process copies through a mover. */
 static dcp_status_t attach_device(dcp_context_t *ctx, const dcp_context_config_t *config)
 {
-    DCP_CHECK(dcp_cuda_stream_create(ctx->device, &ctx->stream));
-    DCP_CHECK(dcp_cuda_stream_create(ctx->device, &ctx->xfer_stream));
-    if (!(ctx->sync_dev = dcp_cuda_alloc(ctx->device, 2)))
+    const dcp_device_t *dev = ctx->dev;
+    DCP_CHECK(dev->set_device(ctx->device));
+    ctx->stream = config->compute_stream;
+    ctx->xfer_stream = config->transfer_stream;
+    ctx->owns_stream = !ctx->stream;
+    ctx->owns_xfer_stream = !ctx->xfer_stream;
+    if (ctx->owns_stream) DCP_CHECK(dev->stream_create(ctx->device, &ctx->stream));
+    if (ctx->owns_xfer_stream) DCP_CHECK(dev->stream_create(ctx->device, &ctx->xfer_stream));
+    DCP_CHECK(dev->event_create(ctx->device, &ctx->entry));
+    DCP_CHECK(dev->event_create(ctx->device, &ctx->exit));
+    if (!(ctx->sync_dev = dev->alloc(ctx->device, 2)))
         return dcp_set_error(DCP_ERR_NO_MEMORY, "context: barrier bytes on GPU %d", ctx->device);
-    ctx->kernels = &dcp_kernels_cuda;
-    if (config->group) dcp_inproc_engine_set_copy(ctx->engine, device_copy, ctx);
+    if (config->group) {
+        const dcp_inproc_mover_t mover = {mover_copy, mover_order, ctx};
+        dcp_inproc_engine_set_mover(ctx->engine, &mover, ctx->device);
+    }
     return DCP_OK;
 }
 
 static void release(dcp_context_t *ctx)
 {
-    dcp_dev_plan_free(&ctx->dev_plan);
-    dcp_cuda_free(ctx->sync_dev);
-    dcp_cuda_stream_destroy(ctx->stream);
-    dcp_cuda_stream_destroy(ctx->xfer_stream);
+    const dcp_device_t *dev = ctx->dev;
+    dev->free(ctx->sync_dev);
+    dev->event_destroy(ctx->entry);
+    dev->event_destroy(ctx->exit);
+    if (ctx->owns_stream) dev->stream_destroy(ctx->stream);
+    if (ctx->owns_xfer_stream) dev->stream_destroy(ctx->xfer_stream);
     dcp_cluster_destroy(ctx->cluster);
-    free(ctx->ops);
     free(ctx);
 }
 
-dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
+static dcp_status_t check_config(const dcp_context_config_t *config)
 {
-    if (!config || !ctx_out)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
     if (!config->group == !config->bootstrap)
         return dcp_set_error(
             DCP_ERR_INVALID_ARG,
@@ -102,18 +119,26 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     if (!(config->timeout_s >= 0) || !isfinite(config->timeout_s))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.timeout_s = %g, must be >= 0",
                              config->timeout_s);
+    return DCP_OK;
+}
+
+dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
+{
+    if (!config || !ctx_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
+    DCP_CHECK(check_config(config));
     dcp_context_t *ctx;
     DCP_CHECK(dcp_calloc(&ctx, 1, sizeof *ctx, "context"));
-    ctx->kernels = &dcp_kernels_cpu;
     ctx->device = -1;
-    dcp_status_t st = DCP_OK;
-    if (config->group) { /* a process's ranks pick their GPU in dcp_job_attach */
-        st = dcp_context_parse_device(config->device, config->rank, &ctx->device);
-        if (st == DCP_OK) st = attach_group(ctx, config);
-    } else {
-        st = dcp_job_attach(ctx, config);
-    }
-    if (st == DCP_OK && ctx->device >= 0) st = attach_device(ctx, config);
+    ctx->rank = config->group ? config->rank : config->bootstrap->rank;
+    dcp_status_t st = config->group ? attach_group(ctx, config) : attach_job(ctx, config);
+    ctx->dev = dcp_device_of(ctx->device);
+    if (st == DCP_OK && (config->compute_stream || config->transfer_stream) &&
+        ctx->dev->host_memory)
+        st = dcp_set_error(DCP_ERR_INVALID_ARG,
+                           "config.%s is set on a CPU context (streams are lent to CUDA contexts)",
+                           config->compute_stream ? "compute_stream" : "transfer_stream");
+    if (st == DCP_OK && !ctx->dev->host_memory) st = attach_device(ctx, config);
     if (st != DCP_OK) {
         dcp_engine_destroy(ctx->engine);
         release(ctx);
@@ -127,11 +152,10 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
 void dcp_context_destroy(dcp_context_t *ctx)
 {
     if (!ctx) return;
-    for (int b = 0; b < DCP_BUF_COUNT; b++)
-        if (ctx->work[b]) ctx->engine->ops->mem_deregister(ctx->engine, ctx->work[b]);
+    dcp_binding_release(ctx);
     /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);
-    for (int b = 0; b < DCP_BUF_COUNT; b++) dcp_mem_free(ctx->device, ctx->work[b]);
+    dcp_binding_free_buffers(ctx);
     release(ctx);
 }
 
@@ -149,29 +173,4 @@ const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node)
     return ctx ? dcp_engine_kind_name(
                      ctx->engine_kind[inter_node ? DCP_LINK_INTER : DCP_LINK_INTRA])
                : "none";
-}
-
-dcp_status_t dcp_context_reserve(dcp_context_t *ctx, int32_t b, size_t bytes)
-{
-    if (bytes <= ctx->work_cap[b]) return DCP_OK;
-    const int gpu = ctx->device >= 0;
-    if (ctx->work[b]) ctx->engine->ops->mem_deregister(ctx->engine, ctx->work[b]);
-    dcp_mem_free(ctx->device, ctx->work[b]);
-    ctx->work[b] = NULL;
-    ctx->work_cap[b] = 0;
-    /* 64-byte alignment for vector loads; sizes rounded to match */
-    const size_t size = (bytes + 63) / 64 * 64;
-    void *p = dcp_mem_alloc(ctx->device, size);
-    if (!p)
-        return dcp_set_error(DCP_ERR_NO_MEMORY,
-                             "context: cannot allocate %zu bytes for buffer %d on %s %d", size, b,
-                             gpu ? "GPU" : "rank", gpu ? ctx->device : ctx->rank);
-    const dcp_status_t st = ctx->engine->ops->mem_register(ctx->engine, p, size);
-    if (st != DCP_OK) {
-        dcp_mem_free(ctx->device, p);
-        return st;
-    }
-    ctx->work[b] = p;
-    ctx->work_cap[b] = size;
-    return DCP_OK;
 }

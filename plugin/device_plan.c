@@ -4,7 +4,6 @@
 #include "plugin/device_plan.h"
 
 #include "include/base/error.h"
-#include "kernels/cuda/device.h"
 #include "partition/plan.h"
 
 #include <stdlib.h>
@@ -45,7 +44,37 @@ static dcp_status_t instr_rows(dcp_dev_plan_t *d, const dcp_plan_t *p)
     return DCP_OK;
 }
 
-dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int device, void *stream)
+/* Page-locked staging of at least `total` bytes that no queued upload still reads. */
+static dcp_status_t staging(dcp_dev_plan_t *d, const dcp_device_t *dev, int32_t device,
+                            size_t total)
+{
+    if (!d->staged) DCP_CHECK(dev->event_create(device, &d->staged));
+    if (d->staging) DCP_CHECK(dev->event_sync(d->staged));
+    if (total <= d->staging_cap) return DCP_OK;
+    dev->host_free(d->staging);
+    d->staging_cap = 0;
+    if (!(d->staging = dev->host_alloc(total)))
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes of staging", total);
+    d->staging_cap = total;
+    return DCP_OK;
+}
+
+/* Device memory for `total` bytes of descriptors. The kernels queued on `stream` may still
+ * read the old ones: growing waits for them (the first plans of a run, not every batch). */
+static dcp_status_t grow(dcp_dev_plan_t *d, const dcp_device_t *dev, int32_t device, size_t total,
+                         void *stream)
+{
+    DCP_CHECK(dev->stream_sync(stream));
+    dev->free(d->mem);
+    d->cap = 0;
+    if (!(d->mem = dev->alloc(device, total)))
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total, device);
+    d->cap = total;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp_device_t *dev,
+                               int32_t device, void *stream)
 {
     if (d->serial == p->serial) return DCP_OK;
     enum { GROUPS, TILES, MERGES, SRCS, COPIES, SEQS, FIXED };
@@ -68,51 +97,47 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, int devic
             total += up((size_t)p->seqs[s].len * 4 * sizeof(int32_t));
     if (total == 0) total = ALIGN;
 
-    char *host;
-    DCP_CHECK(dcp_calloc(&host, (int64_t)total, 1, "device plan staging"));
+    d->serial = 0; /* until the copy below is queued */
+    DCP_CHECK(staging(d, dev, device, total));
+    char *host = d->staging;
+    memset(host, 0, total);
     for (int i = 0; i < FIXED; i++)
         if (pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
-    d->serial = 0; /* until the copy below has landed */
     dcp_status_t st = instr_rows(d, p);
-    if (st == DCP_OK && total > d->cap) {
-        dcp_cuda_free(d->mem);
-        d->cap = 0;
-        if (!(d->mem = dcp_cuda_alloc(device, total)))
-            st =
-                dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total, device);
-        else
-            d->cap = total;
-    }
+    if (st == DCP_OK && total > d->cap) st = grow(d, dev, device, total, stream);
     if (st == DCP_OK) {
-        char *dev = d->mem;
+        char *mem = d->mem;
         dcp_seq_info_t *seqs = (dcp_seq_info_t *)(host + pc[SEQS].off);
         size_t at = ranges_at;
         for (int32_t s = 0; s < p->num_seqs; s++) {
             if (seqs[s].mask.kind != DCP_MASK_CUSTOM) continue;
             const size_t n = (size_t)seqs[s].len * 4 * sizeof(int32_t);
             memcpy(host + at, p->seqs[s].mask.ranges, n);
-            seqs[s].mask.ranges = (const int32_t *)(dev + at);
+            seqs[s].mask.ranges = (const int32_t *)(mem + at);
             at += up(n);
         }
-        st = dcp_cuda_memcpy(dev, host, total, stream);
+        st = dev->copy(d->mem, host, total, stream);
+        if (st == DCP_OK) st = dev->event_record(d->staged, stream);
     }
     if (st == DCP_OK) {
-        char *dev = d->mem;
-        d->groups = (dcp_tile_group_t *)(dev + pc[GROUPS].off);
-        d->tiles = (dcp_tile_t *)(dev + pc[TILES].off);
-        d->merges = (dcp_merge_item_t *)(dev + pc[MERGES].off);
-        d->srcs = (dcp_merge_src_t *)(dev + pc[SRCS].off);
-        d->copies = (dcp_copy_item_t *)(dev + pc[COPIES].off);
-        d->seqs = (dcp_seq_info_t *)(dev + pc[SEQS].off);
+        char *mem = d->mem;
+        d->groups = (dcp_tile_group_t *)(mem + pc[GROUPS].off);
+        d->tiles = (dcp_tile_t *)(mem + pc[TILES].off);
+        d->merges = (dcp_merge_item_t *)(mem + pc[MERGES].off);
+        d->srcs = (dcp_merge_src_t *)(mem + pc[SRCS].off);
+        d->copies = (dcp_copy_item_t *)(mem + pc[COPIES].off);
+        d->seqs = (dcp_seq_info_t *)(mem + pc[SEQS].off);
         d->serial = p->serial;
     }
-    free(host);
     return st;
 }
 
-void dcp_dev_plan_free(dcp_dev_plan_t *d)
+void dcp_dev_plan_free(dcp_dev_plan_t *d, const dcp_device_t *dev)
 {
-    dcp_cuda_free(d->mem);
+    if (d->staged) (void)dev->event_sync(d->staged);
+    dev->event_destroy(d->staged);
+    dev->host_free(d->staging);
+    dev->free(d->mem);
     free(d->rows);
     memset(d, 0, sizeof *d);
 }

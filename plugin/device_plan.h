@@ -1,14 +1,20 @@
 /* A plan's kernel descriptors in device memory: what the CUDA kernels read. One upload per
- * plan, kept while the context runs the same plan object (batches reuse it). */
+ * plan, queued on the context's stream from a page-locked staging buffer (no host wait
+ * unless the previous upload has not left the staging buffer yet), kept while the context
+ * runs the same plan object (batches reuse it). */
 #ifndef DCP_PLUGIN_DEVICE_PLAN_H
 #define DCP_PLUGIN_DEVICE_PLAN_H
 
 #include "include/base/descr.h"
+#include "kernels/device.h"
 
 typedef struct {
     uint64_t serial; /* the plan uploaded (dcp_plan_t.serial); 0: none */
     void *mem;       /* one device allocation holding every array below */
     size_t cap;
+    void *staging; /* page-locked host copy of mem's contents */
+    size_t staging_cap;
+    void *staged; /* event: the last upload has read the staging buffer */
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;
     dcp_merge_item_t *merges;
@@ -19,8 +25,11 @@ typedef struct {
     int64_t rows_cap;
 } dcp_dev_plan_t;
 
-/* Makes d hold `plan`'s descriptors on `device` (a no-op when it already does). */
-dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *plan, int device, void *stream);
-void dcp_dev_plan_free(dcp_dev_plan_t *d);
+/* Makes d hold `plan`'s descriptors on `device` for the work queued on `stream` after the
+ * call (a no-op when it already does). The caller has made sure no queued work still reads
+ * d's previous descriptors when d's memory has to grow. */
+dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *plan, const dcp_device_t *dev,
+                               int32_t device, void *stream);
+void dcp_dev_plan_free(dcp_dev_plan_t *d, const dcp_device_t *dev);
 
 #endif

@@ -1,21 +1,29 @@
 /*
  * The executor: runs one rank's program of a plan, forward or backward, with the context's
- * kernels and engine.
+ * device (kernels, streams, events) and engine.
  * Instructions run in order; COMM_LAUNCH starts a step's transfers and COMM_WAIT completes
  * them, so the transfers of one division overlap the kernels of the previous one. On any
  * failure the rank tells its peers (engine abort), withdraws its outstanding transfers and
  * returns without having touched the caller's O and LSE (those are written by the last
  * COPY only).
  *
- * On a GPU the kernels queue on the context's compute stream and the descriptors come from
- * the plan's device copy. Before a COMM_LAUNCH the host waits for the compute stream: the
- * blocks a step sends were written by earlier kernels, and the slots it receives into were
- * read by them. Transfers then run beside the kernels queued after the launch (in-process
- * copies on the peers' transfer streams, NCCL on its own), which is the overlap of division
- * d + 1's transfers with division d's kernels that the program's order sets up.
+ * Order, written once for every device (on the CPU the streams are NULL and the events do
+ * nothing, because each step is done when its call returns):
+ *  - the kernels queue on the context's stream, after an event of the caller's stream
+ *    (entry): the inputs are read after the caller's earlier work;
+ *  - COMM_LAUNCH records ready[phase] on the stream: the blocks the phase sends were written
+ *    and the slots it receives into were last read by the kernels queued before it; the
+ *    engine moves bytes only after that event (NCCL on its stream, in-process copies on the
+ *    copying rank's transfer stream), beside the kernels queued after the launch;
+ *  - COMM_WAIT makes the stream wait for the ops' done events: the kernels after it read
+ *    what arrived, and reuse what was sent, only once the bytes have moved;
+ *  - the caller's stream waits for the stream's last work (exit): outputs are ready for
+ *    the caller's later work, and the call returns without waiting for the GPU.
+ * Engines that are not stream-ordered (UCX on host memory) get a host wait for the
+ * stream before each launch instead, and complete on the host.
  */
 #include "include/base/error.h"
-#include "kernels/cuda/device.h"
+#include "include/base/test_hook.h"
 #include "partition/plan.h"
 #include "plugin/context.h"
 
@@ -60,7 +68,7 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dc
     if (p->num_ranks != ctx->engine->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
-    const int gpu = ctx->device >= 0;
+    const int gpu = !ctx->dev->host_memory;
     if (gpu && p->shape.dtype == DCP_DTYPE_FP32)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "plan dtype: the GPU executor runs bf16 and fp16 plans");
@@ -73,7 +81,7 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dc
             return dcp_set_error(DCP_ERR_INVALID_ARG, "io.%s is NULL on rank %d with %lld tokens",
                                  name, ctx->rank, (long long)p->rank_tokens[ctx->rank]);
         if (!gpu) continue;
-        if (!dcp_cuda_is_device_ptr(io->ptr[i], ctx->device))
+        if (!ctx->dev->addressable(io->ptr[i], ctx->device))
             return dcp_set_error(DCP_ERR_INVALID_ARG,
                                  "io.%s on rank %d is not device memory of GPU %d", name, ctx->rank,
                                  ctx->device);
@@ -89,12 +97,8 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dc
 static dcp_status_t fill(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_kernel_env_t *env,
                          int b, float value)
 {
-    const int64_t n = dcp_plan_buf_elems(p, ctx->rank, b);
-    float *x = env->bufs[b];
-    if (ctx->device >= 0) return dcp_cuda_fill_f32(x, n, value, ctx->stream);
-    if (value == 0.0f && n > 0) memset(x, 0, (size_t)n * sizeof(float));
-    for (int64_t i = 0; value != 0.0f && i < n; i++) x[i] = value;
-    return DCP_OK;
+    return ctx->dev->fill_f32(env->bufs[b], dcp_plan_buf_elems(p, ctx->rank, b), value,
+                              ctx->stream);
 }
 
 /* The state a pass starts from. Forward: every accumulator the empty partial (O = 0,
@@ -111,27 +115,24 @@ static dcp_status_t start_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
     for (size_t i = 0; i < sizeof zeroed / sizeof zeroed[0]; i++)
         DCP_CHECK(fill(ctx, p, env, zeroed[i], 0.0f));
     const int64_t rows = p->rank_tokens[ctx->rank] * p->shape.num_heads;
-    return rows > 0 ? ctx->kernels->bwd_delta(env, rows) : DCP_OK;
+    return rows > 0 ? ctx->dev->kernels->bwd_delta(env, rows) : DCP_OK;
 }
 
-/* Sizes the work buffers for this plan and builds the kernels' view of the buffers. */
+/* Binds the plan, orders the context's stream after the caller's, and builds the kernels'
+ * view of the buffers. */
 static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                            const caller_bufs_t *io, dcp_kernel_env_t *env)
+                            const caller_bufs_t *io, void *caller, dcp_kernel_env_t *env)
 {
     memset(env, 0, sizeof *env);
-    for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++) {
-        const int64_t n = dcp_plan_buf_elems(p, ctx->rank, b);
-        DCP_CHECK(dcp_context_reserve(ctx, b, (size_t)n * dcp_plan_elem_bytes(p, b)));
-        env->bufs[b] = n > 0 ? ctx->work[b] : NULL;
-    }
-    if (ctx->device >= 0) {
-        DCP_CHECK(dcp_cuda_set_device(ctx->device));
-        DCP_CHECK(dcp_cuda_stream_after_default(ctx->stream));
-        DCP_CHECK(dcp_dev_plan_sync(&ctx->dev_plan, p, ctx->device, ctx->stream));
-        env->stream = ctx->stream;
-    }
+    DCP_CHECK(ctx->dev->set_device(ctx->device));
+    DCP_CHECK(ctx->dev->event_record(ctx->entry, caller));
+    DCP_CHECK(ctx->dev->stream_wait(ctx->stream, ctx->entry));
+    DCP_CHECK(dcp_binding_bind(ctx, p));
+    for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++)
+        env->bufs[b] = dcp_plan_buf_elems(p, ctx->rank, b) > 0 ? ctx->bound.work[b] : NULL;
     for (int b = 0; b < DCP_BUF_FIRST_WORK; b++) env->bufs[b] = (void *)io->ptr[b];
-    env->seqs = ctx->device >= 0 ? ctx->dev_plan.seqs : p->seqs;
+    env->stream = ctx->stream;
+    env->seqs = ctx->dev->host_memory ? p->seqs : ctx->bound.dev_plan.seqs;
     env->q_heads = p->qpg;
     env->kv_heads = p->kvpg;
     env->head_dim = p->shape.head_dim;
@@ -153,34 +154,43 @@ typedef struct {
 
 static descr_t descriptors(const dcp_context_t *ctx, const dcp_plan_t *p)
 {
-    if (ctx->device < 0)
+    if (ctx->dev->host_memory)
         return (descr_t){p->groups, p->tiles, p->merges, p->merge_srcs, p->copies, NULL};
-    const dcp_dev_plan_t *d = &ctx->dev_plan;
+    const dcp_dev_plan_t *d = &ctx->bound.dev_plan;
     return (descr_t){d->groups, d->tiles, d->merges, d->srcs, d->copies, d->rows};
 }
 
+/* A phase's transfers, after the kernels queued so far (ready event or host wait). */
 static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_kernel_env_t *env,
-                           const dcp_instr_t *in, dcp_xfer_req_t **req_out)
+                           const dcp_instr_t *in)
 {
-    DCP_CHECK(dcp_reserve(&ctx->ops, &ctx->ops_cap, in->count, sizeof *ctx->ops, "launch"));
+    dcp_binding_t *bd = &ctx->bound;
+    void *ready = bd->ready[in->arg];
+    if (ctx->engine->stream_ordered)
+        DCP_CHECK(ctx->dev->event_record(ready, ctx->stream));
+    else
+        DCP_CHECK(ctx->dev->stream_sync(ctx->stream));
     for (int64_t i = 0; i < in->count; i++) {
         const dcp_comm_op_t *op = &p->comm[in->first + i];
         const size_t es = (size_t)dcp_plan_elem_bytes(p, op->buf);
-        ctx->ops[i] = (dcp_xfer_op_t){
+        bd->ops[i] = (dcp_xfer_op_t){
             .peer = op->peer,
             .send = op->send,
             .tag = dcp_tag_data(p->fingerprint, (uint32_t)op->transfer),
             .ptr = (char *)env->bufs[op->buf] + (size_t)op->off * es,
             .bytes = (size_t)op->elems * es,
+            .ready = ctx->engine->stream_ordered ? ready : NULL,
+            .done = ctx->engine->stream_ordered ? bd->done[in->first + i - bd->comm_lo] : NULL,
         };
     }
-    return ctx->engine->ops->launch(ctx->engine, ctx->ops, in->count, req_out);
+    return ctx->engine->ops->launch(ctx->engine, bd->ops, in->count, &bd->reqs[in->arg]);
 }
 
 static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                                const dcp_kernel_env_t *env_in, dcp_xfer_req_t **reqs)
+                                const dcp_kernel_env_t *env_in, void *caller)
 {
-    const dcp_kernels_t *k = ctx->kernels;
+    dcp_xfer_req_t **reqs = ctx->bound.reqs;
+    const dcp_kernels_t *k = ctx->dev->kernels;
     const descr_t d = descriptors(ctx, p);
     dcp_kernel_env_t launch_env = *env_in;
     const dcp_kernel_env_t *env = &launch_env;
@@ -189,6 +199,9 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
          i < dcp_plan_prog_end(p, pass, ctx->rank); i++) {
         const dcp_instr_t *in = &p->instrs[i];
         launch_env.max_rows = d.rows ? d.rows[i] : 0;
+        DCP_TEST_DELAY(in->op == DCP_OP_COMM_LAUNCH ? DCP_DELAY_LAUNCH
+                       : in->op == DCP_OP_COMM_WAIT ? DCP_DELAY_WAIT
+                                                    : DCP_DELAY_KERNEL);
         switch (in->op) {
         case DCP_OP_ATTN:
             DCP_CHECK(
@@ -204,39 +217,42 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
             DCP_CHECK(k->copy(env, d.copies + in->first, in->count));
             break;
         case DCP_OP_COMM_LAUNCH:
-            if (ctx->device >= 0) DCP_CHECK(dcp_cuda_stream_sync(ctx->stream));
-            DCP_CHECK(launch(ctx, p, env, in, &reqs[in->arg]));
+            DCP_CHECK(launch(ctx, p, env, in));
             break;
         case DCP_OP_COMM_WAIT:
-            DCP_CHECK(ctx->engine->ops->wait(ctx->engine, reqs[in->arg], ctx->timeout_s));
+            DCP_CHECK(ctx->engine->ops->wait(ctx->engine, reqs[in->arg], ctx->timeout_s,
+                                             ctx->engine->stream_ordered ? ctx->stream : NULL));
             reqs[in->arg] = NULL;
             break;
         default:
             return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
         }
     }
-    /* on a GPU: O and LSE are written when the call returns */
-    return ctx->device >= 0 ? dcp_cuda_stream_sync(ctx->stream) : DCP_OK;
+    /* the caller's later work runs after the outputs are written */
+    DCP_CHECK(ctx->dev->event_record(ctx->exit, ctx->stream));
+    return ctx->dev->stream_wait(caller, ctx->exit);
 }
 
 /* Every failure of a rank, bad arguments included, is announced to its peers: they are
  * inside the same collective and would otherwise wait for this rank until the timeout. */
 static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t pass,
-                             const caller_bufs_t *io)
+                             const caller_bufs_t *io, void *caller)
 {
-    dcp_xfer_req_t **reqs = NULL;
     dcp_kernel_env_t env;
     dcp_status_t st = check_call(ctx, plan, pass, io);
-    if (st == DCP_OK) st = dcp_calloc(&reqs, plan->num_phases, sizeof *reqs, "executor");
-    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, &env);
-    if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, reqs);
+    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, caller, &env);
+    if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, caller);
     if (st != DCP_OK) {
-        if (ctx->device >= 0) dcp_cuda_stream_drain(ctx->stream); /* kernels still queued */
         ctx->engine->ops->abort(ctx->engine);
-        for (int32_t s = 0; reqs && s < plan->num_phases; s++)
-            ctx->engine->ops->cancel(ctx->engine, reqs[s]);
+        /* queued work may still read the requests' regions: let it finish first */
+        (void)ctx->dev->stream_sync(ctx->stream);
+        (void)ctx->dev->stream_sync(ctx->xfer_stream);
+        const int bound = ctx->bound.serial == plan->serial;
+        for (int32_t s = 0; bound && s < plan->num_phases; s++) {
+            ctx->engine->ops->cancel(ctx->engine, ctx->bound.reqs[s]);
+            ctx->bound.reqs[s] = NULL;
+        }
     }
-    free(reqs);
     return st;
 }
 
@@ -252,7 +268,7 @@ static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void
         ctx->engine->ops->abort(ctx->engine);
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
     }
-    if (stream && ctx->device < 0) {
+    if (stream && ctx->dev->host_memory) {
         ctx->engine->ops->abort(ctx->engine);
         return dcp_set_error(DCP_ERR_INVALID_ARG, "stream is not NULL on a CPU context");
     }
@@ -264,7 +280,7 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
 {
     DCP_CHECK(enter(ctx, plan, io, stream));
     const caller_bufs_t bufs = forward_bufs(io);
-    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs);
+    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs, stream);
 }
 
 dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
@@ -272,5 +288,5 @@ dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_
 {
     DCP_CHECK(enter(ctx, plan, io, stream));
     const caller_bufs_t bufs = backward_bufs(io);
-    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs);
+    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs, stream);
 }

@@ -2,7 +2,15 @@
  * The block-transfer engine interface. An engine moves contiguous regions between ranks:
  * launch() starts a group of sends and receives at once and returns a request; test() and
  * wait() complete it. Messages are matched by (peer, tag). Engines: in-process (threads of
- * one process) here; UCX, NCCL and CUDA IPC behind the same table.
+ * one process) here; UCX and NCCL behind the same table.
+ *
+ * Stream order (ranks on GPUs): an op may carry two events of the rank's device. `ready`
+ * marks the kernels that wrote (send) or last read (receive) its region: the engine starts
+ * moving bytes only after it. `done` is recorded where the bytes have moved, on whatever
+ * stream moved them. wait() with a stream then orders later work on that stream after
+ * every op's completion instead of waiting on the host, where the engine can (NCCL,
+ * in-process device copies); host-memory engines (UCX) complete on the host either way.
+ * The events are the caller's and must not be recorded again before the wait returns.
  *
  * Ownership: a launched region must stay valid and untouched until its request completes.
  * wait() frees the request on success; on failure the request stays alive and the caller
@@ -36,6 +44,8 @@ typedef struct {
     uint64_t tag;
     void *ptr;
     size_t bytes;
+    void *ready; /* event after which the region may be read or written; NULL: now */
+    void *done;  /* event recorded when the bytes have moved; NULL: none */
 } dcp_xfer_op_t;
 
 typedef struct dcp_engine dcp_engine_t;
@@ -49,7 +59,9 @@ typedef struct {
     dcp_status_t (*launch)(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t n,
                            dcp_xfer_req_t **req_out);
     dcp_status_t (*test)(dcp_engine_t *e, dcp_xfer_req_t *req, int *done_out);
-    dcp_status_t (*wait)(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout_s);
+    /* stream NULL: returns when every op is complete. Otherwise returns when later work on
+     * `stream` (a stream of the rank's device) is ordered after every op's completion. */
+    dcp_status_t (*wait)(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout_s, void *stream);
     void (*cancel)(dcp_engine_t *e, dcp_xfer_req_t *req);
     /* Tells the peers that this rank has failed: their waits end with DCP_ERR_PEER. */
     void (*abort)(dcp_engine_t *e);
@@ -62,6 +74,10 @@ typedef struct {
 struct dcp_engine {
     const dcp_engine_ops_t *ops;
     int32_t rank, size;
+    /* 1: ops honour their ready events and wait() orders streams (NCCL, in-process device
+     * copies). 0: the caller makes the regions ready before launch() (a host wait) and the
+     * ops are complete when wait() returns. */
+    int32_t stream_ordered;
 };
 
 static inline void dcp_engine_destroy(dcp_engine_t *e)

@@ -1,6 +1,7 @@
 #include "transport/inproc.h"
 
 #include "include/base/error.h"
+#include "include/base/test_hook.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,9 +21,7 @@ struct dcp_xfer_req {
 
 typedef struct {
     int32_t src;
-    uint64_t tag;
-    void *ptr;
-    size_t bytes;
+    dcp_xfer_op_t op; /* as its rank posted it */
     dcp_xfer_req_t *req;
 } pending_t;
 
@@ -39,13 +38,13 @@ struct dcp_inproc_hub {
     pthread_mutex_t done_mu;
     pthread_cond_t done_cv;
     atomic_int failed_rank; /* -1 while every rank is healthy */
+    int32_t *device;        /* where each rank computes (movers' devices; -1: the host) */
 };
 
 typedef struct {
     dcp_engine_t base;
     dcp_inproc_hub_t *hub;
-    dcp_inproc_copy_fn copy; /* NULL: memcpy */
-    void *copy_user;
+    dcp_inproc_mover_t mover; /* copy NULL: memcpy */
 } inproc_engine_t;
 
 dcp_status_t dcp_inproc_hub_create(int32_t size, dcp_inproc_hub_t **hub_out)
@@ -54,10 +53,13 @@ dcp_status_t dcp_inproc_hub_create(int32_t size, dcp_inproc_hub_t **hub_out)
     dcp_inproc_hub_t *h;
     DCP_CHECK(dcp_calloc(&h, 1, sizeof *h, "in-process hub"));
     dcp_status_t st = dcp_calloc(&h->box, size, sizeof *h->box, "in-process hub");
+    if (st == DCP_OK) st = dcp_calloc(&h->device, size, sizeof *h->device, "in-process hub");
     if (st != DCP_OK) {
+        free(h->box);
         free(h);
         return st;
     }
+    for (int32_t r = 0; r < size; r++) h->device[r] = -1;
     h->size = size;
     for (int32_t r = 0; r < size; r++) pthread_mutex_init(&h->box[r].mu, NULL);
     pthread_mutex_init(&h->done_mu, NULL);
@@ -82,6 +84,7 @@ void dcp_inproc_hub_destroy(dcp_inproc_hub_t *hub)
     pthread_mutex_destroy(&hub->done_mu);
     pthread_cond_destroy(&hub->done_cv);
     free(hub->box);
+    free(hub->device);
     free(hub);
 }
 
@@ -104,7 +107,7 @@ static void complete(dcp_inproc_hub_t *h, dcp_xfer_req_t *req, int mismatch, int
 static int64_t find(const pending_t *list, int64_t n, int32_t src, uint64_t tag)
 {
     for (int64_t i = 0; i < n; i++)
-        if (list[i].src == src && list[i].tag == tag) return i;
+        if (list[i].src == src && list[i].op.tag == tag) return i;
     return -1;
 }
 
@@ -129,15 +132,16 @@ static dcp_status_t post(inproc_engine_t *ie, const dcp_xfer_op_t *op, dcp_xfer_
     if (i >= 0) {
         const pending_t m = other[i];
         remove_at(other, nother, i);
-        const int mismatch = m.bytes != op->bytes;
+        const int mismatch = m.op.bytes != op->bytes;
         int copy_failed = 0;
-        if (!mismatch && op->bytes > 0) {
-            void *to = op->send ? m.ptr : op->ptr;
-            const void *from = op->send ? op->ptr : m.ptr;
-            if (ie->copy)
-                copy_failed = ie->copy(ie->copy_user, to, from, op->bytes) != DCP_OK;
-            else
-                memcpy(to, from, op->bytes);
+        if (!mismatch) {
+            const dcp_xfer_op_t *send = op->send ? op : &m.op, *recv = op->send ? &m.op : op;
+            DCP_TEST_DELAY(DCP_DELAY_COPY);
+            if (ie->mover.copy)
+                copy_failed = ie->mover.copy(ie->mover.user, send, recv,
+                                             h->device[src] == h->device[dst]) != DCP_OK;
+            else if (op->bytes > 0)
+                memcpy(recv->ptr, send->ptr, op->bytes);
         }
         complete(h, m.req, mismatch, copy_failed);
         complete(h, req, mismatch, copy_failed);
@@ -146,7 +150,7 @@ static dcp_status_t post(inproc_engine_t *ie, const dcp_xfer_op_t *op, dcp_xfer_
         int64_t *n = op->send ? &b->nsends : &b->nrecvs;
         int64_t *cap = op->send ? &b->cap_sends : &b->cap_recvs;
         st = dcp_reserve(list, cap, *n + 1, sizeof **list, "in-process mailbox");
-        if (st == DCP_OK) (*list)[(*n)++] = (pending_t){src, op->tag, op->ptr, op->bytes, req};
+        if (st == DCP_OK) (*list)[(*n)++] = (pending_t){src, *op, req};
     }
     pthread_mutex_unlock(&b->mu);
     return st;
@@ -228,7 +232,9 @@ static dcp_status_t ip_test(dcp_engine_t *e, dcp_xfer_req_t *req, int *done_out)
     return done ? req_status(e, req) : DCP_OK;
 }
 
-static dcp_status_t ip_wait(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout_s)
+/* The peers' threads must post before a request completes: that part waits on the host.
+ * With a mover the bytes may still be moving on a stream; `stream` is ordered after them. */
+static dcp_status_t ip_wait(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout_s, void *stream)
 {
     inproc_engine_t *ie = (inproc_engine_t *)e;
     dcp_inproc_hub_t *h = ie->hub;
@@ -260,6 +266,8 @@ static dcp_status_t ip_wait(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout
     }
     pthread_mutex_unlock(&h->done_mu);
     if (st == DCP_OK) st = req_status(e, req);
+    for (int64_t k = 0; st == DCP_OK && stream && ie->mover.order && k < req->n; k++)
+        if (req->ops[k].done) st = ie->mover.order(ie->mover.user, stream, req->ops[k].done);
     if (st == DCP_OK) free_req(req);
     return st;
 }
@@ -327,15 +335,17 @@ dcp_status_t dcp_inproc_engine_create(dcp_inproc_hub_t *hub, int32_t rank,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "rank = %d, must be in [0, %d)", rank, hub->size);
     inproc_engine_t *ie;
     DCP_CHECK(dcp_calloc(&ie, 1, sizeof *ie, "in-process engine"));
-    ie->base = (dcp_engine_t){&inproc_ops, rank, hub->size};
+    ie->base = (dcp_engine_t){&inproc_ops, rank, hub->size, 0};
     ie->hub = hub;
     *engine_out = &ie->base;
     return DCP_OK;
 }
 
-void dcp_inproc_engine_set_copy(dcp_engine_t *engine, dcp_inproc_copy_fn copy, void *user)
+void dcp_inproc_engine_set_mover(dcp_engine_t *engine, const dcp_inproc_mover_t *mover,
+                                 int32_t device)
 {
     inproc_engine_t *ie = (inproc_engine_t *)engine;
-    ie->copy = copy;
-    ie->copy_user = user;
+    ie->mover = *mover;
+    ie->hub->device[engine->rank] = device;
+    engine->stream_ordered = 1;
 }

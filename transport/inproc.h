@@ -1,8 +1,13 @@
 /*
  * The in-process engine: ranks are threads of one process sharing a hub. Each rank has a
  * mailbox holding the sends posted to it and the receives it posted that are still
- * unmatched; whichever side posts second copies the bytes (under the receiver's mailbox
+ * unmatched; whichever side posts second moves the bytes (under the receiver's mailbox
  * lock, so that cancellation can never race a copy) and completes both requests.
+ *
+ * On the host the bytes are copied there and then. Ranks on GPUs set a mover: the copy is
+ * queued on the matching rank's transfer stream after both ops' ready events and both done
+ * events are recorded after it, so no thread waits for a GPU; a wait with a stream waits on
+ * the host only for the peers to post, then orders the stream after the done events.
  */
 #ifndef DCP_TRANSPORT_INPROC_H
 #define DCP_TRANSPORT_INPROC_H
@@ -20,10 +25,22 @@ int32_t dcp_inproc_hub_size(const dcp_inproc_hub_t *hub);
 dcp_status_t dcp_inproc_engine_create(dcp_inproc_hub_t *hub, int32_t rank,
                                       dcp_engine_t **engine_out);
 
-/* How this rank's thread moves the bytes of the matches it completes (memcpy unless set):
- * ranks on GPUs copy device memory on their transfer stream. The copy must be finished when
- * it returns. */
-typedef dcp_status_t (*dcp_inproc_copy_fn)(void *user, void *dst, const void *src, size_t bytes);
-void dcp_inproc_engine_set_copy(dcp_engine_t *engine, dcp_inproc_copy_fn copy, void *user);
+/* How a rank's thread moves the bytes of the matches it completes, when not by memcpy. */
+typedef struct {
+    /* Queues the copy of send->bytes from send->ptr to recv->ptr after both ops' ready
+     * events and records both ops' done events after it. `same_device`: both ranks compute
+     * on the mover's device; otherwise the events of one side belong to another device,
+     * which the mover's stream cannot record, and the copy must be done when it returns. */
+    dcp_status_t (*copy)(void *user, const dcp_xfer_op_t *send, const dcp_xfer_op_t *recv,
+                         int same_device);
+    /* Later work on `stream` waits for `done`. */
+    dcp_status_t (*order)(void *user, void *stream, void *done);
+    void *user;
+} dcp_inproc_mover_t;
+
+/* Sets the mover (copied) of a rank computing on `device` and makes the engine
+ * stream-ordered. */
+void dcp_inproc_engine_set_mover(dcp_engine_t *engine, const dcp_inproc_mover_t *mover,
+                                 int32_t device);
 
 #endif

@@ -37,11 +37,13 @@ typedef struct {
     int owns_comm;
     int device;
     cudaStream_t stream;
+    int owns_stream;
     int failed; /* the communicator was aborted: every later call fails */
 } nccl_engine_t;
 
 struct dcp_xfer_req {
-    cudaEvent_t done;
+    cudaEvent_t done; /* recorded after the group on the engine's stream */
+    int owns_done;    /* created here (ops without a done event: barriers, benches) */
 };
 
 static dcp_status_t load_api(nccl_api_t *a)
@@ -153,7 +155,16 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     for (int64_t k = 0; k < n; k++) order[k] = &ops[k];
     qsort(order, (size_t)n, sizeof *order, op_order);
     cudaError_t ce = cudaSetDevice(e->device);
-    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+    /* the group starts after the kernels that made its regions ready */
+    for (int64_t k = 0; k < n && ce == cudaSuccess; k++)
+        if (ops[k].ready && (k == 0 || ops[k].ready != ops[k - 1].ready))
+            ce = cudaStreamWaitEvent(e->stream, (cudaEvent_t)ops[k].ready, 0);
+    if (ce == cudaSuccess && n > 0 && ops[0].done) {
+        r->done = (cudaEvent_t)ops[0].done;
+    } else if (ce == cudaSuccess) {
+        r->owns_done = 1;
+        ce = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+    }
     if (ce != cudaSuccess) {
         st = cuda_error(ce, "event");
         goto out;
@@ -176,7 +187,7 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
 out:
     free(order);
     if (st != DCP_OK) {
-        if (r && r->done) cudaEventDestroy(r->done);
+        if (r && r->owns_done && r->done) cudaEventDestroy(r->done);
         free(r);
         fail(e);
         return st;
@@ -188,7 +199,7 @@ out:
 static void free_req(dcp_xfer_req_t *r)
 {
     if (!r) return;
-    if (r->done) cudaEventDestroy(r->done);
+    if (r->owns_done && r->done) cudaEventDestroy(r->done);
     free(r);
 }
 
@@ -210,9 +221,20 @@ static dcp_status_t nccl_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_o
     return query(e, r, done_out);
 }
 
-static dcp_status_t nccl_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s)
+/* With a stream the completion is ordered on the GPU and nothing waits here: a peer that
+ * dies mid-transfer shows as an asynchronous error at a later call (health). */
+static dcp_status_t nccl_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s, void *stream)
 {
     nccl_engine_t *e = (nccl_engine_t *)base;
+    if (stream) {
+        int done = 0;
+        if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
+        DCP_CHECK(query(e, r, &done));
+        const cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, r->done, 0);
+        if (ce != cudaSuccess) return cuda_error(ce, "stream wait");
+        free_req(r);
+        return DCP_OK;
+    }
     const double deadline = dcp_now() + timeout_s;
     for (;;) {
         if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
@@ -262,7 +284,7 @@ static void nccl_destroy(dcp_engine_t *base)
         if (!e->failed && settle(e, "finalize", SETUP_TIMEOUT_S) != DCP_OK) fail(e);
         if (!e->failed) e->api.destroy(e->comm); /* after an abort the comm is gone */
     }
-    if (e->stream) cudaStreamDestroy(e->stream);
+    if (e->stream && e->owns_stream) cudaStreamDestroy(e->stream);
     if (e->api.lib) dlclose(e->api.lib);
     free(e);
 }
@@ -329,7 +351,7 @@ static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs)
 }
 
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
-                                    dcp_engine_t **engine_out)
+                                    void *lent_stream, dcp_engine_t **engine_out)
 {
     if (!bootstrap || !bootstrap->allgather || bootstrap->size < 1 || bootstrap->rank < 0 ||
         bootstrap->rank >= bootstrap->size || !engine_out)
@@ -341,11 +363,13 @@ dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device
         return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: device %d of %d", device, count);
     nccl_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "nccl engine"));
-    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size};
+    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1};
     e->device = device;
     dcp_status_t st = load_api(&e->api);
     cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
-    if (st == DCP_OK && ce == cudaSuccess)
+    e->stream = (cudaStream_t)lent_stream;
+    e->owns_stream = !lent_stream;
+    if (st == DCP_OK && ce == cudaSuccess && !lent_stream)
         ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
     if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "stream");
     /* a rank without NCCL or a stream fails every rank, not only itself */

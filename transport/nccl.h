@@ -15,8 +15,11 @@
 /* Collective over the bootstrap. `device` is this rank's CUDA device; ranks of one host
  * that name the same GPU get DCP_ERR_UNSUPPORTED (NCCL needs one rank per GPU). With
  * `lent_comm` (an ncclComm_t of the same ranks) no communicator is created and none is
- * destroyed. DCP_ERR_UNSUPPORTED without CUDA in the build, a device, or libnccl. */
+ * destroyed; with `lent_stream` (a cudaStream_t of `device`) the sends and receives run on
+ * it and none is created. DCP_ERR_UNSUPPORTED without CUDA in the build, a device, or
+ * libnccl. The engine is stream-ordered: launches wait for their ops' ready events on the
+ * GPU, and wait() with a stream returns at once. */
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
-                                    dcp_engine_t **engine_out);
+                                    void *lent_stream, dcp_engine_t **engine_out);
 
 #endif

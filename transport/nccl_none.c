@@ -3,9 +3,9 @@
 #include "transport/nccl.h"
 
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
-                                    dcp_engine_t **engine_out)
+                                    void *lent_stream, dcp_engine_t **engine_out)
 {
-    (void)device, (void)lent_comm;
+    (void)device, (void)lent_comm, (void)lent_stream;
     if (!bootstrap || !bootstrap->allgather || !engine_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: %s is NULL",
                              !engine_out ? "engine_out" : "bootstrap.allgather");

@@ -231,8 +231,9 @@ static dcp_status_t ucx_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_ou
     return st;
 }
 
-static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s)
+static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s, void *stream)
 {
+    (void)stream; /* UCX completes on the host: the ops are done when this returns */
     ucx_engine_t *e = (ucx_engine_t *)base;
     const double deadline = dcp_now() + timeout_s;
     for (uint64_t spin = 0;; spin++) {
@@ -514,7 +515,7 @@ dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_
                              bootstrap ? bootstrap->rank : -1, bootstrap ? bootstrap->size : -1);
     ucx_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "ucx engine"));
-    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size};
+    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0};
     e->bs = bootstrap;
     e->failed_peer = -1;
     /* a rank whose worker failed still takes part in the exchanges, so that all fail */

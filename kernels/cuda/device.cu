@@ -2,6 +2,7 @@
 #include "kernels/cuda/device.h"
 
 #include "include/base/error.h"
+#include "kernels/device.h"
 
 #include <cuda_runtime.h>
 #include <new>
@@ -117,23 +118,65 @@ extern "C" void dcp_cuda_stream_drain(void *stream)
     (void)cudaGetLastError();
 }
 
-extern "C" dcp_status_t dcp_cuda_stream_after_default(void *stream)
+extern "C" dcp_status_t dcp_cuda_event_create(int device, void **event_out)
 {
     cudaEvent_t ev;
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e != cudaSuccess) return fail(e, "event create");
-    e = cudaEventRecord(ev, cudaStreamLegacy);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)stream, ev, 0);
-    cudaEventDestroy(ev);
-    return e == cudaSuccess ? DCP_OK : fail(e, "wait for the default stream");
+    *event_out = ev;
+    return DCP_OK;
+}
+
+extern "C" void dcp_cuda_event_destroy(void *event)
+{
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" dcp_status_t dcp_cuda_event_record(void *event, void *stream)
+{
+    const cudaError_t e = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+    return e == cudaSuccess ? DCP_OK : fail(e, "event record");
+}
+
+extern "C" dcp_status_t dcp_cuda_event_sync(void *event)
+{
+    const cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
+    return e == cudaSuccess ? DCP_OK : fail(e, "event synchronize");
+}
+
+extern "C" dcp_status_t dcp_cuda_stream_wait(void *stream, void *event)
+{
+    const cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+    return e == cudaSuccess ? DCP_OK : fail(e, "stream wait");
+}
+
+extern "C" dcp_status_t dcp_cuda_copy_bytes(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes == 0) return DCP_OK;
+    const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+    return e == cudaSuccess ? DCP_OK : fail(e, "copy");
 }
 
 extern "C" dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)
 {
-    if (bytes == 0) return DCP_OK;
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
-    return e == cudaSuccess ? DCP_OK : fail(e, "copy");
+    DCP_CHECK(dcp_cuda_copy_bytes(dst, src, bytes, stream));
+    return dcp_cuda_stream_sync(stream);
+}
+
+extern "C" void *dcp_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void dcp_cuda_host_free(void *ptr)
+{
+    if (ptr) cudaFreeHost(ptr);
 }
 
 static __global__ void fill_kernel(float *dst, int64_t n, float value)
@@ -189,3 +232,52 @@ extern "C" dcp_status_t dcp_cuda_timer_stop(void *timer, void *stream, double *m
     *ms_out = ms;
     return DCP_OK;
 }
+
+static dcp_status_t set_device(int32_t device)
+{
+    return dcp_cuda_set_device(device);
+}
+
+static void *alloc(int32_t device, size_t bytes)
+{
+    return dcp_cuda_alloc(device, bytes);
+}
+
+static int addressable(const void *ptr, int32_t device)
+{
+    return dcp_cuda_is_device_ptr(ptr, device);
+}
+
+static dcp_status_t stream_create(int32_t device, void **stream_out)
+{
+    return dcp_cuda_stream_create(device, stream_out);
+}
+
+static dcp_status_t event_create(int32_t device, void **event_out)
+{
+    return dcp_cuda_event_create(device, event_out);
+}
+
+extern "C" const dcp_device_t dcp_device_cuda = {
+    "cuda",
+    &dcp_kernels_cuda,
+    0,
+    set_device,
+    alloc,
+    dcp_cuda_free,
+    dcp_cuda_host_alloc,
+    dcp_cuda_host_free,
+    addressable,
+    dcp_cuda_copy_bytes,
+    dcp_cuda_fill_f32,
+    stream_create,
+    dcp_cuda_stream_destroy,
+    dcp_cuda_stream_sync,
+    event_create,
+    dcp_cuda_event_destroy,
+    dcp_cuda_event_record,
+    dcp_cuda_stream_wait,
+    dcp_cuda_event_sync,
+    dcp_cuda_timer_start,
+    dcp_cuda_timer_stop,
+};

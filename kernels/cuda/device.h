@@ -1,6 +1,7 @@
-/* CUDA devices, memory and streams as seen from C: what the executor, the tools and the
- * tests need around the kernels. Builds without nvcc link kernels/device_none.c instead,
- * where there are no devices and every call fails with DCP_ERR_UNSUPPORTED. */
+/* CUDA devices, memory, streams and events as seen from C: the entries of the CUDA device
+ * table (kernels/device.h) and the facts about the build and the machine that the tools
+ * and tests need. Builds without nvcc link kernels/device_none.c instead, where there are
+ * no devices and every call fails with DCP_ERR_UNSUPPORTED. */
 #ifndef DCP_KERNELS_CUDA_DEVICE_H
 #define DCP_KERNELS_CUDA_DEVICE_H
 
@@ -30,10 +31,9 @@ dcp_status_t dcp_cuda_set_device(int device);
 void *dcp_cuda_alloc(int device, size_t bytes);
 void dcp_cuda_free(void *ptr);
 
-/* `bytes` on GPU `device`, or 64-byte-aligned host memory when device < 0 (kernels/memory.c);
- * and its release. NULL on failure. */
-void *dcp_mem_alloc(int device, size_t bytes);
-void dcp_mem_free(int device, void *ptr);
+/* Page-locked host memory (cudaMallocHost), NULL on failure; and its release. */
+void *dcp_cuda_host_alloc(size_t bytes);
+void dcp_cuda_host_free(void *ptr);
 
 /* 1 when ptr is device (or managed) memory that kernels on `device` may address. */
 int dcp_cuda_is_device_ptr(const void *ptr, int device);
@@ -45,11 +45,19 @@ void dcp_cuda_stream_destroy(void *stream);
 dcp_status_t dcp_cuda_stream_sync(void *stream);
 /* The same on failure paths: waits, records nothing. */
 void dcp_cuda_stream_drain(void *stream);
-/* Makes later work on `stream` wait for what is queued on the legacy default stream now. */
-dcp_status_t dcp_cuda_stream_after_default(void *stream);
 
-/* bytes from src to dst (host or device, any device) on `stream`, then waits for it. */
+/* bytes from src to dst (host or device, any device), queued on `stream`; memcpy also waits
+ * for it (tools and tests). */
 dcp_status_t dcp_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);
+dcp_status_t dcp_cuda_copy_bytes(void *dst, const void *src, size_t bytes, void *stream);
+
+/* Events that order streams (no timing); record marks the work queued on `stream` so far,
+ * wait makes later work on `stream` wait for the event's last record. */
+dcp_status_t dcp_cuda_event_create(int device, void **event_out);
+void dcp_cuda_event_destroy(void *event);
+dcp_status_t dcp_cuda_event_record(void *event, void *stream);
+dcp_status_t dcp_cuda_stream_wait(void *stream, void *event);
+dcp_status_t dcp_cuda_event_sync(void *event);
 
 /* n floats of dst set to value, queued on `stream`. */
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream);

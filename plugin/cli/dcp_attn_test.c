@@ -347,7 +347,7 @@ int main(int argc, char **argv)
     if (rf.timeout < 0) dcp_args_fail(tool, "timeout", "must be >= 0");
     if (!(rf.tol > 0)) dcp_args_fail(tool, "tol", "must be > 0");
     int32_t ordinal; /* the contexts pick theirs; this checks the flag before any work */
-    if (dcp_context_parse_device(rf.device, 0, &ordinal) != DCP_OK)
+    if (dcp_device_parse(rf.device, 0, "--device", &ordinal) != DCP_OK)
         dcp_args_fail(tool, "device", "%s", dcp_last_error());
     const int gpu = ordinal >= 0;
     dcp_common_t c;

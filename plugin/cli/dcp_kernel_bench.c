@@ -15,6 +15,7 @@
 #include "include/base/error.h"
 #include "include/base/half.h"
 #include "kernels/cuda/device.h"
+#include "kernels/device.h"
 #include "kernels/kernel.h"
 #include "partition/mask.h"
 #include "plugin/cli/args.h"
@@ -423,7 +424,8 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
     for (int i = 0; st == DCP_OK && i < DCP_BUF_COUNT; i++) {
         if (!elems[i]) continue;
         const dcp_dtype_t ty = dcp_buf_dtype(i, b->dtype);
-        if (!(bufs[i] = dcp_mem_alloc(b->gpu, (size_t)elems[i] * dcp_buf_elem_bytes(i, b->dtype))))
+        if (!(bufs[i] = dcp_device_of(b->gpu)->alloc(b->gpu, (size_t)elems[i] *
+                                                                 dcp_buf_elem_bytes(i, b->dtype))))
             st = dcp_set_error(DCP_ERR_NO_MEMORY, "bench: buffer %d of %lld elements", i,
                                (long long)elems[i]);
         else if (i >= DCP_BUF_ACC_DQ && i <= DCP_BUF_ACC_DV)
@@ -444,7 +446,7 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
         if (st == DCP_OK && wants(l, "merge")) st = bench_merge(b, total, tile, d, g.hq, bufs);
         if (st == DCP_OK && wants(l, "copy")) st = bench_copy(b, total, tile, d, g.hq, bufs);
     }
-    for (int i = 0; i < DCP_BUF_COUNT; i++) dcp_mem_free(b->gpu, bufs[i]);
+    for (int i = 0; i < DCP_BUF_COUNT; i++) dcp_device_of(b->gpu)->free(bufs[i]);
     return st;
 }
 
@@ -481,7 +483,7 @@ int main(int argc, char **argv)
                    "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
                    "from exact allowed pairs.");
     bench_t b = {.json = json, .sources = sources, .gpu = -1};
-    if (dcp_context_parse_device(device, 0, &b.gpu) != DCP_OK)
+    if (dcp_device_parse(device, 0, "--device", &b.gpu) != DCP_OK)
         dcp_args_fail(tool, "device", "%s", dcp_last_error());
     const int cpu = b.gpu < 0;
     b.dtype = dtype ? dcp_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);

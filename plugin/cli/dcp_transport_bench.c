@@ -70,7 +70,7 @@ static dcp_status_t xfer(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t n)
 {
     dcp_xfer_req_t *req = NULL;
     DCP_CHECK(e->ops->launch(e, ops, n, &req));
-    const dcp_status_t st = e->ops->wait(e, req, TIMEOUT_S);
+    const dcp_status_t st = e->ops->wait(e, req, TIMEOUT_S, NULL);
     if (st != DCP_OK) e->ops->cancel(e, req);
     return st;
 }
@@ -79,7 +79,8 @@ static dcp_status_t xfer(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t n)
 static dcp_status_t handshake(dcp_engine_t *e, char *byte)
 {
     const int32_t peer = 1 - e->rank;
-    const dcp_xfer_op_t ops[2] = {{peer, 1, 1u << 30, byte, 1}, {peer, 0, 1u << 30, byte + 1, 1}};
+    const dcp_xfer_op_t ops[2] = {{peer, 1, 1u << 30, byte, 1, NULL, NULL},
+                                  {peer, 0, 1u << 30, byte + 1, 1, NULL, NULL}};
     return xfer(e, ops, 2);
 }
 
@@ -90,11 +91,12 @@ static dcp_status_t stream(dcp_engine_t *e, char *sync, char *buf, int64_t bytes
     const int32_t peer = 1 - e->rank, send = e->rank == 0;
     dcp_xfer_op_t ops[64];
     for (int64_t k = 0; k < window; k++)
-        ops[k] = (dcp_xfer_op_t){peer, send, (uint64_t)k, buf + k * bytes, (size_t)bytes};
+        ops[k] =
+            (dcp_xfer_op_t){peer, send, (uint64_t)k, buf + k * bytes, (size_t)bytes, NULL, NULL};
     DCP_CHECK(handshake(e, sync));
     const double t0 = dcp_now();
     for (int64_t i = 0; i < iters; i++) DCP_CHECK(xfer(e, ops, window));
-    const dcp_xfer_op_t done = {peer, !send, 1u << 29, sync + 2, 1};
+    const dcp_xfer_op_t done = {peer, !send, 1u << 29, sync + 2, 1, NULL, NULL};
     DCP_CHECK(xfer(e, &done, 1));
     *secs = dcp_now() - t0;
     return DCP_OK;
@@ -106,8 +108,8 @@ static dcp_status_t pingpong(dcp_engine_t *e, char *buf, int64_t bytes, int64_t 
     const int32_t peer = 1 - e->rank;
     double *t = NULL;
     DCP_CHECK(dcp_calloc(&t, iters, sizeof *t, "bench"));
-    const dcp_xfer_op_t ping = {peer, 1, 7, buf, (size_t)bytes};
-    const dcp_xfer_op_t pong = {peer, 0, 7, buf, (size_t)bytes};
+    const dcp_xfer_op_t ping = {peer, 1, 7, buf, (size_t)bytes, NULL, NULL};
+    const dcp_xfer_op_t pong = {peer, 0, 7, buf, (size_t)bytes, NULL, NULL};
     dcp_status_t st = DCP_OK;
     for (int64_t i = 0; i < iters && st == DCP_OK; i++) {
         const double t0 = dcp_now();
@@ -255,7 +257,8 @@ static int run_processes(int *argc, char ***argv, const bench_t *b, const char *
         st = dcp_set_error(DCP_ERR_INVALID_ARG, "run it with 2 processes (mpirun -np 2), not %d",
                            bs.size);
     if (st == DCP_OK)
-        st = gpu ? dcp_nccl_engine_create(&bs, device, NULL, &e) : dcp_ucx_engine_create(&bs, &e);
+        st = gpu ? dcp_nccl_engine_create(&bs, device, NULL, NULL, &e)
+                 : dcp_ucx_engine_create(&bs, &e);
     if (st == DCP_OK && gpu && !(mem = dcp_cuda_alloc(device, buffer_bytes(b))))
         st = dcp_set_error(DCP_ERR_NO_MEMORY, "cannot allocate %zu bytes on GPU %d",
                            buffer_bytes(b), device);

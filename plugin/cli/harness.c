@@ -2,7 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/half.h"
-#include "kernels/cuda/device.h"
+#include "kernels/device.h"
 #include "kernels/reference.h"
 #include "plugin/cli/report.h"
 #include "plugin/cli/rng.h"
@@ -194,7 +194,8 @@ typedef struct {
 
 static void rank_io_free(rank_io_t *r)
 {
-    for (int32_t i = 0; r->store && i < NT * r->n; i++) dcp_mem_free(r->gpu[i / NT], r->store[i]);
+    for (int32_t i = 0; r->store && i < NT * r->n; i++)
+        dcp_device_of(r->gpu[i / NT])->free(r->store[i]);
     free(r->store);
     free(r->gpu);
     for (int32_t i = 0; r->bufs && i < NT * r->n; i++) free(r->bufs[i]);
@@ -251,9 +252,9 @@ static size_t elem_bytes(const rank_io_t *r, int j)
 static dcp_status_t copy_bytes(const rank_io_t *r, int32_t rank, void *dst, const void *src,
                                size_t bytes)
 {
-    if (r->gpu[rank] >= 0) return dcp_cuda_memcpy(dst, src, bytes, NULL);
-    if (bytes) memcpy(dst, src, bytes);
-    return DCP_OK;
+    const dcp_device_t *dev = dcp_device_of(r->gpu[rank]);
+    DCP_CHECK(dev->copy(dst, src, bytes, NULL));
+    return dev->stream_sync(NULL);
 }
 
 /* Host tensor j of a rank into its store (2-byte types packed on the way), or back. */
@@ -283,7 +284,7 @@ static dcp_status_t rank_io_to_store(rank_io_t *r, int32_t rank)
     const int gpu = r->gpu[rank];
     for (int j = 0; j < r->nt; j++) {
         const size_t bytes = (size_t)(r->ntok[rank] * r->width[j]) * elem_bytes(r, j);
-        if (!(d[j] = dcp_mem_alloc(gpu, bytes ? bytes : 16)))
+        if (!(d[j] = dcp_device_of(gpu)->alloc(gpu, bytes ? bytes : 16)))
             return dcp_set_error(DCP_ERR_NO_MEMORY, "harness: %zu bytes on %s %d", bytes,
                                  gpu >= 0 ? "GPU" : "rank", gpu >= 0 ? gpu : rank);
         if (!is_output(j)) DCP_CHECK(move(r, rank, j, 1));
@@ -329,7 +330,7 @@ static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan
         if (job_gpu >= 0)
             r->gpu[rank] = job_gpu;
         else
-            DCP_CHECK(dcp_context_parse_device(device, rank, &r->gpu[rank]));
+            DCP_CHECK(dcp_device_parse(device, rank, "device", &r->gpu[rank]));
         if (has_store(r, rank)) DCP_CHECK(rank_io_to_store(r, rank));
     }
     return DCP_OK;
@@ -494,11 +495,11 @@ dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int
     for (int32_t i = 0; i < warmup + iters; i++) {
         DCP_CHECK_GOTO(poison(&r), st, out);
         double t0 = dcp_now();
-        DCP_CHECK_GOTO(dcp_forward_group(ctx, r.n, plan, r.io), st, out);
+        DCP_CHECK_GOTO(dcp_forward_group(ctx, r.n, plan, r.io, NULL), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
         if (!h->dout) continue;
         t0 = dcp_now();
-        DCP_CHECK_GOTO(dcp_backward_group(ctx, r.n, plan, r.gio), st, out);
+        DCP_CHECK_GOTO(dcp_backward_group(ctx, r.n, plan, r.gio, NULL), st, out);
         if (i >= warmup) times[iters + i - warmup] = (dcp_now() - t0) * 1e3;
     }
     DCP_CHECK_GOTO(fetch(&r), st, out);

@@ -34,14 +34,14 @@ static void *all2all_rank(void *arg)
         const int p = a->reverse ? N - 1 - k : k;
         if (p == a->rank) continue;
         for (int w = 0; w < WORDS; w++) a->send[p][w] = a->rank * 1000000 + p * 1000 + w;
-        ops[n++] =
-            (dcp_xfer_op_t){p, 1, (uint64_t)(a->rank * N + p), a->send[p], sizeof a->send[p]};
-        ops[n++] =
-            (dcp_xfer_op_t){p, 0, (uint64_t)(p * N + a->rank), a->recv[p], sizeof a->recv[p]};
+        ops[n++] = (dcp_xfer_op_t){
+            p, 1, (uint64_t)(a->rank * N + p), a->send[p], sizeof a->send[p], NULL, NULL};
+        ops[n++] = (dcp_xfer_op_t){
+            p, 0, (uint64_t)(p * N + a->rank), a->recv[p], sizeof a->recv[p], NULL, NULL};
     }
     dcp_xfer_req_t *req = NULL;
     a->st = e->ops->launch(e, ops, n, &req);
-    if (a->st == DCP_OK) a->st = e->ops->wait(e, req, 10.0);
+    if (a->st == DCP_OK) a->st = e->ops->wait(e, req, 10.0, NULL);
     dcp_engine_destroy(e);
     return NULL;
 }
@@ -85,7 +85,7 @@ static void *one_op(void *arg)
     dcp_xfer_req_t *req = NULL;
     o->st = o->e->ops->launch(o->e, &o->op, 1, &req);
     if (o->st == DCP_OK) {
-        o->st = o->e->ops->wait(o->e, req, o->timeout);
+        o->st = o->e->ops->wait(o->e, req, o->timeout, NULL);
         if (o->st != DCP_OK) o->e->ops->cancel(o->e, req);
     }
     return NULL;
@@ -99,7 +99,8 @@ static void test_size_mismatch_reported(void)
     dcp_inproc_engine_create(hub, 0, &e0);
     dcp_inproc_engine_create(hub, 1, &e1);
     char a[16] = "abc", b[8];
-    one_t s = {e0, {1, 1, 7, a, 16}, 5.0, DCP_OK}, r = {e1, {0, 0, 7, b, 8}, 5.0, DCP_OK};
+    one_t s = {e0, {1, 1, 7, a, 16, NULL, NULL}, 5.0, DCP_OK},
+          r = {e1, {0, 0, 7, b, 8, NULL, NULL}, 5.0, DCP_OK};
     pthread_t t;
     pthread_create(&t, NULL, one_op, &r);
     one_op(&s);
@@ -113,22 +114,34 @@ static void test_size_mismatch_reported(void)
 
 typedef struct {
     size_t bytes;
-    int calls, fail;
+    int calls, fail, same_device;
+    const void *send_done, *recv_done;
 } copy_count_t;
 
-static dcp_status_t counting_copy(void *user, void *dst, const void *src, size_t bytes)
+static dcp_status_t counting_copy(void *user, const dcp_xfer_op_t *send, const dcp_xfer_op_t *recv,
+                                  int same_device)
 {
     copy_count_t *c = user;
     c->calls++;
-    c->bytes += bytes;
+    c->bytes += send->bytes;
+    c->same_device = same_device;
+    c->send_done = send->done;
+    c->recv_done = recv->done;
     if (c->fail) return dcp_set_error(DCP_ERR_SYSTEM, "test copy refused");
-    memcpy(dst, src, bytes);
+    memcpy(recv->ptr, send->ptr, send->bytes);
     return DCP_OK;
 }
 
-/* A rank's copy hook moves the bytes of the matches its thread completes (GPU ranks copy
- * device memory this way); a failed copy fails both sides. */
-static void test_copy_hook(void)
+static dcp_status_t counting_order(void *user, void *stream, void *done)
+{
+    (void)user, (void)stream, (void)done;
+    return DCP_OK;
+}
+
+/* A rank's mover moves the bytes of the matches its thread completes (GPU ranks queue
+ * device copies this way) and sees both sides' ops with their events; a failed copy fails
+ * both sides. */
+static void test_mover(void)
 {
     for (int fail = 0; fail < 2; fail++) {
         dcp_inproc_hub_t *hub = NULL;
@@ -136,17 +149,26 @@ static void test_copy_hook(void)
         CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
         dcp_inproc_engine_create(hub, 0, &e0);
         dcp_inproc_engine_create(hub, 1, &e1);
-        copy_count_t c0 = {0, 0, fail}, c1 = {0, 0, fail};
-        dcp_inproc_engine_set_copy(e0, counting_copy, &c0);
-        dcp_inproc_engine_set_copy(e1, counting_copy, &c1);
+        copy_count_t c0 = {.fail = fail}, c1 = {.fail = fail};
+        const dcp_inproc_mover_t m0 = {counting_copy, counting_order, &c0},
+                                 m1 = {counting_copy, counting_order, &c1};
+        dcp_inproc_engine_set_mover(e0, &m0, 0);
+        dcp_inproc_engine_set_mover(e1, &m1, 0);
+        CU_ASSERT_EQUAL(e0->stream_ordered, 1);
         char a[12] = "hello hook!", b[12] = {0};
-        one_t r = {e1, {0, 0, 9, b, 12}, 5.0, DCP_OK}, s = {e0, {1, 1, 9, a, 12}, 5.0, DCP_OK};
+        int sdone, rdone; /* stand-ins for the ranks' events */
+        one_t r = {e1, {0, 0, 9, b, 12, NULL, &rdone}, 5.0, DCP_OK},
+              s = {e0, {1, 1, 9, a, 12, NULL, &sdone}, 5.0, DCP_OK};
         pthread_t t;
         pthread_create(&t, NULL, one_op, &r);
         one_op(&s);
         pthread_join(t, NULL);
         CU_ASSERT_EQUAL(c0.calls + c1.calls, 1); /* whichever side matched second copied */
         CU_ASSERT_EQUAL(c0.bytes + c1.bytes, 12);
+        const copy_count_t *c = c0.calls ? &c0 : &c1;
+        CU_ASSERT_EQUAL(c->same_device, 1);
+        CU_ASSERT_PTR_EQUAL(c->send_done, &sdone);
+        CU_ASSERT_PTR_EQUAL(c->recv_done, &rdone);
         CU_ASSERT_EQUAL(s.st, fail ? DCP_ERR_SYSTEM : DCP_OK);
         CU_ASSERT_EQUAL(r.st, fail ? DCP_ERR_SYSTEM : DCP_OK);
         if (!fail) CU_ASSERT_STRING_EQUAL(b, "hello hook!");
@@ -166,12 +188,12 @@ static void test_timeout_and_cancel(void)
     dcp_inproc_engine_create(hub, 0, &e0);
     dcp_inproc_engine_create(hub, 1, &e1);
     char *buf = malloc(64);
-    one_t r = {e0, {1, 0, 9, buf, 64}, 0.2, DCP_OK};
+    one_t r = {e0, {1, 0, 9, buf, 64, NULL, NULL}, 0.2, DCP_OK};
     one_op(&r);
     CU_ASSERT_EQUAL(r.st, DCP_ERR_TIMEOUT);
     free(buf);
     char src[64] = {1};
-    one_t s = {e1, {0, 1, 9, src, 64}, 0.2, DCP_OK};
+    one_t s = {e1, {0, 1, 9, src, 64, NULL, NULL}, 0.2, DCP_OK};
     one_op(&s);
     CU_ASSERT_EQUAL(s.st, DCP_ERR_TIMEOUT);
     dcp_engine_destroy(e0);
@@ -188,7 +210,7 @@ static void test_peer_failure_ends_waits(void)
     dcp_inproc_engine_create(hub, 1, &e1);
     CU_ASSERT_EQUAL(e0->ops->health(e0), DCP_OK);
     char buf[8];
-    one_t r = {e0, {1, 0, 3, buf, 8}, 30.0, DCP_OK};
+    one_t r = {e0, {1, 0, 3, buf, 8, NULL, NULL}, 30.0, DCP_OK};
     pthread_t t;
     pthread_create(&t, NULL, one_op, &r);
     e1->ops->abort(e1); /* the waiter ends long before its 30 s timeout */
@@ -208,7 +230,7 @@ static void test_bad_peer_rejected(void)
     CU_ASSERT_EQUAL(dcp_inproc_engine_create(hub, 2, &e0), DCP_ERR_INVALID_ARG);
     dcp_inproc_engine_create(hub, 0, &e0);
     char buf[8];
-    const dcp_xfer_op_t self = {0, 1, 1, buf, 8}, far = {5, 0, 1, buf, 8};
+    const dcp_xfer_op_t self = {0, 1, 1, buf, 8, NULL, NULL}, far = {5, 0, 1, buf, 8, NULL, NULL};
     dcp_xfer_req_t *req = NULL;
     CU_ASSERT_EQUAL(e0->ops->launch(e0, &self, 1, &req), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(e0->ops->launch(e0, &far, 1, &req), DCP_ERR_INVALID_ARG);
@@ -231,11 +253,11 @@ static void test_nccl_engine_without_gpu(void)
 {
     dcp_engine_t *e = NULL;
     const dcp_bootstrap_t none = {0, 1, NULL, NULL}, one = {0, 1, copy_allgather, NULL};
-    CU_ASSERT_EQUAL(dcp_nccl_engine_create(&none, 0, NULL, &e), DCP_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, -1, NULL, &e),
+    CU_ASSERT_EQUAL(dcp_nccl_engine_create(&none, 0, NULL, NULL, &e), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, -1, NULL, NULL, &e),
                     dcp_cuda_device_count() > 0 ? DCP_ERR_INVALID_ARG : DCP_ERR_UNSUPPORTED);
     if (dcp_cuda_device_count() == 0) {
-        CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, 0, NULL, &e), DCP_ERR_UNSUPPORTED);
+        CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, 0, NULL, NULL, &e), DCP_ERR_UNSUPPORTED);
         CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "CUDA"));
     }
     CU_ASSERT_PTR_NULL(e);
@@ -246,7 +268,7 @@ int dcp_suite_transport(void)
     static const dcp_test_t tests[] = {
         {"all_to_all_copies", test_all_to_all_copies},
         {"size_mismatch_reported", test_size_mismatch_reported},
-        {"copy_hook", test_copy_hook},
+        {"mover", test_mover},
         {"timeout_and_cancel", test_timeout_and_cancel},
         {"peer_failure_ends_waits", test_peer_failure_ends_waits},
         {"bad_peer_rejected", test_bad_peer_rejected},

@@ -72,7 +72,7 @@ static void launch_wait(scenario_t *s, dcp_engine_t *e, int32_t r, const dcp_xfe
     const double t0 = dcp_now();
     s->st[r] = e->ops->launch(e, ops, n, &req);
     if (s->st[r] == DCP_OK) {
-        s->st[r] = e->ops->wait(e, req, timeout_s);
+        s->st[r] = e->ops->wait(e, req, timeout_s, NULL);
         if (s->st[r] != DCP_OK) e->ops->cancel(e, req);
     }
     s->secs[r] = dcp_now() - t0;
@@ -104,8 +104,8 @@ static void all_to_all(scenario_t *s, dcp_engine_t *e, int32_t r)
             send[p] = malloc(bytes);
             recv[p] = calloc(1, bytes);
             for (size_t i = 0; i < bytes; i++) send[p][i] = pattern(r, p, round, i);
-            ops[n++] = (dcp_xfer_op_t){p, 0, (uint64_t)(p * MAXR + r), recv[p], bytes};
-            ops[n++] = (dcp_xfer_op_t){p, 1, (uint64_t)(r * MAXR + p), send[p], bytes};
+            ops[n++] = (dcp_xfer_op_t){p, 0, (uint64_t)(p * MAXR + r), recv[p], bytes, NULL, NULL};
+            ops[n++] = (dcp_xfer_op_t){p, 1, (uint64_t)(r * MAXR + p), send[p], bytes, NULL, NULL};
         }
         launch_wait(s, e, r, ops, n, 30.0);
         for (int32_t p = 0; p < s->n; p++) {
@@ -135,7 +135,7 @@ static void test_all_to_all(void)
 static void mismatch(scenario_t *s, dcp_engine_t *e, int32_t r)
 {
     char buf[2000] = {0};
-    const dcp_xfer_op_t op = {1 - r, r == 0, 7, buf, r == 0 ? 2000 : 1000};
+    const dcp_xfer_op_t op = {1 - r, r == 0, 7, buf, r == 0 ? 2000 : 1000, NULL, NULL};
     launch_wait(s, e, r, &op, 1, 10.0);
 }
 
@@ -157,7 +157,7 @@ static void aborting(scenario_t *s, dcp_engine_t *e, int32_t r)
         return;
     }
     int32_t word = 0;
-    const dcp_xfer_op_t op = {1, 0, 5, &word, sizeof word};
+    const dcp_xfer_op_t op = {1, 0, 5, &word, sizeof word, NULL, NULL};
     launch_wait(s, e, r, &op, 1, 20.0);
 }
 
@@ -177,7 +177,7 @@ static void waiting(scenario_t *s, dcp_engine_t *e, int32_t r)
 {
     if (r == 1) return;
     int32_t word = 0;
-    const dcp_xfer_op_t op = {1, 0, 9, &word, sizeof word};
+    const dcp_xfer_op_t op = {1, 0, 9, &word, sizeof word, NULL, NULL};
     launch_wait(s, e, r, &op, 1, 0.3);
     if (e->ops->health(e) != DCP_OK) s->st[r] = DCP_ERR_INTERNAL;
 }
@@ -196,9 +196,9 @@ static void bad_ops(scenario_t *s, dcp_engine_t *e, int32_t r)
 {
     int32_t word = 0;
     dcp_xfer_req_t *req = NULL;
-    const dcp_xfer_op_t self = {r, 1, 1, &word, sizeof word};
-    const dcp_xfer_op_t control = {1 - r, 1, DCP_TAG_CONTROL | 1, &word, sizeof word};
-    const dcp_xfer_op_t far = {2, 1, 1, &word, sizeof word};
+    const dcp_xfer_op_t self = {r, 1, 1, &word, sizeof word, NULL, NULL};
+    const dcp_xfer_op_t control = {1 - r, 1, DCP_TAG_CONTROL | 1, &word, sizeof word, NULL, NULL};
+    const dcp_xfer_op_t far = {2, 1, 1, &word, sizeof word, NULL, NULL};
     int bad = 0;
     bad += e->ops->launch(e, &self, 1, &req) == DCP_ERR_INVALID_ARG;
     bad += e->ops->launch(e, &control, 1, &req) == DCP_ERR_INVALID_ARG;

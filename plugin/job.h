@@ -1,0 +1,23 @@
+/* The engine side of a context of process ranks (one rank per process, any number of
+ * nodes): every rank's node gathered over the bootstrap, the cluster they form, the place of
+ * computation and the engine chosen for the links. */
+#ifndef DCP_PLUGIN_JOB_H
+#define DCP_PLUGIN_JOB_H
+
+#include "include/dcp.h"
+#include "transport/engine.h"
+#include "transport/select.h"
+
+typedef struct {
+    dcp_engine_t *engine;
+    dcp_engine_kind_t engine_kind[DCP_LINK_COUNT];
+    dcp_cluster_t *cluster; /* when the ranks are placed node by node, evenly */
+    char cluster_why[160];  /* why there is none */
+    int32_t device;         /* CUDA ordinal, -1: the CPU */
+} dcp_job_t;
+
+/* Collective over config->bootstrap: all ranks succeed or all fail. On failure nothing is
+ * left to free. */
+dcp_status_t dcp_job_attach(const dcp_context_config_t *config, dcp_job_t *job_out);
+
+#endif
