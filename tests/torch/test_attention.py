@@ -180,6 +180,33 @@ class Surface(unittest.TestCase):
         with self.assertRaises(ValueError):  # 3 ranks' tensors
             dt.attention_inproc(self.plan, qs[:3], ks[:3], vs[:3])
 
+    def test_planner_service(self):
+        batches = [(LENGTHS, "causal"), ([40, 300, 7], "window:24"), (LENGTHS[::-1], "full")]
+        with dt.Planner("2x2", num_threads=2) as planner:
+            tickets = [planner.submit(n, m, HQ, HKV, D, torch.float32, block_size=BLOCK,
+                                      strategy="metis", seed=3) for n, m in batches]
+            again = planner.submit(LENGTHS, "causal", HQ, HKV, D, torch.float32,
+                                   block_size=BLOCK, strategy="metis", seed=3)
+            plans = [planner.wait(t) for t in tickets]
+            while True:  # try_wait: None until made
+                cached = planner.try_wait(again)
+                if cached is not None:
+                    break
+            with self.assertRaises(dcp.DcpError) as e:  # checked at submission
+                planner.submit([10, 0], "causal", HQ, HKV, D, torch.float32)
+            self.assertIn("lengths[1]", e.exception.message)
+            stats = planner.stats()
+        self.assertEqual(plans[0].to_bytes(), self.plan.to_bytes())
+        self.assertEqual(cached.to_bytes(), self.plan.to_bytes())
+        for (n, m), p in zip(batches, plans):
+            self.assertEqual(p.lengths, n)
+            self.assertEqual(p.to_bytes(), dt.plan(n, m, "2x2", HQ, HKV, D, torch.float32,
+                                                   block_size=BLOCK, strategy="metis",
+                                                   seed=3).to_bytes())
+        self.assertEqual((stats["submitted"], stats["pending"]), (4, 0))
+        self.assertEqual(stats["planned"] + stats["cache_hits"], 4)
+        self.assertGreaterEqual(stats["cache_hits"], 1)
+
     def test_reference_masks_match_the_library(self):
         lib = dcp.load()
         rng = random.Random(2)

@@ -94,6 +94,12 @@ class PlannerConfig(C.Structure):
     _fields_ = [("num_threads", C.c_int32), ("cache_entries", C.c_int32)]
 
 
+class PlannerStats(C.Structure):
+    _fields_ = [("submitted", C.c_int64), ("planned", C.c_int64), ("cache_hits", C.c_int64),
+                ("failed", C.c_int64), ("pending", C.c_int64), ("plan_ms", C.c_double),
+                ("wait_ms", C.c_double)]
+
+
 # dcp_status_t (*)(void *state, const void *send, void *recv, size_t bytes)
 ALLGATHER_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t)
 
@@ -107,7 +113,8 @@ class ContextConfig(C.Structure):
     _fields_ = [("rank", C.c_int32), ("group", C.c_void_p),
                 ("bootstrap", C.POINTER(Bootstrap)), ("timeout_s", C.c_double),
                 ("transport_intra", C.c_char_p), ("transport_inter", C.c_char_p),
-                ("device", C.c_char_p)]
+                ("device", C.c_char_p), ("compute_stream", C.c_void_p),
+                ("transfer_stream", C.c_void_p), ("nccl_comm", C.c_void_p)]
 
 
 class Tensors(C.Structure):
@@ -152,6 +159,7 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
                                      C.POINTER(PlanOptions), C.POINTER(C.c_uint64)]),
     "dcp_planner_wait": (C.c_int, [_P, C.c_uint64, C.POINTER(_P)]),
     "dcp_planner_try": (C.c_int, [_P, C.c_uint64, C.POINTER(_P)]),
+    "dcp_planner_stats": (C.c_int, [_P, C.POINTER(PlannerStats)]),
     "dcp_group_create": (C.c_int, [C.c_int32, C.POINTER(_P)]),
     "dcp_group_destroy": (None, [_P]),
     "dcp_context_create": (C.c_int, [C.POINTER(ContextConfig), C.POINTER(_P)]),
@@ -569,3 +577,8 @@ class Planner(_Handle):
         if not h.value:
             return None
         return Plan(self.dcp, h, self._shapes.pop(ticket, None))
+
+    def stats(self):
+        s = PlannerStats()
+        self.dcp.check(self.dcp.lib.dcp_planner_stats(self._live(), C.byref(s)), "planner stats")
+        return s

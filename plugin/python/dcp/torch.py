@@ -11,7 +11,6 @@ travel to libdcp as pointers (ctypes). On a GPU, dcp_forward and dcp_backward ru
 PyTorch's current stream and return once their work is queued.
 """
 import ctypes as C
-import time
 import weakref
 
 import torch
@@ -196,7 +195,6 @@ class Planner:
         self._owned = cl if made else None
         self._planner = core.Planner(_lib(), cl, num_threads, cache_entries)
         self._lengths = {}
-        self.wait_s = 0.0  # time spent in wait(), summed
         if isinstance(cluster, Context):
             cluster._dependents.append(weakref.ref(self))
 
@@ -212,17 +210,19 @@ class Planner:
 
     def wait(self, ticket):
         """The Plan of a ticket, waiting for it."""
-        t0 = time.perf_counter()
-        try:
-            p = self._planner.wait(ticket)
-        finally:
-            self.wait_s += time.perf_counter() - t0
-        return Plan(p, self._lengths.pop(ticket, None))
+        lengths = self._lengths.pop(ticket, None)  # the ticket is spent either way
+        return Plan(self._planner.wait(ticket), lengths)
 
     def try_wait(self, ticket):
         """The Plan of a ticket, or None while it is being made."""
         p = self._planner.try_wait(ticket)
         return None if p is None else Plan(p, self._lengths.pop(ticket, None))
+
+    def stats(self):
+        """The service's counters (dcp_planner_stats_t) as a dict: submitted, planned,
+        cache_hits, failed, pending, plan_ms (workers' planning time, summed) and wait_ms
+        (time callers were blocked in wait, summed)."""
+        return core.stats_dict(self._planner.dcp, self._planner.stats())
 
     def close(self):
         """Waits for the plans being made and frees the planner."""

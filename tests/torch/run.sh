@@ -1,0 +1,43 @@
+#!/bin/bash
+# The PyTorch suites: dcp.torch.attention_inproc against plain PyTorch attention (every mask,
+# forward and gradients, fp32 and bf16), then the training loop on 4 processes (gloo) against
+# a single-process run. Skipped, and said so, only where no python3 can import torch.
+#
+#   tests/torch/run.sh [LIBDCP]      (default build/lib/libdcp.so; PYTHON=... to choose)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+lib=$(realpath "${1:-$here/../../build/lib/libdcp.so}")
+py=
+# Debian's python3-torch belongs to /usr/bin/python3, which another python3 on PATH may hide
+for c in ${PYTHON:-} python3 /usr/bin/python3; do
+    if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then
+        py=$c
+        break
+    fi
+done
+if [ -z "$py" ]; then
+    echo "tests/torch: SKIPPED: no python3 here imports torch (make deps installs python3-torch)"
+    exit 0
+fi
+export DCP_LIB="$lib" PYTHONPATH="$here/../../plugin/python${PYTHONPATH:+:$PYTHONPATH}"
+"$py" -c 'import sys, torch; print("tests/torch: Python %s, PyTorch %s" %
+          (sys.version.split()[0], torch.__version__))'
+failures=0
+for t in test_attention.py test_training.py; do
+    echo "tests/torch/$t"
+    timeout 300 "$py" "$here/$t" || { echo "FAIL: tests/torch/$t"; failures=$((failures + 1)); }
+done
+# the README's example under torchrun. --redirects 1 --tee 1: Debian's torchrun 1.13 under
+# Python 3.11 fails on its default (0) redirect setting (an enum change in 3.11)
+echo "tests/torch/example.py under torchrun, 2 processes"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+if out=$(timeout 120 "$py" -m torch.distributed.run --standalone --nproc_per_node 2 \
+    --redirects 1 --tee 1 --log_dir "$logs" "$here/example.py" 2>&1) &&
+    [ "$(grep -c 'rank [01]: .* tokens' <<<"$out")" = 2 ]; then
+    grep 'rank [01]:' <<<"$out"
+else
+    echo "FAIL: tests/torch/example.py: $(tail -20 <<<"$out")"
+    failures=$((failures + 1))
+fi
+exit $((failures > 0))
