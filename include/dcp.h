@@ -372,7 +372,16 @@ DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats
 /* One rank's tensors, borrowed for the call, rows in dcp_plan_local_layout() order.
  * q: [local_tokens, Hq, D]; k, v: [local_tokens, Hkv, D]; o: [local_tokens, Hq, D], all in
  * the plan's dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key
- * gets O = 0 and LSE = -inf. Pointers may be NULL on a rank with no local tokens. */
+ * gets O = 0 and LSE = -inf. Pointers may be NULL on a rank with no local tokens.
+ *
+ * Non-finite inputs propagate, so that a diverging run sees NaN in its loss: a NaN or Inf in
+ * a query's Q row (of a head), or in the K or V row of a key it may attend (of that head's
+ * KV head), gives that query's O row and LSE NaN (never Inf, never the fully masked (0, -inf)),
+ * on every device and through every merge of partial outputs; dcp_backward() then gives NaN
+ * in the dQ of those queries and in the dK and dV of every key they attend. A query with no
+ * allowed key keeps O = 0 and LSE = -inf whatever the keys hold. Outputs that do not depend
+ * on the bad value are unchanged on the CPU; the GPU kernels may also spread it to rows that
+ * share a 64-key tile with a masked bad key (their MMAs multiply masked zeros by it). */
 typedef struct {
     const void *q;
     const void *k;

@@ -9,6 +9,13 @@
  * Full tiles never evaluate the mask. Partial tiles compute every row's allowed key ranges
  * once (include/base/mask_rule.h), visit only the key span those ranges cover, and skip
  * chunks no row may see.
+ *
+ * Non-finite inputs (dcp.h, dcp_tensors_t): a row keeps whether it has an allowed key at all
+ * and whether any allowed score, or its output sum, was not finite. A row without allowed
+ * keys comes out as O = 0, LSE = -inf, whatever masked keys hold; a row that read a NaN or
+ * Inf (in its query, or the key or value of a key it may attend) comes out as O = NaN,
+ * LSE = NaN, so that a diverging run is seen and never taken for a fully masked row. Masked
+ * keys are skipped, never multiplied by zero, so their values reach no row.
  */
 #include "kernels/cpu.h"
 #include "kernels/cpu_rows.h"
@@ -34,6 +41,8 @@ typedef struct {
     float *vc;         /* [KB][d] value chunk widened to fp32 (2-byte storage only) */
     float s[QB][KB];
     float m[QB], l[QB];
+    uint8_t seen[QB];    /* the row has an allowed key in the group */
+    uint8_t bad[QB];     /* an allowed score of the row was NaN or +-Inf */
     dcp_cpu_rows_t rows; /* allowed keys of each row, tile-local */
 } attn_scratch_t;
 
@@ -58,9 +67,24 @@ static void row_ranges(attn_scratch_t *w, const dcp_seq_info_t *seq, const dcp_t
     }
 }
 
-/* Online-softmax update of row i with the scores w->s[i][0..nc) of keys v[0..nc). */
+/* 1 when some x[0..n) is NaN or +-Inf (an integer test, so that it vectorises). */
+static inline int any_nonfinite(const float *x, int32_t n)
+{
+    uint32_t hit = 0;
+    for (int32_t c = 0; c < n; c++) {
+        uint32_t u;
+        memcpy(&u, &x[c], sizeof u);
+        hit |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return hit != 0;
+}
+
+/* Online-softmax update of row i with the scores w->s[i][0..nc) of keys v[0..nc), the
+ * chunk's keys [c0, c0 + nc) of a tile (full: every key allowed). A weight that is 0 is
+ * skipped only for a masked key: an allowed key's value is always read, so that a NaN or
+ * Inf in it shows even when its weight underflowed. */
 static void softmax_update(attn_scratch_t *w, int32_t i, int32_t nc, const float *v,
-                           int32_t v_stride)
+                           int32_t v_stride, int full, int32_t c0)
 {
     float *s = w->s[i];
     float mx = -INFINITY;
@@ -81,7 +105,7 @@ static void softmax_update(attn_scratch_t *w, int32_t i, int32_t nc, const float
         for (int32_t x = 0; x < d; x++) acc[x] *= alpha;
     for (int32_t c = 0; c < nc; c++) {
         const float p = s[c];
-        if (p == 0.0f) continue;
+        if (p == 0.0f && !full && !dcp_cpu_row_has(&w->rows, i, c0 + c)) continue;
         const float *vr = v + (size_t)c * v_stride;
         for (int32_t x = 0; x < d; x++) acc[x] += p * vr[x];
     }
@@ -147,17 +171,24 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
                 const float *kt = w->kt + (size_t)x * KB;
                 for (int32_t c = 0; c < nc; c++) s[c] += qx * kt[c];
             }
-            if (!t->full)
+            w->seen[i] = 1; /* the row sees some key of the chunk */
+            if (t->full) {
+                w->bad[i] |= any_nonfinite(s, nc);
+            } else {
                 for (int32_t c = 0; c < nc; c++) {
-                    const int32_t key = c0 + c;
-                    if (!dcp_cpu_row_has(&w->rows, i, key)) s[c] = -INFINITY;
+                    if (!dcp_cpu_row_has(&w->rows, i, c0 + c))
+                        s[c] = -INFINITY;
+                    else
+                        w->bad[i] |= any_nonfinite(&s[c], 1);
                 }
-            softmax_update(w, i, nc, v, v_stride);
+            }
+            softmax_update(w, i, nc, v, v_stride, t->full, c0);
         }
     }
 }
 
-/* Normalises rows [r0, r0 + nr) of head j and stores or merges them into the output. */
+/* Normalises rows [r0, r0 + nr) of head j and stores or merges them into the output: a row
+ * without allowed keys as (0, -inf), a row that met a non-finite value as (NaN, NaN). */
 static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
                        const dcp_tile_group_t *g, int32_t j, int32_t r0, int32_t nr)
 {
@@ -169,8 +200,12 @@ static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
         const int64_t orow = g->o.off + (int64_t)j * d + (int64_t)(r0 + i) * g->o.stride;
         float *lrow = lse + (size_t)(r0 + i) * g->lse.stride;
         const float *acc = w->acc + (size_t)i * d;
-        const float l_new = w->l[i] > 0.0f ? w->m[i] + logf(w->l[i]) : -INFINITY;
-        const float inv = w->l[i] > 0.0f ? 1.0f / w->l[i] : 0.0f;
+        float l_new = -INFINITY, inv = 0.0f;
+        if (w->seen[i]) {
+            l_new = w->m[i] + logf(w->l[i]);
+            inv = 1.0f / w->l[i];
+            if (w->bad[i] || !isfinite(l_new) || any_nonfinite(acc, d)) l_new = inv = NAN;
+        }
         float wt[2] = {0.0f, 1.0f};
         if (g->accumulate) {
             const float l2[2] = {*lrow, l_new};
@@ -207,6 +242,7 @@ static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_
                     w->qs[(size_t)i * d + x] = dcp_cpu_load(q, qty, qr + x) * env->scale;
                 w->m[i] = -INFINITY;
                 w->l[i] = 0.0f;
+                w->seen[i] = w->bad[i] = 0;
             }
             memset(w->acc, 0, (size_t)nr * d * sizeof(float));
             for (int32_t t = g->first_tile; t < g->first_tile + g->num_tiles; t++)

@@ -1,5 +1,6 @@
 /* n-way LSE merge of partial outputs on the CPU: for every row and head, the destination
- * (O, LSE) and each source are combined with the weights of kernels/lse.h. */
+ * (O, LSE) and each source are combined with the weights of kernels/lse.h, which keep a NaN
+ * partial (a row that met NaN or Inf inputs) NaN in the result. */
 #include "kernels/cpu.h"
 
 #include "include/base/error.h"

@@ -39,12 +39,14 @@ static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, doubl
     int32_t rg[4];
     dcp_mask_keys(&j->b.seqs[s].mask, j->b.seqs[s].len, i, rg);
     double m = -INFINITY;
+    int bad = 0; /* a NaN or Inf score: the row's O and LSE are NaN (dcp.h, dcp_tensors_t) */
     for (int r = 0; r < 2; r++)
         for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
             const float *kr = j->b.k + ((base + key) * j->b.hkv + kvh) * d;
             double acc = 0;
             for (int32_t x = 0; x < d; x++) acc += (double)qr[x] * (double)kr[x];
             score[key] = acc * j->b.scale;
+            bad |= !isfinite(score[key]);
             if (score[key] > m) m = score[key];
         }
     double *orow = j->o + ((base + i) * j->b.hq + h) * d;
@@ -53,8 +55,15 @@ static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, doubl
     float *olow = j->o_low ? j->o_low + ((base + i) * j->b.hq + h) * d : NULL;
     if (olow)
         for (int32_t x = 0; x < d; x++) olow[x] = acc_low[x] = 0.0f;
-    if (m == -INFINITY) {
+    if (rg[0] == rg[1] && rg[2] == rg[3]) { /* no allowed key */
         *lrow = -INFINITY;
+        return;
+    }
+    if (bad) {
+        for (int32_t x = 0; x < d; x++) orow[x] = NAN;
+        if (olow)
+            for (int32_t x = 0; x < d; x++) olow[x] = NAN;
+        *lrow = NAN;
         return;
     }
     double sum = 0;
@@ -71,8 +80,13 @@ static void ref_query(const ref_job_t *j, int32_t s, int32_t h, int32_t i, doubl
             sum_low += (float)p;
             for (int32_t x = 0; x < d; x++) acc_low[x] += pl * vr[x];
         }
-    for (int32_t x = 0; x < d; x++) orow[x] /= sum;
-    *lrow = m + log(sum);
+    for (int32_t x = 0; x < d; x++) {
+        orow[x] /= sum;
+        bad |= !isfinite(orow[x]); /* a NaN or Inf value */
+    }
+    *lrow = bad ? NAN : m + log(sum);
+    if (bad)
+        for (int32_t x = 0; x < d; x++) orow[x] = NAN;
     if (olow)
         for (int32_t x = 0; x < d; x++) olow[x] = dcp_round_to(j->b.dtype, acc_low[x] / sum_low);
 }
@@ -262,14 +276,17 @@ static void bwd_query(const bwd_job_t *j, bwd_scratch_t *w, int32_t s, int32_t h
                 dql[x] = dcp_round_to(j->b.dtype, (float)j->b.scale * w->dq_low[x]);
     }
     double m = -INFINITY;
+    int bad = 0;
     for (int r = 0; r < 2; r++)
         for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) {
             w->score[key] =
                 dot_f64(qr, j->b.k + ((base + key) * j->b.hkv + kvh) * d, d) * j->b.scale;
+            bad |= !isfinite(w->score[key]);
             if (w->score[key] > m) m = w->score[key];
         }
     for (int32_t x = 0; x < d; x++) dq[x] = w->o[x] = 0;
-    if (m == -INFINITY) return; /* no allowed key: no gradient */
+    if (rg[0] == rg[1] && rg[2] == rg[3]) return; /* no allowed key: no gradient */
+    if (bad) m = NAN; /* as the forward: a NaN LSE, which reaches every gradient of the row */
     double sum = 0;
     for (int r = 0; r < 2; r++)
         for (int32_t key = rg[2 * r]; key < rg[2 * r + 1]; key++) sum += exp(w->score[key] - m);

@@ -32,6 +32,12 @@
  * mask arithmetic) or partial (P = 0 outside a row's ranges; ragged row blocks and chunks
  * are partial, so padding never contributes). Tiles the planner marked full skip the range
  * evaluation. A warp whose rows see none of its keys skips its MMAs in A and C.
+ *
+ * Non-finite values: P and dS are computed from the final LSE and delta as they are, so a
+ * NaN LSE (a forward row that met NaN or Inf, dcp.h) or a NaN in Q, K, V or dO reaches the
+ * gradients of the pairs that read it; masked pairs are exact zeros. The MMAs of phases B
+ * and C multiply those zeros by the tile's rows, so a NaN may also reach gradients that share
+ * its 64 x 64 step without depending on it.
  */
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
@@ -313,9 +319,10 @@ __device__ __forceinline__ void scores(const BwdParams &p, const Chunk &c, const
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int key = k0 + n * 8 + 2 * t4 + e;
-                pe[e] = fast_exp2(fmaf(sc[n][2 * x + e], p.scale_log2, -lse2));
-                if (!s.full && !allowed(R, x, c.c0 + key)) pe[e] = 0.0f;
-                ds[e] = pe[e] * (dp[n][2 * x + e] - delta);
+                /* masked pairs give exact zeros, not 0 x (a NaN in dP or delta) */
+                const bool ok = s.full || allowed(R, x, c.c0 + key);
+                pe[e] = ok ? fast_exp2(fmaf(sc[n][2 * x + e], p.scale_log2, -lse2)) : 0.0f;
+                ds[e] = ok ? pe[e] * (dp[n][2 * x + e] - delta) : 0.0f;
             }
             const int at = r * LDP + k0 + n * 8 + 2 * t4;
             *reinterpret_cast<uint32_t *>(sm.p + at) = pack2<T>(pe[0], pe[1]);

@@ -15,6 +15,12 @@
  * rows see nothing of a chunk the CTA needs skips its MMAs. The online softmax runs in the
  * log2 domain; the output is normalised at the end and stored in fp32 or the input type
  * (by the output buffer), merged by LSE with what is there when the group accumulates.
+ *
+ * Non-finite inputs (dcp.h, dcp_tensors_t): each row keeps whether it has an allowed key at
+ * all and whether an allowed score was NaN or +-Inf; at the store a row without allowed keys
+ * is (0, -inf) whatever the MMAs left in it, and a row with a non-finite score, sum or output
+ * (a NaN or Inf value) is (NaN, NaN). The MMAs multiply masked probabilities (0) by the
+ * chunk's values, so a NaN in a masked key's value may also reach rows that share its chunk.
  */
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
@@ -156,6 +162,8 @@ __device__ __forceinline__ void load_chunk(const AttnParams &p, const Cursor &c,
 template <int D> struct Acc {
     float o[D / 8][4];
     float m[2], l[2]; /* running max (log2 domain) and this thread's part of the row sum */
+    bool seen[2];     /* the row has an allowed key in some chunk */
+    bool bad[2];      /* an allowed score this thread computed was NaN or +-Inf */
 };
 
 template <typename T, int D>
@@ -189,12 +197,16 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
 #pragma unroll
     for (int x = 0; x < 2; x++) {
         float mx = -INFINITY;
+        a.seen[x] |= c.full || sees(R, x, c.c0, c.c0 + BN);
 #pragma unroll
         for (int n = 0; n < BN / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float v = s[n][2 * x + e] * p.scale_log2;
-                if (!c.full && !allowed(R, x, c.c0 + n * 8 + 2 * t4 + e)) v = -INFINITY;
+                if (!c.full && !allowed(R, x, c.c0 + n * 8 + 2 * t4 + e))
+                    v = -INFINITY;
+                else
+                    a.bad[x] |= !(fabsf(v) <= 3.402823466e38f); /* NaN or +-Inf */
                 s[n][2 * x + e] = v;
                 mx = fmaxf(mx, v);
             }
@@ -241,8 +253,20 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
     }
 }
 
+/* 1 when some output element of row x held by this thread is NaN or +-Inf. */
+template <int D> __device__ __forceinline__ bool out_nonfinite(const Acc<D> &a, int x)
+{
+    bool hit = false;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        hit |= !(fabsf(a.o[n][2 * x]) <= 3.402823466e38f) |
+               !(fabsf(a.o[n][2 * x + 1]) <= 3.402823466e38f);
+    return hit;
+}
+
 /* Normalises the thread's two rows and stores them (merging with the stored partial when
- * the group accumulates); rows past the group's queries are not written. */
+ * the group accumulates); rows past the group's queries are not written. A row without an
+ * allowed key adds (0, -inf); a row that met a non-finite value stores (NaN, NaN). */
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_group_t &g, int h,
                                            int r0, int row0, Acc<D> &a)
@@ -251,14 +275,24 @@ __device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_g
     const bool o_fp32 = dcp_buf_is_fp32(g.o.buf);
     float w_old[2] = {0.0f, 0.0f}, w_new[2], lse[2];
     float *lse_p[2];
+    bool poison[2];
 #pragma unroll
     for (int x = 0; x < 2; x++) {
         float l = a.l[x];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int bad = a.bad[x] || out_nonfinite<D>(a, x);
+        bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+        bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
         const int row = r0 + row0 + 8 * x;
-        const float mine = l > 0.0f ? (a.m[x] + log2f(l)) * 0.69314718055994531f : -INFINITY;
-        w_new[x] = l > 0.0f ? 1.0f / l : 0.0f;
+        float mine = -INFINITY;
+        w_new[x] = 0.0f;
+        if (a.seen[x]) { /* the quad's four threads agree: the ranges are the row's */
+            mine = (a.m[x] + log2f(l)) * 0.69314718055994531f;
+            w_new[x] = 1.0f / l;
+            if (bad || !isfinite(mine)) mine = w_new[x] = NAN;
+        }
+        poison[x] = mine != mine;
         lse[x] = mine;
         lse_p[x] = (float *)p.bufs[g.lse.buf] + g.lse.off + (int64_t)row * g.lse.stride + h;
         if (g.accumulate && row < g.q_len) {
@@ -279,7 +313,10 @@ __device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_g
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             const int col = n * 8 + 2 * t4;
-            float o0 = a.o[n][2 * x] * w_new[x], o1 = a.o[n][2 * x + 1] * w_new[x];
+            /* without allowed keys nothing is added, whatever 0 x NaN left in o */
+            float o0 = a.seen[x] ? a.o[n][2 * x] * w_new[x] : 0.0f;
+            float o1 = a.seen[x] ? a.o[n][2 * x + 1] * w_new[x] : 0.0f;
+            if (poison[x]) o0 = o1 = NAN;
             if (o_fp32) {
                 float2 *dst = (float2 *)((float *)p.bufs[g.o.buf] + base + col);
                 if (g.accumulate) {
@@ -347,6 +384,7 @@ __global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p
         for (int n = 0; n < D / 8; n++) a.o[n][0] = a.o[n][1] = a.o[n][2] = a.o[n][3] = 0.0f;
         a.m[0] = a.m[1] = -INFINITY;
         a.l[0] = a.l[1] = 0.0f;
+        a.seen[0] = a.seen[1] = a.bad[0] = a.bad[1] = false;
 
         int buf = 0;
         while (found) {

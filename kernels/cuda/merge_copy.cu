@@ -23,7 +23,9 @@ struct MergeParams {
 };
 
 /* One warp per (row, head): the merged LSE from every source's, then the weighted O. The
- * guards of DESIGN.md: all -inf gives LSE -inf and O = 0; a -inf source weighs 0. */
+ * guards of DESIGN.md: all -inf gives LSE -inf and O = 0; a -inf source weighs 0. A NaN
+ * LSE anywhere (a partial that met NaN or Inf inputs) makes the max, and so the merged LSE
+ * and O, NaN: fmaxf would drop it and could turn a poisoned row into an empty one. */
 __global__ void __launch_bounds__(MC_THREADS) merge_kernel(const MergeParams p)
 {
     const dcp_merge_item_t &m = p.items[blockIdx.x];
@@ -38,7 +40,8 @@ __global__ void __launch_bounds__(MC_THREADS) merge_kernel(const MergeParams p)
         float mx = *ld;
         for (int k = 0; k < m.num_src; k++) {
             const float *ls = (const float *)p.bufs[src[k].lse.buf];
-            mx = fmaxf(mx, ls[src[k].lse.off + (int64_t)r * src[k].lse.stride + h]);
+            const float l = ls[src[k].lse.off + (int64_t)r * src[k].lse.stride + h];
+            mx = (l > mx || l != l) && mx == mx ? l : mx; /* NaN sticks */
         }
         if (mx == -INFINITY) { /* nothing anywhere: the empty partial */
             for (int x = lane; x < p.d; x += 32) od[x] = 0.0f;

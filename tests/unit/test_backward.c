@@ -1,8 +1,9 @@
 /* The attention backward: the double-precision reference against finite differences of the
  * reference forward (every mask, GQA 1 and 2), then the CPU kernels (bwd_delta, attn_bwd)
  * over tile cases against the reference: every mask, ragged tiles, GQA 1/4, head groups,
- * fp32 to 1e-5 and bf16/fp16 by FlashAttention's rule, fully masked rows, NaN propagation,
- * accumulation into the destinations; bwd_delta and accumulate on hand-checked rows. */
+ * fp32 to 1e-5 and bf16/fp16 by FlashAttention's rule, fully masked rows, NaN propagation
+ * (dO, and NaN or Inf in Q, K, V through the forward's LSE), accumulation into the destinations;
+ * bwd_delta and accumulate on hand-checked rows. */
 #include "include/base/half.h"
 #include "kernels/cpu.h"
 #include "kernels/reference.h"
@@ -440,6 +441,59 @@ static void test_nan_in_dout_propagates(void)
     bcase_free(&c);
 }
 
+/* NaN and Inf in one element of Q, K or V (fp32 and bf16 storage): the forward rows that
+ * read it get LSE = NaN (dcp.h), so the backward's P is NaN on them and dQ of exactly those
+ * rows, and dK, dV of exactly the keys those rows see, become NaN (every element); every
+ * other gradient stays finite. */
+static void test_nonfinite_inputs_propagate(void)
+{
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    const int32_t len = 80, hq = 4, hkv = 2, d = 16, t0 = 33;
+    const float values[2] = {NAN, INFINITY};
+    for (int ty = 0; ty < 2; ty++)
+        for (int input = 0; input < 3; input++)
+            for (int vi = 0; vi < 2; vi++) {
+                const dcp_dtype_t dtype = ty ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32;
+                const int32_t hx = input == 0 ? 2 : 1, rep = hq / hkv;
+                bcase_t c;
+                bcase_init(&c, &causal, len, 32, hq, hkv, d, 1, dtype, 80 + input);
+                void *x = input == 0 ? c.sq : input == 1 ? c.sk : c.sv;
+                const int64_t e = ((int64_t)t0 * (input == 0 ? hq : hkv) + hx) * d + 4;
+                if (ty)
+                    ((uint16_t *)x)[e] = dcp_f32_to_bf16(values[vi]);
+                else
+                    ((float *)x)[e] = values[vi];
+                bcase_forward(&c);
+                bcase_backward(&c, 0.0f);
+                /* the rows that read it: its query, or the queries at or after t0 (causal) */
+                int wrong = 0;
+                int32_t last = -1; /* the last row of a poisoned head: keys <= it are NaN */
+                for (int32_t i = 0; i < len; i++)
+                    for (int32_t h = 0; h < hq; h++) {
+                        const int p = input == 0 ? i == t0 && h == hx : i >= t0 && h / rep == hx;
+                        const int64_t r = (int64_t)i * hq + h;
+                        wrong += (isnan(c.lse[r]) != p);
+                        for (int32_t y = 0; y < d; y++)
+                            wrong += p ? !isnan(c.dq[r * d + y]) : !isfinite(c.dq[r * d + y]);
+                        if (p && i > last) last = i;
+                    }
+                const int32_t kvh = input == 0 ? hx / rep : hx;
+                for (int32_t key = 0; key < len; key++)
+                    for (int32_t h = 0; h < hkv; h++)
+                        for (int32_t y = 0; y < d; y++) {
+                            const int64_t k = ((int64_t)key * hkv + h) * d + y;
+                            const int p = h == kvh && key <= last;
+                            wrong += p ? !isnan(c.dk[k]) + !isnan(c.dv[k])
+                                       : !isfinite(c.dk[k]) + !isfinite(c.dv[k]);
+                        }
+                CU_ASSERT_EQUAL(wrong, 0);
+                if (wrong)
+                    fprintf(stderr, "backward, %g in %c (%s): %d values wrong\n", values[vi],
+                            "QKV"[input], ty ? "bf16" : "fp32", wrong);
+                bcase_free(&c);
+            }
+}
+
 /* Gradients add to what the destinations hold (several groups may share a tile's dK/dV). */
 static void test_adds_into_destinations(void)
 {
@@ -548,6 +602,7 @@ int dcp_suite_backward(void)
         {"gqa_head_groups_fp16", test_gqa_head_groups_fp16},
         {"fully_masked_rows", test_fully_masked_rows},
         {"nan_in_dout_propagates", test_nan_in_dout_propagates},
+        {"nonfinite_inputs_propagate", test_nonfinite_inputs_propagate},
         {"adds_into_destinations", test_adds_into_destinations},
         {"rejects_bad_arguments", test_rejects_bad_arguments},
         {"bwd_delta_by_hand", test_bwd_delta_by_hand},

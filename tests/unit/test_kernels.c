@@ -1,8 +1,10 @@
 /* CPU kernels against the double-precision reference: masked attention over tile lists
  * (every mask, ragged tiles, 1-token sequences, fully masked rows, GQA 1/2/4, head groups,
- * accumulation), the n-way LSE merge and the strided copy. */
+ * accumulation), the n-way LSE merge and the strided copy; NaN and Inf inputs reach exactly
+ * the outputs that read them, as NaN in O and LSE, through launches and merges. */
 #include "include/base/half.h"
 #include "kernels/cpu.h"
+#include "kernels/lse.h"
 #include "kernels/reference.h"
 #include "partition/mask.h"
 #include "plugin/cli/tile_case.h"
@@ -11,6 +13,7 @@
 
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,18 +191,25 @@ static void test_fully_masked_rows(void)
     free(r);
 }
 
+/* Queries [0, 120) of head group 0 against keys [0, 60) in one launch, then against keys
+ * [60, 120) in a second that accumulates; KV tiles of kb keys. */
+static void run_two_launches(kcase_t *c, int32_t kb)
+{
+    dcp_tile_group_t g;
+    dcp_tile_t tiles[16];
+    build_group(c, 0, 120, 0, 0, 60, kb, 0, &g, tiles);
+    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c->env, &g, 1, tiles), DCP_OK);
+    build_group(c, 0, 120, 0, 60, 120, kb, 1, &g, tiles);
+    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c->env, &g, 1, tiles), DCP_OK);
+}
+
 /* Two launches, the second accumulating, equal one launch over all tiles. */
 static void test_accumulate_equals_single_pass(void)
 {
     const dcp_mask_t m = {.kind = DCP_MASK_LAMBDA, .sink = 5, .window = 30};
     kcase_t c;
     kcase_init(&c, 120, 4, 2, 16, 1, m, 9);
-    dcp_tile_group_t g;
-    dcp_tile_t tiles[16];
-    build_group(&c, 0, 120, 0, 0, 60, 25, 0, &g, tiles);
-    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, &g, 1, tiles), DCP_OK);
-    build_group(&c, 0, 120, 0, 60, 120, 25, 1, &g, tiles);
-    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, &g, 1, tiles), DCP_OK);
+    run_two_launches(&c, 25);
     double rel, lse_err;
     int bad;
     compare(&c, 0, 120, &rel, &lse_err, &bad);
@@ -392,6 +402,169 @@ static void test_plain_low_precision_reference(void)
     free(q), free(k), free(v), free(low), free(o), free(lse);
 }
 
+/* ---- non-finite inputs (dcp.h, dcp_tensors_t) ----------------------------------------- */
+
+/* Query block and KV tile groups over the whole sequence, head group 0 of 1: tiles of 16
+ * keys, so that a causal mask gives full tiles below the diagonal and partial ones on it. */
+static void run_all_tiles(kcase_t *c, int32_t qb, int32_t kb)
+{
+    const int32_t nqb = (c->len + qb - 1) / qb;
+    dcp_tile_group_t *g = calloc((size_t)nqb, sizeof *g);
+    dcp_tile_t *tiles = calloc((size_t)nqb * (c->len / kb + 2), sizeof *tiles);
+    int64_t nt = 0;
+    for (int32_t b = 0; b < nqb; b++) {
+        nt += build_group(c, b * qb, (b + 1) * qb < c->len ? (b + 1) * qb : c->len, 0, 0, c->len,
+                          kb, 0, &g[b], tiles + nt);
+        g[b].first_tile = (int32_t)(nt - g[b].num_tiles);
+    }
+    CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c->env, g, nqb, tiles), DCP_OK);
+    free(g);
+    free(tiles);
+}
+
+/* Rows (query, head) that read token t0 of `input` (0 Q, 1 K, 2 V) at head hx. */
+static int reads(const kcase_t *c, int input, int32_t t0, int32_t hx, int32_t i, int32_t h)
+{
+    if (input == 0) return i == t0 && h == hx;
+    if (h / (c->hq / c->hkv) != hx) return 0;
+    int32_t rg[4];
+    CU_ASSERT_EQUAL(dcp_mask_allowed(&c->seq.mask, c->len, i, rg), DCP_OK);
+    return (t0 >= rg[0] && t0 < rg[1]) || (t0 >= rg[2] && t0 < rg[3]);
+}
+
+/* Counts rows whose O and LSE are not what `reads` says: all NaN for a row that reads the
+ * bad value, the reference's (finite, or 0 and -inf without keys) for the others. */
+static int nonfinite_wrong(const kcase_t *c, int input, int32_t t0, int32_t hx)
+{
+    int wrong = 0;
+    for (int32_t i = 0; i < c->len; i++)
+        for (int32_t h = 0; h < c->hq; h++) {
+            const int64_t r = (int64_t)i * c->hq + h;
+            const float *o = c->o + r * c->d;
+            int nan = isnan(c->lse[r]);
+            for (int32_t x = 0; x < c->d; x++) nan += isnan(o[x]);
+            if (reads(c, input, t0, hx, i, h)) {
+                wrong += nan != c->d + 1;
+                continue;
+            }
+            if (isinf(c->rlse[r])) {
+                wrong += !(isinf(c->lse[r]) && c->lse[r] < 0);
+                for (int32_t x = 0; x < c->d; x++) wrong += o[x] != 0.0f;
+                continue;
+            }
+            wrong += nan != 0 || fabs(c->lse[r] - c->rlse[r]) > 1e-4;
+            for (int32_t x = 0; x < c->d; x++) wrong += fabs(o[x] - c->ro[r * c->d + x]) > 1e-4;
+        }
+    return wrong;
+}
+
+/* NaN, +Inf and -Inf in one element of Q, K or V: every row that reads it (its query; a
+ * query that may attend the key) gets O = NaN and LSE = NaN, on full and partial tiles; rows
+ * that do not read it (masked keys included) are untouched; rows without keys stay (0, -inf). */
+static void test_nonfinite_inputs_propagate(void)
+{
+    const float values[3] = {NAN, INFINITY, -INFINITY};
+    int32_t *r = calloc(4 * 70, sizeof *r); /* custom: odd rows see nothing, even a prefix */
+    for (int32_t i = 0; i < 70; i += 2) r[4 * i + 1] = i + 1;
+    const dcp_mask_t masks[3] = {{.kind = DCP_MASK_CAUSAL},
+                                 {.kind = DCP_MASK_WINDOW, .window = 9},
+                                 {.kind = DCP_MASK_CUSTOM, .ranges = r}};
+    for (int m = 0; m < 3; m++)
+        for (int input = 0; input < 3; input++)
+            for (int vi = 0; vi < 3; vi++) {
+                kcase_t c;
+                kcase_init(&c, 70, 4, 2, 16, 1, masks[m], 60 + m);
+                const int32_t t0 = 20, hx = input == 0 ? 3 : 1;
+                float *x = input == 0 ? c.q : input == 1 ? c.k : c.v;
+                x[((int64_t)t0 * (input == 0 ? c.hq : c.hkv) + hx) * c.d + 5] = values[vi];
+                run_all_tiles(&c, 16, 16);
+                const int wrong = nonfinite_wrong(&c, input, t0, hx);
+                CU_ASSERT_EQUAL(wrong, 0);
+                if (wrong)
+                    fprintf(stderr, "non-finite %g in %c, mask %d: %d rows wrong\n", values[vi],
+                            "QKV"[input], m, wrong);
+                kcase_free(&c);
+            }
+    free(r);
+}
+
+/* Scores that are all -inf (a -Inf query element against keys positive in that element)
+ * are a non-finite input, not a fully masked row: NaN, never (0, -inf). And V all NaN leaves
+ * rows without keys at (0, -inf). */
+static void test_nonfinite_not_taken_for_masked(void)
+{
+    kcase_t c;
+    kcase_init(&c, 50, 2, 2, 8, 1, (dcp_mask_t){.kind = DCP_MASK_CAUSAL}, 70);
+    for (int32_t t = 0; t < 50; t++) c.k[((int64_t)t * 2 + 1) * 8 + 3] = 1.0f;
+    const dcp_attn_shape_t shape = {2, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    CU_ASSERT_EQUAL(
+        dcp_reference_attention(&c.seq, 1, &shape, c.q, c.k, c.v, c.ro, c.rlse, NULL, 1), DCP_OK);
+    c.q[((int64_t)30 * 2 + 1) * 8 + 3] = -INFINITY;
+    run_all_tiles(&c, 16, 16);
+    CU_ASSERT(isnan(c.lse[30 * 2 + 1]));
+    CU_ASSERT(isnan(c.o[(30 * 2 + 1) * 8]));
+    CU_ASSERT_EQUAL(nonfinite_wrong(&c, 0, 30, 1), 0);
+    kcase_free(&c);
+    int32_t *r = calloc(4 * 40, sizeof *r);
+    for (int32_t i = 0; i < 40; i += 2) r[4 * i + 1] = i + 1;
+    kcase_init(&c, 40, 2, 1, 8, 1, (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = r}, 71);
+    for (int64_t i = 0; i < 40 * 8; i++) c.v[i] = NAN;
+    run_all_tiles(&c, 16, 16);
+    int wrong = 0;
+    for (int32_t i = 0; i < 40; i++)
+        for (int32_t h = 0; h < 2; h++) {
+            const int64_t row = (int64_t)i * 2 + h;
+            if (i % 2) {
+                wrong += !(isinf(c.lse[row]) && c.lse[row] < 0);
+                for (int x = 0; x < 8; x++) wrong += c.o[row * 8 + x] != 0.0f;
+            } else {
+                wrong += !isnan(c.lse[row]);
+                for (int x = 0; x < 8; x++) wrong += !isnan(c.o[row * 8 + x]);
+            }
+        }
+    CU_ASSERT_EQUAL(wrong, 0);
+    kcase_free(&c);
+    free(r);
+}
+
+/* A NaN partial stays NaN through an accumulating launch and through the n-way merge, also
+ * beside empty (-inf) partials, where a max that skips NaN would make the row look empty. */
+static void test_nonfinite_partials_merge_to_nan(void)
+{
+    const float l0[3] = {NAN, -INFINITY, -INFINITY}, l1[3] = {-INFINITY, NAN, 2.0f};
+    float w[3];
+    CU_ASSERT(isnan(dcp_lse_weights(l0, 3, w)) && isnan(w[0]) && isnan(w[2]));
+    CU_ASSERT(isnan(dcp_lse_weights(l1, 3, w)) && isnan(w[1]));
+    /* accumulate: keys [0, 60) in one launch (a NaN key at 10), [60, 120) in the next */
+    const dcp_mask_t full = {.kind = DCP_MASK_FULL};
+    kcase_t c;
+    kcase_init(&c, 120, 2, 1, 8, 1, full, 72);
+    c.k[10 * 8 + 2] = NAN;
+    run_two_launches(&c, 30);
+    int bad = 0;
+    for (int64_t i = 0; i < 120 * 2; i++) bad += !isnan(c.lse[i]) + !isnan(c.o[i * 8 + 7]);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* merge: partial 0 NaN, partial 1 empty, destination empty */
+    float part[2][3 * 9];
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 27; i++) part[p][i] = p ? 0.0f : 1.0f;
+    part[0][24] = NAN, part[0][25] = part[0][26] = 0.5f; /* LSE of rows 0..2 */
+    part[1][24] = part[1][25] = part[1][26] = -INFINITY; /* empty */
+    float o[3 * 8], lse[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (int i = 0; i < 24; i++) o[i] = 0.0f;
+    dcp_kernel_env_t env = {.q_heads = 1, .kv_heads = 1, .head_dim = 8, .dtype = DCP_DTYPE_FP32};
+    env.bufs[DCP_BUF_ACC_O] = o;
+    env.bufs[DCP_BUF_ACC_LSE] = lse;
+    env.bufs[DCP_BUF_PART] = part;
+    const dcp_merge_src_t src[2] = {{{0, 8, DCP_BUF_PART}, {24, 1, DCP_BUF_PART}},
+                                    {{27, 8, DCP_BUF_PART}, {27 + 24, 1, DCP_BUF_PART}}};
+    const dcp_merge_item_t item = {{0, 8, DCP_BUF_ACC_O}, {0, 1, DCP_BUF_ACC_LSE}, 3, 0, 2};
+    CU_ASSERT_EQUAL(dcp_cpu_merge(&env, &item, 1, src), DCP_OK);
+    CU_ASSERT(isnan(lse[0]) && isnan(o[0]) && isnan(o[7]));
+    CU_ASSERT(lse[1] == 0.5f && o[8] == 1.0f && lse[2] == 0.5f);
+    kcase_free(&c);
+}
+
 int dcp_suite_kernels(void)
 {
     static const dcp_test_t tests[] = {
@@ -404,6 +577,9 @@ int dcp_suite_kernels(void)
         {"half_conversions", test_half_conversions},
         {"tile_cases", test_tile_cases},
         {"plain_low_precision_reference", test_plain_low_precision_reference},
+        {"nonfinite_inputs_propagate", test_nonfinite_inputs_propagate},
+        {"nonfinite_not_taken_for_masked", test_nonfinite_not_taken_for_masked},
+        {"nonfinite_partials_merge_to_nan", test_nonfinite_partials_merge_to_nan},
         {NULL, NULL},
     };
     return dcp_add_suite("kernels", tests);
