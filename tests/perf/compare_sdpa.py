@@ -270,11 +270,11 @@ def reference(masks, lengths, tensors, hq, hkv, d, allowed):
                 sc = [scale * sum(a * b for a, b in zip(qi, k[j][g * d:(g + 1) * d]))
                       for j in keys]
                 mx = max(sc)
-                l = mx + math.log(sum(math.exp(x - mx) for x in sc))
-                p = [math.exp(x - l) for x in sc]
+                ls = mx + math.log(sum(math.exp(x - mx) for x in sc))
+                p = [math.exp(x - ls) for x in sc]
                 oi = [sum(pj * v[j][g * d + e] for pj, j in zip(p, keys)) for e in range(d)]
                 o[i][h * d:(h + 1) * d] = oi
-                lse[i][h] = l
+                lse[i][h] = ls
                 delta = sum(a * b for a, b in zip(doi, oi))
                 for pj, j in zip(p, keys):
                     dp = sum(a * b for a, b in zip(doi, v[j][g * d:(g + 1) * d]))
@@ -296,7 +296,7 @@ def cpu_passes(dcp, cluster_spec, strategy):
     specs, lengths, hq, hkv, d, block = ["causal", "window:16"], [70, 45], 4, 2, 8, 16
     masks = [dcp.mask(x) for x in specs]
     plan, st = plan_batch(dcp, masks, lengths, hq, hkv, d, DTYPE_FP32, block, cluster_spec,
-                              strategy)
+                          strategy)
     nr = st.num_ranks
     pairs = sum(dcp.pairs(m, n) for m, n in zip(masks, lengths))
     assert st.total_flops == 4 * d * hq * pairs, (st.total_flops, pairs)

@@ -122,5 +122,3 @@ def max_err(a, b):
 
 def peak(a):
     return a.double().abs().max().item() if a.numel() else 0.0
-
-

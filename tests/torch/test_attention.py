@@ -35,7 +35,7 @@ def mask_specs(kind, lengths, rng):
 def run_dcp(plan, q, k, v, dout):
     """O and the gradients through attention_inproc, gathered back to global order."""
     n = plan.num_ranks
-    idx = [plan.local_indices(r) for r in range(n)]
+    idx = [plan.local_indices(r, device=q.device) for r in range(n)]
     leaves = [[x[i].detach().clone().requires_grad_() for i in idx] for x in (q, k, v)]
     outs = dt.attention_inproc(plan, *leaves)
     torch.autograd.backward(outs, [dout[i] for i in idx])
@@ -110,6 +110,33 @@ class AttentionInproc(unittest.TestCase):
                     if kind in ("causal", "custom"):
                         print("  bf16 %-22s %s %-6s dcp error / plain bf16 error: %s" %
                               (kind, cluster, strategy, rel))
+
+
+@unittest.skipUnless(torch.cuda.is_available(), "no CUDA device: the GPU case is skipped")
+class AttentionCuda(unittest.TestCase):
+    """Every rank on one GPU (bf16, fp16; the GPU kernels take head dims 64 and 128),
+    FlashAttention's rule against plain PyTorch attention in the same type on the GPU."""
+
+    def test_masks_one_gpu(self):
+        lengths, d = [700, 37, 300, 1, 129], 64
+        for dtype in (torch.bfloat16, torch.float16):
+            for kind in MASKS:
+                masks = mask_specs(kind, lengths, random.Random(4))
+                with self.subTest(mask=kind, dtype=dtype):
+                    plan = dt.plan(lengths, masks, "1x4", 8, 2, d, dtype, block_size=128,
+                                   strategy="metis")
+                    g = torch.Generator().manual_seed(9)
+                    x = [torch.randn(sum(lengths), h, d, generator=g, dtype=torch.float64)
+                         .to(dtype) for h in (8, 2, 2, 8)]
+                    want = run_torch(*(t.double() for t in x), lengths, masks)
+                    got = run_dcp(plan, *(t.cuda() for t in x))
+                    plain = run_torch(*(t.cuda() for t in x), lengths, masks)
+                    step = 2.0 ** (-8 if dtype == torch.bfloat16 else -11)
+                    for name, a, w, p in zip(("O", "dQ", "dK", "dV"), got, want, plain):
+                        err, low = ref.max_err(a.cpu(), w), ref.max_err(p.cpu(), w)
+                        self.assertLessEqual(err, 2 * low + step * ref.peak(w),
+                                             "%s %s %s: error %.3g, plain %.3g" %
+                                             (name, kind, dtype, err, low))
 
 
 class Surface(unittest.TestCase):

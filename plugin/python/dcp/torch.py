@@ -16,7 +16,10 @@ import weakref
 import torch
 
 from . import core
-from .core import CustomMask, DcpError  # noqa: F401  (part of dcp.torch's surface)
+from .core import CustomMask, DcpError
+
+__all__ = ["Context", "CustomMask", "DcpError", "Plan", "Planner", "attention",
+           "attention_inproc", "plan", "plan_from_bytes"]
 
 _TO_DCP = {torch.float32: core.DTYPE_FP32, torch.bfloat16: core.DTYPE_BF16,
            torch.float16: core.DTYPE_FP16}
