@@ -18,6 +18,7 @@ int dcp_suite_nonfinite(void);
 int dcp_suite_transport(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);
+int dcp_suite_ordering(void);
 int dcp_suite_gpu(void);
 int dcp_suite_metis(void);
 int dcp_suite_rounds(void);
