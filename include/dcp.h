@@ -300,7 +300,11 @@ DCP_API dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_
                                         size_t *size_out);
 
 /* Rebuilds a plan from bytes. Untrusted input is safe: corrupted, truncated or
- * inconsistent bytes give DCP_ERR_PLAN_CORRUPT and never a crash or an out-of-bounds read. */
+ * inconsistent bytes give DCP_ERR_PLAN_CORRUPT and never a crash or an out-of-bounds read.
+ * Loading allocates in proportion to `size` (every count is checked against the bytes
+ * present first); a plan whose work buffers would pass 2^36 bytes (64 GiB) on a rank is
+ * refused. Bytes are canonical: fields a plan does not use must be zero, so that one plan
+ * has one byte string (dcp_plan_serialize() writes them so). */
 DCP_API dcp_status_t dcp_plan_deserialize(const void *buf, size_t size, dcp_plan_t **plan_out);
 
 /* ---------------------------------------------------------------------------------------

@@ -8,6 +8,15 @@
  *  - each rank launches steps in increasing order, waits for them in increasing order, each
  *    after its launch, and waits for all of them (so the smallest step anyone waits on has
  *    been launched by every rank in it).
+ * Bounded memory for untrusted bytes: everything the checks allocate is proportional to
+ * arrays present in the bytes (the transfer count must be half the comm op count before the
+ * pairing table exists); ranks x phases (the cost model's tables) is at most
+ * DCP_PLAN_MAX_RANK_PHASES; and the work buffers a rank would allocate to run the plan
+ * (accumulators, staging, received blocks, partials) are at most DCP_PLAN_MAX_WORK_BYTES.
+ * Canonical bytes: the instructions of all programs, in order, name every item exactly once
+ * and in the order the items are stored (tile groups' tiles and merges' sources likewise),
+ * and a tile is marked full exactly when the mask allows every pair, so that no stored
+ * field is ignored and one plan has one byte string.
  */
 #include "include/base/error.h"
 #include "partition/mask.h"
@@ -19,6 +28,12 @@
 #include <string.h>
 
 #define CORRUPT(...) dcp_set_error(DCP_ERR_PLAN_CORRUPT, __VA_ARGS__)
+
+/* The most bytes of work buffers (every buffer from DCP_BUF_FIRST_WORK on) one rank of a
+ * loaded plan may need: 64 GiB, beyond any device's memory left beside the model. */
+#define DCP_PLAN_MAX_WORK_BYTES ((int64_t)1 << 36)
+/* The most ranks x phases of a loaded plan (the cost model keeps a cell of each). */
+#define DCP_PLAN_MAX_RANK_PHASES ((int64_t)1 << 26)
 
 /* ---- inputs ------------------------------------------------------------------------------- */
 
@@ -47,6 +62,8 @@ static dcp_status_t check_meta(const dcp_plan_t *p)
     if (p->num_phases < 0 || p->num_phases > (1 << 24))
         return CORRUPT("plan: %d phases", p->num_phases);
     if (p->num_xfers < 0) return CORRUPT("plan: transfer count is negative");
+    if ((int64_t)p->num_ranks * p->num_phases > DCP_PLAN_MAX_RANK_PHASES)
+        return CORRUPT("plan: %d ranks x %d phases, more than 2^26", p->num_ranks, p->num_phases);
     return DCP_OK;
 }
 
@@ -115,6 +132,11 @@ dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
             if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
                 (ph > pp[k] && p->phase_step[ph] < p->phase_step[ph - 1]))
                 return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
+    /* every transfer is one send and one receive: the pairing table stays within the comm
+     * ops present in the bytes */
+    if (2 * (int64_t)p->num_xfers != p->num_comm)
+        return CORRUPT("plan: %d transfers for %lld comm ops", p->num_xfers,
+                       (long long)p->num_comm);
     const int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks;
     if (p->prog_off[0] != 0 || p->prog_off[nprog] != p->num_instrs)
         return CORRUPT("plan: program offsets do not span the instructions");
@@ -268,8 +290,8 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
             const dcp_tile_class_t cls =
                 dcp_mask_classify(&s->mask, s->len, g->q_pos, g->q_pos + g->q_len, tl->kv_pos,
                                   tl->kv_pos + tl->kv_len, &pairs);
-            if ((tl->full & ~1) || (tl->full && cls != DCP_TILE_FULL))
-                st = bad(w, "tile is marked full but is not");
+            if ((tl->full & ~1) || tl->full != (cls == DCP_TILE_FULL))
+                st = bad(w, "tile's full mark differs from its mask");
         }
     }
     if (st == DCP_OK) { /* groups of one launch run in parallel: distinct outputs */
@@ -478,8 +500,67 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, 
     return DCP_OK;
 }
 
+/* Canonical order: the instructions, in array order, name consecutive item ranges of their
+ * kind that cover each item array exactly (COPY and backward REDUCE share the copies); tile
+ * groups own consecutive tiles covering the tiles, merges consecutive sources. */
+static dcp_status_t check_item_order(const dcp_plan_t *p)
+{
+    int64_t next[4] = {0, 0, 0, 0}; /* groups, merges, copies, comm ops */
+    const int64_t total[4] = {p->num_groups, p->num_merges, p->num_copies, p->num_comm};
+    for (int64_t i = 0; i < p->num_instrs; i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        int k = -1;
+        if (in->op == DCP_OP_ATTN) k = 0;
+        if (in->op == DCP_OP_REDUCE) k = in->arg == DCP_PASS_FWD ? 1 : 2;
+        if (in->op == DCP_OP_COPY) k = 2;
+        if (in->op == DCP_OP_COMM_LAUNCH) k = 3;
+        if (k < 0) continue;
+        if (in->first != next[k] || in->count < 1 || in->count > total[k] - next[k])
+            return CORRUPT("plan: instruction %lld names items [%lld, +%lld), the next are %lld",
+                           (long long)i, (long long)in->first, (long long)in->count,
+                           (long long)next[k]);
+        next[k] += in->count;
+    }
+    for (int k = 0; k < 4; k++)
+        if (next[k] != total[k])
+            return CORRUPT("plan: %lld of %lld stored items of kind %d are never used",
+                           (long long)(total[k] - next[k]), (long long)total[k], k);
+    int64_t tile = 0, src = 0;
+    for (int64_t g = 0; g < p->num_groups; g++) {
+        if (p->groups[g].first_tile != tile || p->groups[g].num_tiles < 1)
+            return CORRUPT("plan: tile group %lld does not own the next tiles", (long long)g);
+        tile += p->groups[g].num_tiles;
+    }
+    for (int64_t m = 0; m < p->num_merges; m++) {
+        if (p->merges[m].first_src != src || p->merges[m].num_src < 1)
+            return CORRUPT("plan: merge %lld does not own the next sources", (long long)m);
+        src += p->merges[m].num_src;
+    }
+    if (tile != p->num_tiles || src != p->num_merge_srcs)
+        return CORRUPT("plan: stored tiles or merge sources are never used");
+    return DCP_OK;
+}
+
+/* The work buffers of each rank (what a context allocates to run the plan) within
+ * DCP_PLAN_MAX_WORK_BYTES; sizes are bounded (token counts below 2^31, heads x D below
+ * 2^24, stored sizes below 2^50), so the sums cannot overflow. */
+static dcp_status_t check_work_bytes(const dcp_plan_t *p)
+{
+    for (int32_t r = 0; r < p->num_ranks; r++) {
+        int64_t bytes = 0;
+        for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++)
+            bytes += dcp_plan_buf_elems(p, r, b) * dcp_plan_elem_bytes(p, b);
+        if (bytes > DCP_PLAN_MAX_WORK_BYTES)
+            return CORRUPT("plan: rank %d needs %lld bytes of work buffers, more than 2^36", r,
+                           (long long)bytes);
+    }
+    return DCP_OK;
+}
+
 dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p)
 {
+    DCP_CHECK(check_item_order(p));
+    DCP_CHECK(check_work_bytes(p));
     pairing_t *pair = NULL;
     uint8_t *launched = NULL;
     DCP_CHECK(dcp_calloc(&pair, p->num_xfers, sizeof *pair, "plan check"));

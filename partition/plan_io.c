@@ -9,13 +9,20 @@
  *
  * All integers are little-endian. One walker (codec_t) both writes and reads, so the field
  * order cannot differ between the two. Reading trusts nothing: the checksum, every count
- * against the bytes left, and then dcp_plan_finish(validate = 1) checks every index.
- * Derived data (rows, buffer sizes, statistics) is not stored.
+ * against the bytes left before anything is allocated for it, and then
+ * dcp_plan_finish(validate = 1) checks every index. Derived data (rows, buffer sizes,
+ * statistics) is not stored.
+ *
+ * The bytes are canonical, one byte string per plan: a mask's fields that its kind does not
+ * read are written as zero and must read as zero, a non-CUSTOM mask's range offset is -1,
+ * CUSTOM ranges follow each other in sequence order and fill their array, a zero imbalance
+ * or question fraction is +0.0, and (plan_check.c) every stored item is used once, in order.
  */
 #include "include/base/error.h"
 #include "partition/plan.h"
 #include "partition/wire.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +75,18 @@ static void f_f64(codec_t *c, double *v)
         dcp_put_f64(c->w, *v);
     else
         *v = dcp_get_f64(c->r);
+}
+
+/* A double that is +0.0 whenever it is zero: written so, and a -0.0 read sets *neg_zero. */
+static void f_f64z(codec_t *c, double *v, int *neg_zero)
+{
+    if (c->w) {
+        double x = *v == 0.0 ? 0.0 : *v;
+        f_f64(c, &x);
+        return;
+    }
+    f_f64(c, v);
+    *neg_zero |= *v == 0.0 && signbit(*v);
 }
 
 static void f_f32(codec_t *c, float *v)
@@ -223,8 +242,12 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_i32(c, &o->head_blocks);
     f_i32(c, &o->divisions);
     f_enum(c, &o->strategy);
-    f_f64(c, &o->eps_inter);
-    f_f64(c, &o->eps_intra);
+    int neg_zero = 0;
+    f_f64z(c, &o->eps_inter, &neg_zero);
+    f_f64z(c, &o->eps_intra, &neg_zero);
+    if (neg_zero)
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
+                             "plan bytes: an imbalance is -0.0 (not canonical)");
     f_i64(c, &o->mem_cap_bytes);
     f_u64(c, &o->seed);
     f_enum(c, &o->expansion);
@@ -255,6 +278,38 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     return DCP_OK;
 }
 
+/* The fields of a mask that its kind reads; the others zero (and a zero fraction +0.0). */
+static dcp_mask_t mask_canonical(const dcp_mask_t *m)
+{
+    dcp_mask_t k = {.kind = m->kind};
+    switch (m->kind) {
+    case DCP_MASK_LAMBDA:
+        k.sink = m->sink;
+        /* fall through */
+    case DCP_MASK_WINDOW:
+        k.window = m->window;
+        break;
+    case DCP_MASK_BLOCKWISE:
+        k.block = m->block;
+        k.k = m->k;
+        break;
+    case DCP_MASK_SHARED_QUESTION:
+        k.answers = m->answers;
+        k.question_frac = m->question_frac == 0.0 ? 0.0 : m->question_frac;
+        break;
+    default:
+        break;
+    }
+    return k;
+}
+
+static int mask_fields_equal(const dcp_mask_t *a, const dcp_mask_t *b)
+{
+    return a->kind == b->kind && a->window == b->window && a->sink == b->sink &&
+           a->block == b->block && a->k == b->k && a->answers == b->answers &&
+           memcmp(&a->question_frac, &b->question_frac, sizeof a->question_frac) == 0;
+}
+
 /* Sequences: masks travel as their parameters plus, for CUSTOM, an offset into the ranges
  * array (-1 otherwise), which is bounds-checked before it becomes a pointer. */
 static dcp_status_t f_seqs(codec_t *c, dcp_plan_t *p)
@@ -272,30 +327,51 @@ static dcp_status_t f_seqs(codec_t *c, dcp_plan_t *p)
         p->num_seqs = (int32_t)n;
         DCP_CHECK(dcp_calloc(&p->seqs, n, sizeof *p->seqs, "plan sequences"));
     }
+    int64_t custom_next = 0; /* CUSTOM ranges follow each other in sequence order */
     for (int64_t s = 0; s < n; s++) {
         dcp_seq_info_t *q = &p->seqs[s];
+        dcp_mask_t m = c->w ? mask_canonical(&q->mask) : (dcp_mask_t){0};
         f_i32(c, &q->len);
-        f_enum(c, &q->mask.kind);
-        f_i32(c, &q->mask.window);
-        f_i32(c, &q->mask.sink);
-        f_i32(c, &q->mask.block);
-        f_i32(c, &q->mask.k);
-        f_i32(c, &q->mask.answers);
-        f_f64(c, &q->mask.question_frac);
+        f_enum(c, &m.kind);
+        f_i32(c, &m.window);
+        f_i32(c, &m.sink);
+        f_i32(c, &m.block);
+        f_i32(c, &m.k);
+        f_i32(c, &m.answers);
+        f_f64(c, &m.question_frac);
         int64_t off = q->mask.ranges ? q->mask.ranges - p->custom_ranges : -1;
         f_i64(c, &off);
         if (c->w) continue;
-        q->mask.ranges = NULL;
-        if (q->mask.kind != DCP_MASK_CUSTOM) continue;
-        if (c->r->bad || q->len < 1 || off < 0 || off > p->custom_ints ||
+        q->mask = m;
+        const dcp_mask_t canon = mask_canonical(&m);
+        if (!c->r->bad && !mask_fields_equal(&m, &canon))
+            return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
+                                 "plan bytes: sequence %lld: a mask field its kind does not read "
+                                 "is not zero (not canonical)",
+                                 (long long)s);
+        if (q->mask.kind != DCP_MASK_CUSTOM) {
+            if (!c->r->bad && off != -1)
+                return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
+                                     "plan bytes: sequence %lld: range offset %lld of a mask "
+                                     "without ranges, must be -1",
+                                     (long long)s, (long long)off);
+            continue;
+        }
+        if (c->r->bad || q->len < 1 || off != custom_next ||
             4 * (int64_t)q->len > p->custom_ints - off)
             return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
-                                 "plan bytes: sequence %lld custom ranges out of bounds",
+                                 "plan bytes: sequence %lld custom ranges out of bounds or out "
+                                 "of order",
                                  (long long)s);
         q->mask.ranges = p->custom_ranges + off;
+        custom_next += 4 * (int64_t)q->len;
     }
     if (!c->w && c->r->bad)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: sequences truncated");
+    if (!c->w && custom_next != p->custom_ints)
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
+                             "plan bytes: %lld custom range values belong to no sequence",
+                             (long long)(p->custom_ints - custom_next));
     return DCP_OK;
 }
 

@@ -1,5 +1,8 @@
-/* The plan format: round trip, and corrupted bytes of every kind rejected. */
+/* The plan format: round trip, corrupted bytes of every kind rejected, hostile counts
+ * refused without allocating what they claim, and one byte string per plan. */
+#include "include/base/error.h"
 #include "partition/plan.h"
+#include "partition/slots.h"
 #include "partition/wire.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
@@ -7,6 +10,7 @@
 #include <CUnit/CUnit.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static uint8_t *bytes_of(const dcp_plan_t *p, size_t *n)
 {
@@ -254,6 +258,185 @@ static void test_serialize_arguments(void)
     dcp_plan_destroy(p);
 }
 
+/* ---- hostile bytes: bounded memory, canonical form ---------------------------------------- */
+
+#define XFERS_AT 136 /* i32 transfer count: header 32, META tag, 26 fields before it */
+
+static void put_i32(uint8_t *b, size_t at, int32_t v)
+{
+    for (int i = 0; i < 4; i++) b[at + (size_t)i] = (uint8_t)((uint32_t)v >> (8 * i));
+}
+
+static int32_t get_i32(const uint8_t *b, size_t at)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)b[at + (size_t)i] << (8 * i);
+    return (int32_t)v;
+}
+
+/* Peak resident memory of this process so far, in MB. */
+static double peak_mb(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024.0;
+}
+
+/* A small plan (about 2 KB) claiming 2^31 - 1, 2^27 and 2^25 transfers, resealed: refused at
+ * once, before anything proportional to the claim is allocated (it used to cost 40 bytes a
+ * transfer, 5 GB and 27 s at 2^27). */
+static void test_huge_transfer_count_refused(void)
+{
+    const int32_t len[1] = {256};
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    dcp_plan_t *p = t_plan(len, 1, &causal, "1x2", DCP_STRATEGY_ZIGZAG, 64, 1, 1);
+    size_t n;
+    uint8_t *b = bytes_of(p, &n);
+    CU_ASSERT(n < 8192);
+    CU_ASSERT_EQUAL_FATAL(get_i32(b, XFERS_AT), p->num_xfers);
+    const int32_t claims[3] = {INT32_MAX, 1 << 27, 1 << 25};
+    const double before = peak_mb(), t0 = dcp_now();
+    for (int i = 0; i < 3; i++) {
+        put_i32(b, XFERS_AT, claims[i]);
+        reseal(b, n);
+        dcp_plan_t *q = NULL;
+        CU_ASSERT_EQUAL(dcp_plan_deserialize(b, n, &q), DCP_ERR_PLAN_CORRUPT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "transfers"));
+        CU_ASSERT_PTR_NULL(q);
+    }
+    CU_ASSERT(dcp_now() - t0 < 1.0);
+    CU_ASSERT(peak_mb() - before < 16.0);
+    free(b);
+    dcp_plan_destroy(p);
+}
+
+/* A plan whose work buffers would pass 2^36 bytes on a rank, or whose buffers are larger than
+ * its programs address, is refused; so is one with more than 2^26 ranks x phases. */
+static void test_work_buffers_bounded(void)
+{
+    dcp_plan_t *p = sample_plan();
+    int64_t *e = &p->buf_elems[DCP_BUF_PART]; /* rank 0's partials */
+    const int64_t keep = *e;
+    *e = (int64_t)1 << 35; /* fp32: 2^37 bytes */
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "work buffers"));
+    *e = keep + 4 * DCP_SLOT_ALIGN;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    *e = keep;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
+    const int32_t phases = p->num_phases;
+    p->num_phases = 1 << 25; /* x 4 ranks */
+    CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_ERR_PLAN_CORRUPT);
+    p->num_phases = phases;
+    CU_ASSERT_EQUAL(dcp_plan_check_inputs(p), DCP_OK);
+    dcp_plan_destroy(p);
+}
+
+/* The offset of sequence s's record in the SEQS section (44 bytes each, after the custom
+ * ranges and the sequence count). */
+static size_t seq_record(const uint8_t *b, size_t n, const dcp_plan_t *p, int32_t s)
+{
+    size_t at = 32;
+    while (at + 4 <= n && !(get_i32(b, at) == 0x4154454e)) at++; /* "NETA": SEC_SEQS */
+    CU_ASSERT_FATAL(at + 4 <= n);
+    return at + 4 + 8 + 4 * (size_t)p->custom_ints + 8 + 44 * (size_t)s;
+}
+
+/* One plan, one byte string: a field its mask kind does not read, a range offset of a mask
+ * without ranges, custom ranges out of sequence order, -0.0, an unused item and a full tile
+ * not marked full are all refused; a plan made from masks with junk in unused fields
+ * serializes to the same bytes as one made from clean masks. */
+static void test_plan_bytes_canonical(void)
+{
+    dcp_plan_t *p = sample_plan(); /* sequences: lambda, causal, custom, shared-question */
+    size_t n;
+    uint8_t *b = bytes_of(p, &n);
+    uint8_t *c = malloc(n);
+    struct {
+        int32_t seq, field; /* i32 field of the record: 0 len, 1 kind, 2 window, 3 sink, 4 block */
+        int32_t value;
+    } edits[] = {{1, 2, 7}, {0, 4, 3}, {3, 3, 1}, {2, 2, 5}};
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        memcpy(c, b, n);
+        put_i32(c, seq_record(c, n, p, edits[i].seq) + 4 * (size_t)edits[i].field, edits[i].value);
+        reseal(c, n);
+        expect_corrupt(c, n);
+    }
+    /* offsets: causal's must be -1, custom's must be where its ranges start (0) */
+    memcpy(c, b, n);
+    put_i32(c, seq_record(c, n, p, 1) + 36, 0);
+    put_i32(c, seq_record(c, n, p, 1) + 40, 0);
+    reseal(c, n);
+    expect_corrupt(c, n);
+    memcpy(c, b, n);
+    put_i32(c, seq_record(c, n, p, 2) + 36, 4);
+    reseal(c, n);
+    expect_corrupt(c, n);
+    free(c);
+    free(b);
+    /* the same plan with junk in the fields the masks do not read */
+    const int32_t len[2] = {120, 70};
+    const dcp_mask_t clean[2] = {{.kind = DCP_MASK_CAUSAL},
+                                 {.kind = DCP_MASK_WINDOW, .window = 20}};
+    const dcp_mask_t junk[2] = {{.kind = DCP_MASK_CAUSAL, .window = 9, .question_frac = -0.0},
+                                {.kind = DCP_MASK_WINDOW, .window = 20, .sink = 4, .answers = 2}};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 32;
+    o.eps_intra = -0.0;
+    dcp_plan_t *a = t_plan_opts(len, 2, clean, "2x2", &o),
+               *j = t_plan_opts(len, 2, junk, "2x2", &o);
+    size_t na, nj;
+    uint8_t *ba = bytes_of(a, &na), *bj = bytes_of(j, &nj);
+    CU_ASSERT(na == nj && memcmp(ba, bj, na) == 0);
+    dcp_plan_t *q = NULL;
+    CU_ASSERT_EQUAL(dcp_plan_deserialize(bj, nj, &q), DCP_OK);
+    dcp_plan_destroy(q);
+    free(ba), free(bj);
+    dcp_plan_destroy(a), dcp_plan_destroy(j);
+    /* items: one not named by any instruction, a full tile not marked full */
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
+    p->num_comm++; /* a stray comm op past the last launch's */
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    p->num_comm--;
+    int64_t full = -1;
+    for (int64_t t = 0; t < p->num_tiles && full < 0; t++)
+        if (p->tiles[t].full) full = t;
+    CU_ASSERT_FATAL(full >= 0);
+    p->tiles[full].full = 0;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    p->tiles[full].full = 1;
+    dcp_plan_destroy(p);
+}
+
+/* Every accepted single-byte change of a resealed 2 KB-scale plan stays within a few MB:
+ * what loading hostile bytes can cost is bounded by their size. */
+static void test_resealed_garbage_memory_bounded(void)
+{
+    const int32_t len[2] = {200, 57};
+    const dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_FULL}};
+    dcp_plan_t *p = t_plan(len, 2, m, "1x2", DCP_STRATEGY_LPT, 64, 2, 1);
+    size_t n;
+    uint8_t *b = bytes_of(p, &n);
+    dcp_rng_t rng = {43};
+    const double before = peak_mb();
+    uint8_t *c = malloc(n);
+    for (int rep = 0; rep < 4000; rep++) {
+        memcpy(c, b, n);
+        for (int k = 0; k < 4; k++) { /* a whole field: 4 bytes of a random value */
+            const size_t at = 32 + (size_t)dcp_rng_range(&rng, 0, (int64_t)n - 33);
+            c[at] = (uint8_t)dcp_rng_next(&rng);
+        }
+        reseal(c, n);
+        dcp_plan_t *q = NULL;
+        if (dcp_plan_deserialize(c, n, &q) == DCP_OK) dcp_plan_destroy(q);
+    }
+    CU_ASSERT(peak_mb() - before < 16.0);
+    free(c);
+    free(b);
+    dcp_plan_destroy(p);
+}
+
 int dcp_suite_plan_io(void)
 {
     static const dcp_test_t tests[] = {
@@ -264,6 +447,10 @@ int dcp_suite_plan_io(void)
         {"serialize_arguments", test_serialize_arguments},
         {"old_version_refused", test_old_version_refused},
         {"backward_program_checked", test_backward_program_checked},
+        {"huge_transfer_count_refused", test_huge_transfer_count_refused},
+        {"work_buffers_bounded", test_work_buffers_bounded},
+        {"plan_bytes_canonical", test_plan_bytes_canonical},
+        {"resealed_garbage_memory_bounded", test_resealed_garbage_memory_bounded},
         {NULL, NULL},
     };
     return dcp_add_suite("plan_io", tests);
