@@ -46,15 +46,18 @@ typedef struct {
 } job_t;
 
 /* The forward's columns, then (with --backward) the backward's, then the verdict of both. */
+/* host(us): how long a rank's call takes to return (the slowest rank's median); on a GPU
+ * the call returns once its work is queued, so this is the CPU cost a training step pays. */
 static const dcp_col_t cols[] = {
-    {"strategy", -8},     {"comm(MB)", 9},     {"inter(MB)", 9},     {"maxrank(MB)", 11},
-    {"comp-imb(%)", 11},  {"mem-imb(%)", 10},  {"plan(ms)", 9},      {"exec(ms)", 9},
-    {"GFLOP/s", 8},       {"max-rel-err", 11}, {"bwd-comm(MB)", 12}, {"bwd-inter(MB)", 13},
-    {"bwd-exec(ms)", 12}, {"bwd-GFLOP/s", 11}, {"bwd-rel-err", 11},  {"check", 5},
+    {"strategy", -8},      {"comm(MB)", 9},      {"inter(MB)", 9},     {"maxrank(MB)", 11},
+    {"comp-imb(%)", 11},   {"mem-imb(%)", 10},   {"plan(ms)", 9},      {"exec(ms)", 9},
+    {"host(us)", 9},       {"GFLOP/s", 8},       {"max-rel-err", 11},  {"bwd-comm(MB)", 12},
+    {"bwd-inter(MB)", 13}, {"bwd-exec(ms)", 12}, {"bwd-host(us)", 12}, {"bwd-GFLOP/s", 11},
+    {"bwd-rel-err", 11},   {"check", 5},
 };
 #define NCOLS    ((int)(sizeof cols / sizeof cols[0]))
-#define FWD_COLS 10 /* columns before the backward's */
-#define BWD_COLS 5
+#define FWD_COLS 11 /* columns before the backward's */
+#define BWD_COLS 6
 
 /* The columns shown: the backward's only with --backward. */
 static int shown_cols(const run_flags_t *rf, dcp_col_t *out)
@@ -103,13 +106,15 @@ static void print_row(const char *strategy, const dcp_plan_stats_t *ps,
     snprintf(cell[5], 32, "%.1f", 100 * ps->memory_imbalance);
     snprintf(cell[6], 32, "%.2f", ps->plan_ms);
     snprintf(cell[7], 32, "%.1f", r->exec_ms);
-    snprintf(cell[8], 32, "%.2f", r->exec_ms > 0 ? ps->total_flops / (r->exec_ms * 1e6) : 0.0);
-    snprintf(cell[9], 32, rf->check ? "%.2e" : "-", r->max_rel_err);
+    snprintf(cell[8], 32, "%.0f", r->host_us);
+    snprintf(cell[9], 32, "%.2f", r->exec_ms > 0 ? ps->total_flops / (r->exec_ms * 1e6) : 0.0);
+    snprintf(cell[10], 32, rf->check ? "%.2e" : "-", r->max_rel_err);
     int n = FWD_COLS;
     if (rf->backward) {
         snprintf(cell[n++], 32, "%.2f", ps->bwd_comm_bytes / 1e6);
         snprintf(cell[n++], 32, "%.2f", ps->bwd_inter_node_bytes / 1e6);
         snprintf(cell[n++], 32, "%.1f", r->bwd_exec_ms);
+        snprintf(cell[n++], 32, "%.0f", r->bwd_host_us);
         snprintf(cell[n++], 32, "%.2f",
                  r->bwd_exec_ms > 0 ? ps->bwd_flops / (r->bwd_exec_ms * 1e6) : 0.0);
         snprintf(cell[n++], 32, rf->check ? "%.2e" : "-", max3(r->max_rel_err_grad));
@@ -144,6 +149,7 @@ static void print_json(const char *mask, const char *strategy, const dcp_plan_st
     dcp_json_int(&j, "max_buffer_bytes", ps->max_buffer_bytes);
     dcp_json_num(&j, "plan_ms", ps->plan_ms);
     dcp_json_num(&j, "exec_ms", r->exec_ms);
+    dcp_json_num(&j, "host_us", r->host_us);
     dcp_json_num(&j, "gflops", r->exec_ms > 0 ? ps->total_flops / (r->exec_ms * 1e6) : 0.0);
     char digest[24];
     snprintf(digest, sizeof digest, "%016llx", (unsigned long long)r->digest);
@@ -158,6 +164,7 @@ static void print_json(const char *mask, const char *strategy, const dcp_plan_st
         dcp_json_int(&j, "bwd_inter_node_bytes", ps->bwd_inter_node_bytes);
         dcp_json_num(&j, "bwd_compute_imbalance", ps->bwd_compute_imbalance);
         dcp_json_num(&j, "bwd_exec_ms", r->bwd_exec_ms);
+        dcp_json_num(&j, "bwd_host_us", r->bwd_host_us);
         dcp_json_num(&j, "bwd_gflops",
                      r->bwd_exec_ms > 0 ? ps->bwd_flops / (r->bwd_exec_ms * 1e6) : 0.0);
     }

@@ -40,6 +40,8 @@ typedef struct {
     uint64_t digest;    /* hash of every rank's O and LSE (and dQ, dK, dV) bytes: equal outputs,
                            equal digest, whether the ranks ran as threads or as processes */
     double exec_ms;     /* median wall time of one forward pass over all ranks */
+    double host_us;     /* median time a rank's dcp_forward takes to return (the slowest
+                           rank's; on a GPU the work may still run after it returns) */
     /* backward (when enabled); `passed` then also requires bwd_passed */
     int bwd_run;
     int bwd_passed;             /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;
@@ -49,6 +51,7 @@ typedef struct {
     double low_abs_err_grad[3]; /* bf16/fp16: the plain computation's max abs error */
     int64_t bwd_bad_values;     /* NaN or unwritten gradient elements */
     double bwd_exec_ms;         /* median wall time of one backward pass over all ranks */
+    double bwd_host_us;         /* median time dcp_backward takes to return */
 } dcp_harness_result_t;
 
 dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
