@@ -122,6 +122,18 @@ dcp_status_t dcp_cuda_stream_wait(void *stream, void *event)
     return no_cuda("cuda stream");
 }
 
+dcp_status_t dcp_cuda_spin(void *stream, double ms)
+{
+    (void)stream, (void)ms;
+    return no_cuda("cuda spin");
+}
+
+int dcp_cuda_stream_idle(void *stream)
+{
+    (void)stream;
+    return 1;
+}
+
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
 {
     (void)dst, (void)n, (void)value, (void)stream;

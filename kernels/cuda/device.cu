@@ -179,6 +179,31 @@ extern "C" void dcp_cuda_host_free(void *ptr)
     if (ptr) cudaFreeHost(ptr);
 }
 
+static __global__ void spin_kernel(long long cycles)
+{
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+extern "C" dcp_status_t dcp_cuda_spin(void *stream, double ms)
+{
+    int dev = 0, khz = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+    if (e != cudaSuccess) return fail(e, "spin");
+    spin_kernel<<<1, 1, 0, (cudaStream_t)stream>>>((long long)(ms * khz));
+    e = cudaGetLastError();
+    return e == cudaSuccess ? DCP_OK : fail(e, "spin launch");
+}
+
+extern "C" int dcp_cuda_stream_idle(void *stream)
+{
+    const cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+    if (e != cudaSuccess && e != cudaErrorNotReady) (void)cudaGetLastError();
+    return e == cudaSuccess;
+}
+
 static __global__ void fill_kernel(float *dst, int64_t n, float value)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

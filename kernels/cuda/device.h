@@ -62,6 +62,11 @@ dcp_status_t dcp_cuda_event_sync(void *event);
 /* n floats of dst set to value, queued on `stream`. */
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream);
 
+/* Tests: a kernel that spins for `ms` milliseconds on `stream`; whether a stream has no
+ * work left (1) or still runs some (0). */
+dcp_status_t dcp_cuda_spin(void *stream, double ms);
+int dcp_cuda_stream_idle(void *stream);
+
 /* Timing: an event pair around work queued on a stream; milliseconds between them. */
 dcp_status_t dcp_cuda_timer_start(void *stream, void **timer_out);
 dcp_status_t dcp_cuda_timer_stop(void *timer, void *stream, double *ms_out);

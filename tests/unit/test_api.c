@@ -399,8 +399,23 @@ static void test_context_and_executor_arguments(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.device"));
     }
     CU_ASSERT_PTR_NULL(ctx);
+    /* borrowed handles where they cannot serve, named */
+    int fake;
+    const dcp_context_config_t lent_stream = {.group = g, .compute_stream = &fake},
+                               lent_comm = {.group = g, .nccl_comm = &fake};
+    CU_ASSERT_EQUAL(dcp_context_create(&lent_stream, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.compute_stream"));
+    CU_ASSERT_EQUAL(dcp_context_create(&lent_comm, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.nccl_comm"));
+    CU_ASSERT_PTR_NULL(ctx);
     const dcp_context_config_t cpu = {.group = g, .device = "cpu"};
     CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cpu, &ctx), DCP_OK);
+    /* a CPU context takes no stream: refused by name (and the group learns of it) */
+    const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL};
+    dcp_plan_t *two = small_plan("1x2", DCP_DTYPE_FP32);
+    CU_ASSERT_EQUAL(dcp_forward(ctx, two, &none, &fake), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "stream"));
+    dcp_plan_destroy(two);
     dcp_context_destroy(ctx);
     ctx = NULL;
     const dcp_cluster_t *cl = NULL;

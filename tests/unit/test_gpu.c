@@ -635,6 +635,124 @@ static void test_executor_refuses_bad_input(void)
     dcp_plan_destroy(pf);
 }
 
+/* The issue's race check, at least 50 times: 8 ranks on one GPU (2x4), ring and zigzag,
+ * bf16 and fp16, full and causal, each run on fresh contexts checked against the reference
+ * by FlashAttention's rule; any mismatch fails. */
+static void test_eight_ranks_on_one_gpu_repeated(void)
+{
+    enum { REPEATS = 50 };
+    const int32_t lengths[3] = {1059, 3263, 3870};
+    const dcp_dtype_t dtypes[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    const dcp_strategy_t strategies[2] = {DCP_STRATEGY_RING, DCP_STRATEGY_ZIGZAG};
+    const char *specs[2] = {"full", "causal"};
+    for (int di = 0; di < 2; di++)
+        for (int mi = 0; mi < 2; mi++) {
+            dcp_mask_t m[3];
+            for (int s = 0; s < 3; s++)
+                CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[mi], &m[s]), DCP_OK);
+            const dcp_attn_shape_t shape = {4, 2, 128, dtypes[di], 0.0f};
+            dcp_harness_t *h = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcp_harness_create(lengths, 3, m, &shape, 11, &h), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 16, NULL, 0), DCP_OK);
+            for (int si = 0; si < 2; si++) {
+                dcp_plan_options_t o;
+                dcp_plan_options_default(&o);
+                o.block_size = 512;
+                o.strategy = strategies[si];
+                dcp_plan_t *p = t_plan_shape(lengths, 3, m, "2x4", &shape, &o);
+                int failed = 0;
+                for (int k = 0; k < REPEATS; k++) {
+                    dcp_harness_result_t r;
+                    const dcp_status_t st = dcp_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r);
+                    failed += st != DCP_OK || !r.passed;
+                }
+                if (failed)
+                    fprintf(stderr, "gpu 8 ranks: %s %s %s: %d of %d runs failed\n",
+                            dcp_strategy_name(strategies[si]), di ? "fp16" : "bf16", specs[mi],
+                            failed, REPEATS);
+                CU_ASSERT_EQUAL(failed, 0);
+                dcp_plan_destroy(p);
+            }
+            dcp_harness_destroy(h);
+        }
+}
+
+/* One rank on cuda:0 with the caller's streams lent, over zeroed device tensors. */
+typedef struct {
+    dcp_group_t *group;
+    dcp_context_t *ctx;
+    dcp_plan_t *plan;
+    void *t[5];
+} one_gpu_rank_t;
+
+static void one_gpu_rank(one_gpu_rank_t *g, void *compute, void *transfer)
+{
+    const int32_t len = 2048;
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    const dcp_attn_shape_t shape = {8, 2, 128, DCP_DTYPE_BF16, 0.0f};
+    g->plan = t_plan_shape(&len, 1, &causal, "1x1", &shape, NULL);
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(1, &g->group), DCP_OK);
+    const dcp_context_config_t cfg = {.group = g->group,
+                                      .device = "cuda:0",
+                                      .compute_stream = compute,
+                                      .transfer_stream = transfer};
+    CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cfg, &g->ctx), DCP_OK);
+    const size_t q = (size_t)len * 8 * 128 * 2, kv = (size_t)len * 2 * 128 * 2;
+    const size_t bytes[5] = {q, kv, kv, q, (size_t)len * 8 * 4};
+    for (int i = 0; i < 5; i++) CU_ASSERT_PTR_NOT_NULL_FATAL(g->t[i] = dcp_cuda_alloc(0, bytes[i]));
+}
+
+static void one_gpu_rank_free(one_gpu_rank_t *g)
+{
+    dcp_context_destroy(g->ctx);
+    dcp_group_destroy(g->group);
+    dcp_plan_destroy(g->plan);
+    for (int i = 0; i < 5; i++) dcp_cuda_free(g->t[i]);
+}
+
+/* dcp_forward is stream-ordered: behind a 500 ms kernel on the caller's stream it returns
+ * while that kernel still runs (the stream is not idle when the call is back), and its
+ * outputs are there once the stream is. */
+static void test_forward_returns_before_its_work(void)
+{
+    void *caller = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &caller), DCP_OK);
+    one_gpu_rank_t g;
+    one_gpu_rank(&g, NULL, NULL);
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4]};
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK); /* binds the plan */
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(caller), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_fill_f32(g.t[4], 2048 * 8, 1.0f, caller), DCP_OK); /* stale LSE */
+    CU_ASSERT_EQUAL(dcp_cuda_spin(caller, 500.0), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_idle(caller), 0);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(caller), DCP_OK);
+    /* zero inputs: every row's LSE is log(number of allowed keys), never the stale 1.0 */
+    float lse[2];
+    CU_ASSERT_EQUAL(dcp_cuda_memcpy(lse, (float *)g.t[4] + 8 * 2047, sizeof lse, NULL), DCP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(lse[0], log(2048.0), 1e-3);
+    one_gpu_rank_free(&g);
+    dcp_cuda_stream_destroy(caller);
+}
+
+/* Lent streams are used and never destroyed: they still take work after the context. */
+static void test_lent_streams_outlive_the_context(void)
+{
+    void *s[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &s[i]), DCP_OK);
+    one_gpu_rank_t g;
+    one_gpu_rank(&g, s[0], s[1]);
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4]};
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, NULL), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
+    one_gpu_rank_free(&g);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(dcp_cuda_spin(s[i], 1.0), DCP_OK);
+        CU_ASSERT_EQUAL(dcp_cuda_stream_sync(s[i]), DCP_OK);
+        dcp_cuda_stream_destroy(s[i]);
+    }
+}
+
 int dcp_suite_gpu(void)
 {
     const int n = dcp_cuda_device_count();
@@ -658,6 +776,9 @@ int dcp_suite_gpu(void)
         {"backward_refusals", test_backward_refusals},
         {"executor_on_one_gpu", test_executor_on_one_gpu},
         {"executor_refuses_bad_input", test_executor_refuses_bad_input},
+        {"eight_ranks_on_one_gpu_repeated", test_eight_ranks_on_one_gpu_repeated},
+        {"forward_returns_before_its_work", test_forward_returns_before_its_work},
+        {"lent_streams_outlive_the_context", test_lent_streams_outlive_the_context},
         {NULL, NULL},
     };
     return dcp_add_suite("gpu", tests);
