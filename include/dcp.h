@@ -511,7 +511,8 @@ DCP_API dcp_status_t dcp_context_barrier(dcp_context_t *ctx);
 /* Convenience: runs all ranks of `plan` as threads of this process, rank r on io[r]
  * (io has dcp_plan_stats_t.num_ranks entries), each on `device` as in
  * dcp_context_config_t (NULL: the CPU; "cuda": rank r on GPU r % count, so several ranks
- * may share one GPU). Returns the first failure of any rank. */
+ * may share one GPU). Returns once the outputs are written, or the first failure of any
+ * rank. */
 DCP_API dcp_status_t dcp_forward_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
                                         double timeout_s, const char *device);
 
