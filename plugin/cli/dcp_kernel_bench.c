@@ -34,6 +34,7 @@ static const char *tool = "dcp-kernel-bench";
 
 typedef struct {
     int gpu; /* CUDA device ordinal, -1: the CPU */
+    const dcp_device_t *dev;
     dcp_dtype_t dtype;
     int64_t warmup, iters, sources;
     int json;
@@ -45,7 +46,7 @@ static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t
                              uint64_t seed)
 {
     const size_t es = ty == DCP_DTYPE_FP32 ? 4 : 2;
-    void *host = b->gpu >= 0 ? malloc((size_t)n * es + 1) : dst;
+    void *host = malloc((size_t)n * es + 1);
     if (!host) return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: host staging of %lld", (long long)n);
     dcp_rng_t rng = {seed};
     for (int64_t i = 0; i < n; i++) {
@@ -55,37 +56,35 @@ static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t
         else
             ((uint16_t *)host)[i] = dcp_half_from_f32(ty, v);
     }
-    dcp_status_t st = DCP_OK;
-    if (b->gpu >= 0) {
-        st = dcp_cuda_memcpy(dst, host, (size_t)n * es, b->stream);
-        free(host);
-    }
+    dcp_status_t st = b->dev->copy(dst, host, (size_t)n * es, b->stream);
+    if (st == DCP_OK) st = b->dev->stream_sync(b->stream);
+    free(host);
     return st;
 }
 
 /* n fp32 zeros. */
 static dcp_status_t buf_zero(const bench_t *b, void *dst, int64_t n)
 {
-    if (b->gpu >= 0) return dcp_cuda_fill_f32(dst, n, 0.0f, b->stream);
-    memset(dst, 0, (size_t)n * sizeof(float));
-    return DCP_OK;
+    return b->dev->fill_f32(dst, n, 0.0f, b->stream);
 }
 
-/* A descriptor array where the kernels read it: the host array itself on the CPU. */
+/* A descriptor array where the kernels read it: the host array itself where they read host
+ * memory. */
 static dcp_status_t to_kernels(const bench_t *b, const void *host, size_t bytes, void **out)
 {
-    if (b->gpu < 0) {
+    if (b->dev->host_memory) {
         *out = (void *)host;
         return DCP_OK;
     }
-    if (!(*out = dcp_cuda_alloc(b->gpu, bytes ? bytes : 16)))
+    if (!(*out = b->dev->alloc(b->gpu, bytes ? bytes : 16)))
         return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: %zu bytes of descriptors", bytes);
-    return dcp_cuda_memcpy(*out, host, bytes, b->stream);
+    DCP_CHECK(b->dev->copy(*out, host, bytes, b->stream));
+    return b->dev->stream_sync(b->stream);
 }
 
 static void drop_descr(const bench_t *b, void *p)
 {
-    if (b->gpu >= 0) dcp_cuda_free(p);
+    if (!b->dev->host_memory) b->dev->free(p);
 }
 
 typedef enum { OP_ATTN, OP_BWD, OP_MERGE, OP_COPY } op_t;
@@ -101,7 +100,7 @@ typedef struct {
 static dcp_status_t launch(const bench_t *b, op_t op, const dcp_kernel_env_t *env, const void *a,
                            int64_t n, const void *extra)
 {
-    const dcp_kernels_t *k = b->gpu >= 0 ? &dcp_kernels_cuda : &dcp_kernels_cpu;
+    const dcp_kernels_t *k = b->dev->kernels;
     switch (op) {
     case OP_ATTN:
         return k->attn_fwd(env, a, n, extra);
@@ -130,14 +129,11 @@ static dcp_status_t time_launch(const bench_t *b, op_t op, const dcp_kernel_env_
     for (int64_t i = 0; st == DCP_OK && i < b->warmup + b->iters; i++) {
         void *timer = NULL;
         double ms = 0;
-        const double t0 = dcp_now();
-        if (b->gpu >= 0) st = dcp_cuda_timer_start(b->stream, &timer);
+        st = b->dev->timer_start(b->stream, &timer);
         if (st == DCP_OK) st = launch(b, op, env, a, n, extra);
-        if (b->gpu >= 0 && timer) {
-            const dcp_status_t s2 = dcp_cuda_timer_stop(timer, b->stream, &ms);
+        if (timer) {
+            const dcp_status_t s2 = b->dev->timer_stop(timer, b->stream, &ms);
             if (st == DCP_OK) st = s2;
-        } else {
-            ms = (dcp_now() - t0) * 1e3;
         }
         if (i >= b->warmup) t[i - b->warmup] = ms;
     }
@@ -172,7 +168,7 @@ static void print_row(const bench_t *b, const row_t *r)
         dcp_json_int(&j, "q_heads", r->hq);
         dcp_json_int(&j, "kv_heads", r->hkv);
         dcp_json_str(&j, "dtype", dcp_dtype_name(b->dtype));
-        dcp_json_str(&j, "device", b->gpu >= 0 ? "cuda" : "cpu");
+        dcp_json_str(&j, "device", b->dev->name);
         dcp_json_num(&j, "density", r->density);
         dcp_json_num(&j, "ms", r->ms);
         dcp_json_num(&j, "tflops", r->tflops);
@@ -254,7 +250,7 @@ static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
     dcp_status_t st = to_kernels(b, items, (size_t)n * sizeof *items, &di);
     if (st == DCP_OK) st = launch(b, OP_ATTN, env, groups, tc->num_groups, tiles);
     if (st == DCP_OK) st = launch(b, OP_COPY, env, di, n, NULL);
-    if (st == DCP_OK && b->gpu >= 0) st = dcp_cuda_stream_sync(b->stream);
+    if (st == DCP_OK) st = b->dev->stream_sync(b->stream);
     drop_descr(b, di);
     free(items);
     if (st != DCP_OK) return st;
@@ -267,8 +263,8 @@ static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
     } else {
         r.error = dcp_last_error();
         if (!warned++)
-            fprintf(stderr, "%s: backward on %s: %s: %s (shown as -)\n", tool,
-                    b->gpu >= 0 ? "cuda" : "cpu", dcp_status_string(st), dcp_last_error());
+            fprintf(stderr, "%s: backward on %s: %s: %s (shown as -)\n", tool, b->dev->name,
+                    dcp_status_string(st), dcp_last_error());
     }
     print_row(b, &r);
     return DCP_OK;
@@ -424,8 +420,7 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
     for (int i = 0; st == DCP_OK && i < DCP_BUF_COUNT; i++) {
         if (!elems[i]) continue;
         const dcp_dtype_t ty = dcp_buf_dtype(i, b->dtype);
-        if (!(bufs[i] = dcp_device_of(b->gpu)->alloc(b->gpu, (size_t)elems[i] *
-                                                                 dcp_buf_elem_bytes(i, b->dtype))))
+        if (!(bufs[i] = b->dev->alloc(b->gpu, (size_t)elems[i] * dcp_buf_elem_bytes(i, b->dtype))))
             st = dcp_set_error(DCP_ERR_NO_MEMORY, "bench: buffer %d of %lld elements", i,
                                (long long)elems[i]);
         else if (i >= DCP_BUF_ACC_DQ && i <= DCP_BUF_ACC_DV)
@@ -446,7 +441,7 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
         if (st == DCP_OK && wants(l, "merge")) st = bench_merge(b, total, tile, d, g.hq, bufs);
         if (st == DCP_OK && wants(l, "copy")) st = bench_copy(b, total, tile, d, g.hq, bufs);
     }
-    for (int i = 0; i < DCP_BUF_COUNT; i++) dcp_device_of(b->gpu)->free(bufs[i]);
+    for (int i = 0; i < DCP_BUF_COUNT; i++) b->dev->free(bufs[i]);
     return st;
 }
 
@@ -533,7 +528,8 @@ int main(int argc, char **argv)
                 dcp_args_fail(tool, "mask", "%s", dcp_last_error());
     }
 
-    if (b.gpu >= 0 && dcp_cuda_stream_create(b.gpu, &b.stream) != DCP_OK) {
+    b.dev = dcp_device_of(b.gpu);
+    if (b.dev->stream_create(b.gpu, &b.stream) != DCP_OK) {
         fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
         return 1;
     }
@@ -555,7 +551,7 @@ int main(int argc, char **argv)
             }
     if (st != DCP_OK)
         fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
-    dcp_cuda_stream_destroy(b.stream);
+    b.dev->stream_destroy(b.stream);
     free(masks);
     free(l.masks), free(l.totals), free(l.tiles), free(l.dims), free(l.gqas), free(l.kernels);
     free(st_m), free(st_t), free(st_i), free(st_d), free(st_g), free(st_k);
