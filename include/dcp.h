@@ -395,20 +395,40 @@ typedef struct {
 } dcp_tensors_t;
 
 /* How the ranks of a job (processes, possibly on many nodes) find each other: an allgather
- * of a few bytes, called while contexts are created and destroyed. Every rank passes `bytes`
- * bytes in `send`; `recv` receives size x bytes, rank r's at offset r x bytes. Collective:
- * all ranks call it in the same order. A host framework supplies its own (over its process
- * group); dcp_bootstrap_mpi() supplies one over MPI. */
+ * of a few bytes, called while contexts are created and destroyed (and by the tools between
+ * steps). Every rank passes `bytes` bytes in `send`; `recv` receives size x bytes, rank r's at
+ * offset r x bytes. Collective: all ranks call it in the same order. A host framework
+ * supplies its own (over its process group); dcp_bootstrap_mpi() supplies one over MPI.
+ *
+ * What a callback must guarantee, so that no rank of a job waits forever on one that died
+ * or stopped: it returns within about the bootstrap's timeout (its own, for a plain
+ * allgather, e.g. a process group's timeout; the one dcp passes, for a timed one): DCP_OK
+ * once every rank's bytes are in recv, else DCP_ERR_TIMEOUT (some rank's bytes did not come
+ * in time) or DCP_ERR_PEER (it knows a rank failed), never blocking past the timeout. After
+ * a failure it may fail every later call at once: the job is over. A timed allgather also
+ * names the rank that did not take part (*failed_rank_out; -1 when it cannot tell), which
+ * dcp puts in its message. A plain allgather with no timeout of its own (a bare
+ * MPI_Allgather) hangs every rank when one dies: give a timed one. */
 typedef dcp_status_t (*dcp_allgather_fn)(void *state, const void *send, void *recv, size_t bytes);
+typedef dcp_status_t (*dcp_allgather_timed_fn)(void *state, const void *send, void *recv,
+                                               size_t bytes, double timeout_s,
+                                               int32_t *failed_rank_out);
 
 typedef struct {
     int32_t rank, size;
-    dcp_allgather_fn allgather;
-    void *state; /* passed to allgather; borrowed */
+    dcp_allgather_fn allgather;             /* required; used when allgather_timed is NULL */
+    void *state;                            /* passed to both; borrowed */
+    dcp_allgather_timed_fn allgather_timed; /* optional, preferred: with a deadline */
+    double timeout_s; /* longest one collective step waits for the slowest rank, in s, passed
+                         to allgather_timed; 0: $DCP_TIMEOUT_S, else 60 s */
 } dcp_bootstrap_t;
 
 /* A bootstrap over MPI_COMM_WORLD. Defined in libdcp_mpi (link -ldcp_mpi and MPI) so that
- * libdcp itself does not depend on MPI. MPI must be initialised. */
+ * libdcp itself does not depend on MPI. MPI must be initialised. Its allgather is timed
+ * (point-to-point messages on MPI_COMM_WORLD, tags in the top 4096 below MPI_TAG_UB, polled
+ * against the deadline, never a blocking MPI collective): a rank that died or stopped makes
+ * the others fail with DCP_ERR_TIMEOUT (or DCP_ERR_PEER) naming it, within timeout_s; after
+ * that every later collective of the process fails at once with the same cause. */
 DCP_API dcp_status_t dcp_bootstrap_mpi(dcp_bootstrap_t *bootstrap_out);
 
 /* A group of in-process ranks (threads of one process) that exchange blocks through

@@ -68,6 +68,29 @@ static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, in
     return DCP_OK;
 }
 
+/* The up-front size limits that keep every count of a plan inside int64 (DCP_MAX_FLOPS,
+ * DCP_MAX_BATCH_BYTES): FLOPs are at most sum of L^2 x 4 x D x Hq forward, 2.5 x that
+ * backward; byte counts at most the batch's bytes times the ranks a net spans (< 2^17). */
+static dcp_status_t check_size(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               int64_t total)
+{
+    double pairs = 0; /* exact in double well past the limit: L^2 < 2^62 */
+    for (int32_t s = 0; s < batch->num_seqs; s++)
+        pairs += (double)batch->lengths[s] * (double)batch->lengths[s];
+    const double flops = pairs * 4.0 * shape->head_dim * shape->num_heads;
+    if (flops > (double)DCP_MAX_FLOPS)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "batch: up to %.3g forward FLOPs (sequence lengths squared x 4 x "
+                             "head_dim %d x num_heads %d), more than the limit 2^61",
+                             flops, shape->head_dim, shape->num_heads);
+    if (dcp_shape_token_bytes(shape, total) > DCP_MAX_BATCH_BYTES)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "batch: %lld tokens of %lld bytes (Q, K, V, O, LSE), more than the "
+                             "limit 2^44 bytes",
+                             (long long)total, (long long)dcp_shape_token_bytes(shape, 1));
+    return DCP_OK;
+}
+
 static dcp_status_t check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                int32_t block_size, int32_t head_blocks, int64_t *total_out,
                                int64_t *custom_out)
@@ -78,7 +101,8 @@ static dcp_status_t check_args(const dcp_batch_t *batch, const dcp_attn_shape_t 
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.block_size = %d, must be >= 1",
                              block_size);
     DCP_CHECK(check_shape(shape, head_blocks));
-    return check_batch(batch, total_out, custom_out);
+    DCP_CHECK(check_batch(batch, total_out, custom_out));
+    return check_size(batch, shape, *total_out);
 }
 
 dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,

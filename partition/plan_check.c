@@ -19,6 +19,7 @@
  * field is ignored and one plan has one byte string.
  */
 #include "include/base/error.h"
+#include "partition/blocks.h"
 #include "partition/mask.h"
 #include "partition/plan.h"
 #include "partition/slots.h"
@@ -71,9 +72,11 @@ static dcp_status_t check_seqs(const dcp_plan_t *p)
 {
     if (p->num_seqs < 1) return CORRUPT("plan: no sequences");
     int64_t total = 0;
+    double pairs = 0; /* the planner's size limits (partition/blocks.h), so counts fit int64 */
     for (int32_t s = 0; s < p->num_seqs; s++) {
         const dcp_seq_info_t *q = &p->seqs[s];
         total += q->len;
+        pairs += (double)q->len * (double)q->len;
         if (q->len < 1 || total > INT32_MAX)
             return CORRUPT("plan: sequence %d has length %d", s, q->len);
         if (dcp_mask_validate(&q->mask, q->len, "mask") != DCP_OK) {
@@ -82,6 +85,10 @@ static dcp_status_t check_seqs(const dcp_plan_t *p)
             return CORRUPT("plan: sequence %d: %s", s, why);
         }
     }
+    if (pairs * 4.0 * p->shape.head_dim * p->shape.num_heads > (double)DCP_MAX_FLOPS ||
+        dcp_shape_token_bytes(&p->shape, total) > DCP_MAX_BATCH_BYTES)
+        return CORRUPT("plan: %lld tokens of %d heads x %d are past the size limits",
+                       (long long)total, p->shape.num_heads, p->shape.head_dim);
     return DCP_OK;
 }
 

@@ -1,17 +1,43 @@
 #include "transport/bootstrap.h"
 
 #include "include/base/error.h"
+#include "include/base/timeout.h"
 
 #include <stdlib.h>
+
+double dcp_bootstrap_timeout(const dcp_bootstrap_t *bs)
+{
+    if (bs->timeout_s > 0) return dcp_timeout_clamp(bs->timeout_s);
+    const char *env = getenv("DCP_TIMEOUT_S");
+    if (env) {
+        char *end;
+        const double v = strtod(env, &end);
+        if (end != env && *end == '\0' && v > 0) return dcp_timeout_clamp(v);
+    }
+    return 60.0;
+}
 
 dcp_status_t dcp_bootstrap_allgather(const dcp_bootstrap_t *bs, const void *send, void *recv,
                                      size_t bytes, const char *what)
 {
-    const dcp_status_t st = bs->allgather(bs->state, send, recv, bytes);
-    if (st != DCP_OK)
-        return dcp_set_error(st, "bootstrap: the allgather of %s failed on rank %d (%s)", what,
-                             bs->rank, dcp_status_string(st));
-    return DCP_OK;
+    if (!bs->allgather_timed) {
+        const dcp_status_t st = bs->allgather(bs->state, send, recv, bytes);
+        if (st != DCP_OK)
+            return dcp_set_error(st, "bootstrap: the allgather of %s failed on rank %d (%s)", what,
+                                 bs->rank, dcp_status_string(st));
+        return DCP_OK;
+    }
+    const double timeout = dcp_bootstrap_timeout(bs);
+    int32_t failed = -1;
+    const dcp_status_t st = bs->allgather_timed(bs->state, send, recv, bytes, timeout, &failed);
+    if (st == DCP_OK) return DCP_OK;
+    char why[256];
+    dcp_error_save(why, sizeof why);
+    if (failed >= 0 && failed < bs->size)
+        return dcp_set_error(st, "%s: rank %d failed or stopped (%s on rank %d, timeout %g s: %s)",
+                             what, failed, dcp_status_string(st), bs->rank, timeout, why);
+    return dcp_set_error(st, "bootstrap: the allgather of %s failed on rank %d (%s: %s)", what,
+                         bs->rank, dcp_status_string(st), why);
 }
 
 dcp_status_t dcp_bootstrap_agree(const dcp_bootstrap_t *bs, dcp_status_t mine, const char *what)

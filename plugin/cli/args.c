@@ -7,6 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void (*fail_hook)(void);
+
+void dcp_args_set_fail_hook(void (*hook)(void))
+{
+    fail_hook = hook;
+}
+
+/* Every exit on a bad flag: status 2, after the tool's hook. */
+static _Noreturn void bad_flags_exit(void)
+{
+    if (fail_hook) fail_hook();
+    exit(2);
+}
+
 void dcp_args_fail(const char *tool, const char *flag, const char *fmt, ...)
 {
     fprintf(stderr, "%s: --%s: ", tool, flag);
@@ -15,7 +29,7 @@ void dcp_args_fail(const char *tool, const char *flag, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n");
-    exit(2);
+    bad_flags_exit();
 }
 
 static void usage(const dcp_arg_t *args, int nargs, const char *tool, const char *summary)
@@ -76,7 +90,7 @@ void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const cha
         }
         if (strncmp(s, "--", 2) != 0) {
             fprintf(stderr, "%s: unexpected argument '%s' (flags start with --)\n", tool, s);
-            exit(2);
+            bad_flags_exit();
         }
         const char *name = s + 2, *eq = strchr(name, '=');
         const size_t len = eq ? (size_t)(eq - name) : strlen(name);
@@ -85,7 +99,7 @@ void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const cha
             if (strlen(args[k].name) == len && !strncmp(args[k].name, name, len)) a = &args[k];
         if (!a) {
             fprintf(stderr, "%s: unknown flag --%.*s (see --help)\n", tool, (int)len, name);
-            exit(2);
+            bad_flags_exit();
         }
         a->seen = 1;
         if (a->kind == DCP_ARG_FLAG) {

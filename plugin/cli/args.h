@@ -27,6 +27,11 @@ int dcp_args_seen(const dcp_arg_t *args, int nargs, const char *name);
 int dcp_args_split(const char *tool, const char *flag, const char *list, char ***items_out,
                    char **storage_out);
 
+/* A function every bad-flag exit calls first (after printing its message, before exit(2));
+ * tools run under an MPI launcher set dcp_mpi_fail_early, so that a rank given a bad flag
+ * still joins the job's start-up and the others name it instead of waiting for it. */
+void dcp_args_set_fail_hook(void (*hook)(void));
+
 /* Exits 2 with "<tool>: --<flag>: <message>". */
 void dcp_args_fail(const char *tool, const char *flag, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

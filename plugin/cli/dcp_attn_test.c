@@ -189,8 +189,9 @@ static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_pla
     st = dcp_bootstrap_allgather(&job->bs, &mine, all, sizeof mine, "plan checksums");
     for (int32_t r = 1; st == DCP_OK && r < job->bs.size; r++)
         if (all[r] != all[0])
-            st = dcp_set_error(DCP_ERR_INTERNAL,
-                               "rank %d's plan differs from rank 0's (checksum %016llx vs %016llx)",
+            st = dcp_set_error(DCP_ERR_INVALID_ARG,
+                               "rank %d's plan differs from rank 0's (checksum %016llx vs "
+                               "%016llx): were the ranks given different flags?",
                                r, (unsigned long long)all[r], (unsigned long long)all[0]);
     free(all);
     return st;
@@ -213,6 +214,7 @@ static int run_one(const dcp_common_t *c, const dcp_cluster_t *cluster, dcp_harn
     if (st == DCP_OK) st = dcp_plan_get_stats(plan, &ps);
     if (job->ctx) {
         /* every step ends in a vote, so that all ranks go on or none does */
+        dcp_mpi_fault_point("plan");
         st = plans_agree(job, st, plan);
         /* each process checks its own rows: the reference of its sequences only */
         if (st == DCP_OK && rf->check)
@@ -220,6 +222,7 @@ static int run_one(const dcp_common_t *c, const dcp_cluster_t *cluster, dcp_harn
                 &job->bs, dcp_harness_reference(h, (int32_t)rf->threads, plan, job->bs.rank),
                 "reference");
         if (st == DCP_OK) {
+            dcp_mpi_fault_point("forward");
             st = dcp_harness_run_rank(h, plan, job->ctx, &job->bs, (int32_t)rf->warmup,
                                       (int32_t)rf->iters, rf->tol, &r);
             broken = st != DCP_OK;
@@ -278,8 +281,10 @@ static int run_all(const dcp_common_t *c, const dcp_cluster_t *cluster, const ru
             dcp_table_header(stdout, shown, shown_cols(rf, shown));
             fflush(stdout);
         }
-        for (int32_t s = 0; s < c->num_strategies; s++)
+        for (int32_t s = 0; s < c->num_strategies; s++) {
             failed |= run_one(c, cluster, h, c->mask_names[m], c->strategies[s], rf, job);
+            if (job->ctx) dcp_mpi_fault_point("between");
+        }
         if (talk) fflush(stdout);
         dcp_harness_destroy(h);
     }
@@ -293,6 +298,7 @@ static int run_job(int *argc, char ***argv, dcp_common_t *c, const dcp_arg_t *ar
 {
     job_t job = {0};
     dcp_status_t st = dcp_mpi_start(argc, argv, &job.bs);
+    job.bs.timeout_s = rf->timeout; /* every collective step: 0 is $DCP_TIMEOUT_S or 60 s */
     if (st == DCP_OK) {
         const dcp_context_config_t cfg = {
             .bootstrap = &job.bs, .timeout_s = rf->timeout, .device = rf->device};
@@ -313,6 +319,7 @@ static int run_job(int *argc, char ***argv, dcp_common_t *c, const dcp_arg_t *ar
     if (!dcp_args_seen(args, nargs, "threads")) rf->threads = 1; /* the ranks share the cores */
     const int failed = run_all(c, cluster, rf, &job, seed);
     /* a run that failed may have left the engines broken: the launcher ends the job */
+    dcp_mpi_fault_point("destroy");
     dcp_context_destroy(job.ctx);
     dcp_mpi_stop(0, 0);
     return failed;
@@ -352,7 +359,7 @@ int main(int argc, char **argv)
                    "Plans a batch, runs dynamic context-parallel attention on in-process ranks\n"
                    "and checks it against a single-device double-precision reference.");
     if (rf.timeout < 0) dcp_args_fail(tool, "timeout", "must be >= 0");
-    if (!(rf.tol > 0)) dcp_args_fail(tool, "tol", "must be > 0");
+    if (!(rf.tol > 0 && rf.tol <= 1)) dcp_args_fail(tool, "tol", "%g is outside (0, 1]", rf.tol);
     int32_t ordinal; /* the contexts pick theirs; this checks the flag before any work */
     if (dcp_device_parse(rf.device, 0, "--device", &ordinal) != DCP_OK)
         dcp_args_fail(tool, "device", "%s", dcp_last_error());

@@ -1,50 +1,132 @@
 #!/bin/bash
-# The kill test: four dcp-attn-test ranks under mpirun run forward passes back to back; one
-# rank is killed with SIGKILL mid-run. The survivors must end their waits with DCP_ERR_PEER
-# or DCP_ERR_TIMEOUT within the timeout (DCP_TIMEOUT_S=5 here) and the job must end,
-# never hang. Open MPI's recovery mode keeps mpirun from killing the survivors itself, so
-# that what they report is dcp's doing.
+# The fault-injection suite: four dcp-attn-test ranks under mpirun in Open MPI's recovery
+# mode (so that what the survivors do is dcp's doing, not mpirun's), one rank SIGKILLed or
+# SIGSTOPped at each phase of the job (DCP_FAULT, plugin/cli/mpi_launch.h): after MPI_Init,
+# inside context creation, at the planning vote, on entering the forward, between cases,
+# before the context is destroyed; from outside (kill -KILL / -STOP) in the middle of the
+# timed forward and backward passes, where the survivors wait on transfers; and a rank
+# started with a bad flag. Every survivor must exit with
+# status 1 within the timeout plus a margin after the fault, naming the failed rank with
+# DCP_ERR_TIMEOUT or DCP_ERR_PEER; the victim's own status is checked too (killed: 137; a
+# stopped one is still stopped when the others have ended, then killed here; bad flag: 2).
+# Each rank's status comes from tests/mpi/rank.sh (under recovery mode mpirun exits 0 even
+# when every rank failed).
 #
 #   tests/mpi/kill.sh [BIN_DIR]      (default build/bin)
 set -u
 bin=${1:-build/bin}
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 # Under ASan: Open MPI's and UCX's plugins leak at exit, unloaded and unnamed, so leak
-# checking is off here; the unit tests run dcp's own process-rank paths (bootstrap, UCX
-# engine, job contexts) over threads with it on.
+# checking is off here (and the ranks end with _exit after a failure anyway).
 [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 trap 'rm -rf "$work"; [ -n "${job:-}" ] && kill -9 "$job" 2>/dev/null' EXIT
-export DCP_TIMEOUT_S=5 OMPI_MCA_mpi_yield_when_idle=1
-for tls in shm,self tcp,self; do
-    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca orte_enable_recovery 1 \
-        -np 4 -x UCX_TLS="$tls" "$bin/dcp-attn-test" --tokens 2048 --block 128 --cluster 1x4 \
-        --strategy metis --warmup 1000 --iters 1000 >"$work/out" 2>"$work/err" &
+timeout_s=3
+margin=${DCP_FAULT_MARGIN:-6} # start-up skew, 2 shared cores, ASan
+export DCP_TIMEOUT_S=$timeout_s OMPI_MCA_mpi_yield_when_idle=1
+tool=("$bin/dcp-attn-test" --tokens 512 --block 128 --cluster 1x4 --strategy lpt,zigzag
+      --backward --iters 2)
+mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca orte_enable_recovery 1
+        -x DCP_TIMEOUT_S -x OMPI_MCA_mpi_yield_when_idle)
+failures=0
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+now() { date +%s.%N; }
+later() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+# case NAME VICTIM PHASE ACTION TLS: runs the job, waits for the survivors, checks everyone
+run_case() {
+    local name=$1 victim=$2 phase=$3 action=$4 tls=$5 dir="$work/$1" r
+    mkdir -p "$dir"
+    local cmd=("${mpirun[@]}" -x UCX_TLS="$tls") fault=
+    if [ "$phase" = midrun ]; then # ranks in their timed runs, signalled from here
+        cmd+=(-np 4 "$here/rank.sh" "$dir" "${tool[@]}" --warmup 1000 --iters 1000)
+    elif [ "$action" = flag ]; then # the last rank gets a bad flag
+        cmd+=(-np 3 "$here/rank.sh" "$dir" "${tool[@]}" : -np 1 "$here/rank.sh" "$dir"
+              "${tool[@]}" --tol 5)
+    else
+        cmd+=(-x DCP_FAULT="$victim:$phase:$action" -x DCP_FAULT_STAMP="$dir/stamp" -np 4
+              "$here/rank.sh" "$dir" "${tool[@]}")
+    fi
+    local start
+    start=$(now)
+    "${cmd[@]}" >"$dir/mpirun.out" 2>&1 &
     job=$!
-    # wait until the ranks are inside their timed runs (the table header is out)
-    for _ in $(seq 100); do grep -q "^strategy" "$work/out" && break; sleep 0.1; done
-    sleep 1
-    victim=$(pgrep -P "$job" -f dcp-attn-test | sed -n 2p)
-    if [ -z "$victim" ]; then
-        echo "FAIL: UCX_TLS=$tls: no rank to kill"; cat "$work/err"; exit 1
+    if [ "$phase" = midrun ]; then
+        for _ in $(seq 300); do grep -q "^strategy" "$dir/out.0" 2>/dev/null && break; sleep 0.1; done
+        sleep 1
+        fault=$(now)
+        kill -"${action^^}" "$(cat "$dir/pid.$victim")"
     fi
-    killed=$(date +%s.%N)
-    kill -9 "$victim"
-    # the job must end by itself well within timeout + slack
-    for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
-    secs=$(awk -v a="$killed" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+    # the survivors must end by themselves: wait for their statuses (60 s at most)
+    for _ in $(seq 600); do
+        local ended=0
+        for r in 0 1 2 3; do [ "$r" = "$victim" ] || [ ! -f "$dir/rc.$r" ] || ended=$((ended + 1)); done
+        [ $ended -eq 3 ] && break
+        sleep 0.1
+    done
+    if [ "$action" = flag ]; then fault=$(cat "$dir/end.$victim" 2>/dev/null || echo "$start")
+    elif [ -z "$fault" ]; then fault=$(cat "$dir/stamp" 2>/dev/null || echo "$start"); fi
+    local worst=0 msg=""
+    for r in 0 1 2 3; do
+        [ "$r" = "$victim" ] && continue
+        if [ ! -f "$dir/rc.$r" ]; then
+            fail "$name: rank $r still runs $(later "$fault" "$(now)") s after the fault"
+            continue
+        fi
+        local rc secs
+        rc=$(cat "$dir/rc.$r")
+        secs=$(later "$fault" "$(cat "$dir/end.$r")")
+        awk -v s="$secs" -v w="$worst" 'BEGIN { exit !(s > w) }' && worst=$secs
+        [ "$rc" = 1 ] || fail "$name: rank $r exited with $rc, not 1"
+        awk -v s="$secs" -v l="$((timeout_s + margin))" 'BEGIN { exit !(s <= l) }' ||
+            fail "$name: rank $r ended $secs s after the fault (limit $((timeout_s + margin)) s)"
+        # (mid-run, the engines' messages name the rank whose failure each survivor saw
+        # first, which may be another survivor that timed out: only the status is asked)
+        local named="rank $victim.*DCP_ERR_(TIMEOUT|PEER)|DCP_ERR_(TIMEOUT|PEER).*rank $victim"
+        [ "$phase" = midrun ] && named="DCP_ERR_(TIMEOUT|PEER)"
+        if ! grep -qE "$named" "$dir/err.$r"; then
+            fail "$name: rank $r does not name rank $victim: $(head -c 300 "$dir/err.$r")"
+        fi
+        [ -n "$msg" ] || msg=$(grep -m1 -oE "DCP_ERR_(TIMEOUT|PEER): [^(]*" "$dir/err.$r")
+    done
+    # the victim: killed (137), still stopped (then killed here), or exited on its flag (2)
+    local vpid
+    vpid=$(cat "$dir/pid.$victim" 2>/dev/null)
+    case $action in
+    kill) [ "$(cat "$dir/rc.$victim" 2>/dev/null)" = 137 ] ||
+        fail "$name: the victim's status is $(cat "$dir/rc.$victim" 2>/dev/null), not 137" ;;
+    stop)
+        [ "$(ps -o stat= -p "$vpid" 2>/dev/null | cut -c1)" = T ] ||
+            fail "$name: the stopped victim is not stopped ($(ps -o stat= -p "$vpid"))"
+        kill -9 "$vpid" 2>/dev/null ;;
+    flag) [ "$(cat "$dir/rc.$victim" 2>/dev/null)" = 2 ] ||
+        fail "$name: the victim's status is $(cat "$dir/rc.$victim" 2>/dev/null), not 2" ;;
+    esac
+    # and the job ends
+    for _ in $(seq 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$job" 2>/dev/null; then
-        echo "FAIL: UCX_TLS=$tls: the job still runs $secs s after the kill"; exit 1
+        fail "$name: mpirun still runs after every rank ended"
+        kill -9 "$job" 2>/dev/null
     fi
-    # (in recovery mode mpirun's exit status does not tell; the survivors' reports do)
-    wait "$job"
+    wait "$job" 2>/dev/null
     job=
-    reports=$(grep -cE "DCP_ERR_(PEER|TIMEOUT)" "$work/err")
-    if [ "$reports" -lt 1 ]; then
-        echo "FAIL: UCX_TLS=$tls: no survivor reported the failure"
-        grep -v '^\[' "$work/err" | head -20
-        exit 1
-    fi
-    printf 'ok   kill one of 4 ranks, UCX_TLS=%-9s job ended %.1f s after the kill; %d survivor(s) reported:\n' \
-        "$tls" "$secs" "$reports"
-    grep -E "DCP_ERR_(PEER|TIMEOUT)" "$work/err" | sed 's/^/       /'
+    printf 'ok   %-8s %-5s rank %d: survivors ended %4.1f s after the fault: %s\n' "$phase" \
+        "$action" "$victim" "$worst" "$msg"
+}
+
+echo "# fault injection: 4 ranks, timeout $timeout_s s, margin $margin s (phase, action, worst survivor)"
+run_case flag 3 start flag shm,self
+for phase in init context plan forward between destroy; do
+    for action in kill stop; do
+        tls=shm,self
+        [ "$phase" = forward ] && [ "$action" = kill ] && tls=tcp,self
+        run_case "$phase-$action" 2 "$phase" "$action" "$tls"
+    done
 done
+run_case midrun-kill 1 midrun kill shm,self
+run_case midrun-stop 1 midrun stop tcp,self
+[ "$failures" -eq 0 ] && echo "faults: all passed" || echo "faults: $failures failed"
+[ "$failures" -eq 0 ]

@@ -82,5 +82,5 @@ static dcp_status_t allgather(void *state, const void *send, void *recv, size_t 
 
 dcp_bootstrap_t shm_bootstrap_rank(shm_bootstrap_t *b, int32_t rank)
 {
-    return (dcp_bootstrap_t){rank, b->size, allgather, &b->views[rank]};
+    return (dcp_bootstrap_t){rank, b->size, allgather, &b->views[rank], NULL, 0.0};
 }

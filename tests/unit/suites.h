@@ -15,6 +15,7 @@ int dcp_suite_plan_service(void);
 int dcp_suite_kernels(void);
 int dcp_suite_backward(void);
 int dcp_suite_nonfinite(void);
+int dcp_suite_faults(void);
 int dcp_suite_transport(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);

@@ -252,7 +252,8 @@ static dcp_status_t copy_allgather(void *state, const void *send, void *recv, si
 static void test_nccl_engine_without_gpu(void)
 {
     dcp_engine_t *e = NULL;
-    const dcp_bootstrap_t none = {0, 1, NULL, NULL}, one = {0, 1, copy_allgather, NULL};
+    const dcp_bootstrap_t none = {0, 1, NULL, NULL, NULL, 0.0},
+                          one = {0, 1, copy_allgather, NULL, NULL, 0.0};
     CU_ASSERT_EQUAL(dcp_nccl_engine_create(&none, 0, NULL, NULL, &e), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_nccl_engine_create(&one, -1, NULL, NULL, &e),
                     dcp_cuda_device_count() > 0 ? DCP_ERR_INVALID_ARG : DCP_ERR_UNSUPPORTED);

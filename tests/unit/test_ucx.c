@@ -212,7 +212,8 @@ static void test_bad_arguments(void)
     run(&s, 2, bad_ops);
     CU_ASSERT(s.st[0] == DCP_OK && s.st[1] == DCP_OK);
     dcp_engine_t *e = NULL;
-    const dcp_bootstrap_t no_fn = {0, 2, NULL, NULL}, bad_rank = {3, 2, NULL, NULL};
+    const dcp_bootstrap_t no_fn = {0, 2, NULL, NULL, NULL, 0.0},
+                          bad_rank = {3, 2, NULL, NULL, NULL, 0.0};
     CU_ASSERT_EQUAL(dcp_ucx_engine_create(&no_fn, &e), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_ucx_engine_create(&bad_rank, &e), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_ucx_engine_create(NULL, &e), DCP_ERR_INVALID_ARG);

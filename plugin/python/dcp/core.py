@@ -105,8 +105,10 @@ ALLGATHER_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_size
 
 
 class Bootstrap(C.Structure):
+    # allgather_timed (dcp_allgather_timed_fn) stays NULL: the plain callback ends by the
+    # process group's own timeout
     _fields_ = [("rank", C.c_int32), ("size", C.c_int32), ("allgather", ALLGATHER_FN),
-                ("state", C.c_void_p)]
+                ("state", C.c_void_p), ("allgather_timed", C.c_void_p), ("timeout_s", C.c_double)]
 
 
 class ContextConfig(C.Structure):
