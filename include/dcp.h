@@ -166,9 +166,13 @@ typedef struct {
     int32_t block_size;        /* B: tokens per token block, >= 1 (default 1024) */
     int32_t head_blocks;       /* head groups, a divisor of num_kv_heads (default 1) */
     int32_t divisions;         /* T >= 1: compute divisions per rank (default 4) */
-    dcp_strategy_t strategy;   /* placement (default DCP_STRATEGY_METIS) */
-    double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.4) */
-    double eps_intra;          /* METIS: imbalance allowed between devices (default 0.1) */
+    dcp_strategy_t strategy;   /* placement (default DCP_STRATEGY_METIS). METIS groups a long
+                                  sequence's blocks into 2R units before partitioning, and is
+                                  never predicted slower than zigzag: where the cost model
+                                  predicts zigzag's plan faster for a training step (forward +
+                                  backward), that plan is returned (stats.strategy = zigzag) */
+    double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.05) */
+    double eps_intra;          /* METIS: imbalance allowed between devices (default 0.05) */
     int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */
     uint64_t seed;             /* seed for randomised strategies; plans are deterministic */
     dcp_expansion_t expansion; /* METIS graph (default DCP_EXPAND_CLIQUE) */

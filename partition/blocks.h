@@ -63,6 +63,18 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
  * boundaries, empty chunks skipped), then each chunk into blocks of at most B. */
 dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks);
 
+/* A coarser model of a B-aligned (unchunked) block model: sequence s's blocks are grouped
+ * `factor[s]` consecutive blocks at a time (factor 1: unchanged), and its tiles are those
+ * of the groups. `coarse` (zeroed) gets its own copy of the sequences; coarse_of_out (malloc'ed,
+ * [fine->num_blocks]) maps every fine block to the coarse block holding it, so a fine tile
+ * (q, kv) lies within the coarse tile (coarse_of[q], coarse_of[kv]), which exists. */
+dcp_status_t dcp_blocks_coarsen(const dcp_blocks_t *fine, const int32_t *factor,
+                                dcp_blocks_t *coarse, int32_t **coarse_of_out);
+
+/* The index of tile (q, kv), or -1 when that pair has no allowed pair (binary search: tiles
+ * are sorted by (q, kv)). */
+int64_t dcp_blocks_find_tile(const dcp_blocks_t *b, int32_t q, int32_t kv);
+
 /* Enumerates the tiles with at least one allowed pair, with exact pair counts. */
 dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b);
 

@@ -168,3 +168,23 @@ out:
     free(s.launch_of);
     return st;
 }
+
+dcp_status_t dcp_cost_attn_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
+                                 int32_t num_ranks, const dcp_perf_model_t *perf, double *ms_out)
+{
+    double *sec;
+    DCP_CHECK(dcp_calloc(&sec, num_ranks, sizeof *sec, "cost floor"));
+    const double peak = perf->peak_tflops * 1e12;
+    for (int64_t t = 0; t < b->num_tiles; t++) {
+        const double edge = sqrt((double)b->blk_len[b->tile_q[t]] * b->blk_len[b->tile_kv[t]]);
+        const double s =
+            (double)dcp_blocks_comp_flops(b, t) / (peak * dcp_cost_efficiency(perf, edge));
+        for (int32_t h = 0; h < b->head_blocks; h++)
+            sec[pl->comp_exec[t * b->head_blocks + h]] += s;
+    }
+    double worst = 0;
+    for (int32_t r = 0; r < num_ranks; r++) worst = fmax(worst, sec[r]);
+    free(sec);
+    *ms_out = worst * 3.5e3; /* the backward does 2.5x the forward's FLOPs on the same tiles */
+    return DCP_OK;
+}

@@ -13,6 +13,7 @@
 #ifndef DCP_PARTITION_COST_H
 #define DCP_PARTITION_COST_H
 
+#include "partition/place.h"
 #include "partition/plan.h"
 
 /* Fraction of peak on a tile whose geometric-mean edge is `tokens` (log-linear in the
@@ -22,5 +23,11 @@ double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens);
 /* Writes every rank's predicted time of the pass's program in milliseconds to
  * ms_out[num_ranks]. The plan must be valid; rows and buffers must be derived. */
 dcp_status_t dcp_cost_predict(const dcp_plan_t *p, dcp_pass_t pass, double *ms_out);
+
+/* The least attention time, forward plus backward, that the cost model can predict for any
+ * plan on placement `pl` of blocks `b`: the busiest rank's tiles, each timed as
+ * dcp_cost_predict() times it, with nothing else (ms). */
+dcp_status_t dcp_cost_attn_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
+                                 int32_t num_ranks, const dcp_perf_model_t *perf, double *ms_out);
 
 #endif

@@ -5,6 +5,7 @@
  * backward.
  */
 #include "include/base/error.h"
+#include "partition/cost.h"
 #include "partition/place.h"
 #include "partition/plan.h"
 #include "partition/program.h"
@@ -103,46 +104,60 @@ static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_blocks_t *b,
     return DCP_OK;
 }
 
-static dcp_status_t plan_build(dcp_plan_t *p, const dcp_batch_t *batch,
-                               const dcp_attn_shape_t *shape, const dcp_cluster_t *cluster)
+/* A batch cut into blocks and placed by one strategy: the first half of planning. */
+typedef struct {
+    dcp_plan_options_t opts;
+    dcp_blocks_t b;
+    dcp_placement_t pl;
+} placed_t;
+
+static void placed_release(placed_t *x)
 {
-    const dcp_strategy_ops_t *ops = dcp_strategy_ops(p->opts.strategy);
-    dcp_blocks_t b = {0};
-    dcp_placement_t pl = {0};
+    free(x->pl.blk_owner);
+    free(x->pl.comp_exec);
+    dcp_blocks_release(&x->b);
+}
+
+static dcp_status_t place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                placed_t *x)
+{
+    const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
+    dcp_blocks_t *b = &x->b;
+    x->opts = *o;
+    DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
+    DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
+    DCP_CHECK(dcp_blocks_tiles(b));
+    DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
+    DCP_CHECK(
+        dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
+    const dcp_place_in_t in = {b, cluster, &x->opts};
+    return ops->place(&in, &x->pl);
+}
+
+/* The second half: schedules of both passes, programs, the finished plan. */
+static dcp_status_t plan_build(dcp_plan_t *p, const placed_t *x, const dcp_cluster_t *cluster)
+{
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
     dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_blocks_init(&b, batch, shape, p->opts.block_size, p->opts.head_blocks), st,
-                   out);
-    DCP_CHECK_GOTO(dcp_blocks_cut(&b, ops->chunks(cluster->num_ranks)), st, out);
-    DCP_CHECK_GOTO(dcp_blocks_tiles(&b), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&pl.blk_owner, b.num_blocks, sizeof(int32_t), "placement"), st, out);
-    DCP_CHECK_GOTO(
-        dcp_calloc(&pl.comp_exec, b.num_tiles * b.head_blocks, sizeof(int32_t), "placement"), st,
-        out);
-    const dcp_place_in_t in = {&b, cluster, &p->opts};
-    DCP_CHECK_GOTO(ops->place(&in, &pl), st, out);
     for (int k = 0; k < DCP_PASS_COUNT; k++)
-        DCP_CHECK_GOTO(dcp_schedule_build(&b, &pl, cluster->num_ranks, p->opts.divisions,
+        DCP_CHECK_GOTO(dcp_schedule_build(&x->b, &x->pl, cluster->num_ranks, p->opts.divisions,
                                           p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)k,
                                           &s[k]),
                        st, out);
-    p->fallback = pl.fallback;
-    DCP_CHECK_GOTO(plan_take_inputs(p, &b, &pl), st, out);
+    p->fallback = x->pl.fallback;
+    DCP_CHECK_GOTO(plan_take_inputs(p, &x->b, &x->pl), st, out);
     DCP_CHECK_GOTO(dcp_plan_derive_rows(p), st, out);
-    DCP_CHECK_GOTO(dcp_program_emit(p, &b, &pl, sp), st, out);
+    DCP_CHECK_GOTO(dcp_program_emit(p, &x->b, &x->pl, sp), st, out);
     DCP_CHECK_GOTO(dcp_plan_finish(p, 0), st, out);
 out:
     for (int k = 0; k < DCP_PASS_COUNT; k++) dcp_schedule_release(&s[k]);
-    free(pl.blk_owner);
-    free(pl.comp_exec);
-    dcp_blocks_release(&b);
     return st;
 }
 
-static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                             dcp_plan_t **plan_out)
+static dcp_status_t plan_placed(const placed_t *x, const dcp_cluster_t *cluster,
+                                dcp_plan_t **plan_out)
 {
     dcp_plan_t *p;
     DCP_CHECK(dcp_plan_alloc(&p));
@@ -150,8 +165,8 @@ static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     p->num_nodes = cluster->num_nodes;
     p->devs_per_node = cluster->devs_per_node;
     p->perf = cluster->perf;
-    p->opts = *o;
-    const dcp_status_t st = plan_build(p, batch, shape, cluster);
+    p->opts = x->opts;
+    const dcp_status_t st = plan_build(p, x, cluster);
     if (st != DCP_OK) {
         dcp_plan_destroy(p);
         return st;
@@ -160,10 +175,78 @@ static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     return DCP_OK;
 }
 
+static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                             dcp_plan_t **plan_out)
+{
+    placed_t x = {0};
+    dcp_status_t st = place_batch(batch, shape, o, cluster, &x);
+    if (st == DCP_OK) st = plan_placed(&x, cluster, plan_out);
+    placed_release(&x);
+    return st;
+}
+
 /* Predicted time of a training step's attention: the forward and the backward. */
 static double step_ms(const dcp_plan_t *p)
 {
     return p->stats.predicted_ms + p->stats.bwd_predicted_ms;
+}
+
+/* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline: both placements are
+ * made, and the one whose attention alone (the busiest rank's tiles, forward and backward,
+ * as the cost model times them) is faster is planned first; the other is planned only if
+ * that floor leaves it a chance to win. A batch of short sequences makes zigzag's tiles tiny
+ * and slow, so its programs are rarely built there; on one long sequence METIS's are often
+ * skipped. The plan with the lower predicted step time is kept (METIS's on a tie). */
+static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                               dcp_plan_t **plan_out)
+{
+    placed_t x[2]; /* METIS, zigzag */
+    memset(x, 0, sizeof x);
+    double floor_ms[2] = {INFINITY, INFINITY};
+    int have[2] = {0, 0};
+    dcp_plan_t *best = NULL;
+    int best_k = -1;
+    dcp_plan_options_t zo = *o;
+    zo.strategy = DCP_STRATEGY_ZIGZAG;
+    const dcp_plan_options_t *opts[2] = {o, &zo};
+    dcp_status_t st = DCP_OK;
+    for (int k = 0; k < 2 && st == DCP_OK; k++) {
+        st = place_batch(batch, shape, opts[k], cluster, &x[k]);
+        if (st == DCP_OK)
+            st = dcp_cost_attn_floor(&x[k].b, &x[k].pl, cluster->num_ranks, &cluster->perf,
+                                     &floor_ms[k]);
+        if (k == 1 && st == DCP_ERR_CAPACITY)
+            st = DCP_OK; /* zigzag does not fit the cap */
+        else
+            have[k] = st == DCP_OK;
+    }
+    const int order[2] = {floor_ms[1] < floor_ms[0] ? 1 : 0, floor_ms[1] < floor_ms[0] ? 0 : 1};
+    for (int i = 0; i < 2 && st == DCP_OK; i++) {
+        const int k = order[i];
+        /* the floor sums in another order than the prediction: a margin for rounding */
+        if (!have[k] || (best && floor_ms[k] * (1.0 - 1e-9) >= step_ms(best))) continue;
+        dcp_plan_t *p = NULL;
+        st = plan_placed(&x[k], cluster, &p);
+        if (st != DCP_OK) break;
+
+        if (!best || step_ms(p) < step_ms(best) || (step_ms(p) == step_ms(best) && k == 0)) {
+            dcp_plan_destroy(best);
+            best = p;
+            best_k = k;
+        } else {
+            dcp_plan_destroy(p);
+        }
+    }
+    placed_release(&x[0]);
+    placed_release(&x[1]);
+    if (st != DCP_OK || best_k < 0) {
+        dcp_plan_destroy(best);
+        return st != DCP_OK ? st : dcp_set_error(DCP_ERR_INTERNAL, "metis: no plan made");
+    }
+    *plan_out = best;
+    return DCP_OK;
 }
 
 /* DCP_STRATEGY_AUTO: every concrete strategy at block sizes B/2, B and 2B; the plan with
@@ -224,8 +307,12 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
         dcp_plan_options_default(&o);
     DCP_CHECK(check_options(&o));
     dcp_plan_t *p = NULL;
-    DCP_CHECK(o.strategy == DCP_STRATEGY_AUTO ? plan_auto(batch, shape, &o, cluster, &p)
-                                              : plan_one(batch, shape, &o, cluster, &p));
+    if (o.strategy == DCP_STRATEGY_AUTO)
+        DCP_CHECK(plan_auto(batch, shape, &o, cluster, &p));
+    else if (o.strategy == DCP_STRATEGY_METIS)
+        DCP_CHECK(plan_metis(batch, shape, &o, cluster, &p));
+    else
+        DCP_CHECK(plan_one(batch, shape, &o, cluster, &p));
     p->stats.plan_ms = (dcp_now() - t0) * 1e3;
     *plan_out = p;
     return DCP_OK;

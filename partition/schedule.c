@@ -4,6 +4,7 @@
 #include "partition/rounds.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* One remote input or partial output a rank needs, before deduplication. */
 typedef struct {
@@ -18,6 +19,77 @@ static int need_cmp(const void *a, const void *b)
     if (x->block != y->block) return x->block < y->block ? -1 : 1;
     if (x->head != y->head) return x->head < y->head ? -1 : 1;
     return (x->div > y->div) - (x->div < y->div);
+}
+
+static int bits_for(int32_t max)
+{
+    int n = 0;
+    while (n < 31 && ((int64_t)1 << n) <= max) n++;
+    return n;
+}
+
+/* Sorts needs into need_cmp's order. Their fields are non-negative and usually fit one 64-bit
+ * key, which an LSD radix sort orders in linear time (planning a long sequence sorts millions
+ * of needs); otherwise, or without memory for the keys, qsort. The order is the same. */
+static void sort_needs(need_t *needs, int64_t n)
+{
+    int32_t max[5] = {0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t f[5] = {needs[i].holder, needs[i].kind, needs[i].block, needs[i].head,
+                              needs[i].div};
+        for (int k = 0; k < 5; k++) max[k] = f[k] > max[k] ? f[k] : max[k];
+    }
+    int w[5], total = 0;
+    for (int k = 0; k < 5; k++) total += w[k] = bits_for(max[k]);
+    uint64_t *key = total <= 64 && n > 1 ? malloc((size_t)n * sizeof *key) : NULL;
+    uint64_t *tmp = key ? malloc((size_t)n * sizeof *tmp) : NULL;
+    if (!tmp) {
+        free(key);
+        if (n > 1) qsort(needs, (size_t)n, sizeof *needs, need_cmp);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t f[5] = {(uint64_t)needs[i].holder, (uint64_t)needs[i].kind,
+                               (uint64_t)needs[i].block, (uint64_t)needs[i].head,
+                               (uint64_t)needs[i].div};
+        uint64_t k = 0;
+        for (int j = 0; j < 5; j++) k = k << w[j] | f[j];
+        key[i] = k;
+    }
+    enum { DIGIT = 11, BINS = 1 << DIGIT };
+    int64_t *count = malloc(BINS * sizeof *count);
+    if (!count) {
+        free(key);
+        free(tmp);
+        qsort(needs, (size_t)n, sizeof *needs, need_cmp);
+        return;
+    }
+    for (int shift = 0; shift < total; shift += DIGIT) {
+        memset(count, 0, BINS * sizeof *count);
+        for (int64_t i = 0; i < n; i++) count[(key[i] >> shift) & (BINS - 1)]++;
+        int64_t sum = 0;
+        for (int d = 0; d < BINS; d++) {
+            const int64_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (int64_t i = 0; i < n; i++) tmp[count[(key[i] >> shift) & (BINS - 1)]++] = key[i];
+        uint64_t *swap = key;
+        key = tmp;
+        tmp = swap;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = key[i];
+        int32_t f[5];
+        for (int j = 4; j >= 0; j--) {
+            f[j] = (int32_t)(k & (((uint64_t)1 << w[j]) - 1));
+            k >>= w[j];
+        }
+        needs[i] = (need_t){f[0], f[1], f[2], f[3], f[4]};
+    }
+    free(count);
+    free(key);
+    free(tmp);
 }
 
 static int xfer_cmp(const void *a, const void *b)
@@ -150,7 +222,7 @@ static dcp_status_t collect_needs(const dcp_blocks_t *b, const dcp_placement_t *
         if (p->blk_owner[kv] != r)
             for (int i = 0; kk[i] >= 0; i++) needs[n++] = (need_t){r, kk[i], kv, h, d};
     }
-    qsort(needs, (size_t)n, sizeof *needs, need_cmp);
+    sort_needs(needs, n);
     *needs_out = needs;
     *n_out = n;
     return DCP_OK;
@@ -257,7 +329,7 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
         const dcp_transfer_t *t = &s->xfers[i];
         needs[i] = (need_t){holder_of(t), t->kind, t->block, t->head_group, i};
     }
-    qsort(needs, (size_t)nx, sizeof *needs, need_cmp);
+    sort_needs(needs, nx);
     for (int32_t i = 0; i < s->num_xfers; i++) s->by_holder[i] = needs[i].div;
     st = DCP_OK;
 out:

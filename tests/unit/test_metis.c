@@ -172,7 +172,7 @@ static void test_single_part_needs_no_metis(void)
 }
 
 /* On long-tailed batches METIS moves less data than lpt and keeps it inside nodes, with
- * both expansions. */
+ * either expansion, unless its plan is predicted slower than zigzag's, which then stands in. */
 static void test_metis_moves_less_than_lpt(void)
 {
     int32_t len[12] = {6000, 3000, 2500, 1800, 900, 700, 500, 300, 120, 60, 20, 1};
@@ -183,8 +183,14 @@ static void test_metis_moves_less_than_lpt(void)
             plan_with(len, 12, "causal", "2x4", DCP_STRATEGY_LPT, 256, (dcp_expansion_t)how, 1);
         dcp_plan_t *z =
             plan_with(len, 12, "causal", "2x4", DCP_STRATEGY_ZIGZAG, 256, (dcp_expansion_t)how, 1);
-        CU_ASSERT(m->stats.comm_bytes < l->stats.comm_bytes);
-        CU_ASSERT(m->stats.inter_node_bytes < z->stats.inter_node_bytes);
+        if (m->stats.strategy == DCP_STRATEGY_ZIGZAG) {
+            /* the star expansion's plan is predicted slower than zigzag's, which stands in */
+            CU_ASSERT_EQUAL(how, DCP_EXPAND_STAR);
+            CU_ASSERT_EQUAL(m->stats.comm_bytes, z->stats.comm_bytes);
+        } else {
+            CU_ASSERT(m->stats.comm_bytes < l->stats.comm_bytes);
+            CU_ASSERT(m->stats.inter_node_bytes < z->stats.inter_node_bytes);
+        }
         if (how == DCP_EXPAND_CLIQUE) CU_ASSERT_EQUAL(m->stats.fallback, 0);
         dcp_plan_destroy(m);
         dcp_plan_destroy(l);

@@ -1,0 +1,300 @@
+/* The planning pipeline: documented option defaults, the default strategy never predicted
+ * slower than zigzag (single long sequences, the built-in histogram, the shared lengths),
+ * the attention floor that lets it skip candidates, and long sequences coarsened into units
+ * before METIS. */
+#include "partition/cost.h"
+#include "partition/place.h"
+#include "partition/plan.h"
+#include "plugin/cli/lengths.h"
+#include "tests/unit/suites.h"
+#include "tests/unit/testlib.h"
+
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+
+/* The numbers dcp.h documents for dcp_plan_options_default(). */
+static void test_options_default_documented(void)
+{
+    dcp_plan_options_t o;
+    memset(&o, 0xff, sizeof o);
+    dcp_plan_options_default(&o);
+    CU_ASSERT_EQUAL(o.block_size, 1024);
+    CU_ASSERT_EQUAL(o.head_blocks, 1);
+    CU_ASSERT_EQUAL(o.divisions, 4);
+    CU_ASSERT_EQUAL(o.strategy, DCP_STRATEGY_METIS);
+    CU_ASSERT_DOUBLE_EQUAL(o.eps_inter, 0.05, 0);
+    CU_ASSERT_DOUBLE_EQUAL(o.eps_intra, 0.05, 0);
+    CU_ASSERT_EQUAL(o.mem_cap_bytes, 0);
+    CU_ASSERT_EQUAL(o.seed, 0);
+    CU_ASSERT_EQUAL(o.expansion, DCP_EXPAND_CLIQUE);
+    CU_ASSERT_EQUAL(o.net_cap, 12);
+    CU_ASSERT_EQUAL(o.refine, 1);
+    CU_ASSERT_EQUAL(o.comm_schedule, DCP_COMM_DIVISIONS);
+    CU_ASSERT_EQUAL(o.coalesce, 1);
+}
+
+static double step_ms(const dcp_plan_t *p)
+{
+    return p->stats.predicted_ms + p->stats.bwd_predicted_ms;
+}
+
+/* The default plan of a batch (one mask spec for all) is predicted no slower than zigzag's,
+ * and is zigzag's own plan, byte for byte, where it is zigzag's. */
+static void check_not_slower(const int32_t *len, int32_t n, const char *mask, const char *cluster,
+                             int32_t block)
+{
+    dcp_mask_t *m = calloc((size_t)n, sizeof *m);
+    for (int32_t i = 0; i < n; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(mask, &m[i]), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = block;
+    dcp_plan_t *def = t_plan_opts(len, n, m, cluster, &o);
+    o.strategy = DCP_STRATEGY_ZIGZAG;
+    dcp_plan_t *zz = t_plan_opts(len, n, m, cluster, &o);
+    if (step_ms(def) > step_ms(zz))
+        fprintf(stderr, "\n  %s %s B=%d, %d sequences: default %.4f ms > zigzag %.4f ms\n", cluster,
+                mask, block, n, step_ms(def), step_ms(zz));
+    CU_ASSERT(step_ms(def) <= step_ms(zz));
+    if (def->stats.strategy == DCP_STRATEGY_ZIGZAG) {
+        size_t a, b;
+        dcp_plan_serialize(def, NULL, 0, &a);
+        dcp_plan_serialize(zz, NULL, 0, &b);
+        CU_ASSERT_EQUAL(a, b);
+        CU_ASSERT_EQUAL(def->fingerprint, zz->fingerprint);
+    } else {
+        CU_ASSERT_EQUAL(def->stats.strategy, DCP_STRATEGY_METIS);
+    }
+    dcp_plan_destroy(def);
+    dcp_plan_destroy(zz);
+    free(m);
+}
+
+static void test_default_not_slower_single_sequences(void)
+{
+    static const char *masks[] = {"causal", "full", "lambda:64:2048", "window:4096"};
+    for (int k = 0; k < 4; k++) {
+        const int32_t a[1] = {32768}, b[1] = {65536}, c[1] = {20000};
+        check_not_slower(a, 1, masks[k], "2x4", 256);  /* 128 blocks: coarsened */
+        check_not_slower(b, 1, masks[k], "1x8", 512);  /* 128 blocks, one node */
+        check_not_slower(c, 1, masks[k], "2x4", 1024); /* 20 blocks: not coarsened */
+    }
+    const int32_t big[1] = {262144};
+    check_not_slower(big, 1, "causal", "4x8", 2048);
+}
+
+/* Batches packed from a length source, DCP-style: 3 batches of `tokens` tokens. */
+static void check_packed(const dcp_length_source_t *src, int64_t tokens, const char *cluster,
+                         int32_t block)
+{
+    static const char *masks[] = {"causal", "shared-question:0.2:4"};
+    int32_t *len = NULL, *first = NULL, nb = 0;
+    CU_ASSERT_EQUAL_FATAL(dcp_lengths_pack(src, tokens, 1.0, 3, 7, &len, &first, &nb), DCP_OK);
+    CU_ASSERT(nb >= 1);
+    for (int32_t b = 0; b < nb; b++)
+        for (int k = 0; k < 2; k++)
+            check_not_slower(len + first[b], first[b + 1] - first[b], masks[k], cluster, block);
+    free(len);
+    free(first);
+}
+
+static void test_default_not_slower_histogram(void)
+{
+    const dcp_length_source_t hist = {NULL, 0};
+    check_packed(&hist, 32768, "2x4", 256);
+    check_packed(&hist, 65536, "4x4", 512);
+}
+
+/* The WLB-LLM lengths shared beside the repository (../shared/data), where present. */
+static void test_default_not_slower_shared_lengths(void)
+{
+    int32_t *pool = NULL;
+    int64_t n = 0;
+    FILE *f = fopen("../shared/data/lengths_wlbllm.txt", "r");
+    if (!f) return; /* not beside this checkout: nothing to check */
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(dcp_lengths_read("../shared/data/lengths_wlbllm.txt", &pool, &n), DCP_OK);
+    const dcp_length_source_t src = {pool, n};
+    check_packed(&src, 65536, "2x4", 512);
+    free(pool);
+}
+
+/* A plan is never predicted faster than its placement's attention floor: the skip of a
+ * candidate by its floor loses nothing. */
+static void test_attn_floor_below_prediction(void)
+{
+    const int32_t len[5] = {5000, 1200, 700, 3000, 64};
+    static const char *masks[] = {"causal", "full", "blockwise:64:2", "lambda:16:300"};
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
+    for (int k = 0; k < 4; k++)
+        for (int s = 0; s < DCP_STRATEGY_COUNT; s++) {
+            if (s == DCP_STRATEGY_METIS) continue; /* its plan may be zigzag's */
+            dcp_mask_t m[5];
+            for (int i = 0; i < 5; i++) dcp_mask_parse(masks[k], &m[i]);
+            const dcp_batch_t batch = {5, len, m};
+            dcp_plan_options_t o;
+            dcp_plan_options_default(&o);
+            o.strategy = (dcp_strategy_t)s;
+            o.block_size = 256;
+            o.head_blocks = 2;
+            const dcp_attn_shape_t sh = {4, 2, 8, DCP_DTYPE_BF16, 0.0f};
+            dcp_blocks_t b = {0};
+            CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(&b, &batch, &sh, 256, 2), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(&b, dcp_strategy_ops(o.strategy)->chunks(8)),
+                                  DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dcp_blocks_tiles(&b), DCP_OK);
+            dcp_placement_t pl = {calloc((size_t)b.num_blocks, sizeof(int32_t)),
+                                  calloc((size_t)(b.num_tiles * 2), sizeof(int32_t)), 0};
+            const dcp_place_in_t in = {&b, c, &o};
+            CU_ASSERT_EQUAL_FATAL(dcp_strategy_ops(o.strategy)->place(&in, &pl), DCP_OK);
+            double floor_ms = -1;
+            CU_ASSERT_EQUAL(dcp_cost_attn_floor(&b, &pl, 8, &c->perf, &floor_ms), DCP_OK);
+            dcp_plan_t *p = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &sh, &o, c, &p), DCP_OK);
+            CU_ASSERT(floor_ms > 0);
+            CU_ASSERT(floor_ms <= step_ms(p) * (1 + 1e-9));
+            dcp_plan_destroy(p);
+            free(pl.blk_owner);
+            free(pl.comp_exec);
+            dcp_blocks_release(&b);
+        }
+    dcp_cluster_destroy(c);
+}
+
+static void fine_blocks(dcp_blocks_t *b, const int32_t *len, const dcp_mask_t *m, int32_t n,
+                        int32_t block)
+{
+    const dcp_batch_t batch = {n, len, m};
+    *b = (dcp_blocks_t){0};
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(b, &batch, &shape, block, 1), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(b, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_tiles(b), DCP_OK);
+}
+
+/* Coarse blocks are runs of `factor` fine blocks; every fine tile lies in a coarse tile, and
+ * a coarse tile's pairs are its fine tiles' pairs. */
+static void test_coarsen_maps_blocks_and_tiles(void)
+{
+    const int32_t len[3] = {1000, 130, 777};
+    int32_t *r = malloc(4 * 777 * sizeof *r);
+    for (int32_t i = 0; i < 777; i++)
+        r[4 * i] = 0, r[4 * i + 1] = i / 5 + 1, r[4 * i + 2] = i, r[4 * i + 3] = i + 1;
+    const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL},
+                             {.kind = DCP_MASK_WINDOW, .window = 40},
+                             {.kind = DCP_MASK_CUSTOM, .ranges = r}};
+    dcp_blocks_t f, c = {0};
+    fine_blocks(&f, len, m, 3, 32); /* 32 + 5 + 25 blocks */
+    const int32_t factor[3] = {5, 1, 3};
+    int32_t *of = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_coarsen(&f, factor, &c, &of), DCP_OK);
+    CU_ASSERT_EQUAL(c.num_blocks, 7 + 5 + 9);
+    for (int32_t s = 0; s < 3; s++) {
+        int32_t covered = 0;
+        for (int32_t t = c.seq_blk[s]; t < c.seq_blk[s + 1]; t++) {
+            CU_ASSERT_EQUAL(c.blk_start[t], covered);
+            covered += c.blk_len[t];
+        }
+        CU_ASSERT_EQUAL(covered, len[s]);
+    }
+    for (int32_t t = 0; t < f.num_blocks; t++) {
+        const int32_t u = of[t];
+        CU_ASSERT(c.blk_seq[u] == f.blk_seq[t] && c.blk_start[u] <= f.blk_start[t] &&
+                  f.blk_start[t] + f.blk_len[t] <= c.blk_start[u] + c.blk_len[u]);
+    }
+    int64_t *pairs = calloc((size_t)c.num_tiles, sizeof *pairs);
+    for (int64_t t = 0; t < f.num_tiles; t++) {
+        const int64_t ct = dcp_blocks_find_tile(&c, of[f.tile_q[t]], of[f.tile_kv[t]]);
+        CU_ASSERT_FATAL(ct >= 0);
+        pairs[ct] += f.tile_pairs[t];
+    }
+    for (int64_t t = 0; t < c.num_tiles; t++) CU_ASSERT_EQUAL(pairs[t], c.tile_pairs[t]);
+    CU_ASSERT_EQUAL(dcp_blocks_find_tile(&c, 0, c.num_blocks - 1), -1); /* other sequence */
+    free(pairs);
+    free(of);
+    free(r);
+    dcp_blocks_release(&c);
+    dcp_blocks_release(&f);
+}
+
+/* METIS on one sequence of 128 blocks over 8 ranks places 64 units of 2 blocks: every
+ * block goes where its unit goes, and so does every computation block of a unit pair. */
+static void test_long_sequence_placed_by_units(void)
+{
+    const int32_t len[2] = {128 * 64, 100};
+    const dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
+    dcp_blocks_t b;
+    fine_blocks(&b, len, m, 2, 64);
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    int32_t *own[2], *exe[2];
+    for (int k = 0; k < 2; k++) {
+        dcp_placement_t pl = {calloc((size_t)b.num_blocks, sizeof(int32_t)),
+                              calloc((size_t)b.num_tiles, sizeof(int32_t)), 0};
+        const dcp_place_in_t in = {&b, c, &o};
+        CU_ASSERT_EQUAL_FATAL(dcp_strategy_metis.place(&in, &pl), DCP_OK);
+        CU_ASSERT_EQUAL(pl.fallback, 0);
+        own[k] = pl.blk_owner;
+        exe[k] = pl.comp_exec;
+    }
+    for (int32_t t = 0; t < 128; t += 2) CU_ASSERT_EQUAL(own[0][t], own[0][t + 1]);
+    for (int64_t t = 0; t < b.num_tiles; t++) {
+        const int32_t q = b.tile_q[t], kv = b.tile_kv[t];
+        if (q >= 128 || (q % 2 == 0 && kv % 2 == 0)) continue;
+        const int64_t rep = dcp_blocks_find_tile(&b, q - q % 2, kv - kv % 2);
+        CU_ASSERT_FATAL(rep >= 0);
+        CU_ASSERT_EQUAL(exe[0][t], exe[0][rep]);
+    }
+    /* deterministic */
+    CU_ASSERT_EQUAL(memcmp(own[0], own[1], (size_t)b.num_blocks * sizeof(int32_t)), 0);
+    CU_ASSERT_EQUAL(memcmp(exe[0], exe[1], (size_t)b.num_tiles * sizeof(int32_t)), 0);
+    for (int k = 0; k < 2; k++) {
+        free(own[k]);
+        free(exe[k]);
+    }
+    dcp_cluster_destroy(c);
+    dcp_blocks_release(&b);
+}
+
+/* The default plan of a long sequence is byte-identical every time it is made. */
+static void test_default_deterministic_long(void)
+{
+    const int32_t len[2] = {40000, 3000};
+    const dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_FULL}};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 256;
+    uint8_t *bytes[2];
+    size_t size[2];
+    for (int k = 0; k < 2; k++) {
+        dcp_plan_t *p = t_plan_opts(len, 2, m, "2x4", &o);
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &size[k]), DCP_OK);
+        bytes[k] = malloc(size[k]);
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes[k], size[k], &size[k]), DCP_OK);
+        dcp_plan_destroy(p);
+    }
+    CU_ASSERT(size[0] == size[1] && !memcmp(bytes[0], bytes[1], size[0]));
+    free(bytes[0]);
+    free(bytes[1]);
+}
+
+int dcp_suite_planner(void)
+{
+    static const dcp_test_t tests[] = {
+        {"options_default_documented", test_options_default_documented},
+        {"default_not_slower_single_sequences", test_default_not_slower_single_sequences},
+        {"default_not_slower_histogram", test_default_not_slower_histogram},
+        {"default_not_slower_shared_lengths", test_default_not_slower_shared_lengths},
+        {"attn_floor_below_prediction", test_attn_floor_below_prediction},
+        {"coarsen_maps_blocks_and_tiles", test_coarsen_maps_blocks_and_tiles},
+        {"long_sequence_placed_by_units", test_long_sequence_placed_by_units},
+        {"default_deterministic_long", test_default_deterministic_long},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("planner", tests);
+}
