@@ -2,6 +2,7 @@
 #include "plugin/context.h"
 
 #include "include/base/error.h"
+#include "include/base/timeout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -144,7 +145,8 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
         release(ctx);
         return st;
     }
-    ctx->timeout_s = config->timeout_s > 0 ? config->timeout_s : dcp_context_default_timeout();
+    ctx->timeout_s = dcp_timeout_clamp(config->timeout_s > 0 ? config->timeout_s
+                                                             : dcp_context_default_timeout());
     *ctx_out = ctx;
     return DCP_OK;
 }

@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/test_hook.h"
+#include "include/base/timeout.h"
 
 #include <errno.h>
 #include <math.h>
@@ -238,15 +239,7 @@ static dcp_status_t ip_wait(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout
 {
     inproc_engine_t *ie = (inproc_engine_t *)e;
     dcp_inproc_hub_t *h = ie->hub;
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    const double whole = floor(timeout_s);
-    deadline.tv_sec += (time_t)whole;
-    deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    const struct timespec deadline = dcp_deadline_after(timeout_s);
     dcp_status_t st = DCP_OK;
     pthread_mutex_lock(&h->done_mu);
     while (req->remaining > 0) {

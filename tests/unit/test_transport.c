@@ -178,6 +178,30 @@ static void test_mover(void)
     }
 }
 
+/* A timeout too large for a clock (9.3e18 s) is clamped, not wrapped into the past: the
+ * pair completes instead of timing out at once. */
+static void test_huge_timeout_clamped(void)
+{
+    dcp_inproc_hub_t *hub = NULL;
+    dcp_engine_t *e0 = NULL, *e1 = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_inproc_hub_create(2, &hub), DCP_OK);
+    dcp_inproc_engine_create(hub, 0, &e0);
+    dcp_inproc_engine_create(hub, 1, &e1);
+    char a[4] = "abc", b[4] = {0};
+    one_t r = {e1, {0, 0, 4, b, 4, NULL, NULL}, 9.3e18, DCP_OK},
+          s = {e0, {1, 1, 4, a, 4, NULL, NULL}, 9.3e18, DCP_OK};
+    pthread_t t;
+    pthread_create(&t, NULL, one_op, &r);
+    one_op(&s);
+    pthread_join(t, NULL);
+    CU_ASSERT_EQUAL(s.st, DCP_OK);
+    CU_ASSERT_EQUAL(r.st, DCP_OK);
+    CU_ASSERT_STRING_EQUAL(b, "abc");
+    dcp_engine_destroy(e0);
+    dcp_engine_destroy(e1);
+    dcp_inproc_hub_destroy(hub);
+}
+
 /* A receive nobody answers ends in DCP_ERR_TIMEOUT; cancelling it withdraws it, so a late
  * send does not land in freed memory (ASan would see it) and itself times out. */
 static void test_timeout_and_cancel(void)
@@ -270,6 +294,7 @@ int dcp_suite_transport(void)
         {"all_to_all_copies", test_all_to_all_copies},
         {"size_mismatch_reported", test_size_mismatch_reported},
         {"mover", test_mover},
+        {"huge_timeout_clamped", test_huge_timeout_clamped},
         {"timeout_and_cancel", test_timeout_and_cancel},
         {"peer_failure_ends_waits", test_peer_failure_ends_waits},
         {"bad_peer_rejected", test_bad_peer_rejected},
