@@ -24,9 +24,10 @@ double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens);
  * ms_out[num_ranks]. The plan must be valid; rows and buffers must be derived. */
 dcp_status_t dcp_cost_predict(const dcp_plan_t *p, dcp_pass_t pass, double *ms_out);
 
-/* The least attention time, forward plus backward, that the cost model can predict for any
- * plan on placement `pl` of blocks `b`: the busiest rank's tiles, each timed as
- * dcp_cost_predict() times it, with nothing else (ms). */
+/* The least forward time that the cost model can predict for any plan on placement `pl` of
+ * blocks `b`: the busiest rank's tiles, each timed as dcp_cost_predict() times it, with
+ * nothing else (ms). The backward's floor is 2.5 times it (2.5x the FLOPs on the same tiles),
+ * so a training step's is 3.5 times it. */
 dcp_status_t dcp_cost_attn_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
                                  int32_t num_ranks, const dcp_perf_model_t *perf, double *ms_out);
 

@@ -192,12 +192,35 @@ static double step_ms(const dcp_plan_t *p)
     return p->stats.predicted_ms + p->stats.bwd_predicted_ms;
 }
 
-/* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline: both placements are
- * made, and the one whose attention alone (the busiest rank's tiles, forward and backward,
- * as the cost model times them) is faster is planned first; the other is planned only if
- * that floor leaves it a chance to win. A batch of short sequences makes zigzag's tiles tiny
- * and slow, so its programs are rarely built there; on one long sequence METIS's are often
- * skipped. The plan with the lower predicted step time is kept (METIS's on a tie). */
+/* 1 when plan a is predicted no slower than plan b, forward and training step alike. */
+static int no_slower(const dcp_plan_t *a, const dcp_plan_t *b)
+{
+    return a->stats.predicted_ms <= b->stats.predicted_ms && step_ms(a) <= step_ms(b);
+}
+
+/* 1 when a placement whose forward floor is f (its step floor 3.5 f) cannot make a plan
+ * predicted faster than p, forward or step (with a margin for the floor's rounding: it sums
+ * in another order than the prediction). */
+static int floor_not_faster(double f, const dcp_plan_t *p)
+{
+    const double lo = f * (1.0 - 1e-9);
+    return lo >= p->stats.predicted_ms && 3.5 * lo >= step_ms(p);
+}
+
+/* 1 when a placement of forward floor f cannot make a plan no slower than p, forward and
+ * step. */
+static int floor_slower(double f, const dcp_plan_t *p)
+{
+    const double lo = f * (1.0 - 1e-9);
+    return lo > p->stats.predicted_ms || 3.5 * lo > step_ms(p);
+}
+
+/* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline, forward or training
+ * step: METIS's plan is kept only when it is no slower than zigzag's on both, else zigzag's
+ * plan is returned. Both placements are made first; their attention floors (the busiest
+ * rank's tiles alone, as the cost model times them) order the two plannings and skip the
+ * second where it cannot change the choice: a batch of short sequences makes zigzag's tiles
+ * tiny and slow, so its programs are rarely built there. */
 static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                dcp_plan_t **plan_out)
@@ -206,8 +229,7 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
     memset(x, 0, sizeof x);
     double floor_ms[2] = {INFINITY, INFINITY};
     int have[2] = {0, 0};
-    dcp_plan_t *best = NULL;
-    int best_k = -1;
+    dcp_plan_t *plan[2] = {NULL, NULL};
     dcp_plan_options_t zo = *o;
     zo.strategy = DCP_STRATEGY_ZIGZAG;
     const dcp_plan_options_t *opts[2] = {o, &zo};
@@ -222,30 +244,28 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
         else
             have[k] = st == DCP_OK;
     }
-    const int order[2] = {floor_ms[1] < floor_ms[0] ? 1 : 0, floor_ms[1] < floor_ms[0] ? 0 : 1};
+    const int first = floor_ms[1] < floor_ms[0] ? 1 : 0;
     for (int i = 0; i < 2 && st == DCP_OK; i++) {
-        const int k = order[i];
-        /* the floor sums in another order than the prediction: a margin for rounding */
-        if (!have[k] || (best && floor_ms[k] * (1.0 - 1e-9) >= step_ms(best))) continue;
-        dcp_plan_t *p = NULL;
-        st = plan_placed(&x[k], cluster, &p);
-        if (st != DCP_OK) break;
-
-        if (!best || step_ms(p) < step_ms(best) || (step_ms(p) == step_ms(best) && k == 0)) {
-            dcp_plan_destroy(best);
-            best = p;
-            best_k = k;
-        } else {
-            dcp_plan_destroy(p);
+        const int k = i == 0 ? first : 1 - first;
+        if (!have[k]) continue;
+        if (i == 1 && plan[1 - k]) {
+            const dcp_plan_t *done = plan[1 - k];
+            if (k == 0 && floor_slower(floor_ms[0], done)) continue;     /* METIS cannot qualify */
+            if (k == 1 && floor_not_faster(floor_ms[1], done)) continue; /* METIS's stands */
         }
+        st = plan_placed(&x[k], cluster, &plan[k]);
     }
     placed_release(&x[0]);
     placed_release(&x[1]);
-    if (st != DCP_OK || best_k < 0) {
-        dcp_plan_destroy(best);
-        return st != DCP_OK ? st : dcp_set_error(DCP_ERR_INTERNAL, "metis: no plan made");
+    const int keep = plan[0] && (!plan[1] || no_slower(plan[0], plan[1])) ? 0 : 1;
+    if (st == DCP_OK && !plan[keep]) st = dcp_set_error(DCP_ERR_INTERNAL, "metis: no plan made");
+    if (st != DCP_OK) {
+        dcp_plan_destroy(plan[0]);
+        dcp_plan_destroy(plan[1]);
+        return st;
     }
-    *plan_out = best;
+    dcp_plan_destroy(plan[1 - keep]);
+    *plan_out = plan[keep];
     return DCP_OK;
 }
 
