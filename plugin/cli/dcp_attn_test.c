@@ -355,6 +355,7 @@ int main(int argc, char **argv)
          "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCP_COMMON_NARGS + i] = own[i];
+    if (dcp_mpi_launched()) dcp_args_set_fail_hook(dcp_mpi_fail_early); /* others name it */
     dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + OWN, tool,
                    "Plans a batch, runs dynamic context-parallel attention on in-process ranks\n"
                    "and checks it against a single-device double-precision reference.");
