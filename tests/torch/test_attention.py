@@ -154,7 +154,8 @@ class Surface(unittest.TestCase):
     def test_stats(self):
         s = self.plan.stats()
         self.assertEqual(s["num_ranks"], 4)
-        self.assertEqual(s["strategy"], "metis")
+        # the default (metis) hands back zigzag's plan where that one is predicted faster
+        self.assertIn(s["strategy"], ("metis", "zigzag"))
         self.assertEqual(s["total_tokens"], sum(LENGTHS))
         pairs = sum(ref.mask_matrix("causal", n).sum().item() for n in LENGTHS)
         self.assertEqual(s["total_flops"], 4 * D * HQ * pairs)
