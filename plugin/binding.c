@@ -89,7 +89,7 @@ dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     DCP_CHECK(events(ctx, &bd->done, &bd->num_done, &bd->done_cap, hi - lo));
     bd->comm_lo = lo;
     DCP_CHECK(dcp_reserve(&bd->reqs, &bd->reqs_cap, p->num_phases, sizeof *bd->reqs, "context"));
-    memset(bd->reqs, 0, (size_t)p->num_phases * sizeof *bd->reqs);
+    for (int32_t s = 0; s < p->num_phases; s++) bd->reqs[s] = NULL;
     DCP_CHECK(dcp_reserve(&bd->ops, &bd->ops_cap, most, sizeof *bd->ops, "context"));
     if (!ctx->dev->host_memory)
         DCP_CHECK(dcp_dev_plan_sync(&bd->dev_plan, p, ctx->dev, ctx->device, ctx->stream));
