@@ -4,7 +4,7 @@
 #   make run        the main job: dcp-attn-test on the built-in batch, every strategy, checked
 #   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
 #   make deps       installs the Debian packages the build needs (sudo when not root)
-#   make install PREFIX=/usr/local ; make clean
+#   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
 #
 # CUDA kernels are compiled whenever nvcc is found (NVCC=... to choose, NVCC= to disable).
 
@@ -18,6 +18,13 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
+
+# The version comes from dcp.h. While the major is 0 every minor may change the ABI, so the
+# shared library's SONAME carries MAJOR.MINOR: libdcp.so.0.1 -> libdcp.so.0.1.0.
+dcp_version_part = $(shell sed -n 's/^\#define DCP_VERSION_$(1) \([0-9]*\)$$/\1/p' include/dcp.h)
+VERSION := $(call dcp_version_part,MAJOR).$(call dcp_version_part,MINOR).$(call dcp_version_part,PATCH)
+SONAME := libdcp.so.$(basename $(VERSION))
+SOFILE := libdcp.so.$(VERSION)
 
 WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SAN) -fPIC \
@@ -55,7 +62,7 @@ TEST_BIN = $(BUILD)/bin/dcp-tests
 EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
-.PHONY: all lib tools tests run test test-asan test-run deps install clean
+.PHONY: all lib tools tests run test test-asan test-run deps install uninstall clean
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
@@ -87,9 +94,14 @@ $(BUILD)/lib/libdcp.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/lib/libdcp.so: $(LIB_OBJS)
+$(BUILD)/lib/$(SOFILE): $(LIB_OBJS)
 	@mkdir -p $(@D)
-	$(CC) -shared $(SAN) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) -shared $(SAN) -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS_ALL)
+
+# the names a program links with (libdcp.so) and loads by (the SONAME)
+$(BUILD)/lib/libdcp.so: $(BUILD)/lib/$(SOFILE)
+	ln -sf $(SOFILE) $(@D)/$(SONAME)
+	ln -sf $(SOFILE) $@
 
 $(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
@@ -152,6 +164,10 @@ test-run:
 	@if command -v python3 >/dev/null && ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \
 		python3 tests/perf/compare_sdpa.py --dry-run --lib $(BUILD)/lib/libdcp.so --totals 4096; \
 	else echo "compare_sdpa.py --dry-run skipped"; fi
+	@# packaging: install, pkg-config (shared, --static, dcp_mpi), uninstall; not under ASan
+	@# (a program linked against the sanitized libdcp.a would need the sanitizer flags too)
+	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/pkg/check.sh $(BUILD); \
+	else echo "tests/pkg skipped (ASan build)"; fi
 	@# the PyTorch suites (dcp.torch; they say so and pass where PyTorch is missing), not under ASan
 	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/torch/run.sh $(BUILD)/lib/libdcp.so; \
 	else echo "tests/torch skipped (ASan build)"; fi
@@ -164,7 +180,8 @@ test-asan: deps
 		LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(MAKE) BUILD=build-asan test-run
 
-DEB_PKGS = libhwloc-dev hwloc libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
+# libudev-dev: hwloc's `pkg-config --static` names -ludev
+DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
 	openmpi-bin pkg-config procps python3-torch
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -179,14 +196,32 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
+# pkg-config files: hwloc and UCX through their own .pc files (Requires.private); METIS has
+# none, nor has the CUDA runtime that a CUDA build links statically. dcp_mpi names the MPI
+# the library was built with (its .pc when it has one, else mpicc's flags).
+LIBS_PRIVATE = $(filter-out -lucp -luct -lucs -lhwloc,$(LDLIBS_ALL))
+MPI_PC := $(firstword $(foreach m,ompi-c mpich mpi,$(shell pkg-config --exists $(m) 2>/dev/null && echo $(m))))
+INSTALLED = lib/libdcp.a lib/libdcp_mpi.a lib/$(SOFILE) lib/$(SONAME) lib/libdcp.so \
+	lib/pkgconfig/dcp.pc lib/pkgconfig/dcp_mpi.pc include/dcp.h $(TOOLS:%=bin/%)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp_mpi.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/lib/libdcp.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/lib/$(SOFILE) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SOFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SOFILE) $(DESTDIR)$(PREFIX)/lib/libdcp.so
 	install -m 644 include/dcp.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: dcp\nDescription: dynamic context-parallel attention\nVersion: 0.1.0\nCflags: -I$${includedir}\nLibs: -L$${libdir} -ldcp\nLibs.private: %s\n' \
-		'$(PREFIX)' '$(LDLIBS_ALL)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dcp.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|' plugin/pkgconfig/dcp.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/dcp.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@MPI_REQUIRES@|$(MPI_PC)|' \
+		-e 's|@MPI_CFLAGS@|$(if $(MPI_PC),,$(MPI_CFLAGS))|' \
+		-e 's|@MPI_LIBS@|$(if $(MPI_PC),,$(MPI_LIBS))|' plugin/pkgconfig/dcp_mpi.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/dcp_mpi.pc
+
+uninstall:
+	rm -f $(INSTALLED:%=$(DESTDIR)$(PREFIX)/%)
+	-rmdir $(DESTDIR)$(PREFIX)/lib/pkgconfig 2>/dev/null
 
 clean:
 	rm -rf build build-asan

@@ -35,8 +35,13 @@ extern "C" {
 #define DCP_API
 #endif
 
+/* The version of this header. dcp_version() gives the library's: compare the two to catch
+ * a program built against one dcp and run with another. While the major version is 0, every
+ * minor version may change the ABI, and the shared library's SONAME carries it
+ * (libdcp.so.0.1). */
 #define DCP_VERSION_MAJOR 0
 #define DCP_VERSION_MINOR 1
+#define DCP_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------
  * Status and errors
@@ -59,8 +64,13 @@ typedef enum {
 DCP_API const char *dcp_status_string(dcp_status_t status);
 
 /* Detail of the last failure on the calling thread ("batch: lengths[3] = 0, must be >= 1").
- * Valid until the next dcp call on this thread; "" when there was none. */
+ * Meaningful only right after a call failed: like errno, a successful call neither sets nor
+ * clears it, so after a success it may still hold an older failure's text. Valid until the
+ * next failing dcp call on this thread; "" when no call on this thread has failed. */
 DCP_API const char *dcp_last_error(void);
+
+/* The library's version, "MAJOR.MINOR.PATCH" (static, never NULL). Thread-safe. */
+DCP_API const char *dcp_version(void);
 
 /* ---------------------------------------------------------------------------------------
  * Masks
@@ -128,7 +138,8 @@ typedef enum { DCP_DTYPE_FP32 = 0, DCP_DTYPE_BF16 = 1, DCP_DTYPE_FP16 = 2 } dcp_
 
 typedef struct {
     int32_t num_heads;    /* query heads Hq >= 1 */
-    int32_t num_kv_heads; /* KV heads Hkv >= 1, Hq % Hkv == 0 (GQA) */
+    int32_t num_kv_heads; /* KV heads Hkv >= 1, Hq % Hkv == 0 (GQA): query head h attends
+                             with KV head h / (Hq / Hkv), so consecutive query heads share one */
     int32_t head_dim;     /* D >= 1 */
     dcp_dtype_t dtype;    /* storage type of Q, K, V and O; LSE is always fp32 */
     float scale;          /* softmax scale; 0 means 1/sqrt(D) */
@@ -290,7 +301,9 @@ typedef struct {
  * concatenation of these spans, and O/LSE come back in the same order. Writes at most
  * `capacity` spans to `spans` (which may be NULL when capacity is 0) and the total count to
  * *num_spans_out, the number of local tokens to *num_tokens_out (either may be NULL).
- * Returns DCP_ERR_INVALID_ARG when capacity is smaller than the span count. */
+ * Size query: call it once with spans = NULL and capacity = 0, which succeeds and sets only
+ * the two counts, then again with an array of *num_spans_out spans. Otherwise returns
+ * DCP_ERR_INVALID_ARG, writing nothing, when capacity is smaller than the span count. */
 DCP_API dcp_status_t dcp_plan_local_layout(const dcp_plan_t *plan, int32_t rank,
                                            dcp_token_span_t *spans, int32_t capacity,
                                            int32_t *num_spans_out, int64_t *num_tokens_out);
@@ -381,6 +394,12 @@ DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats
  * q: [local_tokens, Hq, D]; k, v: [local_tokens, Hkv, D]; o: [local_tokens, Hq, D], all in
  * the plan's dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key
  * gets O = 0 and LSE = -inf. Pointers may be NULL on a rank with no local tokens.
+ *
+ * q, k, v and o are untyped (void *) because their element type is the plan's dtype: each
+ * points at the first byte of a dense, row-major array with no padding, so element
+ * (t, h, d) of q lives at byte ((t x Hq + h) x D + d) x sizeof(dtype), with sizeof 4 for
+ * FP32 and 2 for BF16 and FP16 (k and v use Hkv). Strided views must be made contiguous
+ * first.
  *
  * Non-finite inputs propagate, so that a diverging run sees NaN in its loss: a NaN or Inf in
  * a query's Q row (of a head), or in the K or V row of a key it may attend (of that head's

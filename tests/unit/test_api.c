@@ -7,6 +7,7 @@
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,27 @@ static void test_status_strings(void)
         for (int t = 0; t < s; t++) CU_ASSERT(strcmp(a, dcp_status_string((dcp_status_t)t)) != 0);
     }
     CU_ASSERT_STRING_EQUAL(dcp_status_string((dcp_status_t)99), "DCP_ERR_UNKNOWN");
+}
+
+/* The library reports the version of the header it was built with. */
+static void test_version(void)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", DCP_VERSION_MAJOR, DCP_VERSION_MINOR,
+             DCP_VERSION_PATCH);
+    CU_ASSERT_STRING_EQUAL(dcp_version(), want);
+}
+
+/* dcp_last_error() is errno-like: a failure sets it, a later success leaves it alone. */
+static void test_last_error_after_success(void)
+{
+    dcp_mask_t m;
+    CU_ASSERT_EQUAL(dcp_mask_parse("window:0", &m), DCP_ERR_INVALID_ARG);
+    char first[256];
+    snprintf(first, sizeof first, "%s", dcp_last_error());
+    CU_ASSERT(first[0] != '\0');
+    CU_ASSERT_EQUAL(dcp_mask_parse("causal", &m), DCP_OK);
+    CU_ASSERT_STRING_EQUAL(dcp_last_error(), first);
 }
 
 typedef struct {
@@ -131,6 +153,12 @@ static void test_local_layout_arguments(void)
         total += tokens;
     }
     CU_ASSERT_EQUAL(total, 58);
+    /* the documented size query: NULL spans and capacity 0 give both counts */
+    int32_t want_spans = -1;
+    int64_t want_tokens = -1;
+    CU_ASSERT_EQUAL(dcp_plan_local_layout(p, 1, NULL, 0, &want_spans, &want_tokens), DCP_OK);
+    CU_ASSERT_EQUAL(want_spans, n);
+    CU_ASSERT_EQUAL(want_tokens, tokens);
     CU_ASSERT_EQUAL(dcp_plan_local_layout(p, 2, spans, 8, &n, &tokens), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_plan_local_layout(p, 0, NULL, 3, &n, &tokens), DCP_ERR_INVALID_ARG);
     spans[0] = keep;
@@ -444,6 +472,8 @@ int dcp_suite_api(void)
 {
     static const dcp_test_t tests[] = {
         {"status_strings", test_status_strings},
+        {"version", test_version},
+        {"last_error_after_success", test_last_error_after_success},
         {"plan_create_rejects_bad_input", test_plan_create_rejects_bad_input},
         {"local_layout_arguments", test_local_layout_arguments},
         {"failing_rank_ends_its_peers", test_failing_rank_ends_its_peers},
