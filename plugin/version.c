@@ -6,6 +6,5 @@
 
 const char *dcp_version(void)
 {
-    return DCP_STR(DCP_VERSION_MAJOR) "." DCP_STR(DCP_VERSION_MINOR) "." DCP_STR(
-        DCP_VERSION_PATCH);
+    return DCP_STR(DCP_VERSION_MAJOR) "." DCP_STR(DCP_VERSION_MINOR) "." DCP_STR(DCP_VERSION_PATCH);
 }
