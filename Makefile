@@ -38,7 +38,7 @@ MPI_SRCS = $(wildcard plugin/mpi/*.c)
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c,$(wildcard plugin/cli/*.c))
 MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
 TOOLS = dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
-TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
+TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.c
 
 ifneq ($(NVCC),)
 CU_SRCS = $(wildcard kernels/cuda/*.cu)
@@ -62,7 +62,7 @@ TEST_BIN = $(BUILD)/bin/dcp-tests
 EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
-.PHONY: all lib tools tests run test test-asan test-run deps install uninstall clean
+.PHONY: all lib tools tests run test test-asan test-run test-fuzz fuzz deps install uninstall clean
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
@@ -152,6 +152,16 @@ run: deps
 test: deps
 	$(MAKE) -j$(JOBS) tests tools
 	$(MAKE) test-run
+	$(MAKE) test-fuzz
+
+# a short libFuzzer run over the seed plans where clang exists (its log kept on failure)
+test-fuzz:
+	@if ! command -v clang >/dev/null; then echo "dcp-plan-fuzz skipped (no clang)"; exit 0; fi; \
+	$(MAKE) -s fuzz >/dev/null || exit 1; corpus=$$(mktemp -d); log=$$corpus.log; \
+	if build-fuzz/bin/dcp-plan-fuzz -runs=4000 $$corpus >$$log 2>&1; then \
+		echo "dcp-plan-fuzz: $$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' $$log) runs, no broken promise"; \
+		rm -rf $$corpus $$log; \
+	else tail -40 $$log; echo "dcp-plan-fuzz failed: corpus $$corpus, log $$log"; exit 1; fi
 
 test-run:
 	$(TEST_BIN)
@@ -179,6 +189,19 @@ test-asan: deps
 		UBSAN_OPTIONS=print_stacktrace=1 \
 		LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(MAKE) BUILD=build-asan test-run
+
+# libFuzzer over plan bytes (clang only): the library instrumented for coverage, with ASan
+# and UBSan. make fuzz, then build-fuzz/bin/dcp-plan-fuzz -max_total_time=600 CORPUS_DIR (an
+# empty CORPUS_DIR is seeded). make test builds it where clang exists and gives it a short run.
+FUZZ_SAN = -fsanitize=fuzzer-no-link,address,undefined
+fuzz:
+	$(MAKE) -j$(JOBS) BUILD=build-fuzz CC=clang NVCC= OPT="-O1 -g" SAN="$(FUZZ_SAN)" \
+		build-fuzz/bin/dcp-plan-fuzz
+
+$(BUILD)/bin/dcp-plan-fuzz: $(BUILD)/obj/tests/fuzz/plan_fuzz.o $(BUILD)/obj/tests/fuzz/plan_input.o \
+		$(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(subst fuzzer-no-link,fuzzer,$(SAN)) -o $@ $^ $(LDLIBS_ALL)
 
 # libudev-dev: hwloc's `pkg-config --static` names -ludev
 DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
@@ -224,6 +247,6 @@ uninstall:
 	-rmdir $(DESTDIR)$(PREFIX)/lib/pkgconfig 2>/dev/null
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj $(BUILD)/obj-hooks -name '*.d' 2>/dev/null)

@@ -11,6 +11,7 @@ int dcp_suite_blocks(void);
 int dcp_suite_place(void);
 int dcp_suite_schedule(void);
 int dcp_suite_plan_io(void);
+int dcp_suite_plan_fuzz(void);
 int dcp_suite_plan_service(void);
 int dcp_suite_planner(void);
 int dcp_suite_kernels(void);
