@@ -1,23 +1,74 @@
 /*
  * The test runner: every CUnit suite of dcp in one binary.
- *   dcp-tests [-s SUITE] [-t TEST] [-l]
- * -s and -t run one suite or one test (by name); -l lists them. The exit status is non-zero
- * when any assertion fails, any suite's setup fails, or CUnit itself reports an error.
+ *   dcp-tests [-s SUITE] [-t TEST] [-l] [-v]
+ * -s and -t run one suite or one test (by name); -l lists them; -v prints every test. The
+ * report is one line per suite (tests, assertions, seconds) and, for a failure, the test
+ * and each failed assertion with its file and line. The exit status is non-zero when any
+ * assertion fails, any suite's setup fails, or CUnit itself reports an error.
  */
 #include "tests/unit/suites.h"
 
-#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <CUnit/TestRun.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const dcp_suite_fn suites[] = {
-    dcp_suite_mask,      dcp_suite_cluster,  dcp_suite_blocks,       dcp_suite_place,
-    dcp_suite_schedule,  dcp_suite_plan_io,  dcp_suite_plan_fuzz, dcp_suite_plan_service, dcp_suite_planner,
-    dcp_suite_kernels,   dcp_suite_backward, dcp_suite_nonfinite,    dcp_suite_faults,
-    dcp_suite_transport, dcp_suite_api,      dcp_suite_metis,        dcp_suite_rounds,
-    dcp_suite_cost,      dcp_suite_topo,     dcp_suite_ucx,          dcp_suite_e2e,
-    dcp_suite_ordering,  dcp_suite_gpu,
+    dcp_suite_mask,     dcp_suite_cluster,   dcp_suite_blocks,    dcp_suite_place,
+    dcp_suite_schedule, dcp_suite_plan_io,   dcp_suite_plan_fuzz, dcp_suite_plan_service,
+    dcp_suite_planner,  dcp_suite_kernels,   dcp_suite_backward,  dcp_suite_nonfinite,
+    dcp_suite_faults,   dcp_suite_transport, dcp_suite_api,       dcp_suite_metis,
+    dcp_suite_rounds,   dcp_suite_cost,      dcp_suite_topo,      dcp_suite_ucx,
+    dcp_suite_e2e,      dcp_suite_ordering,  dcp_suite_gpu,
 };
+
+static struct {
+    int verbose;
+    unsigned tests, failed_tests, asserts_at_start;
+    struct timespec start;
+} report;
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+static void suite_start(const CU_pSuite suite)
+{
+    (void)suite;
+    report.tests = report.failed_tests = 0;
+    report.asserts_at_start = CU_get_number_of_asserts();
+    clock_gettime(CLOCK_MONOTONIC, &report.start);
+}
+
+static void test_complete(const CU_pTest test, const CU_pSuite suite, const CU_pFailureRecord f)
+{
+    report.tests++;
+    if (f) report.failed_tests++;
+    if (report.verbose || f)
+        printf("  %s/%s: %s\n", suite->pName, test->pName, f ? "FAILED" : "ok");
+    for (CU_pFailureRecord r = f; r; r = r->pNext)
+        printf("    %s:%u: %s\n", r->strFileName ? r->strFileName : "?", r->uiLineNumber,
+               r->strCondition ? r->strCondition : "?");
+    fflush(stdout);
+}
+
+static void suite_complete(const CU_pSuite suite, const CU_pFailureRecord f)
+{
+    (void)f;
+    printf("%-14s %3u tests %9u asserts %7.2f s  %s\n", suite->pName, report.tests,
+           CU_get_number_of_asserts() - report.asserts_at_start, seconds_since(&report.start),
+           report.failed_tests ? "FAILED" : "passed");
+    fflush(stdout);
+}
+
+static void suite_init_failed(const CU_pSuite suite)
+{
+    printf("%-14s set-up FAILED\n", suite->pName);
+}
 
 static void list(void)
 {
@@ -38,8 +89,10 @@ int main(int argc, char **argv)
             test = argv[++i];
         else if (!strcmp(argv[i], "-l"))
             do_list = 1;
+        else if (!strcmp(argv[i], "-v"))
+            report.verbose = 1;
         else {
-            fprintf(stderr, "usage: %s [-s SUITE] [-t TEST] [-l]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-s SUITE] [-t TEST] [-l] [-v]\n", argv[0]);
             return 2;
         }
     }
@@ -55,11 +108,16 @@ int main(int argc, char **argv)
         CU_cleanup_registry();
         return 0;
     }
-    CU_basic_set_mode(CU_BRM_VERBOSE);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CU_set_suite_start_handler(suite_start);
+    CU_set_test_complete_handler(test_complete);
+    CU_set_suite_complete_handler(suite_complete);
+    CU_set_suite_init_failure_handler(suite_init_failed);
     /* one CUnit run, so that its failure counts cover everything that ran */
     CU_ErrorCode rc;
     if (!suite && !test) {
-        rc = CU_basic_run_tests();
+        rc = CU_run_all_tests();
     } else {
         CU_pSuite s = NULL;
         CU_pTest t = NULL;
@@ -74,11 +132,14 @@ int main(int argc, char **argv)
             CU_cleanup_registry();
             return 2;
         }
-        rc = t ? CU_basic_run_test(s, t) : CU_basic_run_suite(s);
+        rc = t ? CU_run_test(s, t) : CU_run_suite(s);
     }
     const unsigned failures = CU_get_number_of_failures();
     const unsigned suite_fails = CU_get_number_of_suites_failed();
-    printf("\n%u assertion failures, %u suites failed to initialise\n", failures, suite_fails);
+    printf("dcp-tests: %u tests, %u asserts, %.1f s: %u assertion failures, %u suites failed to "
+           "initialise\n",
+           CU_get_number_of_tests_run(), CU_get_number_of_asserts(), CU_get_elapsed_time(),
+           failures, suite_fails);
     CU_cleanup_registry();
     return (rc != CUE_SUCCESS || failures > 0 || suite_fails > 0) ? 1 : 0;
 }
