@@ -135,7 +135,7 @@ $(TEST_BIN): $(TEST_OBJS) $(HOOK_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
 # The README's example, compiled as a user would: public header only, shared library.
 $(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so
 	@mkdir -p $(@D)
-	$(CC) -std=c11 $(WARN) $(SAN) -Iinclude -o $@ $< -L$(BUILD)/lib -ldcp -Wl,-rpath,$(abspath $(BUILD)/lib)
+	$(CC) -std=c11 $(WARN) $(SAN) -Iinclude -o $@ $< -L$(BUILD)/lib -ldcp -lm -Wl,-rpath,$(abspath $(BUILD)/lib)
 
 # and its MPI form: dcp.h, libdcp_mpi and libdcp.so, with the user's MPI
 $(EXAMPLE_MPI_BIN): tests/e2e/example_mpi.c $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a

@@ -23,13 +23,13 @@ pc --print-requires-private dcp | grep -q '^hwloc' || fail "dcp.pc does not requ
 pc --print-requires-private dcp | grep -q '^ucx' || fail "dcp.pc does not require ucx privately"
 
 # shared: the program records the SONAME and runs from the installed prefix
-$cc -std=c11 -o "$stage/shared" tests/e2e/example.c $(pc --cflags --libs dcp)
+$cc -std=c11 -o "$stage/shared" tests/e2e/example.c $(pc --cflags --libs dcp) -lm
 readelf -d "$stage/shared" | grep -q "NEEDED.*\[$soname\]" || fail "shared example does not need $soname"
 LD_LIBRARY_PATH=$prefix/lib "$stage/shared" >"$stage/shared.out" || fail "shared example failed"
 
 # static: libdcp.a with the flags of `pkg-config --static`
 $cc -std=c11 -o "$stage/static" tests/e2e/example.c $(pc --cflags dcp) \
-    $(pc --static --libs dcp | sed 's/-ldcp /-l:libdcp.a /')
+    $(pc --static --libs dcp | sed 's/-ldcp /-l:libdcp.a /') -lm
 ! readelf -d "$stage/static" | grep -q 'NEEDED.*libdcp' || fail "static example still needs libdcp.so"
 env -u LD_LIBRARY_PATH "$stage/static" >"$stage/static.out" || fail "static example failed"
 cmp -s "$stage/shared.out" "$stage/static.out" || fail "shared and static examples printed different results"
