@@ -76,7 +76,7 @@ DCP_API const char *dcp_version(void);
  * Masks
  *
  * Query i of a sequence of length L may attend key j only if j lies in the allowed set;
- * every mask is at most two half-open key ranges per query (see DESIGN.md for the table).
+ * every mask is at most two half-open key ranges per query (README.md "Masks" has the table).
  * ------------------------------------------------------------------------------------- */
 
 typedef enum {
@@ -84,8 +84,11 @@ typedef enum {
     DCP_MASK_CAUSAL = 1,          /* [0, i+1) */
     DCP_MASK_WINDOW = 2,          /* [max(0, i-W+1), i+1); uses window */
     DCP_MASK_LAMBDA = 3,          /* [0, min(S, i+1)) u [max(0, i-W+1), i+1); sink, window */
-    DCP_MASK_BLOCKWISE = 4,       /* uses block (b) and k; see DESIGN.md */
-    DCP_MASK_SHARED_QUESTION = 5, /* uses question_frac (p) and answers (a) */
+    DCP_MASK_BLOCKWISE = 4,       /* block c = i / b of n = ceil(L / b): c == 0 and c == n-1
+                                     [0, i+1), else [0, b) u [max(b, i - k b), i+1) */
+    DCP_MASK_SHARED_QUESTION = 5, /* q = floor(L p), m = (L - q) / a: i < q [0, i+1), else
+                                     [0, q) u [st, i+1), st = q + min((i-q)/m, a-1) m
+                                     (st = q when m == 0) */
     DCP_MASK_CUSTOM = 6,          /* caller-given ranges per query */
     DCP_MASK_KIND_COUNT = 7
 } dcp_mask_kind_t;
