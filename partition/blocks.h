@@ -20,6 +20,11 @@
  * 2^16 ranks, every FLOP and byte count of a plan fits int64 (bounded here, once). */
 #define DCP_MAX_FLOPS       ((int64_t)1 << 61)
 #define DCP_MAX_BATCH_BYTES ((int64_t)1 << 44)
+/* Largest number of computation blocks (query block x KV block x head group with allowed
+ * pairs) a plan accepts, bounded from above per mask before any is built: planning memory
+ * grows with it (hundreds of bytes each), so a batch too fine for its block size is refused
+ * at once instead of running out of memory minutes later. */
+#define DCP_MAX_COMP_BLOCKS ((int64_t)1 << 25)
 
 typedef struct {
     /* sequences: an owned copy of the batch; CUSTOM ranges point into custom_ranges */
@@ -48,6 +53,11 @@ typedef struct {
     uint8_t *tile_full;
     int64_t tile_cap;
 } dcp_blocks_t;
+
+/* An upper bound on the (query block, KV block) pairs of one sequence of `len` tokens with
+ * allowed keys at block size `bs`, from the KV blocks one query block can reach under its
+ * mask (what dcp_blocks_check() holds against DCP_MAX_COMP_BLOCKS). */
+double dcp_blocks_pairs_bound(const dcp_mask_t *mask, int64_t len, int64_t bs);
 
 /* Validates batch and shape as dcp_blocks_init() does, without copying them. */
 dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
