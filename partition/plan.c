@@ -89,6 +89,13 @@ dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate)
     if (!p->blk_row) DCP_CHECK(dcp_plan_derive_rows(p)); /* the planner derived them already */
     DCP_CHECK(derive_buffers(p));
     if (validate) DCP_CHECK(dcp_plan_check_programs(p));
+    for (int32_t r = 0; r < p->num_ranks && !validate; r++)
+        if (dcp_plan_work_bytes(p, r) > DCP_PLAN_MAX_WORK_BYTES)
+            return dcp_set_error(DCP_ERR_CAPACITY,
+                                 "plan: rank %d would need %.1f GiB of work buffers, more than "
+                                 "the 64 GiB (2^36 bytes) a plan may hold; spread the batch over "
+                                 "more ranks or plan fewer tokens per batch",
+                                 r, (double)dcp_plan_work_bytes(p, r) / (1 << 30));
     const uint32_t a = dcp_crc32c(p->blk_owner, (size_t)p->num_blocks * sizeof *p->blk_owner);
     const uint32_t b = dcp_crc32c(p->comm, (size_t)p->num_comm * sizeof *p->comm);
     p->fingerprint = a ^ (b * 0x9E3779B1u);

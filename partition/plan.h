@@ -110,12 +110,28 @@ static inline int32_t dcp_plan_elem_bytes(const dcp_plan_t *p, int32_t b)
     return dcp_buf_elem_bytes(b, p->shape.dtype);
 }
 
+/* Most bytes of work buffers (accumulators, staging, received blocks, partials) one rank of
+ * a plan may need: dcp_plan_create() refuses to make a larger plan (DCP_ERR_CAPACITY) and
+ * dcp_plan_deserialize() to load one (DCP_ERR_PLAN_CORRUPT). */
+#define DCP_PLAN_MAX_WORK_BYTES ((int64_t)1 << 36)
+
+/* Bytes of work buffers rank r allocates to run the plan (needs derived buffer sizes). */
+static inline int64_t dcp_plan_work_bytes(const dcp_plan_t *p, int32_t r)
+{
+    int64_t bytes = 0;
+    for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++)
+        bytes += dcp_plan_buf_elems(p, r, b) * dcp_plan_elem_bytes(p, b);
+    return bytes;
+}
+
 /* Local rows of every block and token counts of every rank (needs valid blocks). */
 dcp_status_t dcp_plan_derive_rows(dcp_plan_t *p);
 
 /* Derives rows, buffer sizes and statistics from the stored data. With `validate`, first
  * checks the stored data as untrusted (dcp_plan_check_inputs, then dcp_plan_check_programs
- * once sizes are known) and fails with DCP_ERR_PLAN_CORRUPT on any violation. */
+ * once sizes are known) and fails with DCP_ERR_PLAN_CORRUPT on any violation; without (a
+ * plan just made), fails with DCP_ERR_CAPACITY where a rank's work buffers would pass
+ * DCP_PLAN_MAX_WORK_BYTES. */
 dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate);
 
 /* Validation, split where derived sizes become available (plan_check.c). Inputs: shape,

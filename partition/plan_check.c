@@ -32,7 +32,6 @@
 
 /* The most bytes of work buffers (every buffer from DCP_BUF_FIRST_WORK on) one rank of a
  * loaded plan may need: 64 GiB, beyond any device's memory left beside the model. */
-#define DCP_PLAN_MAX_WORK_BYTES ((int64_t)1 << 36)
 /* The most ranks x phases of a loaded plan (the cost model keeps a cell of each). */
 #define DCP_PLAN_MAX_RANK_PHASES ((int64_t)1 << 26)
 
@@ -554,9 +553,7 @@ static dcp_status_t check_item_order(const dcp_plan_t *p)
 static dcp_status_t check_work_bytes(const dcp_plan_t *p)
 {
     for (int32_t r = 0; r < p->num_ranks; r++) {
-        int64_t bytes = 0;
-        for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++)
-            bytes += dcp_plan_buf_elems(p, r, b) * dcp_plan_elem_bytes(p, b);
+        const int64_t bytes = dcp_plan_work_bytes(p, r);
         if (bytes > DCP_PLAN_MAX_WORK_BYTES)
             return CORRUPT("plan: rank %d needs %lld bytes of work buffers, more than 2^36", r,
                            (long long)bytes);

@@ -468,6 +468,27 @@ static void test_context_and_executor_arguments(void)
     dcp_group_destroy(NULL);
 }
 
+/* A plan whose work buffers would pass the 2^36 bytes the loader accepts is never made:
+ * 4096 x 4096 fp32 heads make every received K/V block gigabytes. */
+static void test_plan_over_work_limit_refused(void)
+{
+    const int32_t len[1] = {1200};
+    const dcp_mask_t m[1] = {{.kind = DCP_MASK_CAUSAL}};
+    const dcp_batch_t batch = {1, len, m};
+    const dcp_attn_shape_t wide = {4096, 4096, 4096, DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = DCP_STRATEGY_RING;
+    o.block_size = 64;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &c), DCP_OK);
+    dcp_plan_t *p = (dcp_plan_t *)&o; /* must stay untouched */
+    CU_ASSERT_EQUAL(dcp_plan_create(&batch, &wide, &o, c, &p), DCP_ERR_CAPACITY);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "work buffers"));
+    CU_ASSERT_PTR_EQUAL(p, (dcp_plan_t *)&o);
+    dcp_cluster_destroy(c);
+}
+
 int dcp_suite_api(void)
 {
     static const dcp_test_t tests[] = {
@@ -480,6 +501,7 @@ int dcp_suite_api(void)
         {"backward_arguments", test_backward_arguments},
         {"failed_group_stays_failed", test_failed_group_stays_failed},
         {"context_and_executor_arguments", test_context_and_executor_arguments},
+        {"plan_over_work_limit_refused", test_plan_over_work_limit_refused},
         {NULL, NULL},
     };
     return dcp_add_suite("api", tests);
