@@ -155,7 +155,7 @@ typedef enum {
     DCP_STRATEGY_METIS = 3,  /* hierarchical multi-constraint METIS on the block hypergraph */
     DCP_STRATEGY_COUNT = 4,  /* number of concrete strategies */
     DCP_STRATEGY_AUTO = 100  /* per batch, the strategy and block size (B/2, B, 2B) with the
-                                lowest predicted attention time */
+                                lowest predicted training-step time (forward + backward) */
 } dcp_strategy_t;
 
 /* How the METIS strategy turns the hypergraph into a graph. */
