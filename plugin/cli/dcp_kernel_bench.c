@@ -48,9 +48,9 @@ static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t
     const size_t es = ty == DCP_DTYPE_FP32 ? 4 : 2;
     void *host = malloc((size_t)n * es + 1);
     if (!host) return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: host staging of %lld", (long long)n);
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     for (int64_t i = 0; i < n; i++) {
-        const float v = (float)(lse_like ? 5.0 + dcp_rng_uniform(&rng) : dcp_rng_normal(&rng));
+        const float v = (float)(lse_like ? 5.0 + dcpt_rng_uniform(&rng) : dcpt_rng_normal(&rng));
         if (ty == DCP_DTYPE_FP32)
             ((float *)host)[i] = v;
         else
@@ -137,7 +137,7 @@ static dcp_status_t time_launch(const bench_t *b, op_t op, const dcp_kernel_env_
         }
         if (i >= b->warmup) t[i - b->warmup] = ms;
     }
-    if (st == DCP_OK) *ms_out = dcp_median(t, b->iters);
+    if (st == DCP_OK) *ms_out = dcpt_median(t, b->iters);
     free(t);
     return st;
 }
@@ -149,7 +149,7 @@ typedef struct {
     const char *error; /* the case could not run (ms, tflops, gbps are 0) */
 } row_t;
 
-static const dcp_col_t cols[] = {
+static const dcpt_col_t cols[] = {
     {"kernel", -6}, {"mask", -22},      {"total", 7}, {"tile", 5},    {"D", 4},
     {"heads", 6},   {"density(%)", 10}, {"ms", 9},    {"TFLOP/s", 8}, {"GB/s", 8},
 };
@@ -158,23 +158,23 @@ static const dcp_col_t cols[] = {
 static void print_row(const bench_t *b, const row_t *r)
 {
     if (b->json) {
-        dcp_json_t j;
-        dcp_json_begin(&j, stdout);
-        dcp_json_str(&j, "kernel", r->kernel);
-        dcp_json_str(&j, "mask", r->mask);
-        dcp_json_int(&j, "total", r->total);
-        dcp_json_int(&j, "tile", r->tile);
-        dcp_json_int(&j, "head_dim", r->d);
-        dcp_json_int(&j, "q_heads", r->hq);
-        dcp_json_int(&j, "kv_heads", r->hkv);
-        dcp_json_str(&j, "dtype", dcp_dtype_name(b->dtype));
-        dcp_json_str(&j, "device", b->dev->name);
-        dcp_json_num(&j, "density", r->density);
-        dcp_json_num(&j, "ms", r->ms);
-        dcp_json_num(&j, "tflops", r->tflops);
-        dcp_json_num(&j, "gbps", r->gbps);
-        if (r->error) dcp_json_str(&j, "error", r->error);
-        dcp_json_end(&j);
+        dcpt_json_t j;
+        dcpt_json_begin(&j, stdout);
+        dcpt_json_str(&j, "kernel", r->kernel);
+        dcpt_json_str(&j, "mask", r->mask);
+        dcpt_json_int(&j, "total", r->total);
+        dcpt_json_int(&j, "tile", r->tile);
+        dcpt_json_int(&j, "head_dim", r->d);
+        dcpt_json_int(&j, "q_heads", r->hq);
+        dcpt_json_int(&j, "kv_heads", r->hkv);
+        dcpt_json_str(&j, "dtype", dcpt_dtype_name(b->dtype));
+        dcpt_json_str(&j, "device", b->dev->name);
+        dcpt_json_num(&j, "density", r->density);
+        dcpt_json_num(&j, "ms", r->ms);
+        dcpt_json_num(&j, "tflops", r->tflops);
+        dcpt_json_num(&j, "gbps", r->gbps);
+        if (r->error) dcpt_json_str(&j, "error", r->error);
+        dcpt_json_end(&j);
         return;
     }
     char c[NCOLS][32];
@@ -188,7 +188,7 @@ static void print_row(const bench_t *b, const row_t *r)
     snprintf(c[7], 32, r->ms > 0 ? "%.3f" : "-", r->ms);
     snprintf(c[8], 32, r->tflops <= 0 ? "-" : r->tflops < 10 ? "%.3f" : "%.1f", r->tflops);
     snprintf(c[9], 32, r->gbps > 0 ? "%.1f" : "-", r->gbps);
-    dcp_table_row(stdout, cols, NCOLS, c);
+    dcpt_table_row(stdout, cols, NCOLS, c);
     fflush(stdout);
 }
 
@@ -238,7 +238,7 @@ static dcp_status_t block_items(int32_t total, int32_t tile, int64_t w, int32_t 
  * does), then delta and the backward timed together. A backward that fails (a device table
  * without it yet) shows "-" and is not an error of the bench. */
 static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
-                              const dcp_tile_case_t *tc, const void *groups, const void *tiles,
+                              const dcpt_tile_case_t *tc, const void *groups, const void *tiles,
                               row_t r)
 {
     static int warned;
@@ -259,7 +259,7 @@ static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
     r.ms = r.tflops = r.gbps = 0;
     st = time_launch(b, OP_BWD, env, groups, tc->num_groups, &args, &r.ms);
     if (st == DCP_OK) {
-        r.tflops = 2.5 * dcp_tile_case_flops(tc) / (r.ms * 1e9);
+        r.tflops = 2.5 * dcpt_tile_case_flops(tc) / (r.ms * 1e9);
     } else {
         r.error = dcp_last_error();
         if (!warned++)
@@ -276,8 +276,8 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
                                const char *mask_name, int32_t total, int32_t tile, int32_t d,
                                int32_t hq, int32_t hkv, void *const bufs[DCP_BUF_COUNT])
 {
-    dcp_tile_case_t tc;
-    DCP_CHECK(dcp_tile_case_build(mask, total, tile, hq, hkv, d, &tc));
+    dcpt_tile_case_t tc;
+    DCP_CHECK(dcpt_tile_case_build(mask, total, tile, hq, hkv, d, &tc));
     void *groups = NULL, *tiles = NULL, *seqs = NULL;
     dcp_status_t st = to_kernels(b, tc.groups, (size_t)tc.num_groups * sizeof *tc.groups, &groups);
     if (st == DCP_OK) st = to_kernels(b, tc.tiles, (size_t)tc.num_tiles * sizeof *tc.tiles, &tiles);
@@ -289,13 +289,13 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
                d,      hq,        hkv,   (double)tc.pairs / ((double)total * total),
                0,      0,         0,     NULL};
     if (st == DCP_OK && fwd)
-        st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcp_tile_case_flops(&tc), 0,
+        st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcpt_tile_case_flops(&tc), 0,
                      &r);
     if (st == DCP_OK && bwd) st = bench_bwd(b, &env, &tc, groups, tiles, r);
     drop_descr(b, groups);
     drop_descr(b, tiles);
     drop_descr(b, seqs);
-    dcp_tile_case_free(&tc);
+    dcpt_tile_case_free(&tc);
     return st;
 }
 
@@ -370,8 +370,8 @@ static int64_t list_int(const char *flag, const char *s, int64_t lo, int64_t hi)
     char *end;
     const long long v = strtoll(s, &end, 10);
     if (*end != '\0' || v < lo || v > hi)
-        dcp_args_fail(tool, flag, "'%s' is not an integer in [%lld, %lld]", s, (long long)lo,
-                      (long long)hi);
+        dcpt_args_fail(tool, flag, "'%s' is not an integer in [%lld, %lld]", s, (long long)lo,
+                       (long long)hi);
     return v;
 }
 
@@ -380,7 +380,7 @@ static gqa_t list_gqa(const char *s)
     int hq = 0, hkv = 0, used = 0;
     if (sscanf(s, "%d:%d%n", &hq, &hkv, &used) != 2 || s[used] != '\0' || hq < 1 || hkv < 1 ||
         hq % hkv != 0 || hq > 65535)
-        dcp_args_fail(tool, "gqa", "'%s': QHEADS:KVHEADS with KVHEADS dividing QHEADS", s);
+        dcpt_args_fail(tool, "gqa", "'%s': QHEADS:KVHEADS with KVHEADS dividing QHEADS", s);
     return (gqa_t){hq, hkv};
 }
 
@@ -454,65 +454,71 @@ int main(int argc, char **argv)
     const char *kernels_s = "attn,bwd,merge,copy";
     int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
     int json = 0;
-    dcp_arg_t args[] = {
-        {"device", DCP_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
-        {"dtype", DCP_ARG_STR, &dtype, 0, 0,
+    dcpt_arg_t args[] = {
+        {"device", DCPT_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
+        {"dtype", DCPT_ARG_STR, &dtype, 0, 0,
          "bf16 or fp16 (default on cuda), fp32 (default on cpu; cpu only)", 0},
-        {"kernel", DCP_ARG_STR, &kernels_s, 0, 0, "attn,bwd,merge,copy (default all)", 0},
-        {"mask", DCP_ARG_STR, &masks_s, 0, 0,
+        {"kernel", DCPT_ARG_STR, &kernels_s, 0, 0, "attn,bwd,merge,copy (default all)", 0},
+        {"mask", DCPT_ARG_STR, &masks_s, 0, 0,
          "masks (default full,causal,lambda,blockwise,shared-question)", 0},
-        {"total", DCP_ARG_STR, &totals_s, 0, 0,
+        {"total", DCPT_ARG_STR, &totals_s, 0, 0,
          "sequence lengths (default 8192,16384,32768,131072; cpu 2048)", 0},
-        {"tile", DCP_ARG_STR, &tiles_s, 0, 0, "tile edges (default 512,1024,2048,4096; cpu 512)",
+        {"tile", DCPT_ARG_STR, &tiles_s, 0, 0, "tile edges (default 512,1024,2048,4096; cpu 512)",
          0},
-        {"head-dim", DCP_ARG_STR, &dims_s, 0, 0, "head dims (default 64,128; cpu 64)", 0},
-        {"gqa", DCP_ARG_STR, &gqa_s, 0, 0, "QHEADS:KVHEADS list (default 8:2,64:8; cpu 8:2)", 0},
-        {"sources", DCP_ARG_INT, &sources, 1, 64, "partials per merge (default 4)", 0},
-        {"warmup", DCP_ARG_INT, &warmup, 0, 1000, "untimed launches (default 3; cpu 1)", 0},
-        {"iters", DCP_ARG_INT, &iters, 1, 10000, "timed launches, median (default 10; cpu 3)", 0},
-        {"seed", DCP_ARG_INT, &seed, 0, INT64_MAX, "input seed (default 1)", 0},
-        {"json", DCP_ARG_FLAG, &json, 0, 0, "one JSON object per case", 0},
+        {"head-dim", DCPT_ARG_STR, &dims_s, 0, 0, "head dims (default 64,128; cpu 64)", 0},
+        {"gqa", DCPT_ARG_STR, &gqa_s, 0, 0, "QHEADS:KVHEADS list (default 8:2,64:8; cpu 8:2)", 0},
+        {"sources", DCPT_ARG_INT, &sources, 1, 64, "partials per merge (default 4)", 0},
+        {"warmup", DCPT_ARG_INT, &warmup, 0, 1000, "untimed launches (default 3; cpu 1)", 0},
+        {"iters", DCPT_ARG_INT, &iters, 1, 10000, "timed launches, median (default 10; cpu 3)", 0},
+        {"seed", DCPT_ARG_INT, &seed, 0, INT64_MAX, "input seed (default 1)", 0},
+        {"json", DCPT_ARG_FLAG, &json, 0, 0, "one JSON object per case", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
-    dcp_args_parse(argc, argv, args, nargs, tool,
-                   "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
-                   "from exact allowed pairs.");
+    dcpt_args_parse(argc, argv, args, nargs, tool,
+                    "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
+                    "from exact allowed pairs.");
     bench_t b = {.json = json, .sources = sources, .gpu = -1};
     if (dcp_device_parse(device, 0, "--device", &b.gpu) != DCP_OK)
-        dcp_args_fail(tool, "device", "%s", dcp_last_error());
+        dcpt_args_fail(tool, "device", "%s", dcp_last_error());
     const int cpu = b.gpu < 0;
-    b.dtype = dtype ? dcp_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
-    if (!cpu && b.dtype == DCP_DTYPE_FP32) dcp_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
+    b.dtype =
+        dtype ? dcpt_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
+    if (!cpu && b.dtype == DCP_DTYPE_FP32) dcpt_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
     b.warmup = warmup >= 0 ? warmup : (cpu ? 1 : 3);
     b.iters = iters >= 1 ? iters : (cpu ? 3 : 10);
 
     lists_t l;
     char *st_m, *st_t, *st_i, *st_d, *st_g, *st_k;
-    l.nmasks = dcp_args_split(tool, "mask", masks_s, &l.masks, &st_m);
-    l.ntotals = dcp_args_split(tool, "total",
-                               totals_s ? totals_s
-                               : cpu    ? "2048"
-                                        : "8192,16384,32768,131072",
-                               &l.totals, &st_t);
-    l.ntiles = dcp_args_split(tool, "tile",
-                              tiles_s ? tiles_s
-                              : cpu   ? "512"
-                                      : "512,1024,2048,4096",
-                              &l.tiles, &st_i);
-    l.ndims = dcp_args_split(tool, "head-dim",
-                             dims_s ? dims_s
-                             : cpu  ? "64"
-                                    : "64,128",
-                             &l.dims, &st_d);
-    l.ngqas = dcp_args_split(tool, "gqa", gqa_s ? gqa_s : cpu ? "8:2" : "8:2,64:8", &l.gqas, &st_g);
-    l.nkernels = dcp_args_split(tool, "kernel", kernels_s, &l.kernels, &st_k);
+    l.nmasks = dcpt_args_split(tool, "mask", masks_s, &l.masks, &st_m);
+    l.ntotals = dcpt_args_split(tool, "total",
+                                totals_s ? totals_s
+                                : cpu    ? "2048"
+                                         : "8192,16384,32768,131072",
+                                &l.totals, &st_t);
+    l.ntiles = dcpt_args_split(tool, "tile",
+                               tiles_s ? tiles_s
+                               : cpu   ? "512"
+                                       : "512,1024,2048,4096",
+                               &l.tiles, &st_i);
+    l.ndims = dcpt_args_split(tool, "head-dim",
+                              dims_s ? dims_s
+                              : cpu  ? "64"
+                                     : "64,128",
+                              &l.dims, &st_d);
+    l.ngqas = dcpt_args_split(tool, "gqa",
+                              gqa_s ? gqa_s
+                              : cpu ? "8:2"
+                                    : "8:2,64:8",
+                              &l.gqas, &st_g);
+    l.nkernels = dcpt_args_split(tool, "kernel", kernels_s, &l.kernels, &st_k);
     for (int i = 0; i < l.nkernels; i++)
         if (strcmp(l.kernels[i], "attn") && strcmp(l.kernels[i], "bwd") &&
             strcmp(l.kernels[i], "merge") && strcmp(l.kernels[i], "copy"))
-            dcp_args_fail(tool, "kernel", "'%s': attn, bwd, merge or copy", l.kernels[i]);
+            dcpt_args_fail(tool, "kernel", "'%s': attn, bwd, merge or copy", l.kernels[i]);
     for (int i = 0; i < l.ndims; i++) {
         const int64_t d = list_int("head-dim", l.dims[i], 1, 1024);
-        if (!cpu && d != 64 && d != 128) dcp_args_fail(tool, "head-dim", "the GPU runs 64 and 128");
+        if (!cpu && d != 64 && d != 128)
+            dcpt_args_fail(tool, "head-dim", "the GPU runs 64 and 128");
     }
     for (int i = 0; i < l.ngqas; i++) list_gqa(l.gqas[i]);
     for (int i = 0; i < l.ntiles; i++) list_int("tile", l.tiles[i], 16, 1 << 20);
@@ -520,12 +526,12 @@ int main(int argc, char **argv)
     if (!masks) return 1;
     for (int i = 0; i < l.nmasks; i++)
         if (dcp_mask_parse(l.masks[i], &masks[i]) != DCP_OK)
-            dcp_args_fail(tool, "mask", "%s", dcp_last_error());
+            dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
     for (int t = 0; t < l.ntotals; t++) {
         const int32_t total = (int32_t)list_int("total", l.totals[t], 1, 1 << 24);
         for (int m = 0; m < l.nmasks; m++)
             if (dcp_mask_validate(&masks[m], total, "mask") != DCP_OK)
-                dcp_args_fail(tool, "mask", "%s", dcp_last_error());
+                dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
     }
 
     b.dev = dcp_device_of(b.gpu);
@@ -536,9 +542,9 @@ int main(int argc, char **argv)
     if (!json) {
         printf("# %s: %s %s, median of %lld launches after %lld, merge of %lld partials; bwd: "
                "delta + backward, 2.5x the forward's FLOPs\n",
-               tool, cpu ? "cpu" : device, dcp_dtype_name(b.dtype), (long long)b.iters,
+               tool, cpu ? "cpu" : device, dcpt_dtype_name(b.dtype), (long long)b.iters,
                (long long)b.warmup, (long long)b.sources);
-        dcp_table_header(stdout, cols, NCOLS);
+        dcpt_table_header(stdout, cols, NCOLS);
     }
     dcp_status_t st = DCP_OK;
     for (int t = 0; st == DCP_OK && t < l.ntotals; t++)

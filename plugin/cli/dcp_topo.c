@@ -108,20 +108,20 @@ int main(int argc, char **argv)
 {
     const char *xml = NULL, *busids = NULL;
     int json = 0;
-    dcp_arg_t args[] = {
-        {"xml", DCP_ARG_STR, &xml, 0, 0, "read an hwloc XML capture instead of this machine", 0},
-        {"busids", DCP_ARG_STR, &busids, 0, 0,
+    dcpt_arg_t args[] = {
+        {"xml", DCPT_ARG_STR, &xml, 0, 0, "read an hwloc XML capture instead of this machine", 0},
+        {"busids", DCPT_ARG_STR, &busids, 0, 0,
          "GPU bus ids in CUDA order (default: every NVIDIA GPU)", 0},
-        {"json", DCP_ARG_FLAG, &json, 0, 0, "one JSON object", 0},
+        {"json", DCPT_ARG_FLAG, &json, 0, 0, "one JSON object", 0},
     };
-    dcp_args_parse(argc, argv, args, 3, tool,
-                   "Shows the GPUs, NICs, PCI paths and transport engines dcp sees on a node.");
+    dcpt_args_parse(argc, argv, args, 3, tool,
+                    "Shows the GPUs, NICs, PCI paths and transport engines dcp sees on a node.");
     char **ids = NULL, *storage = NULL;
-    const int32_t nids = busids ? dcp_args_split(tool, "busids", busids, &ids, &storage) : 0;
+    const int32_t nids = busids ? dcpt_args_split(tool, "busids", busids, &ids, &storage) : 0;
     dcp_node_topo_t *n = calloc(1, sizeof *n);
     if (!n) return 1;
     if (dcp_node_discover(xml, busids ? (const char *const *)ids : NULL, nids, n) != DCP_OK)
-        dcp_args_fail(tool, xml ? "xml" : "busids", "%s", dcp_last_error());
+        dcpt_args_fail(tool, xml ? "xml" : "busids", "%s", dcp_last_error());
     engines_t e;
     choose(n, &e);
     if (json)

@@ -186,7 +186,7 @@ static void matrix(svg_t *s, double x0, double size)
     free(m);
 }
 
-dcp_status_t dcp_svg_write(const dcp_plan_t *p, const char *path, const char *title)
+dcp_status_t dcpt_svg_write(const dcp_plan_t *p, const char *path, const char *title)
 {
     svg_t s = {.p = p};
     int64_t *cell_base = NULL, cells = 0;

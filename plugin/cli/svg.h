@@ -4,6 +4,6 @@
 
 #include "include/dcp.h"
 
-dcp_status_t dcp_svg_write(const dcp_plan_t *plan, const char *path, const char *title);
+dcp_status_t dcpt_svg_write(const dcp_plan_t *plan, const char *path, const char *title);
 
 #endif
