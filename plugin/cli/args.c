@@ -6,8 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void (*fail_hook)(void);
+static int quiet;
+
+void dcpt_args_set_quiet(int q)
+{
+    quiet = q;
+}
 
 void dcpt_args_set_fail_hook(void (*hook)(void))
 {
@@ -23,13 +31,40 @@ static _Noreturn void bad_flags_exit(void)
 
 void dcpt_args_fail(const char *tool, const char *flag, const char *fmt, ...)
 {
-    fprintf(stderr, "%s: --%s: ", tool, flag);
+    /* one write, so that the ranks of a job never interleave their lines */
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg, "%s: --%s: ", tool, flag);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    if (n >= 0 && (size_t)n < sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
+    if (!quiet) {
+        fprintf(stderr, "%.*s\n", (int)sizeof msg - 2, msg);
+        fflush(stderr);
+    }
     bad_flags_exit();
+}
+
+/* " (default X)" from the flag's variable, or "" where the help says its own default or
+ * there is none (a flag, an unset string). */
+static void default_text(const dcpt_arg_t *a, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (strstr(a->help, "default")) return;
+    switch (a->kind) {
+    case DCPT_ARG_INT:
+        snprintf(out, size, " (default %lld)", (long long)*(const int64_t *)a->dst);
+        break;
+    case DCPT_ARG_DOUBLE:
+        snprintf(out, size, " (default %g)", *(const double *)a->dst);
+        break;
+    case DCPT_ARG_STR:
+        if (*(const char *const *)a->dst)
+            snprintf(out, size, " (default %s)", *(const char *const *)a->dst);
+        break;
+    case DCPT_ARG_FLAG:
+        break;
+    }
 }
 
 static void usage(const dcpt_arg_t *args, int nargs, const char *tool, const char *summary)
@@ -39,10 +74,29 @@ static void usage(const dcpt_arg_t *args, int nargs, const char *tool, const cha
         const char *v = args[i].kind == DCPT_ARG_FLAG  ? ""
                         : args[i].kind == DCPT_ARG_STR ? " S"
                                                        : " N";
-        char left[48];
+        char left[48], def[160];
         snprintf(left, sizeof left, "--%s%s", args[i].name, v);
-        printf("  %-24s %s\n", left, args[i].help);
+        default_text(&args[i], def, sizeof def);
+        printf("  %-24s %s%s\n", left, args[i].help, def);
     }
+}
+
+void dcpt_args_writable(const char *tool, const char *flag, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        dcpt_args_fail(tool, flag, "'%s': folder '%s' does not exist", path, dir);
+    if (access(dir, W_OK) != 0) dcpt_args_fail(tool, flag, "'%s': cannot write in '%s'", path, dir);
+    if (stat(path, &sb) == 0 && (!S_ISREG(sb.st_mode) || access(path, W_OK) != 0))
+        dcpt_args_fail(tool, flag, "'%s' is not a writable file", path);
 }
 
 static void set_value(const char *tool, dcpt_arg_t *a, const char *val)

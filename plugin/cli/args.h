@@ -1,5 +1,7 @@
 /* Command-line flags for the tools: "--name value" or "--name=value". A bad flag or value
- * prints a message naming the flag and exits with status 2; --help prints the table. */
+ * prints a message naming the flag and exits with status 2; --help prints the table, each
+ * flag's default read from its variable before parsing (a help text that states its own
+ * default, for defaults that depend on other flags, is printed as it is). */
 #ifndef DCP_CLI_ARGS_H
 #define DCP_CLI_ARGS_H
 
@@ -31,6 +33,15 @@ int dcpt_args_split(const char *tool, const char *flag, const char *list, char *
  * tools run under an MPI launcher set dcpt_mpi_fail_early, so that a rank given a bad flag
  * still joins the job's start-up and the others name it instead of waiting for it. */
 void dcpt_args_set_fail_hook(void (*hook)(void));
+
+/* Exits 2 naming --<flag> unless `path` can be written: its folder exists and is writable,
+ * and the file, if it exists, is a writable regular file. For outputs, checked before any
+ * work starts. */
+void dcpt_args_writable(const char *tool, const char *flag, const char *path);
+
+/* Quiet (q = 1): bad-flag exits print nothing; for the ranks other than 0 of a job, which
+ * all find the same configuration error, so that it is printed once. */
+void dcpt_args_set_quiet(int q);
 
 /* Exits 2 with "<tool>: --<flag>: <message>". */
 void dcpt_args_fail(const char *tool, const char *flag, const char *fmt, ...)

@@ -8,7 +8,7 @@
  * (mpirun, srun), each process is one rank: every rank plans the batch and the plans'
  * checksums are compared, blocks move over the engines the topology selects (UCX for host
  * memory), and rank 0 prints. Exit status: 0 all good, 1 a check failed or a run failed,
- * 2 bad flags.
+ * 2 bad flags or a plan that does not fit --mem-cap (configuration errors said once, by rank 0).
  *
  * --device cuda runs the ranks on GPUs (thread rank r on GPU r % count, so all ranks may
  * share one GPU; a process on GPU local-rank % count, blocks over NCCL) in bf16 or fp16
@@ -43,6 +43,7 @@ typedef struct {
 typedef struct {
     dcp_context_t *ctx;
     dcp_bootstrap_t bs;
+    char cluster_note[128]; /* where the cluster came from, for the header */
 } job_t;
 
 /* One (mask, strategy) run as the table and the JSON lines show it. Bytes are exact in
@@ -148,8 +149,13 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
     int32_t longest = 0;
     for (int32_t s = 0; s < h->num_seqs; s++)
         longest = h->lengths[s] > longest ? h->lengths[s] : longest;
-    char ranks[96];
-    if (job->ctx)
+    char ranks[256];
+    if (job->ctx && job->cluster_note[0])
+        snprintf(ranks, sizeof ranks,
+                 "processes (cluster %s), engines %s in a node, %s between nodes",
+                 job->cluster_note, dcp_context_transport(job->ctx, 0),
+                 dcp_context_transport(job->ctx, 1));
+    else if (job->ctx)
         snprintf(ranks, sizeof ranks, "processes, engines %s in a node, %s between nodes",
                  dcp_context_transport(job->ctx, 0), dcp_context_transport(job->ctx, 1));
     else
@@ -245,8 +251,8 @@ static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_pla
     return st;
 }
 
-/* One (mask, strategy) run; returns 1 when it failed. A failed run of a job's ranks ends
- * the job (the engines may be broken, a peer may be dead). */
+/* One (mask, strategy) run; returns 1 when it failed, 2 when the plan does not fit --mem-cap. A
+ * failed run of a job's ranks ends the job (the engines may be broken, a peer may be dead). */
 static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_harness_t *h,
                    const char *mask, dcp_strategy_t strategy, const run_flags_t *rf,
                    const job_t *job)
@@ -280,6 +286,12 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
                               rf->tol, rf->device, &r);
     }
     dcp_plan_destroy(plan);
+    if (st == DCP_ERR_CAPACITY) { /* the same on every rank: a configuration error, said once */
+        if (!job->ctx || job->bs.rank == 0)
+            fprintf(stderr, "%s: --mem-cap: mask %s, strategy %s: %s\n", tool, mask,
+                    dcp_strategy_name(strategy), dcp_last_error());
+        return 2;
+    }
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: mask %s, strategy %s: %s: %s\n", tool,
                 job->ctx ? job->bs.rank : 0, mask, dcp_strategy_name(strategy),
@@ -295,7 +307,8 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     return rf->check && !r.passed;
 }
 
-/* Every (mask, strategy) pair; returns 1 when any failed. */
+/* Every (mask, strategy) pair; returns 1 when any failed, 2 when a strategy could not place
+ * the batch under --mem-cap (exit status 2: the configuration asked for the impossible). */
 static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const run_flags_t *rf,
                    const job_t *job, uint64_t seed)
 {
@@ -326,7 +339,8 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
             fflush(stdout);
         }
         for (int32_t s = 0; s < c->num_strategies; s++) {
-            failed |= run_one(c, cluster, h, c->mask_names[m], c->strategies[s], rf, job);
+            const int rc = run_one(c, cluster, h, c->mask_names[m], c->strategies[s], rf, job);
+            failed = rc > failed ? rc : failed;
             if (job->ctx) dcpt_mpi_fault_point("between");
         }
         if (talk) fflush(stdout);
@@ -353,10 +367,22 @@ static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *
         dcpt_mpi_stop(1, 1);
         return 1;
     }
-    const dcp_cluster_t *cluster = c->cluster;
-    if (!dcpt_args_seen(args, nargs, "cluster") && !dcpt_args_seen(args, nargs, "ranks") &&
-        dcp_context_cluster(job.ctx, &cluster) != DCP_OK)
+    /* every rank finds the same configuration error: rank 0 says it */
+    dcpt_args_set_quiet(job.bs.rank != 0);
+    const dcp_cluster_t *cluster = c->cluster, *found = NULL;
+    const int modelled =
+        dcpt_args_seen(args, nargs, "cluster") || dcpt_args_seen(args, nargs, "ranks");
+    const dcp_status_t disc = dcp_context_cluster(job.ctx, &found);
+    if (!modelled && disc != DCP_OK)
         dcpt_args_fail(tool, "cluster", "%s; give --cluster NxG", dcp_last_error());
+    if (!modelled)
+        cluster = found;
+    else if (disc == DCP_OK)
+        snprintf(job.cluster_note, sizeof job.cluster_note,
+                 "modelled by --%s, overriding the discovered %dx%d",
+                 dcpt_args_seen(args, nargs, "cluster") ? "cluster" : "ranks",
+                 dcp_cluster_num_nodes(found),
+                 dcp_cluster_num_ranks(found) / dcp_cluster_num_nodes(found));
     if (dcp_cluster_num_ranks(cluster) != job.bs.size)
         dcpt_args_fail(tool, "cluster", "the cluster has %d ranks, the job %d processes",
                        dcp_cluster_num_ranks(cluster), job.bs.size);
@@ -385,16 +411,14 @@ int main(int argc, char **argv)
          "run the backward pass after the forward (with --check: dQ, dK, dV checked too)", 0},
         {"json", DCPT_ARG_FLAG, &rf.json, 0, 0,
          "one JSON object per (mask, strategy) instead of tables", 0},
-        {"warmup", DCPT_ARG_INT, &rf.warmup, 0, 1000, "untimed runs before timing (default 0)", 0},
-        {"iters", DCPT_ARG_INT, &rf.iters, 1, 1000,
-         "timed runs; exec time is their median (default 1)", 0},
+        {"warmup", DCPT_ARG_INT, &rf.warmup, 0, 1000, "untimed runs before timing", 0},
+        {"iters", DCPT_ARG_INT, &rf.iters, 1, 1000, "timed runs; exec time is their median", 0},
         {"threads", DCPT_ARG_INT, &rf.threads, 1, 64, "threads of the reference (default: cores)",
          0},
         {"timeout", DCPT_ARG_DOUBLE, &rf.timeout, 0, 0,
          "transfer timeout in s (default $DCP_TIMEOUT_S or 60)", 0},
-        {"tol", DCPT_ARG_DOUBLE, &rf.tol, 0, 0,
-         "relative tolerance of --check on the CPU (default 1e-5)", 0},
-        {"device", DCPT_ARG_STR, &rf.device, 0, 0, "cpu, cuda or cuda:N (default cpu)", 0},
+        {"tol", DCPT_ARG_DOUBLE, &rf.tol, 0, 0, "relative tolerance of --check on the CPU", 0},
+        {"device", DCPT_ARG_STR, &rf.device, 0, 0, "cpu, cuda or cuda:N", 0},
         {"dtype", DCPT_ARG_STR, &rf.dtype, 0, 0,
          "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
     };

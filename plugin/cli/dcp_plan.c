@@ -7,7 +7,7 @@
  * over the batches; imbalance is the worst batch), or JSON lines, one per (strategy, batch),
  * with the backward's figures as bwd_* fields. --svg draws the first batch's plan, --hgr writes its
  * hypergraph for external partitioners. Exit status: 0, 1 on a planning failure, 2 on bad
- * flags.
+ * flags or a batch no strategy asked for can place under --mem-cap.
  */
 #include "include/dcp.h"
 #include "plugin/cli/common.h"
@@ -173,6 +173,11 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         dcp_plan_destroy(p);
     }
     free(masks);
+    if (rc == DCP_ERR_CAPACITY) { /* the configuration asks for the impossible: exit 2 */
+        fprintf(stderr, "%s: --mem-cap: batch %d, strategy %s: %s\n", tool, b, dcp_strategy_name(s),
+                dcp_last_error());
+        return 2;
+    }
     if (rc != DCP_OK) {
         fprintf(stderr, "%s: batch %d, %s: %s: %s\n", tool, b, dcp_strategy_name(s),
                 dcp_status_string(rc), dcp_last_error());
@@ -271,29 +276,27 @@ int main(int argc, char **argv)
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
         {"batches", DCPT_ARG_INT, &f.batches, 1, 100000,
-         "batches packed from the lengths, DCP-style (1)", 0},
-        {"scale", DCPT_ARG_DOUBLE, &f.scale, 0, 0, "multiply every length (1)", 0},
+         "batches packed from the lengths, DCP-style", 0},
+        {"scale", DCPT_ARG_DOUBLE, &f.scale, 0, 0, "multiply every length", 0},
         {"json", DCPT_ARG_FLAG, &pf.json, 0, 0, "JSON lines, one per (strategy, batch)", 0},
         {"per-batch", DCPT_ARG_FLAG, &pf.per_batch, 0, 0, "(with tables) one table per batch", 0},
         {"svg", DCPT_ARG_STR, &pf.svg, 0, 0,
          "picture of the first batch's plans (FILE-mask-strategy.svg)", 0},
         {"hgr", DCPT_ARG_STR, &pf.hgr, 0, 0, "the first batch's hypergraph in hMETIS format", 0},
         {"repeat", DCPT_ARG_INT, &pf.repeat, 1, 1000,
-         "plan each batch N times; plan ms is the median (1)", 0},
-        {"expansion", DCPT_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star (clique)", 0},
+         "plan each batch N times; plan ms is the median", 0},
+        {"expansion", DCPT_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star", 0},
         {"net-cap", DCPT_ARG_INT, &pf.net_cap, 0, 4096,
-         "clique expansion band width, 0 = full cliques (12)", 0},
+         "clique expansion band width, 0 = full cliques", 0},
         {"no-refine", DCPT_ARG_FLAG, &pf.no_refine, 0, 0,
          "skip METIS balance repair and refinement", 0},
-        {"eps-inter", DCPT_ARG_DOUBLE, &pf.eps_inter, 0, 100,
-         "METIS imbalance between nodes (0.05)", 0},
-        {"eps-intra", DCPT_ARG_DOUBLE, &pf.eps_intra, 0, 100,
-         "METIS imbalance between devices (0.05)", 0},
-        {"comm-schedule", DCPT_ARG_STR, &pf.comm, 0, 0, "divisions or rounds (divisions)", 0},
-        {"coalesce", DCPT_ARG_INT, &pf.coalesce, 1, 65536, "rounds issued together (1)", 0},
+        {"eps-inter", DCPT_ARG_DOUBLE, &pf.eps_inter, 0, 100, "METIS imbalance between nodes", 0},
+        {"eps-intra", DCPT_ARG_DOUBLE, &pf.eps_intra, 0, 100, "METIS imbalance between devices", 0},
+        {"comm-schedule", DCPT_ARG_STR, &pf.comm, 0, 0, "divisions or rounds", 0},
+        {"coalesce", DCPT_ARG_INT, &pf.coalesce, 1, 65536, "rounds issued together", 0},
         {"kernel-table", DCPT_ARG_STR, &pf.kernel_table, 0, 0,
          "lines 'tile_tokens efficiency' for the cost model", 0},
-        {"dtype", DCPT_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32 (bf16)", 0},
+        {"dtype", DCPT_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32", 0},
     };
     memcpy(args + DCPT_COMMON_NARGS, own, sizeof own);
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + NOWN, tool,
@@ -302,6 +305,7 @@ int main(int argc, char **argv)
     dcpt_common_t c;
     dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
+    if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
     if (pf.hgr) {
         dcp_mask_t *masks = calloc((size_t)c.batch_first[1], sizeof *masks);
         for (int32_t i = 0; i < c.batch_first[1]; i++) masks[i] = c.masks[0];
@@ -324,8 +328,9 @@ int main(int argc, char **argv)
         }
         for (int32_t b = 0; b < c.num_batches; b++) {
             for (int32_t s = 0; s < c.num_strategies; s++) {
-                failed |=
+                const int rc =
                     plan_batch(&c, &c.masks[m], b, c.strategies[s], &pf, c.mask_names[m], &aggs[s]);
+                failed = rc > failed ? rc : failed;
                 progress(++done, total, b, c.strategies[s]);
             }
             if (pf.per_batch && !pf.json) {

@@ -333,12 +333,11 @@ int main(int argc, char **argv)
     dcpt_arg_t args[] = {
         {"engine", DCPT_ARG_STR, &engine, 0, 0,
          "ucx (default) or nccl under mpirun -np 2; inproc (two threads)", 0},
-        {"sizes", DCPT_ARG_STR, &sizes, 0, 0, "message sizes (default 8,4K,64K,256K,1M,4M)", 0},
-        {"window", DCPT_ARG_INT, &b.window, 1, 64, "messages per launch (default 8)", 0},
-        {"reps", DCPT_ARG_INT, &b.reps, 1, 1000, "measurements per size; median (default 5)", 0},
-        {"warmup", DCPT_ARG_INT, &b.warmup, 0, 1000, "unrecorded measurements first (default 1)",
-         0},
-        {"mb", DCPT_ARG_INT, &b.budget_mb, 1, 1 << 20, "MB moved per measurement (default 256)", 0},
+        {"sizes", DCPT_ARG_STR, &sizes, 0, 0, "message sizes", 0},
+        {"window", DCPT_ARG_INT, &b.window, 1, 64, "messages per launch", 0},
+        {"reps", DCPT_ARG_INT, &b.reps, 1, 1000, "measurements per size; median", 0},
+        {"warmup", DCPT_ARG_INT, &b.warmup, 0, 1000, "unrecorded measurements first", 0},
+        {"mb", DCPT_ARG_INT, &b.budget_mb, 1, 1 << 20, "MB moved per measurement", 0},
         {"json", DCPT_ARG_FLAG, &b.json, 0, 0, "one JSON object per size", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
