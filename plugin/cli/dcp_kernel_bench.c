@@ -350,6 +350,19 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
     return st;
 }
 
+/* The row of a kernel with no mask (merge, copy): every row of the case, hq heads. */
+static row_t mask_free_row(const char *kernel, int32_t total, int32_t tile, int32_t d, int32_t hq)
+{
+    return (row_t){.kernel = kernel,
+                   .mask = "-",
+                   .total = total,
+                   .tile = tile,
+                   .d = d,
+                   .hq = hq,
+                   .hkv = hq,
+                   .density = 1};
+}
+
 /* --sources partials merged into the accumulators, one item per block of `tile` rows. The
  * partials live in DCP_BUF_PART: every source's O, then every source's LSE. */
 static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, int32_t d,
@@ -377,14 +390,7 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
     if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    row_t r = {.kernel = "merge",
-               .mask = "-",
-               .total = total,
-               .tile = tile,
-               .d = d,
-               .hq = hq,
-               .hkv = hq,
-               .density = 1};
+    row_t r = mask_free_row("merge", total, tile, d, hq);
     const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
     if (st == DCP_OK) st = measure(b, OP_MERGE, &env, di, nb, ds, 0, bytes, &r);
     drop_descr(b, di);
@@ -406,14 +412,7 @@ static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, in
     dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    row_t r = {.kernel = "copy",
-               .mask = "-",
-               .total = total,
-               .tile = tile,
-               .d = d,
-               .hq = hq,
-               .hkv = hq,
-               .density = 1};
+    row_t r = mask_free_row("copy", total, tile, d, hq);
     const double bytes = 2.0 * total * w * dcp_buf_elem_bytes(DCP_BUF_Q, b->dtype);
     if (st == DCP_OK) st = measure(b, OP_COPY, &env, di, nb, NULL, 0, bytes, &r);
     drop_descr(b, di);
