@@ -161,6 +161,7 @@ test-run:
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null
+	tests/tools/run.sh $(BUILD)/bin
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
 	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:

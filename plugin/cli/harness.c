@@ -532,9 +532,9 @@ dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *pl
     rank_io_t r = {0};
     double *times = NULL;
     rank_check_t *checks = NULL;
-    dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, ctx->device, &r);
+    dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, dcp_context_device(ctx), &r);
     if (st == DCP_OK) st = dcp_calloc(&times, 4 * iters, sizeof *times, "harness");
-    const dcp_device_t *dev = dcp_device_of(ctx->device);
+    const dcp_device_t *dev = dcp_device_of(dcp_context_device(ctx));
     if (st == DCP_OK) st = dcp_calloc(&checks, bootstrap->size, sizeof *checks, "harness");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "harness set-up"), st, out);
     /* timed from a common start to the last rank's end; through the engine, which fails
