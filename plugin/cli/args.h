@@ -2,8 +2,8 @@
  * prints a message naming the flag and exits with status 2; --help prints the table, each
  * flag's default read from its variable before parsing (a help text that states its own
  * default, for defaults that depend on other flags, is printed as it is). */
-#ifndef DCP_CLI_ARGS_H
-#define DCP_CLI_ARGS_H
+#ifndef DCPT_CLI_ARGS_H
+#define DCPT_CLI_ARGS_H
 
 #include <stdint.h>
 

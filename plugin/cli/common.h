@@ -1,7 +1,7 @@
 /* The flags dcp's tools share: batch (lengths, masks), attention shape, plan options and
  * cluster, with their defaults and checks. */
-#ifndef DCP_CLI_COMMON_H
-#define DCP_CLI_COMMON_H
+#ifndef DCPT_CLI_COMMON_H
+#define DCPT_CLI_COMMON_H
 
 #include "include/dcp.h"
 #include "plugin/cli/args.h"

@@ -6,8 +6,8 @@
  * O, LSE (and dQ, dK, dV) compared with the double-precision single-device reference.
  * Shared by dcp-attn-test and the end-to-end test suite.
  */
-#ifndef DCP_CLI_HARNESS_H
-#define DCP_CLI_HARNESS_H
+#ifndef DCPT_CLI_HARNESS_H
+#define DCPT_CLI_HARNESS_H
 
 #include "include/dcp.h"
 #include "plugin/cli/report.h"

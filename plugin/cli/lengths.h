@@ -1,7 +1,7 @@
 /* Where the tools get sequence lengths: a built-in long-tailed histogram, or a lengths file
  * (one length per line), sampled with a seed. */
-#ifndef DCP_CLI_LENGTHS_H
-#define DCP_CLI_LENGTHS_H
+#ifndef DCPT_CLI_LENGTHS_H
+#define DCPT_CLI_LENGTHS_H
 
 #include "include/dcp.h"
 #include "plugin/cli/rng.h"

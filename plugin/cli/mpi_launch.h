@@ -6,8 +6,8 @@
  * MPI_Init and MPI_Finalize run under a watchdog ($DCP_TIMEOUT_S or 60 s), the bootstrap's
  * collectives are timed (dcp_bootstrap_mpi), and a tool that failed ends its own process
  * (with status `code`) instead of waiting for the launcher. */
-#ifndef DCP_CLI_MPI_LAUNCH_H
-#define DCP_CLI_MPI_LAUNCH_H
+#ifndef DCPT_CLI_MPI_LAUNCH_H
+#define DCPT_CLI_MPI_LAUNCH_H
 
 #include "include/dcp.h"
 

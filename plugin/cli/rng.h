@@ -1,7 +1,7 @@
 /* A small deterministic generator (splitmix64) for sampling lengths and filling tensors:
  * the same seed gives the same batch on every machine. */
-#ifndef DCP_CLI_RNG_H
-#define DCP_CLI_RNG_H
+#ifndef DCPT_CLI_RNG_H
+#define DCPT_CLI_RNG_H
 
 #include <math.h>
 #include <stdint.h>

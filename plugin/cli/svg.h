@@ -1,6 +1,6 @@
 /* A one-page SVG picture of a plan (see svg.c). */
-#ifndef DCP_CLI_SVG_H
-#define DCP_CLI_SVG_H
+#ifndef DCPT_CLI_SVG_H
+#define DCPT_CLI_SVG_H
 
 #include "include/dcp.h"
 

@@ -8,8 +8,8 @@
  * into ACC_DQ / ACC_DK / ACC_DV (fp32, [total, heads, D]).
  * What dcp-kernel-bench times and what the kernel suites check, on CPU and GPU alike.
  */
-#ifndef DCP_CLI_TILE_CASE_H
-#define DCP_CLI_TILE_CASE_H
+#ifndef DCPT_CLI_TILE_CASE_H
+#define DCPT_CLI_TILE_CASE_H
 
 #include "include/base/descr.h"
 
