@@ -31,7 +31,7 @@ static uint64_t get_le(const uint8_t *b, size_t at, int bytes)
     return v;
 }
 
-static int64_t edge_value(dcp_rng_t *rng, int64_t old)
+static int64_t edge_value(dcpt_rng_t *rng, int64_t old)
 {
     static const int64_t edges[] = {0,
                                     1,
@@ -47,26 +47,26 @@ static int64_t edge_value(dcp_rng_t *rng, int64_t old)
                                     (int64_t)1 << 40,
                                     INT64_MAX,
                                     INT64_MIN};
-    const int64_t pick = dcp_rng_range(rng, 0, (int64_t)(sizeof edges / sizeof edges[0]) + 1);
+    const int64_t pick = dcpt_rng_range(rng, 0, (int64_t)(sizeof edges / sizeof edges[0]) + 1);
     if (pick == (int64_t)(sizeof edges / sizeof edges[0])) return old + 1;
     if (pick > (int64_t)(sizeof edges / sizeof edges[0])) return old - 1;
     return edges[pick];
 }
 
 /* One mutant of seed `s` (others[] for splices) in out (capacity cap); returns its size. */
-static size_t mutate(dcp_rng_t *rng, const uint8_t *s, size_t n, const uint8_t *other,
+static size_t mutate(dcpt_rng_t *rng, const uint8_t *s, size_t n, const uint8_t *other,
                      size_t other_n, uint8_t *out, size_t cap)
 {
     size_t m = n;
     memcpy(out, s, n);
     const size_t body = n - DCPT_PLAN_HEADER;
-    const size_t at = DCPT_PLAN_HEADER + (size_t)dcp_rng_range(rng, 0, (int64_t)body - 1);
-    switch (dcp_rng_range(rng, 0, 6)) {
+    const size_t at = DCPT_PLAN_HEADER + (size_t)dcpt_rng_range(rng, 0, (int64_t)body - 1);
+    switch (dcpt_rng_range(rng, 0, 6)) {
     case 0: /* a bit */
-        out[at] ^= (uint8_t)(1u << dcp_rng_range(rng, 0, 7));
+        out[at] ^= (uint8_t)(1u << dcpt_rng_range(rng, 0, 7));
         break;
     case 1: /* a byte */
-        out[at] = (uint8_t)dcp_rng_next(rng);
+        out[at] = (uint8_t)dcpt_rng_next(rng);
         break;
     case 2: { /* an aligned int32 field */
         const size_t a = at & ~(size_t)3;
@@ -83,13 +83,13 @@ static size_t mutate(dcp_rng_t *rng, const uint8_t *s, size_t n, const uint8_t *
         m = at;
         break;
     case 5: { /* a run of bytes moved within the plan */
-        const size_t len = (size_t)dcp_rng_range(rng, 1, 64);
-        const size_t from = DCPT_PLAN_HEADER + (size_t)dcp_rng_range(rng, 0, (int64_t)body - 1);
+        const size_t len = (size_t)dcpt_rng_range(rng, 1, 64);
+        const size_t from = DCPT_PLAN_HEADER + (size_t)dcpt_rng_range(rng, 0, (int64_t)body - 1);
         if (from + len <= n && at + len <= n) memmove(out + at, s + from, len);
         break;
     }
     default: { /* the head of this seed, the tail of another */
-        const size_t cut = (size_t)dcp_rng_range(rng, DCPT_PLAN_HEADER, (int64_t)other_n);
+        const size_t cut = (size_t)dcpt_rng_range(rng, DCPT_PLAN_HEADER, (int64_t)other_n);
         const size_t tail = other_n - cut;
         if (at + tail <= cap) {
             memcpy(out + at, other + cut, tail);
@@ -99,7 +99,7 @@ static size_t mutate(dcp_rng_t *rng, const uint8_t *s, size_t n, const uint8_t *
     }
     }
     if (m < DCPT_PLAN_HEADER) m = DCPT_PLAN_HEADER;
-    if (dcp_rng_range(rng, 0, 15) != 0) dcpt_plan_reseal(out, m);
+    if (dcpt_rng_range(rng, 0, 15) != 0) dcpt_plan_reseal(out, m);
     return m;
 }
 
@@ -113,14 +113,14 @@ static void test_mutated_seed_plans_keep_promises(void)
     for (int i = 0; i < n; i++) cap += size[i];
     uint8_t *buf = malloc(cap);
     CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
-    dcp_rng_t rng = {20261125};
+    dcpt_rng_t rng = {20261125};
     long accepted = 0, rejected = 0, broken = 0;
     for (int i = 0; i < n; i++) {
         dcpt_plan_verdict_t v;
         CU_ASSERT_PTR_NULL(dcpt_plan_input_check(seed[i], size[i], RUN_MAX_TOKENS, &v));
         CU_ASSERT_EQUAL(v, DCPT_PLAN_ACCEPTED); /* every seed is a valid plan */
         for (int k = 0; k < MUTATIONS_PER_SEED; k++) {
-            const int j = (int)dcp_rng_range(&rng, 0, n - 1);
+            const int j = (int)dcpt_rng_range(&rng, 0, n - 1);
             const size_t m = mutate(&rng, seed[i], size[i], seed[j], size[j], buf, cap);
             const char *why =
                 dcpt_plan_input_check(buf, m, accepted < MAX_RUNS ? RUN_MAX_TOKENS : 0, &v);

@@ -228,11 +228,11 @@ typedef struct {
     shm_bootstrap_t *bs;
     int32_t rank;
     const char *transport_intra, *device;
-    const dcp_harness_t *h;
+    const dcpt_harness_t *h;
     const dcp_plan_t *plan;
     dcp_status_t st;
     char msg[256];
-    dcp_harness_result_t res;
+    dcpt_harness_result_t res;
     int32_t nodes;
     char intra[16];
 } job_rank_t;
@@ -251,7 +251,7 @@ static void *job_rank(void *p)
         const dcp_cluster_t *c = NULL;
         if (dcp_context_cluster(ctx, &c) == DCP_OK) j->nodes = dcp_cluster_num_nodes(c);
         snprintf(j->intra, sizeof j->intra, "%s", dcp_context_transport(ctx, 0));
-        if (j->plan) j->st = dcp_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
+        if (j->plan) j->st = dcpt_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
     }
     if (j->st != DCP_OK) dcp_error_save(j->msg, sizeof j->msg);
     dcp_context_destroy(ctx);
@@ -282,19 +282,19 @@ static void test_job_contexts_match_threads(void)
     const dcp_mask_t m[3] = {
         {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
     const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
-    dcp_harness_t *h = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 3, m, &shape, 3, &h), DCP_OK);
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+    dcpt_harness_t *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 3, m, &shape, 3, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &c), DCP_OK);
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
     o.block_size = 64;
-    const dcp_batch_t batch = dcp_harness_batch(h);
+    const dcp_batch_t batch = dcpt_harness_batch(h);
     dcp_plan_t *plan = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &h->shape, &o, c, &plan), DCP_OK);
-    dcp_harness_result_t inproc;
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_run(h, plan, 0, 1, 30.0, 1e-5, NULL, &inproc), DCP_OK);
+    dcpt_harness_result_t inproc;
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_run(h, plan, 0, 1, 30.0, 1e-5, NULL, &inproc), DCP_OK);
     job_rank_t j[4];
     for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.h = h, .plan = plan};
     run_job(j, 4);
@@ -307,7 +307,7 @@ static void test_job_contexts_match_threads(void)
     }
     dcp_plan_destroy(plan);
     dcp_cluster_destroy(c);
-    dcp_harness_destroy(h);
+    dcpt_harness_destroy(h);
 }
 
 /* One rank given an engine that cannot serve its buffers: every rank's context creation
