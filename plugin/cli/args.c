@@ -1,5 +1,7 @@
 #include "plugin/cli/args.h"
 
+#include "include/dcp.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -79,6 +81,8 @@ static void usage(const dcpt_arg_t *args, int nargs, const char *tool, const cha
         default_text(&args[i], def, sizeof def);
         printf("  %-24s %s%s\n", left, args[i].help, def);
     }
+    printf("  %-24s %s\n  %-24s %s\n", "--help", "this text", "--version",
+           "dcp's version (the library's and the header's the tool was built with)");
 }
 
 void dcpt_args_writable(const char *tool, const char *flag, const char *path)
@@ -140,6 +144,11 @@ void dcpt_args_parse(int argc, char **argv, dcpt_arg_t *args, int nargs, const c
         const char *s = argv[i];
         if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             usage(args, nargs, tool, summary);
+            exit(0);
+        }
+        if (!strcmp(s, "--version")) {
+            printf("%s (dcp) %s, built with dcp.h %d.%d.%d\n", tool, dcp_version(),
+                   DCP_VERSION_MAJOR, DCP_VERSION_MINOR, DCP_VERSION_PATCH);
             exit(0);
         }
         if (strncmp(s, "--", 2) != 0) {

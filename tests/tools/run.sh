@@ -2,7 +2,7 @@
 # The tools as a user meets them: JSON that parses (a host name with a quote and a
 # backslash), flag errors that blame the flag that was wrong, outputs checked before any
 # work, --help defaults taken from the code, the bench harness's median [min-max], and a
-# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads.
+# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, and --version.
 #
 #   tests/tools/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -82,6 +82,13 @@ json_check "$work/at.json" \
 [ "$(grep -vc '^#' "$work/kt")" = 2 ] || fail "kernel table: $(cat "$work/kt")"
 "$bin/dcp-plan" --kernel-table "$work/kt" --tokens 8192 --strategy zigzag >/dev/null ||
     fail "dcp-plan --kernel-table reads dcp-kernel-bench's table"
+
+# 8. --version on every tool: the library's version, equal to the header's
+want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)
+for t in dcp-attn-test dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
+    "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"
+    grep -q "^$t (dcp) $want, built with dcp.h $want$" "$work/v" || fail "$t --version: $(cat "$work/v")"
+done
 
 if [ "$failures" -ne 0 ]; then
     echo "tests/tools: $failures failure(s)"
