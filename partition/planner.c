@@ -104,39 +104,8 @@ static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_blocks_t *b,
     return DCP_OK;
 }
 
-/* A batch cut into blocks and placed by one strategy: the first half of planning. */
-typedef struct {
-    dcp_plan_options_t opts;
-    dcp_blocks_t b;
-    dcp_placement_t pl;
-} placed_t;
-
-static void placed_release(placed_t *x)
-{
-    free(x->pl.blk_owner);
-    free(x->pl.comp_exec);
-    dcp_blocks_release(&x->b);
-}
-
-static dcp_status_t place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                placed_t *x)
-{
-    const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
-    dcp_blocks_t *b = &x->b;
-    x->opts = *o;
-    DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
-    DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
-    DCP_CHECK(dcp_blocks_tiles(b));
-    DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
-    DCP_CHECK(
-        dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
-    const dcp_place_in_t in = {b, cluster, &x->opts};
-    return ops->place(&in, &x->pl);
-}
-
 /* The second half: schedules of both passes, programs, the finished plan. */
-static dcp_status_t plan_build(dcp_plan_t *p, const placed_t *x, const dcp_cluster_t *cluster)
+static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster)
 {
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
@@ -156,7 +125,7 @@ out:
     return st;
 }
 
-static dcp_status_t plan_placed(const placed_t *x, const dcp_cluster_t *cluster,
+static dcp_status_t plan_placed(const dcp_placed_t *x, const dcp_cluster_t *cluster,
                                 dcp_plan_t **plan_out)
 {
     dcp_plan_t *p;
@@ -179,10 +148,10 @@ static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *s
                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                              dcp_plan_t **plan_out)
 {
-    placed_t x = {0};
-    dcp_status_t st = place_batch(batch, shape, o, cluster, &x);
+    dcp_placed_t x = {0};
+    dcp_status_t st = dcp_place_batch(batch, shape, o, cluster, &x);
     if (st == DCP_OK) st = plan_placed(&x, cluster, plan_out);
-    placed_release(&x);
+    dcp_placed_release(&x);
     return st;
 }
 
@@ -225,7 +194,7 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                dcp_plan_t **plan_out)
 {
-    placed_t x[2]; /* METIS, zigzag */
+    dcp_placed_t x[2]; /* METIS, zigzag */
     memset(x, 0, sizeof x);
     double floor_ms[2] = {INFINITY, INFINITY};
     int have[2] = {0, 0};
@@ -235,7 +204,7 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
     const dcp_plan_options_t *opts[2] = {o, &zo};
     dcp_status_t st = DCP_OK;
     for (int k = 0; k < 2 && st == DCP_OK; k++) {
-        st = place_batch(batch, shape, opts[k], cluster, &x[k]);
+        st = dcp_place_batch(batch, shape, opts[k], cluster, &x[k]);
         if (st == DCP_OK)
             st = dcp_cost_attn_floor(&x[k].b, &x[k].pl, cluster->num_ranks, &cluster->perf,
                                      &floor_ms[k]);
@@ -255,8 +224,8 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
         }
         st = plan_placed(&x[k], cluster, &plan[k]);
     }
-    placed_release(&x[0]);
-    placed_release(&x[1]);
+    dcp_placed_release(&x[0]);
+    dcp_placed_release(&x[1]);
     const int keep = plan[0] && (!plan[1] || no_slower(plan[0], plan[1])) ? 0 : 1;
     if (st == DCP_OK && !plan[keep]) st = dcp_set_error(DCP_ERR_INTERNAL, "metis: no plan made");
     if (st != DCP_OK) {

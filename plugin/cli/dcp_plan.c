@@ -5,13 +5,13 @@
  * time - and beside it what the plan's backward program costs on the same placement (bytes
  * moved and between nodes, compute imbalance, predicted time). One table per mask (means
  * over the batches; imbalance is the worst batch), or JSON lines, one per (strategy, batch),
- * with the backward's figures as bwd_* fields. --svg draws the first batch's plan, --hgr writes its
- * hypergraph for external partitioners. Exit status: 0, 1 on a planning failure, 2 on bad
- * flags.
+ * with the backward's figures as bwd_* fields. --svg draws the first batch's plan; --hgr, --patoh
+ * and --partition write its hypergraph and dcp's placement of it for external partitioners. Exit
+ * status: 0, 1 on a planning failure, 2 on bad flags.
  */
 #include "include/dcp.h"
+#include "partition/export.h"
 #include "plugin/cli/common.h"
-#include "plugin/cli/hgr.h"
 #include "plugin/cli/report.h"
 #include "plugin/cli/svg.h"
 
@@ -27,7 +27,7 @@ typedef struct {
     int json, no_refine, per_batch;
     int64_t repeat, net_cap, coalesce;
     double eps_inter, eps_intra;
-    const char *svg, *hgr, *expansion, *comm, *kernel_table, *dtype;
+    const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype;
 } plan_flags_t;
 
 /* Per strategy, over the batches of one mask. */
@@ -244,6 +244,32 @@ static void print_header(const dcp_common_t *c)
            c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
 
+/* The exports describe one placement: METIS's when it is among the strategies asked for (its
+ * own placement, before the planner compares it with zigzag), else the first one's. */
+static void export_first_batch(const dcp_common_t *c, const plan_flags_t *pf)
+{
+    dcp_plan_options_t o = c->opts;
+    o.strategy = c->strategies[0];
+    for (int32_t s = 0; s < c->num_strategies; s++)
+        if (c->strategies[s] == DCP_STRATEGY_METIS) o.strategy = DCP_STRATEGY_METIS;
+    dcp_mask_t *masks = calloc((size_t)c->batch_first[1], sizeof *masks);
+    for (int32_t i = 0; i < c->batch_first[1]; i++) masks[i] = c->masks[0];
+    const dcp_batch_t batch = {c->batch_first[1], c->lengths, masks};
+    const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
+    const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths);
+    free(masks);
+    if (st != DCP_OK)
+        dcp_args_fail(tool,
+                      pf->hgr     ? "hgr"
+                      : pf->patoh ? "patoh"
+                                  : "partition",
+                      "%s", dcp_last_error());
+    const char *const path[3] = {pf->hgr, pf->patoh, pf->partition};
+    for (int k = 0; k < 3; k++)
+        if (path[k])
+            fprintf(stderr, "%s: wrote %s (%s)\n", tool, path[k], dcp_strategy_name(o.strategy));
+}
+
 int main(int argc, char **argv)
 {
     dcp_common_flags_t f;
@@ -266,7 +292,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 16 };
+    enum { NOWN = 18 };
     dcp_arg_t args[DCP_COMMON_NARGS + NOWN];
     dcp_common_args(&f, args);
     const dcp_arg_t own[NOWN] = {
@@ -277,7 +303,12 @@ int main(int argc, char **argv)
         {"per-batch", DCP_ARG_FLAG, &pf.per_batch, 0, 0, "(with tables) one table per batch", 0},
         {"svg", DCP_ARG_STR, &pf.svg, 0, 0,
          "picture of the first batch's plans (FILE-mask-strategy.svg)", 0},
-        {"hgr", DCP_ARG_STR, &pf.hgr, 0, 0, "the first batch's hypergraph in hMETIS format", 0},
+        {"hgr", DCP_ARG_STR, &pf.hgr, 0, 0,
+         "the first batch's hypergraph in hMETIS format (vertex weight: FLOPs)", 0},
+        {"patoh", DCP_ARG_STR, &pf.patoh, 0, 0,
+         "the same hypergraph in PaToH format (two weights: FLOPs, bytes)", 0},
+        {"partition", DCP_ARG_STR, &pf.partition, 0, 0,
+         "dcp's placement of that hypergraph, one rank per vertex line", 0},
         {"repeat", DCP_ARG_INT, &pf.repeat, 1, 1000,
          "plan each batch N times; plan ms is the median (1)", 0},
         {"expansion", DCP_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star (clique)", 0},
@@ -302,15 +333,7 @@ int main(int argc, char **argv)
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
-    if (pf.hgr) {
-        dcp_mask_t *masks = calloc((size_t)c.batch_first[1], sizeof *masks);
-        for (int32_t i = 0; i < c.batch_first[1]; i++) masks[i] = c.masks[0];
-        const dcp_batch_t batch = {c.batch_first[1], c.lengths, masks};
-        const dcp_status_t st = dcp_hgr_write(&batch, &c.shape, &c.opts, pf.hgr);
-        free(masks);
-        if (st != DCP_OK) dcp_args_fail(tool, "hgr", "%s", dcp_last_error());
-        fprintf(stderr, "%s: wrote %s\n", tool, pf.hgr);
-    }
+    if (pf.hgr || pf.patoh || pf.partition) export_first_batch(&c, &pf);
     if (!pf.json) print_header(&c);
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;
