@@ -1,13 +1,18 @@
 /* The METIS strategy: expansion weights, banded large nets, one-part clusters without METIS,
  * validation with lpt as the fallback, and what it buys over lpt. */
+#include "include/base/error.h"
 #include "partition/hypergraph.h"
 #include "partition/metis_graph.h"
 #include "partition/place.h"
+#include "partition/place_metis.h"
 #include "partition/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
 #include <CUnit/CUnit.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,6 +176,107 @@ static void test_single_part_needs_no_metis(void)
     dcp_plan_destroy(p);
 }
 
+/* METIS prints its refusals on stdout: hidden while a test provokes them. */
+static int stdout_hide(void)
+{
+    fflush(stdout);
+    const int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    close(null);
+    return saved;
+}
+
+static void stdout_restore(int saved)
+{
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+}
+
+/* Partitioners that drive the METIS strategy's placement: the real METIS asked for zero
+ * parts (which it refuses: METIS_ERROR_INPUT), and one whose result breaks an invariant. */
+static dcp_status_t refusing_metis(dcp_metis_graph_t *m, int32_t nparts, double eps,
+                                   dcp_metis_method_t how, const dcp_plan_options_t *o, idx_t *part,
+                                   int *refused)
+{
+    (void)nparts;
+    return dcp_metis_partition(m, 0, eps, how, o, part, refused);
+}
+
+static dcp_status_t broken_metis(dcp_metis_graph_t *m, int32_t nparts, double eps,
+                                 dcp_metis_method_t how, const dcp_plan_options_t *o, idx_t *part,
+                                 int *refused)
+{
+    DCP_CHECK(dcp_metis_partition(m, nparts, eps, how, o, part, refused));
+    part[m->nv - 1] = nparts; /* a vertex in no part */
+    return DCP_OK;
+}
+
+/* A METIS refusal is its own outcome: no error, the method loses, and with every method
+ * refusing lpt places the batch (fallback set); a broken result (DCP_ERR_INTERNAL) is never
+ * swallowed into that fallback. */
+static void test_refusal_falls_back_internal_propagates(void)
+{
+    const int32_t len[6] = {3000, 1800, 900, 500, 120, 7};
+    dcp_blocks_t b;
+    blocks_of(&b, len, 6, DCP_MASK_CAUSAL, 128);
+    dcp_cluster_t *c;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    const dcp_place_in_t in = {&b, c, &o};
+    const int64_t nc = b.num_tiles * b.head_blocks;
+    dcp_placement_t p = {calloc((size_t)b.num_blocks, 4), calloc((size_t)nc, 4), 0};
+    dcp_placement_t l = {calloc((size_t)b.num_blocks, 4), calloc((size_t)nc, 4), 0};
+
+    /* the real METIS refuses zero parts, quietly */
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    int32_t *local = malloc((size_t)(b.num_blocks + nc) * sizeof *local);
+    for (int64_t v = 0; v < b.num_blocks + nc; v++) local[v] = (int32_t)v;
+    dcp_metis_graph_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_metis_graph_build(&b, &g, local, (int32_t)(b.num_blocks + nc),
+                                                DCP_EXPAND_CLIQUE, 12, &m),
+                          DCP_OK);
+    idx_t *part = calloc((size_t)m.nv, sizeof *part);
+    int refused = 0;
+    const int saved = stdout_hide();
+    const dcp_status_t st = dcp_metis_partition(&m, 0, 0.05, DCP_METIS_KWAY, &o, part, &refused);
+    const dcp_status_t st_place = dcp_metis_place_with(&in, refusing_metis, &p);
+    stdout_restore(saved);
+    CU_ASSERT_EQUAL(st, DCP_OK);
+    CU_ASSERT_EQUAL(refused, 1);
+    CU_ASSERT_EQUAL(dcp_metis_partition(&m, 8, 0.05, DCP_METIS_RB, &o, part, &refused), DCP_OK);
+    CU_ASSERT_EQUAL(refused, 0);
+
+    /* refusal: lpt's placement, marked as a fallback */
+    CU_ASSERT_EQUAL(st_place, DCP_OK);
+    CU_ASSERT_EQUAL(p.fallback, 1);
+    CU_ASSERT_EQUAL(dcp_strategy_lpt.place(&in, &l), DCP_OK);
+    CU_ASSERT_EQUAL(memcmp(p.blk_owner, l.blk_owner, (size_t)b.num_blocks * 4), 0);
+    CU_ASSERT_EQUAL(memcmp(p.comp_exec, l.comp_exec, (size_t)nc * 4), 0);
+
+    /* an invariant break propagates, naming the vertex */
+    p.fallback = 0;
+    CU_ASSERT_EQUAL(dcp_metis_place_with(&in, broken_metis, &p), DCP_ERR_INTERNAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "vertex"));
+    CU_ASSERT_EQUAL(p.fallback, 0);
+
+    /* the real partitioner: a valid METIS placement */
+    CU_ASSERT_EQUAL(dcp_metis_place_with(&in, dcp_metis_partition, &p), DCP_OK);
+    CU_ASSERT_EQUAL(p.fallback, 0);
+    free(part);
+    dcp_metis_graph_release(&m);
+    free(local);
+    dcp_hypergraph_release(&g);
+    free(p.blk_owner);
+    free(p.comp_exec);
+    free(l.blk_owner);
+    free(l.comp_exec);
+    dcp_cluster_destroy(c);
+    dcp_blocks_release(&b);
+}
+
 /* On long-tailed batches METIS moves less data than lpt and keeps it inside nodes, with
  * either expansion, unless its plan is predicted slower than zigzag's, which then stands in. */
 static void test_metis_moves_less_than_lpt(void)
@@ -206,6 +312,7 @@ int dcp_suite_metis(void)
         {"invalid_result_falls_back_to_lpt", test_invalid_result_falls_back_to_lpt},
         {"single_part_needs_no_metis", test_single_part_needs_no_metis},
         {"metis_moves_less_than_lpt", test_metis_moves_less_than_lpt},
+        {"refusal_falls_back_internal_propagates", test_refusal_falls_back_internal_propagates},
         {NULL, NULL},
     };
     return dcp_add_suite("metis", tests);
