@@ -329,6 +329,26 @@ out:
     return st;
 }
 
+dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out)
+{
+    dcp_range_t *env = NULL;
+    int64_t env_cap = 0, env_n = 0, tiles = 0;
+    dcp_status_t st = DCP_OK;
+    for (int32_t s = 0; s < b->num_seqs && st == DCP_OK; s++) {
+        const dcp_seq_info_t *seq = &b->seqs[s];
+        for (int32_t tq = b->seq_blk[s]; tq < b->seq_blk[s + 1] && st == DCP_OK; tq++) {
+            const int32_t q0 = b->blk_start[tq], q1 = q0 + b->blk_len[tq];
+            st = dcp_mask_envelope(&seq->mask, seq->len, q0, q1, &env, &env_cap, &env_n);
+            for (int64_t r = 0; r < env_n && st == DCP_OK; r++)
+                if (env[r].hi > env[r].lo)
+                    tiles += block_at(b, s, env[r].hi - 1) - block_at(b, s, env[r].lo) + 1;
+        }
+    }
+    free(env);
+    if (st == DCP_OK) *tiles_out = tiles;
+    return st;
+}
+
 /* The sequences, shape and sizes of `from`, copied (CUSTOM ranges included). */
 static dcp_status_t copy_inputs(const dcp_blocks_t *from, dcp_blocks_t *to)
 {

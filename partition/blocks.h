@@ -20,6 +20,13 @@
  * 2^16 ranks, every FLOP and byte count of a plan fits int64 (bounded here, once). */
 #define DCP_MAX_FLOPS       ((int64_t)1 << 61)
 #define DCP_MAX_BATCH_BYTES ((int64_t)1 << 44)
+/* Largest number of computation blocks (tiles x head groups) a plan is built from. A plan
+ * costs a few hundred bytes to about 1 KB per computation block (its transfers, tiles and
+ * program items), so this bounds planning memory to a few GB. The static baselines cut
+ * every sequence into R or 2R chunks, so a batch of many sequences on many ranks reaches it
+ * (32x8 ranks, 1M tokens of the built-in histogram); they are refused with
+ * DCP_ERR_CAPACITY before any tile is made. */
+#define DCP_MAX_COMP_BLOCKS ((int64_t)1 << 22)
 
 typedef struct {
     /* sequences: an owned copy of the batch; CUSTOM ranges point into custom_ranges */
@@ -77,6 +84,10 @@ int64_t dcp_blocks_find_tile(const dcp_blocks_t *b, int32_t q, int32_t kv);
 
 /* Enumerates the tiles with at least one allowed pair, with exact pair counts. */
 dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b);
+
+/* An upper bound on the tiles dcp_blocks_tiles() would make, from the masks' envelopes
+ * alone (no tile is classified or stored): O(blocks x log blocks). */
+dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out);
 
 void dcp_blocks_release(dcp_blocks_t *b);
 

@@ -55,6 +55,14 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     x->opts = *o;
     DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
     DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
+    int64_t bound;
+    DCP_CHECK(dcp_blocks_tile_bound(b, &bound));
+    if (bound * b->head_blocks > DCP_MAX_COMP_BLOCKS)
+        return dcp_set_error(DCP_ERR_CAPACITY,
+                             "%s: up to %lld computation blocks (%d token blocks on %d ranks, %d "
+                             "head groups), more than the planning limit 2^22",
+                             ops->name, (long long)(bound * b->head_blocks), b->num_blocks,
+                             cluster->num_ranks, b->head_blocks);
     DCP_CHECK(dcp_blocks_tiles(b));
     DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
     DCP_CHECK(

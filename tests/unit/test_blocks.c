@@ -95,6 +95,12 @@ static void test_tiles_exact(void)
                     t++;
                 }
             CU_ASSERT_EQUAL(t, b.num_tiles);
+            /* the envelope bound the planner checks its limit with holds, within a few
+             * blocks per query block (two ranges may meet one KV block) */
+            int64_t bound = -1;
+            CU_ASSERT_EQUAL(dcp_blocks_tile_bound(&b, &bound), DCP_OK);
+            CU_ASSERT(bound >= b.num_tiles);
+            CU_ASSERT(bound <= b.num_tiles + 2 * (int64_t)b.num_blocks);
             dcp_blocks_release(&b);
             for (int s = 0; s < 4; s++) free(store[s]);
         }
