@@ -4,16 +4,20 @@
  * first into nodes with imbalance eps_inter, then each node's part into its devices with
  * eps_intra; then balance repair and traffic refinement (partition/refine.h).
  *
- * METIS's two methods, direct k-way and recursive bisection, each win on some batches (the
- * spread between them is as large as between cap or tolerance settings), so both run and
- * the valid result with the lowest link time (intra- and inter-node bytes over their
- * bandwidths) is kept. A result is valid when every rank is within the balance bounds of
+ * METIS's two methods, direct k-way and recursive bisection: k-way runs first, and recursive
+ * bisection only where k-way's result is not clearly good - invalid, or communication-bound
+ * (its link time - intra- and inter-node bytes over their bandwidths - per rank above its
+ * busiest rank's compute, so transfers would not hide behind kernels) - and the lower link
+ * time of the two is kept. (k-way's link time was the lower on 16 of the 18 4x8 128K batches
+ * of issue 14, by up to 3x; recursive bisection's by at most 7% on the other two, both
+ * communication-bound.) A result is valid when every rank is within the balance bounds of
  * place.h and the memory cap; when neither is, lpt replaces them (stats.fallback).
  *
  * METIS is not thread-safe and installs signal handlers while it runs: every call holds one
  * process-wide mutex. A fixed seed makes it deterministic.
  */
 #include "partition/place_metis.h"
+#include "partition/cost.h"
 #include "partition/refine.h"
 
 #include "include/base/error.h"
@@ -204,10 +208,18 @@ static dcp_status_t place_blocks(const dcp_place_in_t *in, dcp_metis_fn_t fn, dc
     DCP_CHECK_GOTO(dcp_calloc(&cand.blk_owner, b->num_blocks, sizeof(int32_t), "metis"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cand.comp_exec, ncomp, sizeof(int32_t), "metis"), st, out);
     double best = INFINITY;
-    for (int how = 0; how < DCP_METIS_METHODS; how++) {
+    int clearly_good = 0;
+    for (int how = 0; how < DCP_METIS_METHODS && !clearly_good; how++) {
         double seconds;
         run_t run = {in, fn, (dcp_metis_method_t)how, 0};
         DCP_CHECK_GOTO(try_method(b, &g, &run, &cand, &seconds), st, out);
+        if (seconds < INFINITY) {
+            double compute_ms;
+            DCP_CHECK_GOTO(dcp_cost_attn_floor(b, &cand, in->cluster->num_ranks, &in->cluster->perf,
+                                               &compute_ms),
+                           st, out);
+            clearly_good = seconds / in->cluster->num_ranks <= compute_ms * 1e-3;
+        }
         if (seconds < best) {
             best = seconds;
             memcpy(p->blk_owner, cand.blk_owner, (size_t)b->num_blocks * sizeof(int32_t));

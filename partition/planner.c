@@ -167,36 +167,41 @@ static int no_slower(const dcp_plan_t *a, const dcp_plan_t *b)
     return a->stats.predicted_ms <= b->stats.predicted_ms && step_ms(a) <= step_ms(b);
 }
 
-/* 1 when a placement whose forward floor is f (its step floor 3.5 f) cannot make a plan
- * predicted faster than p, forward or step (with a margin for the floor's rounding: it sums
- * in another order than the prediction). */
-static int floor_not_faster(double f, const dcp_plan_t *p)
+/* Lower bounds of a placement's predicted forward and training-step times
+ * (dcp_cost_floor). */
+typedef struct {
+    double fwd, step;
+} floor_t;
+
+/* 1 when a placement with floor f cannot make a plan predicted faster than p, forward or
+ * step (with a margin for the floor's rounding: it sums in another order than the
+ * prediction). */
+static int floor_not_faster(floor_t f, const dcp_plan_t *p)
 {
-    const double lo = f * (1.0 - 1e-9);
-    return lo >= p->stats.predicted_ms && 3.5 * lo >= step_ms(p);
+    const double m = 1.0 - 1e-9;
+    return f.fwd * m >= p->stats.predicted_ms && f.step * m >= step_ms(p);
 }
 
-/* 1 when a placement of forward floor f cannot make a plan no slower than p, forward and
- * step. */
-static int floor_slower(double f, const dcp_plan_t *p)
+/* 1 when a placement with floor f cannot make a plan no slower than p, forward and step. */
+static int floor_slower(floor_t f, const dcp_plan_t *p)
 {
-    const double lo = f * (1.0 - 1e-9);
-    return lo > p->stats.predicted_ms || 3.5 * lo > step_ms(p);
+    const double m = 1.0 - 1e-9;
+    return f.fwd * m > p->stats.predicted_ms || f.step * m > step_ms(p);
 }
 
 /* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline, forward or training
  * step: METIS's plan is kept only when it is no slower than zigzag's on both, else zigzag's
- * plan is returned. Both placements are made first; their attention floors (the busiest
- * rank's tiles alone, as the cost model times them) order the two plannings and skip the
- * second where it cannot change the choice: a batch of short sequences makes zigzag's tiles
- * tiny and slow, so its programs are rarely built there. */
+ * plan is returned. Both placements are made first; their floors (the compute and link time
+ * no plan on them can beat, dcp_cost_floor) order the two plannings and skip the second
+ * where it cannot change the choice: zigzag's many small transfers make its floor high on
+ * most batches, so its programs are rarely built. */
 static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                dcp_plan_t **plan_out)
 {
     dcp_placed_t x[2]; /* METIS, zigzag */
     memset(x, 0, sizeof x);
-    double floor_ms[2] = {INFINITY, INFINITY};
+    floor_t fl[2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
     int have[2] = {0, 0};
     dcp_plan_t *plan[2] = {NULL, NULL};
     dcp_plan_options_t zo = *o;
@@ -205,22 +210,22 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
     dcp_status_t st = DCP_OK;
     for (int k = 0; k < 2 && st == DCP_OK; k++) {
         st = dcp_place_batch(batch, shape, opts[k], cluster, &x[k]);
-        if (st == DCP_OK)
-            st = dcp_cost_attn_floor(&x[k].b, &x[k].pl, cluster->num_ranks, &cluster->perf,
-                                     &floor_ms[k]);
+        double bwd = 0;
+        if (st == DCP_OK) st = dcp_cost_floor(&x[k].b, &x[k].pl, cluster, &fl[k].fwd, &bwd);
+        fl[k].step = fl[k].fwd + bwd;
         if (k == 1 && st == DCP_ERR_CAPACITY)
-            st = DCP_OK; /* zigzag does not fit the cap */
+            st = DCP_OK; /* zigzag does not fit the cap or the planning limit */
         else
             have[k] = st == DCP_OK;
     }
-    const int first = floor_ms[1] < floor_ms[0] ? 1 : 0;
+    const int first = fl[1].fwd < fl[0].fwd ? 1 : 0;
     for (int i = 0; i < 2 && st == DCP_OK; i++) {
         const int k = i == 0 ? first : 1 - first;
         if (!have[k]) continue;
         if (i == 1 && plan[1 - k]) {
             const dcp_plan_t *done = plan[1 - k];
-            if (k == 0 && floor_slower(floor_ms[0], done)) continue;     /* METIS cannot qualify */
-            if (k == 1 && floor_not_faster(floor_ms[1], done)) continue; /* METIS's stands */
+            if (k == 0 && floor_slower(fl[0], done)) continue;     /* METIS cannot qualify */
+            if (k == 1 && floor_not_faster(fl[1], done)) continue; /* METIS's stands */
         }
         st = plan_placed(&x[k], cluster, &plan[k]);
     }
