@@ -52,7 +52,8 @@ typedef enum {
     DCP_ERR_INVALID_ARG = 1,  /* an argument or field is out of range; the message names it */
     DCP_ERR_NO_MEMORY = 2,    /* a host or device allocation failed */
     DCP_ERR_PLAN_CORRUPT = 3, /* plan bytes are truncated, altered or inconsistent */
-    DCP_ERR_CAPACITY = 4,     /* the blocks cannot be placed under the per-rank memory cap */
+    DCP_ERR_CAPACITY = 4,     /* the blocks cannot be placed under the per-rank memory cap,
+                                 or the plan would exceed the planning size limit */
     DCP_ERR_UNSUPPORTED = 5,  /* a valid request this build or device cannot serve */
     DCP_ERR_TIMEOUT = 6,      /* a transfer did not complete within the timeout */
     DCP_ERR_PEER = 7,         /* a peer rank failed or left */
@@ -238,7 +239,13 @@ DCP_API dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_
 typedef struct dcp_plan dcp_plan_t;
 
 /* Plans `batch` for `cluster`. Deterministic: the same inputs give a byte-identical
- * serialized plan on every rank. `opts` may be NULL for the defaults. */
+ * serialized plan on every rank. `opts` may be NULL for the defaults. Fails with
+ * DCP_ERR_CAPACITY, before building anything large, when the blocks do not fit
+ * opts->mem_cap_bytes or when the strategy would build a plan from more than 2^22
+ * computation blocks (tiles x head groups; a plan costs up to about 1 KB per block):
+ * ring and zigzag cut every sequence into R or 2R chunks, so many sequences on many ranks
+ * reach it (the built-in length histogram at 1M tokens on 32x8); the default strategy then
+ * keeps METIS's plan without the zigzag comparison, and AUTO skips that candidate. */
 DCP_API dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                      const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
                                      dcp_plan_t **plan_out);

@@ -71,40 +71,8 @@ static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, in
 /* The up-front size limits that keep every count of a plan inside int64 (DCP_MAX_FLOPS,
  * DCP_MAX_BATCH_BYTES): FLOPs are at most sum of L^2 x 4 x D x Hq forward, 2.5 x that
  * backward; byte counts at most the batch's bytes times the ranks a net spans (< 2^17). */
-double dcp_blocks_pairs_bound(const dcp_mask_t *m, int64_t len, int64_t bs)
-{
-    const double nb = (double)((len + bs - 1) / bs);
-    const double bsz = (double)bs; /* r keys reach at most ceil(r / bs) + 1 KV blocks */
-    double reach = nb;
-    switch (m->kind) {
-    case DCP_MASK_CAUSAL:
-        return nb * (nb + 1) / 2;
-    case DCP_MASK_WINDOW:
-        reach = ceil(m->window / bsz) + 1;
-        break;
-    case DCP_MASK_LAMBDA:
-        reach = ceil(m->window / bsz) + ceil(m->sink / bsz) + 1;
-        break;
-    case DCP_MASK_BLOCKWISE: {
-        /* the first and last b-token blocks are causal: count them whole */
-        const double edge = 2 * (ceil(m->block / bsz) + 1);
-        reach = ceil((double)m->k * m->block / bsz) + ceil(m->block / bsz) + 1;
-        return fmin(nb, reach) * nb + fmin(nb, edge) * nb;
-    }
-    case DCP_MASK_SHARED_QUESTION: {
-        const double q = (double)dcp_mask_question_len(m, (int32_t)len);
-        const double per = m->answers > 0 ? (double)(len - (int64_t)q) / m->answers : 0;
-        reach = ceil(q / bsz) + ceil(per / bsz) + 2;
-        break;
-    }
-    default: /* FULL, CUSTOM: every pair may hold keys */
-        break;
-    }
-    return nb * fmin(nb, reach);
-}
-
 static dcp_status_t check_size(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                               int64_t total, int32_t block_size, int32_t head_blocks)
+                               int64_t total)
 {
     double pairs = 0; /* exact in double well past the limit: L^2 < 2^62 */
     for (int32_t s = 0; s < batch->num_seqs; s++)
@@ -120,16 +88,6 @@ static dcp_status_t check_size(const dcp_batch_t *batch, const dcp_attn_shape_t 
                              "batch: %lld tokens of %lld bytes (Q, K, V, O, LSE), more than the "
                              "limit 2^44 bytes",
                              (long long)total, (long long)dcp_shape_token_bytes(shape, 1));
-    double comp = 0;
-    for (int32_t s = 0; s < batch->num_seqs; s++)
-        comp += dcp_blocks_pairs_bound(&batch->masks[s], batch->lengths[s], block_size);
-    comp *= head_blocks;
-    if (comp > (double)DCP_MAX_COMP_BLOCKS)
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "batch: up to %.3g computation blocks at options.block_size = %d "
-                             "and head_blocks = %d, more than the limit 2^25 (%lld); raise "
-                             "options.block_size",
-                             comp, block_size, head_blocks, (long long)DCP_MAX_COMP_BLOCKS);
     return DCP_OK;
 }
 
@@ -144,7 +102,7 @@ static dcp_status_t check_args(const dcp_batch_t *batch, const dcp_attn_shape_t 
                              block_size);
     DCP_CHECK(check_shape(shape, head_blocks));
     DCP_CHECK(check_batch(batch, total_out, custom_out));
-    return check_size(batch, shape, *total_out, block_size, head_blocks);
+    return check_size(batch, shape, *total_out);
 }
 
 dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -368,6 +326,26 @@ dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b)
     }
 out:
     free(env);
+    return st;
+}
+
+dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out)
+{
+    dcp_range_t *env = NULL;
+    int64_t env_cap = 0, env_n = 0, tiles = 0;
+    dcp_status_t st = DCP_OK;
+    for (int32_t s = 0; s < b->num_seqs && st == DCP_OK; s++) {
+        const dcp_seq_info_t *seq = &b->seqs[s];
+        for (int32_t tq = b->seq_blk[s]; tq < b->seq_blk[s + 1] && st == DCP_OK; tq++) {
+            const int32_t q0 = b->blk_start[tq], q1 = q0 + b->blk_len[tq];
+            st = dcp_mask_envelope(&seq->mask, seq->len, q0, q1, &env, &env_cap, &env_n);
+            for (int64_t r = 0; r < env_n && st == DCP_OK; r++)
+                if (env[r].hi > env[r].lo)
+                    tiles += block_at(b, s, env[r].hi - 1) - block_at(b, s, env[r].lo) + 1;
+        }
+    }
+    free(env);
+    if (st == DCP_OK) *tiles_out = tiles;
     return st;
 }
 

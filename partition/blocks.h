@@ -20,11 +20,13 @@
  * 2^16 ranks, every FLOP and byte count of a plan fits int64 (bounded here, once). */
 #define DCP_MAX_FLOPS       ((int64_t)1 << 61)
 #define DCP_MAX_BATCH_BYTES ((int64_t)1 << 44)
-/* Largest number of computation blocks (query block x KV block x head group with allowed
- * pairs) a plan accepts, bounded from above per mask before any is built: planning memory
- * grows with it (hundreds of bytes each), so a batch too fine for its block size is refused
- * at once instead of running out of memory minutes later. */
-#define DCP_MAX_COMP_BLOCKS ((int64_t)1 << 25)
+/* Largest number of computation blocks (tiles x head groups) a plan is built from. A plan
+ * costs a few hundred bytes to about 1 KB per computation block (its transfers, tiles and
+ * program items), so this bounds planning memory to a few GB. The static baselines cut
+ * every sequence into R or 2R chunks, so a batch of many sequences on many ranks reaches it
+ * (32x8 ranks, 1M tokens of the built-in histogram); they are refused with
+ * DCP_ERR_CAPACITY before any tile is made. */
+#define DCP_MAX_COMP_BLOCKS ((int64_t)1 << 22)
 
 typedef struct {
     /* sequences: an owned copy of the batch; CUSTOM ranges point into custom_ranges */
@@ -54,11 +56,6 @@ typedef struct {
     int64_t tile_cap;
 } dcp_blocks_t;
 
-/* An upper bound on the (query block, KV block) pairs of one sequence of `len` tokens with
- * allowed keys at block size `bs`, from the KV blocks one query block can reach under its
- * mask (what dcp_blocks_check() holds against DCP_MAX_COMP_BLOCKS). */
-double dcp_blocks_pairs_bound(const dcp_mask_t *mask, int64_t len, int64_t bs);
-
 /* Validates batch and shape as dcp_blocks_init() does, without copying them. */
 dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               int32_t block_size, int32_t head_blocks);
@@ -87,6 +84,10 @@ int64_t dcp_blocks_find_tile(const dcp_blocks_t *b, int32_t q, int32_t kv);
 
 /* Enumerates the tiles with at least one allowed pair, with exact pair counts. */
 dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b);
+
+/* An upper bound on the tiles dcp_blocks_tiles() would make, from the masks' envelopes
+ * alone (no tile is classified or stored): O(blocks x log blocks). */
+dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out);
 
 void dcp_blocks_release(dcp_blocks_t *b);
 

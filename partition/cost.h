@@ -31,4 +31,16 @@ dcp_status_t dcp_cost_predict(const dcp_plan_t *p, dcp_pass_t pass, double *ms_o
 dcp_status_t dcp_cost_attn_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
                                  int32_t num_ranks, const dcp_perf_model_t *perf, double *ms_out);
 
+/* Lower bounds of the forward and the backward time the cost model can predict for any plan
+ * on placement `pl` (ms; the backward's on the same placement). Each rank computes at least
+ * its tiles (2.5x the FLOPs backward) and moves at least its transfers - the Q, KV and
+ * partial transfers of every net it reads or owns, in both directions and both link classes -
+ * and no more than two of a rank's launches are in flight at once in its programs (launch
+ * d+1 goes out before waiting for d; launch d+2 only after that wait), each lasting at least
+ * the rank's busiest link in it: so a pass takes at least max(compute, busiest link's total /
+ * 2) on every rank. Cheap (no schedule or program is built), so the planner can skip a
+ * candidate plan that cannot win. */
+dcp_status_t dcp_cost_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
+                            const dcp_cluster_t *cluster, double *fwd_ms_out, double *bwd_ms_out);
+
 #endif

@@ -43,6 +43,42 @@ dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out)
                          "strategy '%s': unknown (ring, zigzag, lpt, metis, auto)", name);
 }
 
+dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                             dcp_placed_t *x)
+{
+    const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
+    if (!ops)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "options.strategy = %d is not a placement",
+                             (int)o->strategy);
+    dcp_blocks_t *b = &x->b;
+    x->opts = *o;
+    DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
+    DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
+    int64_t bound;
+    DCP_CHECK(dcp_blocks_tile_bound(b, &bound));
+    if (bound * b->head_blocks > DCP_MAX_COMP_BLOCKS)
+        return dcp_set_error(DCP_ERR_CAPACITY,
+                             "%s: up to %lld computation blocks (%d token blocks on %d ranks, %d "
+                             "head groups), more than the planning limit 2^22",
+                             ops->name, (long long)(bound * b->head_blocks), b->num_blocks,
+                             cluster->num_ranks, b->head_blocks);
+    DCP_CHECK(dcp_blocks_tiles(b));
+    DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
+    DCP_CHECK(
+        dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
+    const dcp_place_in_t in = {b, cluster, &x->opts};
+    return ops->place(&in, &x->pl);
+}
+
+void dcp_placed_release(dcp_placed_t *x)
+{
+    free(x->pl.blk_owner);
+    free(x->pl.comp_exec);
+    dcp_blocks_release(&x->b);
+    *x = (dcp_placed_t){0};
+}
+
 void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p)
 {
     for (int64_t t = 0; t < b->num_tiles; t++)

@@ -29,6 +29,23 @@ typedef struct {
     dcp_status_t (*place)(const dcp_place_in_t *in, dcp_placement_t *out);
 } dcp_strategy_ops_t;
 
+/* A batch cut into blocks the way a strategy asks and placed by it: the first half of
+ * planning, shared by the planner and the hypergraph export (partition/export.h), so both
+ * see the same blocks. */
+typedef struct {
+    dcp_plan_options_t opts;
+    dcp_blocks_t b;
+    dcp_placement_t pl;
+} dcp_placed_t;
+
+/* Cuts `batch` into blocks for strategy o->strategy (a concrete one, not AUTO) and places
+ * them on `cluster`. x must be zeroed; release it with dcp_placed_release() on success and
+ * failure alike. */
+dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                             dcp_placed_t *x);
+void dcp_placed_release(dcp_placed_t *x);
+
 /* The strategy table entry, or NULL for an unknown id. */
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
 

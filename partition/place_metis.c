@@ -4,17 +4,20 @@
  * first into nodes with imbalance eps_inter, then each node's part into its devices with
  * eps_intra; then balance repair and traffic refinement (partition/refine.h).
  *
- * METIS's two methods, direct k-way and recursive bisection, each win on some batches (the
- * spread between them is as large as between cap or tolerance settings), so both run and
- * the valid result with the lowest link time (intra- and inter-node bytes over their
- * bandwidths) is kept. A result is valid when every rank is within the balance bounds of
+ * METIS's two methods, direct k-way and recursive bisection: k-way runs first, and recursive
+ * bisection only where k-way's result is not clearly good - invalid, or communication-bound
+ * (its link time - intra- and inter-node bytes over their bandwidths - per rank above its
+ * busiest rank's compute, so transfers would not hide behind kernels) - and the lower link
+ * time of the two is kept. (k-way's link time was the lower on 16 of the 18 4x8 128K batches
+ * of issue 14, by up to 3x; recursive bisection's by at most 7% on the other two, both
+ * communication-bound.) A result is valid when every rank is within the balance bounds of
  * place.h and the memory cap; when neither is, lpt replaces them (stats.fallback).
  *
  * METIS is not thread-safe and installs signal handlers while it runs: every call holds one
  * process-wide mutex. A fixed seed makes it deterministic.
  */
-#include "partition/metis_graph.h"
-#include "partition/place.h"
+#include "partition/place_metis.h"
+#include "partition/cost.h"
 #include "partition/refine.h"
 
 #include "include/base/error.h"
@@ -26,11 +29,11 @@
 
 static pthread_mutex_t metis_mu = PTHREAD_MUTEX_INITIALIZER;
 
-typedef enum { METHOD_KWAY = 0, METHOD_RB = 1, METHOD_COUNT = 2 } metis_method_t;
-
-static dcp_status_t run_metis(dcp_metis_graph_t *m, int32_t nparts, double eps, metis_method_t how,
-                              const dcp_plan_options_t *o, idx_t *part)
+dcp_status_t dcp_metis_partition(dcp_metis_graph_t *m, int32_t nparts, double eps,
+                                 dcp_metis_method_t how, const dcp_plan_options_t *o, idx_t *part,
+                                 int *refused)
 {
+    *refused = 0;
     if (nparts == 1 || m->nv < 2 * nparts) {
         /* nothing to split (METIS refuses graphs with fewer vertices than parts and says so
          * on stdout): keep it together; validation decides whether that is good enough */
@@ -42,33 +45,43 @@ static dcp_status_t run_metis(dcp_metis_graph_t *m, int32_t nparts, double eps, 
     options[METIS_OPTION_SEED] = (idx_t)(o->seed & 0x7fffffff);
     options[METIS_OPTION_NUMBERING] = 0;
     const int vol = o->expansion == DCP_EXPAND_STAR;
-    if (how == METHOD_KWAY)
+    if (how == DCP_METIS_KWAY)
         options[METIS_OPTION_OBJTYPE] = vol ? METIS_OBJTYPE_VOL : METIS_OBJTYPE_CUT;
     idx_t ncon = 2, np = nparts, objval = 0;
     real_t ubvec[2] = {(real_t)(1.0 + eps), (real_t)(1.0 + eps)};
     idx_t *adjwgt = vol ? NULL : m->adjwgt;
     pthread_mutex_lock(&metis_mu);
     const int rc =
-        how == METHOD_KWAY
+        how == DCP_METIS_KWAY
             ? METIS_PartGraphKway(&m->nv, &ncon, m->xadj, m->adjncy, m->vwgt, m->vsize, adjwgt, &np,
                                   NULL, ubvec, options, &objval, part)
             : METIS_PartGraphRecursive(&m->nv, &ncon, m->xadj, m->adjncy, m->vwgt, m->vsize, adjwgt,
                                        &np, NULL, ubvec, options, &objval, part);
     pthread_mutex_unlock(&metis_mu);
     if (rc == METIS_OK) return DCP_OK;
-    return dcp_set_error(rc == METIS_ERROR_MEMORY ? DCP_ERR_NO_MEMORY : DCP_ERR_INTERNAL,
-                         "metis: %s returned %d on %d vertices, %d parts",
-                         how == METHOD_KWAY ? "METIS_PartGraphKway" : "METIS_PartGraphRecursive",
-                         rc, (int)m->nv, nparts);
+    const char *fn = how == DCP_METIS_KWAY ? "METIS_PartGraphKway" : "METIS_PartGraphRecursive";
+    if (rc == METIS_ERROR_MEMORY)
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "metis: %s ran out of memory on %d vertices", fn,
+                             (int)m->nv);
+    *refused = 1; /* METIS_ERROR_INPUT or METIS_ERROR: this method has no result */
+    return DCP_OK;
 }
+
+/* One placement run: the partitioner, the method, and whether METIS refused some level. */
+typedef struct {
+    const dcp_place_in_t *in;
+    dcp_metis_fn_t fn;
+    dcp_metis_method_t how;
+    int refused;
+} run_t;
 
 /* Partitions the vertices marked with `node` in node_of (all of them when node < 0) into
  * nparts, writing part + base into dest[v]. */
-static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
-                                    const dcp_place_in_t *in, metis_method_t how,
+static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
                                     const int32_t *node_of, int32_t node, int32_t nparts,
                                     double eps, int32_t base, int32_t *dest)
 {
+    const dcp_place_in_t *in = run->in;
     const int64_t nv = g->num_blocks + g->num_comps;
     int32_t *local = NULL, n = 0;
     idx_t *part = NULL;
@@ -81,7 +94,12 @@ static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_
     DCP_CHECK_GOTO(
         dcp_metis_graph_build(b, g, local, n, in->opts->expansion, in->opts->net_cap, &m), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&part, n, sizeof *part, "metis"), st, out);
-    DCP_CHECK_GOTO(run_metis(&m, nparts, eps, how, in->opts, part), st, out);
+    int refused;
+    DCP_CHECK_GOTO(run->fn(&m, nparts, eps, run->how, in->opts, part, &refused), st, out);
+    if (refused) {
+        run->refused = 1;
+        goto out;
+    }
     for (idx_t v = 0; v < m.nv; v++) {
         if (part[v] < 0 || part[v] >= nparts) {
             st = dcp_set_error(DCP_ERR_INTERNAL, "metis: vertex %d in part %d", (int)v,
@@ -98,9 +116,10 @@ out:
 }
 
 /* Nodes first, then each node's devices. */
-static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
-                                 const dcp_place_in_t *in, metis_method_t how, dcp_placement_t *p)
+static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
+                                 dcp_placement_t *p)
 {
+    const dcp_place_in_t *in = run->in;
     const dcp_cluster_t *c = in->cluster;
     const int64_t nv = g->num_blocks + g->num_comps;
     int32_t *node_of = NULL, *rank_of = NULL;
@@ -108,11 +127,11 @@ static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *
     DCP_CHECK_GOTO(dcp_calloc(&node_of, nv, sizeof *node_of, "metis"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&rank_of, nv, sizeof *rank_of, "metis"), st, out);
     DCP_CHECK_GOTO(
-        partition_level(b, g, in, how, NULL, -1, c->num_nodes, in->opts->eps_inter, 0, node_of), st,
+        partition_level(b, g, run, NULL, -1, c->num_nodes, in->opts->eps_inter, 0, node_of), st,
         out);
-    for (int32_t n = 0; n < c->num_nodes; n++)
-        DCP_CHECK_GOTO(partition_level(b, g, in, how, node_of, n, c->devs_per_node,
-                                       in->opts->eps_intra, n * c->devs_per_node, rank_of),
+    for (int32_t n = 0; n < c->num_nodes && !run->refused; n++)
+        DCP_CHECK_GOTO(partition_level(b, g, run, node_of, n, c->devs_per_node, in->opts->eps_intra,
+                                       n * c->devs_per_node, rank_of),
                        st, out);
     for (int32_t t = 0; t < b->num_blocks; t++) p->blk_owner[t] = rank_of[t];
     for (int64_t cc = 0; cc < g->num_comps; cc++) p->comp_exec[cc] = rank_of[g->num_blocks + cc];
@@ -154,17 +173,19 @@ static double link_seconds(const dcp_hypergraph_t *g, const dcp_place_in_t *in,
            (double)inter / (c->perf.inter_gbps * 1e9);
 }
 
-/* One method: partition, refine, and its link time when the result is valid (else inf). */
-static dcp_status_t try_method(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
-                               const dcp_place_in_t *in, metis_method_t how, dcp_placement_t *p,
-                               double *seconds)
+/* One method: partition, refine, and its link time when the result is valid (inf when it is
+ * not, or when METIS refused: that method just loses). Errors propagate. */
+static dcp_status_t try_method(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
+                               dcp_placement_t *p, double *seconds)
 {
+    const dcp_place_in_t *in = run->in;
     *seconds = INFINITY;
-    dcp_status_t st = hierarchical(b, g, in, how, p);
-    if (st == DCP_OK && in->opts->refine) st = dcp_refine(b, g, in, in->opts->eps_intra, p);
-    if (st == DCP_ERR_INTERNAL) return DCP_OK; /* METIS refused: this method just loses */
-    if (st == DCP_OK && balanced(b, in, p, in->opts->eps_intra)) *seconds = link_seconds(g, in, p);
-    return st;
+    run->refused = 0;
+    DCP_CHECK(hierarchical(b, g, run, p));
+    if (run->refused) return DCP_OK;
+    if (in->opts->refine) DCP_CHECK(dcp_refine(b, g, in, in->opts->eps_intra, p));
+    if (balanced(b, in, p, in->opts->eps_intra)) *seconds = link_seconds(g, in, p);
+    return DCP_OK;
 }
 
 static int32_t metis_chunks(int32_t num_ranks)
@@ -175,7 +196,8 @@ static int32_t metis_chunks(int32_t num_ranks)
 
 /* METIS on the blocks as they are: the best valid result of the methods into p, and
  * *found = 0 when no method gives one (p is then unspecified). */
-static dcp_status_t place_blocks(const dcp_place_in_t *in, dcp_placement_t *p, int *found)
+static dcp_status_t place_blocks(const dcp_place_in_t *in, dcp_metis_fn_t fn, dcp_placement_t *p,
+                                 int *found)
 {
     const dcp_blocks_t *b = in->blocks;
     const int64_t ncomp = b->num_tiles * b->head_blocks;
@@ -186,9 +208,18 @@ static dcp_status_t place_blocks(const dcp_place_in_t *in, dcp_placement_t *p, i
     DCP_CHECK_GOTO(dcp_calloc(&cand.blk_owner, b->num_blocks, sizeof(int32_t), "metis"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cand.comp_exec, ncomp, sizeof(int32_t), "metis"), st, out);
     double best = INFINITY;
-    for (int how = 0; how < METHOD_COUNT; how++) {
+    int clearly_good = 0;
+    for (int how = 0; how < DCP_METIS_METHODS && !clearly_good; how++) {
         double seconds;
-        DCP_CHECK_GOTO(try_method(b, &g, in, (metis_method_t)how, &cand, &seconds), st, out);
+        run_t run = {in, fn, (dcp_metis_method_t)how, 0};
+        DCP_CHECK_GOTO(try_method(b, &g, &run, &cand, &seconds), st, out);
+        if (seconds < INFINITY) {
+            double compute_ms;
+            DCP_CHECK_GOTO(dcp_cost_attn_floor(b, &cand, in->cluster->num_ranks, &in->cluster->perf,
+                                               &compute_ms),
+                           st, out);
+            clearly_good = seconds / in->cluster->num_ranks <= compute_ms * 1e-3;
+        }
         if (seconds < best) {
             best = seconds;
             memcpy(p->blk_owner, cand.blk_owner, (size_t)b->num_blocks * sizeof(int32_t));
@@ -247,7 +278,7 @@ static dcp_status_t project(const dcp_blocks_t *fine, const dcp_blocks_t *coarse
  * blocks. This bounds METIS's graph by the rank count instead of the square of the sequence
  * length (one 1M-token sequence on 4x8 at block 2048: 64 units instead of 512 blocks, 12 s
  * of METIS down to 0.3 s). When no METIS result is valid, lpt places the fine blocks. */
-static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
+dcp_status_t dcp_metis_place_with(const dcp_place_in_t *in, dcp_metis_fn_t fn, dcp_placement_t *p)
 {
     const dcp_blocks_t *b = in->blocks;
     const int32_t units = UNITS_PER_RANK * in->cluster->num_ranks;
@@ -258,7 +289,7 @@ static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&factor, b->num_seqs, sizeof *factor, "metis"), st, out);
     if (!coarsen_factors(b, units > MIN_UNITS ? units : MIN_UNITS, factor)) {
-        DCP_CHECK_GOTO(place_blocks(in, p, &found), st, out);
+        DCP_CHECK_GOTO(place_blocks(in, fn, p, &found), st, out);
     } else {
         DCP_CHECK_GOTO(dcp_blocks_coarsen(b, factor, &coarse, &coarse_of), st, out);
         DCP_CHECK_GOTO(dcp_calloc(&cp.blk_owner, coarse.num_blocks, sizeof(int32_t), "metis"), st,
@@ -267,7 +298,7 @@ static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
                                   sizeof(int32_t), "metis"),
                        st, out);
         const dcp_place_in_t cin = {&coarse, in->cluster, in->opts};
-        DCP_CHECK_GOTO(place_blocks(&cin, &cp, &found), st, out);
+        DCP_CHECK_GOTO(place_blocks(&cin, fn, &cp, &found), st, out);
         if (found) DCP_CHECK_GOTO(project(b, &coarse, coarse_of, &cp, p), st, out);
     }
     if (!found) { /* no valid result: lpt places the blocks within the cap or says why */
@@ -281,6 +312,11 @@ out:
     dcp_blocks_release(&coarse);
     free(factor);
     return st;
+}
+
+static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
+{
+    return dcp_metis_place_with(in, dcp_metis_partition, p);
 }
 
 const dcp_strategy_ops_t dcp_strategy_metis = {DCP_STRATEGY_METIS, "metis", metis_chunks,

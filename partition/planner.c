@@ -104,39 +104,8 @@ static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_blocks_t *b,
     return DCP_OK;
 }
 
-/* A batch cut into blocks and placed by one strategy: the first half of planning. */
-typedef struct {
-    dcp_plan_options_t opts;
-    dcp_blocks_t b;
-    dcp_placement_t pl;
-} placed_t;
-
-static void placed_release(placed_t *x)
-{
-    free(x->pl.blk_owner);
-    free(x->pl.comp_exec);
-    dcp_blocks_release(&x->b);
-}
-
-static dcp_status_t place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                placed_t *x)
-{
-    const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
-    dcp_blocks_t *b = &x->b;
-    x->opts = *o;
-    DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
-    DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
-    DCP_CHECK(dcp_blocks_tiles(b));
-    DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
-    DCP_CHECK(
-        dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
-    const dcp_place_in_t in = {b, cluster, &x->opts};
-    return ops->place(&in, &x->pl);
-}
-
 /* The second half: schedules of both passes, programs, the finished plan. */
-static dcp_status_t plan_build(dcp_plan_t *p, const placed_t *x, const dcp_cluster_t *cluster)
+static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster)
 {
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
@@ -156,7 +125,7 @@ out:
     return st;
 }
 
-static dcp_status_t plan_placed(const placed_t *x, const dcp_cluster_t *cluster,
+static dcp_status_t plan_placed(const dcp_placed_t *x, const dcp_cluster_t *cluster,
                                 dcp_plan_t **plan_out)
 {
     dcp_plan_t *p;
@@ -179,10 +148,10 @@ static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *s
                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                              dcp_plan_t **plan_out)
 {
-    placed_t x = {0};
-    dcp_status_t st = place_batch(batch, shape, o, cluster, &x);
+    dcp_placed_t x = {0};
+    dcp_status_t st = dcp_place_batch(batch, shape, o, cluster, &x);
     if (st == DCP_OK) st = plan_placed(&x, cluster, plan_out);
-    placed_release(&x);
+    dcp_placed_release(&x);
     return st;
 }
 
@@ -198,36 +167,41 @@ static int no_slower(const dcp_plan_t *a, const dcp_plan_t *b)
     return a->stats.predicted_ms <= b->stats.predicted_ms && step_ms(a) <= step_ms(b);
 }
 
-/* 1 when a placement whose forward floor is f (its step floor 3.5 f) cannot make a plan
- * predicted faster than p, forward or step (with a margin for the floor's rounding: it sums
- * in another order than the prediction). */
-static int floor_not_faster(double f, const dcp_plan_t *p)
+/* Lower bounds of a placement's predicted forward and training-step times
+ * (dcp_cost_floor). */
+typedef struct {
+    double fwd, step;
+} floor_t;
+
+/* 1 when a placement with floor f cannot make a plan predicted faster than p, forward or
+ * step (with a margin for the floor's rounding: it sums in another order than the
+ * prediction). */
+static int floor_not_faster(floor_t f, const dcp_plan_t *p)
 {
-    const double lo = f * (1.0 - 1e-9);
-    return lo >= p->stats.predicted_ms && 3.5 * lo >= step_ms(p);
+    const double m = 1.0 - 1e-9;
+    return f.fwd * m >= p->stats.predicted_ms && f.step * m >= step_ms(p);
 }
 
-/* 1 when a placement of forward floor f cannot make a plan no slower than p, forward and
- * step. */
-static int floor_slower(double f, const dcp_plan_t *p)
+/* 1 when a placement with floor f cannot make a plan no slower than p, forward and step. */
+static int floor_slower(floor_t f, const dcp_plan_t *p)
 {
-    const double lo = f * (1.0 - 1e-9);
-    return lo > p->stats.predicted_ms || 3.5 * lo > step_ms(p);
+    const double m = 1.0 - 1e-9;
+    return f.fwd * m > p->stats.predicted_ms || f.step * m > step_ms(p);
 }
 
 /* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline, forward or training
  * step: METIS's plan is kept only when it is no slower than zigzag's on both, else zigzag's
- * plan is returned. Both placements are made first; their attention floors (the busiest
- * rank's tiles alone, as the cost model times them) order the two plannings and skip the
- * second where it cannot change the choice: a batch of short sequences makes zigzag's tiles
- * tiny and slow, so its programs are rarely built there. */
+ * plan is returned. Both placements are made first; their floors (the compute and link time
+ * no plan on them can beat, dcp_cost_floor) order the two plannings and skip the second
+ * where it cannot change the choice: zigzag's many small transfers make its floor high on
+ * most batches, so its programs are rarely built. */
 static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                dcp_plan_t **plan_out)
 {
-    placed_t x[2]; /* METIS, zigzag */
+    dcp_placed_t x[2]; /* METIS, zigzag */
     memset(x, 0, sizeof x);
-    double floor_ms[2] = {INFINITY, INFINITY};
+    floor_t fl[2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
     int have[2] = {0, 0};
     dcp_plan_t *plan[2] = {NULL, NULL};
     dcp_plan_options_t zo = *o;
@@ -235,28 +209,28 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
     const dcp_plan_options_t *opts[2] = {o, &zo};
     dcp_status_t st = DCP_OK;
     for (int k = 0; k < 2 && st == DCP_OK; k++) {
-        st = place_batch(batch, shape, opts[k], cluster, &x[k]);
-        if (st == DCP_OK)
-            st = dcp_cost_attn_floor(&x[k].b, &x[k].pl, cluster->num_ranks, &cluster->perf,
-                                     &floor_ms[k]);
+        st = dcp_place_batch(batch, shape, opts[k], cluster, &x[k]);
+        double bwd = 0;
+        if (st == DCP_OK) st = dcp_cost_floor(&x[k].b, &x[k].pl, cluster, &fl[k].fwd, &bwd);
+        fl[k].step = fl[k].fwd + bwd;
         if (k == 1 && st == DCP_ERR_CAPACITY)
-            st = DCP_OK; /* zigzag does not fit the cap */
+            st = DCP_OK; /* zigzag does not fit the cap or the planning limit */
         else
             have[k] = st == DCP_OK;
     }
-    const int first = floor_ms[1] < floor_ms[0] ? 1 : 0;
+    const int first = fl[1].fwd < fl[0].fwd ? 1 : 0;
     for (int i = 0; i < 2 && st == DCP_OK; i++) {
         const int k = i == 0 ? first : 1 - first;
         if (!have[k]) continue;
         if (i == 1 && plan[1 - k]) {
             const dcp_plan_t *done = plan[1 - k];
-            if (k == 0 && floor_slower(floor_ms[0], done)) continue;     /* METIS cannot qualify */
-            if (k == 1 && floor_not_faster(floor_ms[1], done)) continue; /* METIS's stands */
+            if (k == 0 && floor_slower(fl[0], done)) continue;     /* METIS cannot qualify */
+            if (k == 1 && floor_not_faster(fl[1], done)) continue; /* METIS's stands */
         }
         st = plan_placed(&x[k], cluster, &plan[k]);
     }
-    placed_release(&x[0]);
-    placed_release(&x[1]);
+    dcp_placed_release(&x[0]);
+    dcp_placed_release(&x[1]);
     const int keep = plan[0] && (!plan[1] || no_slower(plan[0], plan[1])) ? 0 : 1;
     if (st == DCP_OK && !plan[keep]) st = dcp_set_error(DCP_ERR_INTERNAL, "metis: no plan made");
     if (st != DCP_OK) {

@@ -223,6 +223,43 @@ static void reduce_traffic(refiner_t *r)
     }
 }
 
+/* Moves token blocks to the rank where their nets cost least (exact: every net's readers
+ * counted per rank), under the memory bound; each move strictly lowers the cost. Candidate
+ * ranks are those that read one of the block's nets. */
+static void reduce_owner_traffic(refiner_t *r, int64_t cap)
+{
+    const double bound = cap > 0 && (double)cap < r->bound_mem ? (double)cap : r->bound_mem;
+    const int32_t hb = r->b->head_blocks, nb = r->b->num_blocks;
+    for (int pass = 0; pass < 2; pass++) {
+        int moved = 0;
+        for (int32_t t = 0; t < nb; t++) {
+            const int32_t from = r->owner[t];
+            const double now = blk_cost(r, t, from);
+            if (now <= 0) continue;
+            int32_t best_to = -1;
+            double best = now;
+            for (int32_t to = 0; to < r->nr; to++) {
+                if (to == from || (double)(r->mem[to] + blk_bytes(r, t)) > bound) continue;
+                int reads = 0;
+                for (int kind = 0; kind < 2 && !reads; kind++)
+                    for (int32_t h = 0; h < hb && !reads; h++)
+                        reads = *cell(r, ((int64_t)kind * nb + t) * hb + h, to) > 0;
+                if (!reads) continue;
+                const double c = blk_cost(r, t, to);
+                if (c < best) {
+                    best = c;
+                    best_to = to;
+                }
+            }
+            if (best_to >= 0) {
+                move_block(r, t, best_to);
+                moved = 1;
+            }
+        }
+        if (!moved) break;
+    }
+}
+
 dcp_status_t dcp_refine(const dcp_blocks_t *b, const dcp_hypergraph_t *g, const dcp_place_in_t *in,
                         double tol, dcp_placement_t *p)
 {
@@ -249,6 +286,9 @@ dcp_status_t dcp_refine(const dcp_blocks_t *b, const dcp_hypergraph_t *g, const 
     repair_compute(&r);
     repair_memory(&r, in->opts->mem_cap_bytes);
     reduce_traffic(&r);
+    reduce_owner_traffic(&r, in->opts->mem_cap_bytes);
+    reduce_traffic(&r);
+    reduce_owner_traffic(&r, in->opts->mem_cap_bytes);
     st = DCP_OK;
 out:
     free(r.cnt);

@@ -288,8 +288,10 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     dcp_plan_destroy(plan);
     if (st == DCP_ERR_CAPACITY) { /* the same on every rank: a configuration error, said once */
         if (!job->ctx || job->bs.rank == 0)
-            fprintf(stderr, "%s: --mem-cap: mask %s, strategy %s: %s\n", tool, mask,
-                    dcp_strategy_name(strategy), dcp_last_error());
+            fprintf(stderr,
+                    "%s: mask %s, strategy %s cannot be planned as configured (--mem-cap, --block, "
+                    "--ranks): %s\n",
+                    tool, mask, dcp_strategy_name(strategy), dcp_last_error());
         return 2;
     }
     if (st != DCP_OK) {

@@ -5,13 +5,14 @@
  * time - and beside it what the plan's backward program costs on the same placement (bytes
  * moved and between nodes, compute imbalance, predicted time). One table per mask (means
  * over the batches; imbalance is the worst batch), or JSON lines, one per (strategy, batch),
- * with the backward's figures as bwd_* fields. --svg draws the first batch's plan, --hgr writes its
- * hypergraph for external partitioners. Exit status: 0, 1 on a planning failure, 2 on bad
- * flags or a batch no strategy asked for can place under --mem-cap.
+ * with the backward's figures as bwd_* fields. --svg draws the first batch's plan; --hgr, --patoh
+ * and --partition write its hypergraph and dcp's placement of it for external partitioners. Exit
+ * status: 0, 1 on a planning failure, 2 on bad flags or a batch no strategy asked for can place
+ * under --mem-cap.
  */
 #include "include/dcp.h"
+#include "partition/export.h"
 #include "plugin/cli/common.h"
-#include "plugin/cli/hgr.h"
 #include "plugin/cli/bench.h"
 #include "plugin/cli/svg.h"
 
@@ -27,7 +28,7 @@ typedef struct {
     int json, no_refine, per_batch;
     int64_t repeat, net_cap, coalesce;
     double eps_inter, eps_intra;
-    const char *svg, *hgr, *expansion, *comm, *kernel_table, *dtype;
+    const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype;
 } plan_flags_t;
 
 /* Per strategy, over the batches of one mask. */
@@ -209,8 +210,10 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     }
     free(masks);
     if (rc == DCP_ERR_CAPACITY) { /* the configuration asks for the impossible: exit 2 */
-        fprintf(stderr, "%s: --mem-cap: batch %d, strategy %s: %s\n", tool, b, dcp_strategy_name(s),
-                dcp_last_error());
+        fprintf(stderr,
+                "%s: batch %d, strategy %s cannot be planned as configured (--mem-cap, --block, "
+                "--ranks): %s\n",
+                tool, b, dcp_strategy_name(s), dcp_last_error());
         return 2;
     }
     if (rc != DCP_OK) {
@@ -295,6 +298,32 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
         c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
 
+/* The exports describe one placement: METIS's when it is among the strategies asked for (its
+ * own placement, before the planner compares it with zigzag), else the first one's. */
+static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
+{
+    dcp_plan_options_t o = c->opts;
+    o.strategy = c->strategies[0];
+    for (int32_t s = 0; s < c->num_strategies; s++)
+        if (c->strategies[s] == DCP_STRATEGY_METIS) o.strategy = DCP_STRATEGY_METIS;
+    dcp_mask_t *masks = calloc((size_t)c->batch_first[1], sizeof *masks);
+    for (int32_t i = 0; i < c->batch_first[1]; i++) masks[i] = c->masks[0];
+    const dcp_batch_t batch = {c->batch_first[1], c->lengths, masks};
+    const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
+    const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths);
+    free(masks);
+    if (st != DCP_OK)
+        dcpt_args_fail(tool,
+                       pf->hgr     ? "hgr"
+                       : pf->patoh ? "patoh"
+                                   : "partition",
+                       "%s", dcp_last_error());
+    const char *const path[3] = {pf->hgr, pf->patoh, pf->partition};
+    for (int k = 0; k < 3; k++)
+        if (path[k])
+            fprintf(stderr, "%s: wrote %s (%s)\n", tool, path[k], dcp_strategy_name(o.strategy));
+}
+
 int main(int argc, char **argv)
 {
     dcpt_common_flags_t f;
@@ -317,7 +346,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 16 };
+    enum { NOWN = 18 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -328,7 +357,12 @@ int main(int argc, char **argv)
         {"per-batch", DCPT_ARG_FLAG, &pf.per_batch, 0, 0, "(with tables) one table per batch", 0},
         {"svg", DCPT_ARG_STR, &pf.svg, 0, 0,
          "picture of the first batch's plans (FILE-mask-strategy.svg)", 0},
-        {"hgr", DCPT_ARG_STR, &pf.hgr, 0, 0, "the first batch's hypergraph in hMETIS format", 0},
+        {"hgr", DCPT_ARG_STR, &pf.hgr, 0, 0,
+         "the first batch's hypergraph in hMETIS format (vertex weight: FLOPs)", 0},
+        {"patoh", DCPT_ARG_STR, &pf.patoh, 0, 0,
+         "the same hypergraph in PaToH format (two weights: FLOPs, bytes)", 0},
+        {"partition", DCPT_ARG_STR, &pf.partition, 0, 0,
+         "dcp's placement of that hypergraph, one rank per vertex line", 0},
         {"repeat", DCPT_ARG_INT, &pf.repeat, 1, 1000,
          "plan each batch N times; plan ms is the median", 0},
         {"expansion", DCPT_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star", 0},
@@ -352,15 +386,7 @@ int main(int argc, char **argv)
     dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
     if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
-    if (pf.hgr) {
-        dcp_mask_t *masks = calloc((size_t)c.batch_first[1], sizeof *masks);
-        for (int32_t i = 0; i < c.batch_first[1]; i++) masks[i] = c.masks[0];
-        const dcp_batch_t batch = {c.batch_first[1], c.lengths, masks};
-        const dcp_status_t st = dcp_hgr_write(&batch, &c.shape, &c.opts, pf.hgr);
-        free(masks);
-        if (st != DCP_OK) dcpt_args_fail(tool, "hgr", "%s", dcp_last_error());
-        fprintf(stderr, "%s: wrote %s\n", tool, pf.hgr);
-    }
+    if (pf.hgr || pf.patoh || pf.partition) export_first_batch(&c, &pf);
     if (!pf.json) print_header(&c, pf.repeat);
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;

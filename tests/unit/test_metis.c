@@ -1,13 +1,19 @@
 /* The METIS strategy: expansion weights, banded large nets, one-part clusters without METIS,
  * validation with lpt as the fallback, and what it buys over lpt. */
+#include "include/base/error.h"
 #include "partition/hypergraph.h"
 #include "partition/metis_graph.h"
 #include "partition/place.h"
+#include "partition/place_metis.h"
+#include "partition/refine.h"
 #include "partition/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
 #include <CUnit/CUnit.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,6 +177,154 @@ static void test_single_part_needs_no_metis(void)
     dcp_plan_destroy(p);
 }
 
+/* METIS prints its refusals on stdout: hidden while a test provokes them. */
+static int stdout_hide(void)
+{
+    fflush(stdout);
+    const int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    close(null);
+    return saved;
+}
+
+static void stdout_restore(int saved)
+{
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+}
+
+/* Partitioners that drive the METIS strategy's placement: the real METIS asked for zero
+ * parts (which it refuses: METIS_ERROR_INPUT), and one whose result breaks an invariant. */
+static dcp_status_t refusing_metis(dcp_metis_graph_t *m, int32_t nparts, double eps,
+                                   dcp_metis_method_t how, const dcp_plan_options_t *o, idx_t *part,
+                                   int *refused)
+{
+    (void)nparts;
+    return dcp_metis_partition(m, 0, eps, how, o, part, refused);
+}
+
+static dcp_status_t broken_metis(dcp_metis_graph_t *m, int32_t nparts, double eps,
+                                 dcp_metis_method_t how, const dcp_plan_options_t *o, idx_t *part,
+                                 int *refused)
+{
+    DCP_CHECK(dcp_metis_partition(m, nparts, eps, how, o, part, refused));
+    part[m->nv - 1] = nparts; /* a vertex in no part */
+    return DCP_OK;
+}
+
+/* A METIS refusal is its own outcome: no error, the method loses, and with every method
+ * refusing lpt places the batch (fallback set); a broken result (DCP_ERR_INTERNAL) is never
+ * swallowed into that fallback. */
+static void test_refusal_falls_back_internal_propagates(void)
+{
+    const int32_t len[6] = {3000, 1800, 900, 500, 120, 7};
+    dcp_blocks_t b;
+    blocks_of(&b, len, 6, DCP_MASK_CAUSAL, 128);
+    dcp_cluster_t *c;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    const dcp_place_in_t in = {&b, c, &o};
+    const int64_t nc = b.num_tiles * b.head_blocks;
+    dcp_placement_t p = {calloc((size_t)b.num_blocks, 4), calloc((size_t)nc, 4), 0};
+    dcp_placement_t l = {calloc((size_t)b.num_blocks, 4), calloc((size_t)nc, 4), 0};
+
+    /* the real METIS refuses zero parts, quietly */
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    int32_t *local = malloc((size_t)(b.num_blocks + nc) * sizeof *local);
+    for (int64_t v = 0; v < b.num_blocks + nc; v++) local[v] = (int32_t)v;
+    dcp_metis_graph_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_metis_graph_build(&b, &g, local, (int32_t)(b.num_blocks + nc),
+                                                DCP_EXPAND_CLIQUE, 12, &m),
+                          DCP_OK);
+    idx_t *part = calloc((size_t)m.nv, sizeof *part);
+    int refused = 0;
+    const int saved = stdout_hide();
+    const dcp_status_t st = dcp_metis_partition(&m, 0, 0.05, DCP_METIS_KWAY, &o, part, &refused);
+    const dcp_status_t st_place = dcp_metis_place_with(&in, refusing_metis, &p);
+    stdout_restore(saved);
+    CU_ASSERT_EQUAL(st, DCP_OK);
+    CU_ASSERT_EQUAL(refused, 1);
+    CU_ASSERT_EQUAL(dcp_metis_partition(&m, 8, 0.05, DCP_METIS_RB, &o, part, &refused), DCP_OK);
+    CU_ASSERT_EQUAL(refused, 0);
+
+    /* refusal: lpt's placement, marked as a fallback */
+    CU_ASSERT_EQUAL(st_place, DCP_OK);
+    CU_ASSERT_EQUAL(p.fallback, 1);
+    CU_ASSERT_EQUAL(dcp_strategy_lpt.place(&in, &l), DCP_OK);
+    CU_ASSERT_EQUAL(memcmp(p.blk_owner, l.blk_owner, (size_t)b.num_blocks * 4), 0);
+    CU_ASSERT_EQUAL(memcmp(p.comp_exec, l.comp_exec, (size_t)nc * 4), 0);
+
+    /* an invariant break propagates, naming the vertex */
+    p.fallback = 0;
+    CU_ASSERT_EQUAL(dcp_metis_place_with(&in, broken_metis, &p), DCP_ERR_INTERNAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "vertex"));
+    CU_ASSERT_EQUAL(p.fallback, 0);
+
+    /* the real partitioner: a valid METIS placement */
+    CU_ASSERT_EQUAL(dcp_metis_place_with(&in, dcp_metis_partition, &p), DCP_OK);
+    CU_ASSERT_EQUAL(p.fallback, 0);
+    free(part);
+    dcp_metis_graph_release(&m);
+    free(local);
+    dcp_hypergraph_release(&g);
+    free(p.blk_owner);
+    free(p.comp_exec);
+    free(l.blk_owner);
+    free(l.comp_exec);
+    dcp_cluster_destroy(c);
+    dcp_blocks_release(&b);
+}
+
+/* Refinement (computation blocks towards their inputs, token blocks towards their readers by
+ * the exact connectivity of their nets) never adds traffic to a placement that is within
+ * bounds, and keeps it within bounds: two sequences computed on one rank each, with one block
+ * of each owned by the other rank. */
+static void test_refine_never_adds_traffic(void)
+{
+    const int32_t len[2] = {32, 32};
+    dcp_blocks_t b;
+    blocks_of(&b, len, 2, DCP_MASK_CAUSAL, 16); /* blocks a0 a1 | b0 b1 */
+    dcp_cluster_t *c;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    const dcp_place_in_t in = {&b, c, &o};
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    int32_t owner[4] = {0, 1, 1, 0};
+    int32_t *exec = calloc((size_t)g.num_comps, sizeof *exec);
+    for (int64_t cc = 0; cc < g.num_comps; cc++) exec[cc] = b.blk_seq[b.tile_q[cc]];
+    dcp_placement_t p = {owner, exec, 0};
+    int64_t before, after, inter;
+    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&g, owner, exec, 2, 2, &before, &inter), DCP_OK);
+    CU_ASSERT(before > 0);
+    CU_ASSERT_EQUAL(dcp_refine(&b, &g, &in, 1.0, &p), DCP_OK); /* room for 4 blocks a rank */
+    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&g, owner, exec, 2, 2, &after, &inter), DCP_OK);
+    CU_ASSERT(after < before);
+    int64_t *fl, *mem;
+    CU_ASSERT_EQUAL_FATAL(dcp_place_loads(&b, &p, 2, &fl, &mem), DCP_OK);
+    double fb, mb;
+    dcp_place_bounds(&b, 2, 1.0, 1, &fb, &mb);
+    for (int r = 0; r < 2; r++) CU_ASSERT((double)fl[r] <= fb && (double)mem[r] <= mb);
+    free(fl);
+    free(mem);
+    /* within the strict 5% bound no single move fits: the placement stays as it was */
+    int32_t owner2[4] = {0, 1, 1, 0};
+    for (int64_t cc = 0; cc < g.num_comps; cc++) exec[cc] = b.blk_seq[b.tile_q[cc]];
+    dcp_placement_t p2 = {owner2, exec, 0};
+    CU_ASSERT_EQUAL(dcp_refine(&b, &g, &in, 0.05, &p2), DCP_OK);
+    int64_t kept;
+    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&g, owner2, exec, 2, 2, &kept, &inter), DCP_OK);
+    CU_ASSERT(kept <= before);
+    free(exec);
+    dcp_hypergraph_release(&g);
+    dcp_cluster_destroy(c);
+    dcp_blocks_release(&b);
+}
+
 /* On long-tailed batches METIS moves less data than lpt and keeps it inside nodes, with
  * either expansion, unless its plan is predicted slower than zigzag's, which then stands in. */
 static void test_metis_moves_less_than_lpt(void)
@@ -206,6 +360,8 @@ int dcp_suite_metis(void)
         {"invalid_result_falls_back_to_lpt", test_invalid_result_falls_back_to_lpt},
         {"single_part_needs_no_metis", test_single_part_needs_no_metis},
         {"metis_moves_less_than_lpt", test_metis_moves_less_than_lpt},
+        {"refusal_falls_back_internal_propagates", test_refusal_falls_back_internal_propagates},
+        {"refine_never_adds_traffic", test_refine_never_adds_traffic},
         {NULL, NULL},
     };
     return dcp_add_suite("metis", tests);

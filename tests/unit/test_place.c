@@ -163,6 +163,42 @@ static void test_plans_are_deterministic(void)
     }
 }
 
+/* The static baselines cut every sequence into R (2R) chunks, so many sequences on many
+ * ranks make millions of tiny computation blocks: they are refused up front with
+ * DCP_ERR_CAPACITY naming the strategy and the limit, and the default planner still plans
+ * the batch (its zigzag comparison is skipped). */
+static void test_plan_size_limit(void)
+{
+    enum { N = 200 };
+    int32_t len[N];
+    dcp_mask_t m[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 600;
+        m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
+    }
+    const dcp_batch_t batch = {N, len, m};
+    dcp_cluster_t *c;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("32x8", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.head_blocks = 2;
+    const dcp_strategy_t base[2] = {DCP_STRATEGY_RING, DCP_STRATEGY_ZIGZAG};
+    for (int i = 0; i < 2; i++) {
+        o.strategy = base[i];
+        dcp_plan_t *p = NULL;
+        CU_ASSERT_EQUAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_ERR_CAPACITY);
+        CU_ASSERT_PTR_NULL(p);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), dcp_strategy_name(base[i])));
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "limit 2^22"));
+    }
+    o.strategy = DCP_STRATEGY_METIS;
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+    CU_ASSERT(p && p->stats.strategy == DCP_STRATEGY_METIS);
+    dcp_plan_destroy(p);
+    dcp_cluster_destroy(c);
+}
+
 int dcp_suite_place(void)
 {
     static const dcp_test_t tests[] = {
@@ -171,6 +207,7 @@ int dcp_suite_place(void)
         {"lpt_balances_equal_blocks", test_lpt_balances_equal_blocks},
         {"memory_cap", test_memory_cap},
         {"plans_are_deterministic", test_plans_are_deterministic},
+        {"plan_size_limit", test_plan_size_limit},
         {NULL, NULL},
     };
     return dcp_add_suite("place", tests);

@@ -139,6 +139,8 @@ static void test_attn_floor_below_prediction(void)
             o.strategy = (dcp_strategy_t)s;
             o.block_size = 256;
             o.head_blocks = 2;
+            o.divisions = 1 + k; /* the link floor holds for any division count and for rounds */
+            o.comm_schedule = k % 2 ? DCP_COMM_ROUNDS : DCP_COMM_DIVISIONS;
             const dcp_attn_shape_t sh = {4, 2, 8, DCP_DTYPE_BF16, 0.0f};
             dcp_blocks_t b = {0};
             CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(&b, &batch, &sh, 256, 2), DCP_OK);
@@ -149,13 +151,20 @@ static void test_attn_floor_below_prediction(void)
                                   calloc((size_t)(b.num_tiles * 2), sizeof(int32_t)), 0};
             const dcp_place_in_t in = {&b, c, &o};
             CU_ASSERT_EQUAL_FATAL(dcp_strategy_ops(o.strategy)->place(&in, &pl), DCP_OK);
-            double floor_ms = -1;
+            double floor_ms = -1, fwd_ms = -1, bwd_ms = -1;
             CU_ASSERT_EQUAL(dcp_cost_attn_floor(&b, &pl, 8, &c->perf, &floor_ms), DCP_OK);
+            CU_ASSERT_EQUAL(dcp_cost_floor(&b, &pl, c, &fwd_ms, &bwd_ms), DCP_OK);
             dcp_plan_t *p = NULL;
             CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &sh, &o, c, &p), DCP_OK);
             CU_ASSERT(floor_ms > 0);
             CU_ASSERT(floor_ms <= p->stats.predicted_ms * (1 + 1e-9));
             CU_ASSERT(2.5 * floor_ms <= p->stats.bwd_predicted_ms * (1 + 1e-9));
+            /* the floor with link time holds too, and is at least the compute floor */
+            CU_ASSERT(fwd_ms >= floor_ms && bwd_ms >= 2.5 * floor_ms * (1 - 1e-12));
+            CU_ASSERT(fwd_ms <= p->stats.predicted_ms * (1 + 1e-9));
+            CU_ASSERT(bwd_ms <= p->stats.bwd_predicted_ms * (1 + 1e-9));
+            if (p->stats.comm_bytes > 0 && s == DCP_STRATEGY_RING && k == 1)
+                CU_ASSERT(fwd_ms > floor_ms); /* ring on full masks is link-bound */
             dcp_plan_destroy(p);
             free(pl.blk_owner);
             free(pl.comp_exec);
