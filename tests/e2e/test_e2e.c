@@ -198,7 +198,8 @@ static void test_lengths_file_batch(void)
     free(m);
     free(len);
     free(pool);
-    CU_ASSERT_EQUAL(dcpt_lengths_read("tests/data/does-not-exist", &pool, &np), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcpt_lengths_read("tests/data/does-not-exist", &pool, &np),
+                    DCP_ERR_INVALID_ARG);
 }
 
 int dcp_suite_e2e(void)

@@ -50,8 +50,8 @@ typedef struct {
 /* loss = sum(O * G) from the double forward. */
 static double fd_loss(const fd_case_t *c)
 {
-    CU_ASSERT_EQUAL(dcpt_reference_attention(c->seqs, c->num_seqs, &c->shape, c->q, c->k, c->v, c->o,
-                                            c->lse, NULL, 1),
+    CU_ASSERT_EQUAL(dcpt_reference_attention(c->seqs, c->num_seqs, &c->shape, c->q, c->k, c->v,
+                                             c->o, c->lse, NULL, 1),
                     DCP_OK);
     double loss = 0;
     for (int64_t i = 0; i < c->nq; i++) loss += c->o[i] * (double)c->g[i];
@@ -287,7 +287,7 @@ static void bcase_reference(bcase_t *c)
 {
     const dcp_attn_shape_t shape = {c->tc.hq, c->tc.hkv, c->tc.d, c->dtype, 0.0f};
     CU_ASSERT_EQUAL(dcpt_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->g, c->rdq,
-                                           c->rdk, c->rdv, c->ldq, c->ldk, c->ldv, 2),
+                                            c->rdk, c->rdv, c->ldq, c->ldk, c->ldv, 2),
                     DCP_OK);
 }
 

@@ -94,9 +94,9 @@ static void gcase_init(gcase_t *c, const dcp_mask_t *mask, int32_t total, int32_
     c->ro = malloc((size_t)nq * 8);
     c->rlse = malloc((size_t)total * hq * 8);
     const dcp_attn_shape_t shape = {hq, hkv, d, dtype, 0.0f};
-    CU_ASSERT_EQUAL(
-        dcpt_reference_attention(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, c->low, 2),
-        DCP_OK);
+    CU_ASSERT_EQUAL(dcpt_reference_attention(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->ro,
+                                             c->rlse, c->low, 2),
+                    DCP_OK);
     for (int64_t i = 0; i < nq; i++) c->o[i] = NAN;
     for (int64_t i = 0; i < (int64_t)total * hq; i++) c->lse[i] = NAN;
     c->dev[DCP_BUF_Q] = upload(c->q, nq, dtype);
@@ -352,8 +352,8 @@ static void bcase_init(bcase_t *b, const dcp_mask_t *mask, int32_t total, int32_
     }
     const dcp_attn_shape_t shape = {hq, hkv, d, dtype, 0.0f};
     CU_ASSERT_EQUAL(dcpt_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, b->dout,
-                                           b->ref[0], b->ref[1], b->ref[2], b->low[0], b->low[1],
-                                           b->low[2], 4),
+                                            b->ref[0], b->ref[1], b->ref[2], b->low[0], b->low[1],
+                                            b->low[2], 4),
                     DCP_OK);
     for (int64_t i = 0; i < nq; i++) c->o[i] = (float)c->ro[i];
     for (int64_t i = 0; i < rows; i++) c->lse[i] = (float)c->rlse[i];

@@ -114,7 +114,8 @@ static void test_default_not_slower_shared_lengths(void)
     FILE *f = fopen("../shared/data/lengths_wlbllm.txt", "r");
     if (!f) return; /* not beside this checkout: nothing to check */
     fclose(f);
-    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_read("../shared/data/lengths_wlbllm.txt", &pool, &n), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_read("../shared/data/lengths_wlbllm.txt", &pool, &n),
+                          DCP_OK);
     const dcpt_length_source_t src = {pool, n};
     check_packed(&src, 65536, "2x4", 512);
     free(pool);

@@ -24,8 +24,8 @@ static void test_colouring_is_optimal_and_a_matching(void)
             /* skewed: a few hot senders and receivers, repeated pairs (a multigraph) */
             src[e] = (int32_t)(dcpt_rng_range(&rng, 0, 3) ? dcpt_rng_range(&rng, 0, nr - 1) : 0);
             do
-                dst[e] =
-                    (int32_t)(dcpt_rng_range(&rng, 0, 2) ? dcpt_rng_range(&rng, 0, nr - 1) : nr - 1);
+                dst[e] = (int32_t)(dcpt_rng_range(&rng, 0, 2) ? dcpt_rng_range(&rng, 0, nr - 1)
+                                                              : nr - 1);
             while (dst[e] == src[e]);
             if (++deg_s[src[e]] > delta) delta = deg_s[src[e]];
             if (++deg_r[dst[e]] > delta) delta = deg_r[dst[e]];
