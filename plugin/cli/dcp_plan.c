@@ -13,6 +13,7 @@
 #include "plugin/cli/common.h"
 #include "plugin/cli/hgr.h"
 #include "plugin/cli/report.h"
+#include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
 
 #include <math.h>
@@ -24,10 +25,11 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch;
+    int json, no_refine, per_batch, simulate;
     int64_t repeat, net_cap, coalesce;
     double eps_inter, eps_intra;
-    const char *svg, *hgr, *expansion, *comm, *kernel_table, *dtype;
+    const char *svg, *hgr, *expansion, *comm, *kernel_table, *dtype, *sim_kernels;
+    dcpt_sim_t sim;
 } plan_flags_t;
 
 /* Per strategy, over the batches of one mask. */
@@ -38,6 +40,7 @@ typedef struct {
     int32_t fallbacks, n;
     double *plan_ms;
     int64_t n_ms;
+    dcpt_sim_agg_t sim;
 } agg_t;
 
 static const dcp_col_t cols[] = {
@@ -91,7 +94,7 @@ static void apply_flags(const plan_flags_t *pf, dcp_common_t *c)
 }
 
 static void print_json(const char *mask, int32_t batch, const dcp_plan_stats_t *s, double plan_ms,
-                       const dcp_common_t *c)
+                       const dcp_common_t *c, const dcpt_sim_row_t *sim)
 {
     dcp_json_t j;
     dcp_json_begin(&j, stdout);
@@ -122,6 +125,7 @@ static void print_json(const char *mask, int32_t batch, const dcp_plan_stats_t *
     dcp_json_int(&j, "bwd_num_transfers", s->bwd_num_transfers);
     dcp_json_int(&j, "bwd_num_phases", s->bwd_num_phases);
     dcp_json_num(&j, "bwd_predicted_ms", s->bwd_predicted_ms);
+    if (sim) dcpt_sim_json(&j, sim);
     dcp_json_end(&j);
 }
 
@@ -148,12 +152,14 @@ static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, 
     dcp_plan_options_t o = c->opts;
     o.strategy = s;
     dcp_plan_stats_t st = {0};
+    dcpt_sim_row_t sim;
     dcp_status_t rc = DCP_OK;
     for (int64_t k = 0; k < pf->repeat && rc == DCP_OK; k++) {
         dcp_plan_t *p = NULL;
         rc = dcp_plan_create(&batch, &c->shape, &o, c->cluster, &p);
         if (rc == DCP_OK) rc = dcp_plan_get_stats(p, &st);
         if (rc == DCP_OK) a->plan_ms[a->n_ms++] = st.plan_ms;
+        if (rc == DCP_OK && k == 0 && pf->simulate) rc = dcpt_sim_plan(&pf->sim, p, &sim, &a->sim);
         if (rc == DCP_OK && k == 0 && b == 0 && pf->svg) {
             char path[1024], title[256];
             const char *dot = strrchr(pf->svg, '.');
@@ -178,7 +184,8 @@ static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, 
                 dcp_status_string(rc), dcp_last_error());
         return 1;
     }
-    if (pf->json) print_json(mask_name, b, &st, a->plan_ms[a->n_ms - 1], c);
+    if (pf->json)
+        print_json(mask_name, b, &st, a->plan_ms[a->n_ms - 1], c, pf->simulate ? &sim : NULL);
     a->comm += (double)st.comm_bytes;
     a->inter += (double)st.inter_node_bytes;
     a->max_rank += (double)st.max_rank_bytes;
@@ -195,7 +202,7 @@ static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, 
     return 0;
 }
 
-static void print_table(const dcp_common_t *c, agg_t *aggs)
+static void print_table(const dcp_common_t *c, agg_t *aggs, const plan_flags_t *pf)
 {
     double zz = -1;
     for (int32_t i = 0; i < c->num_strategies; i++)
@@ -225,6 +232,12 @@ static void print_table(const dcp_common_t *c, agg_t *aggs)
         snprintf(cell[14], 32, "%d/%d", a->fallbacks, a->n);
         dcp_table_row(stdout, cols, NCOLS, cell);
     }
+    if (!pf->simulate) return;
+    dcpt_sim_agg_t *sim = calloc((size_t)(uint32_t)c->num_strategies, sizeof *sim);
+    for (int32_t i = 0; sim && i < c->num_strategies; i++) sim[i] = aggs[i].sim;
+    printf("\nsimulated (means):\n");
+    if (sim) dcpt_sim_table(stdout, c->strategies, sim, c->num_strategies);
+    free(sim);
 }
 
 static void print_header(const dcp_common_t *c)
@@ -266,7 +279,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 16 };
+    enum { NOWN = 18 };
     dcp_arg_t args[DCP_COMMON_NARGS + NOWN];
     dcp_common_args(&f, args);
     const dcp_arg_t own[NOWN] = {
@@ -294,6 +307,10 @@ int main(int argc, char **argv)
         {"kernel-table", DCP_ARG_STR, &pf.kernel_table, 0, 0,
          "lines 'tile_tokens efficiency' for the cost model", 0},
         {"dtype", DCP_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32 (bf16)", 0},
+        {"simulate", DCP_ARG_FLAG, &pf.simulate, 0, 0,
+         "step-time simulation of every plan (sim_* fields, a table per mask)", 0},
+        {"sim-kernels", DCP_ARG_STR, &pf.sim_kernels, 0, 0,
+         "simulator kernel table: dcp-kernel-bench --json file, h100 or a100 (by cluster peak)", 0},
     };
     memcpy(args + DCP_COMMON_NARGS, own, sizeof own);
     dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + NOWN, tool,
@@ -302,6 +319,7 @@ int main(int argc, char **argv)
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
+    if (pf.simulate) dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, &pf.sim);
     if (pf.hgr) {
         dcp_mask_t *masks = calloc((size_t)c.batch_first[1], sizeof *masks);
         for (int32_t i = 0; i < c.batch_first[1]; i++) masks[i] = c.masks[0];
@@ -312,6 +330,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: wrote %s\n", tool, pf.hgr);
     }
     if (!pf.json) print_header(&c);
+    if (!pf.json && pf.simulate) dcpt_sim_header(stdout, &pf.sim);
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;
     int64_t done = 0;
@@ -330,7 +349,7 @@ int main(int argc, char **argv)
             }
             if (pf.per_batch && !pf.json) {
                 printf("\nmask %s, batch %d\n", c.mask_names[m], b);
-                print_table(&c, aggs);
+                print_table(&c, aggs, &pf);
                 for (int32_t s = 0; s < c.num_strategies; s++) {
                     free(aggs[s].plan_ms);
                     aggs[s] = (agg_t){0};
@@ -341,7 +360,7 @@ int main(int argc, char **argv)
         if (!pf.json && !pf.per_batch) {
             printf("\nmask %s (%d batches: means; imbalance: worst batch)\n", c.mask_names[m],
                    c.num_batches);
-            print_table(&c, aggs);
+            print_table(&c, aggs, &pf);
         }
     }
     for (int32_t s = 0; s < c.num_strategies; s++) free(aggs[s].plan_ms);
