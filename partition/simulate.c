@@ -246,7 +246,8 @@ static int64_t nic_link(const sim_t *s, int32_t r, int in)
 static int64_t compute_link(const sim_t *s, int32_t r)
 {
     if (s->m->compute_slots <= 0) return -1;
-    return 2 * (int64_t)s->nr + 2 * (int64_t)s->p->num_nodes * s->m->nics_per_node + node_of(s, r);
+    (void)r; /* one host's processors, shared by every rank */
+    return 2 * (int64_t)s->nr + 2 * (int64_t)s->p->num_nodes * s->m->nics_per_node;
 }
 
 static void xfer_ready(sim_t *s, int64_t x, double now)
@@ -470,7 +471,7 @@ static dcp_status_t make_links(sim_t *s)
 {
     const dcp_sim_machine_t *m = s->m;
     const int64_t nics = (int64_t)s->p->num_nodes * m->nics_per_node;
-    s->nlinks = 2 * (int64_t)s->nr + 2 * nics + (m->compute_slots > 0 ? s->p->num_nodes : 0);
+    s->nlinks = 2 * (int64_t)s->nr + 2 * nics + (m->compute_slots > 0);
     DCP_CHECK(dcp_calloc(&s->ln, s->nlinks, sizeof *s->ln, "simulator links"));
     DCP_CHECK(dcp_calloc(&s->dirty, s->nlinks, sizeof *s->dirty, "simulator links"));
     DCP_CHECK(dcp_calloc(&s->is_dirty, s->nlinks, sizeof *s->is_dirty, "simulator links"));

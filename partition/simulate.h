@@ -20,9 +20,9 @@
  *    whenever a transfer starts or ends on either of them;
  *  - COMM_WAIT blocks the compute stream until every operation of that launch on this rank
  *    (sends and receives) has completed.
- * With compute_slots > 0 the ranks of a node share that many processors (CPU ranks: kernels
- * run at min(1, slots / running kernels) of their speed), as on a host that runs more ranks
- * than it has cores.
+ * With compute_slots > 0 all ranks share that many processors (CPU ranks on one host: a
+ * kernel runs at min(1, slots / running kernels) of its speed), as on a host that runs more
+ * ranks than it has cores.
  */
 #ifndef DCP_PARTITION_SIMULATE_H
 #define DCP_PARTITION_SIMULATE_H
@@ -48,7 +48,7 @@ typedef struct {
     double nic_gbps, inter_lat_us;   /* each NIC, to other nodes */
     int32_t nics_per_node;           /* 1..devices per node */
     int32_t in_order;                /* 1: a rank's launches run one after another */
-    int32_t compute_slots;           /* 0: a device per rank; n: the node's ranks share n */
+    int32_t compute_slots;           /* 0: a device per rank; n: all ranks share n processors */
 } dcp_sim_machine_t;
 
 /* One pass's simulated time. The split is of the rank that ends last, along its own

@@ -26,7 +26,7 @@ static const char *tool = "dcp-plan";
 
 typedef struct {
     int json, no_refine, per_batch, simulate;
-    int64_t repeat, net_cap, coalesce;
+    int64_t repeat, net_cap, coalesce, sim_host_cores;
     double eps_inter, eps_intra;
     const char *svg, *hgr, *expansion, *comm, *kernel_table, *dtype, *sim_kernels;
     dcpt_sim_t sim;
@@ -279,7 +279,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 18 };
+    enum { NOWN = 19 };
     dcp_arg_t args[DCP_COMMON_NARGS + NOWN];
     dcp_common_args(&f, args);
     const dcp_arg_t own[NOWN] = {
@@ -311,6 +311,8 @@ int main(int argc, char **argv)
          "step-time simulation of every plan (sim_* fields, a table per mask)", 0},
         {"sim-kernels", DCP_ARG_STR, &pf.sim_kernels, 0, 0,
          "simulator kernel table: dcp-kernel-bench --json file, h100 or a100 (by cluster peak)", 0},
+        {"sim-host-cores", DCP_ARG_INT, &pf.sim_host_cores, 0, 4096,
+         "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
     };
     memcpy(args + DCP_COMMON_NARGS, own, sizeof own);
     dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + NOWN, tool,
@@ -319,7 +321,9 @@ int main(int argc, char **argv)
     dcp_common_t c;
     dcp_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
-    if (pf.simulate) dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, &pf.sim);
+    if (pf.simulate)
+        dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
+                       &pf.sim);
     if (pf.hgr) {
         dcp_mask_t *masks = calloc((size_t)c.batch_first[1], sizeof *masks);
         for (int32_t i = 0; i < c.batch_first[1]; i++) masks[i] = c.masks[0];

@@ -8,11 +8,15 @@
 #include <string.h>
 
 void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *cluster,
-                    int32_t head_dim, dcpt_sim_t *sim_out)
+                    int32_t head_dim, int64_t host_cores, dcpt_sim_t *sim_out)
 {
     dcpt_sim_t s;
     memset(&s, 0, sizeof s);
     dcp_sim_machine_from_cluster(cluster, &s.machine);
+    if (host_cores > 0) {
+        s.machine.compute_slots = (int32_t)host_cores;
+        s.machine.in_order = 0;
+    }
     if (dcp_sim_machine_check(&s.machine, cluster->devs_per_node) != DCP_OK)
         dcp_args_fail(tool, "cluster", "%s", dcp_last_error());
     const char *name = kernels ? kernels : dcp_sim_kernels_builtin_for(cluster->perf.peak_tflops);
@@ -67,9 +71,10 @@ void dcpt_sim_header(FILE *f, const dcpt_sim_t *sim)
     const dcp_sim_machine_t *m = &sim->machine;
     fprintf(f,
             "# simulator: kernels %s; links %.4g GB/s (%.3g us) in a node, %d NIC(s) per node "
-            "at %.4g GB/s (%.3g us), full duplex, launches in order\n",
+            "at %.4g GB/s (%.3g us), full duplex; %s\n",
             sim->kernels_name, m->intra_gbps, m->intra_lat_us, m->nics_per_node, m->nic_gbps,
-            m->inter_lat_us);
+            m->inter_lat_us,
+            m->compute_slots > 0 ? "CPU ranks sharing the host's cores" : "launches in order");
 }
 
 static const dcp_col_t cols[] = {
