@@ -17,15 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { EV_FLOW_END = 0, EV_XFER_READY = 1 };
 enum { L_NOT = 0, L_LAUNCHED, L_STARTED, L_DONE };
 enum { R_RUN = 0, R_KERNEL, R_WAIT, R_DONE };
 
 typedef struct {
     double t;
-    int64_t id;
-    uint32_t ver;
-    int32_t kind;
+    int64_t id; /* a transfer group that becomes ready to flow */
 } event_t;
 
 typedef struct {
@@ -38,7 +35,6 @@ typedef struct {
     double left, rate, last, peak;
     int64_t link[2]; /* -1: none */
     int64_t pos[2];  /* index in each link's list */
-    uint32_t ver;
     int32_t active;
 } flow_t;
 
@@ -84,8 +80,11 @@ typedef struct {
     int64_t *dirty; /* links whose flows are re-rated at the end of this instant */
     int64_t ndirty;
     char *is_dirty;
-    event_t *heap;
+    event_t *heap; /* transfers becoming ready */
     int64_t nheap, heap_cap;
+    double *fend;          /* [flows]: each running flow's end at its current rate */
+    int64_t *fheap, *fpos; /* heap of running flows by (fend, id); fpos[id] = -1 if absent */
+    int64_t nfheap;
     int64_t events;
     dcp_status_t st;
 } sim_t;
@@ -94,12 +93,10 @@ typedef struct {
 
 static int ev_less(const event_t *a, const event_t *b)
 {
-    if (a->t != b->t) return a->t < b->t;
-    if (a->kind != b->kind) return a->kind < b->kind;
-    return a->id < b->id;
+    return a->t != b->t ? a->t < b->t : a->id < b->id;
 }
 
-static void push(sim_t *s, double t, int32_t kind, int64_t id, uint32_t ver)
+static void push(sim_t *s, double t, int64_t id)
 {
     if (s->st != DCP_OK) return;
     if (s->nheap == s->heap_cap) {
@@ -107,7 +104,7 @@ static void push(sim_t *s, double t, int32_t kind, int64_t id, uint32_t ver)
         if (s->st != DCP_OK) return;
     }
     int64_t i = s->nheap++;
-    const event_t e = {t, id, ver, kind};
+    const event_t e = {t, id};
     while (i > 0 && ev_less(&e, &s->heap[(i - 1) / 2])) {
         s->heap[i] = s->heap[(i - 1) / 2];
         i = (i - 1) / 2;
@@ -129,6 +126,56 @@ static event_t pop(sim_t *s)
     }
     if (s->nheap > 0) s->heap[i] = last;
     return top;
+}
+
+/* The running flows' ends: an indexed heap, so a re-rated flow moves instead of leaving a
+ * stale entry behind (all-to-all phases re-rate every flow of a link at each start). */
+static int fh_less(const sim_t *s, int64_t a, int64_t b)
+{
+    return s->fend[a] != s->fend[b] ? s->fend[a] < s->fend[b] : a < b;
+}
+
+static void fh_place(sim_t *s, int64_t i, int64_t id)
+{
+    s->fheap[i] = id;
+    s->fpos[id] = i;
+}
+
+static void fh_sift(sim_t *s, int64_t i)
+{
+    const int64_t id = s->fheap[i];
+    while (i > 0 && fh_less(s, id, s->fheap[(i - 1) / 2])) {
+        fh_place(s, i, s->fheap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= s->nfheap) break;
+        if (c + 1 < s->nfheap && fh_less(s, s->fheap[c + 1], s->fheap[c])) c++;
+        if (!fh_less(s, s->fheap[c], id)) break;
+        fh_place(s, i, s->fheap[c]);
+        i = c;
+    }
+    fh_place(s, i, id);
+}
+
+static void fh_set(sim_t *s, int64_t id, double t)
+{
+    s->fend[id] = t;
+    if (s->fpos[id] < 0) {
+        s->fpos[id] = s->nfheap;
+        s->fheap[s->nfheap++] = id;
+    }
+    fh_sift(s, s->fpos[id]);
+}
+
+static void fh_remove(sim_t *s, int64_t id)
+{
+    const int64_t i = s->fpos[id], last = s->fheap[--s->nfheap];
+    s->fpos[id] = -1;
+    if (last == id) return;
+    fh_place(s, i, last);
+    fh_sift(s, i);
 }
 
 /* ---- flows on links ---- */
@@ -156,7 +203,7 @@ static void touch(sim_t *s, int64_t l, double now)
         const double r = flow_rate(s, f);
         if (r == f->rate) continue;
         f->rate = r;
-        push(s, now + f->left / r, EV_FLOW_END, id, ++f->ver);
+        fh_set(s, id, now + f->left / r);
     }
 }
 
@@ -182,13 +229,8 @@ static void flow_start(sim_t *s, int64_t id, double left, double peak, int64_t l
                        double now)
 {
     flow_t *f = &s->fl[id];
-    *f = (flow_t){.left = left,
-                  .rate = 0,
-                  .last = now,
-                  .peak = peak,
-                  .ver = f->ver,
-                  .active = 1,
-                  .link = {l0, l1}};
+    *f =
+        (flow_t){.left = left, .rate = 0, .last = now, .peak = peak, .active = 1, .link = {l0, l1}};
     s->events++;
     for (int j = 0; j < 2; j++) {
         if (f->link[j] < 0) continue;
@@ -202,7 +244,7 @@ static void flow_start(sim_t *s, int64_t id, double left, double peak, int64_t l
     }
     if (l0 < 0 && l1 < 0) {
         f->rate = peak;
-        push(s, now + left / peak, EV_FLOW_END, id, ++f->ver);
+        fh_set(s, id, now + left / peak);
         return;
     }
     for (int j = 0; j < 2; j++)
@@ -288,8 +330,7 @@ static void launch_start(sim_t *s, int64_t c, double now)
         s->rec[t->rec[0]].ready = fmax(s->rec[t->rec[0]].ready, now);
         s->rec[t->rec[1]].ready = fmax(s->rec[t->rec[1]].ready, now);
         const int inter = node_of(s, t->src) != node_of(s, t->dst);
-        push(s, now + 1e-6 * (inter ? s->m->inter_lat_us : s->m->intra_lat_us), EV_XFER_READY, x,
-             0);
+        push(s, now + 1e-6 * (inter ? s->m->inter_lat_us : s->m->intra_lat_us), x);
     }
 }
 
@@ -546,17 +587,31 @@ dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_mac
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&s.rk, s.nr, sizeof *s.rk, "simulator ranks"), st, out);
     DCP_CHECK_GOTO(index_programs(&s), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&s.fl, s.nx + s.nr, sizeof *s.fl, "simulator flows"), st, out);
+    const int64_t nflows = s.nx + s.nr;
+    DCP_CHECK_GOTO(dcp_calloc(&s.fl, nflows, sizeof *s.fl, "simulator flows"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&s.fend, nflows, sizeof *s.fend, "simulator flows"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&s.fheap, nflows, sizeof *s.fheap, "simulator flows"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&s.fpos, nflows, sizeof *s.fpos, "simulator flows"), st, out);
+    for (int64_t i = 0; i < nflows; i++) s.fpos[i] = -1;
     DCP_CHECK_GOTO(make_links(&s), st, out);
     for (int32_t r = 0; r < s.nr && s.st == DCP_OK; r++) advance(&s, r, 0.0);
     settle(&s, 0.0);
-    while (s.nheap > 0 && s.st == DCP_OK) {
-        const event_t e = pop(&s);
-        if (e.kind == EV_XFER_READY)
-            xfer_ready(&s, e.id, e.t);
-        else if (s.fl[e.id].active && e.ver == s.fl[e.id].ver)
-            on_flow_end(&s, e.id, e.t);
-        if (s.nheap == 0 || s.heap[0].t != e.t) settle(&s, e.t);
+    while ((s.nheap > 0 || s.nfheap > 0) && s.st == DCP_OK) {
+        /* flow ends first at equal times: a link frees before a transfer joins it */
+        double t;
+        if (s.nfheap > 0 && (s.nheap == 0 || s.fend[s.fheap[0]] <= s.heap[0].t)) {
+            const int64_t id = s.fheap[0];
+            t = s.fend[id];
+            fh_remove(&s, id);
+            on_flow_end(&s, id, t);
+        } else {
+            const event_t e = pop(&s);
+            t = e.t;
+            xfer_ready(&s, e.id, t);
+        }
+        const double next = fmin(s.nfheap > 0 ? s.fend[s.fheap[0]] : INFINITY,
+                                 s.nheap > 0 ? s.heap[0].t : INFINITY);
+        if (next != t) settle(&s, t);
     }
     DCP_CHECK_GOTO(s.st, st, out);
     for (int32_t r = 0; r < s.nr; r++)
@@ -582,5 +637,8 @@ out:
     free(s.rec);
     free(s.xf);
     free(s.heap);
+    free(s.fend);
+    free(s.fheap);
+    free(s.fpos);
     return st;
 }
