@@ -519,7 +519,7 @@ static dcp_status_t make_links(sim_t *s)
     for (int64_t i = 0; i < s->nlinks; i++)
         s->ln[i].cap = i < 2 * s->nr              ? m->intra_gbps * 1e9
                        : i < 2 * s->nr + 2 * nics ? m->nic_gbps * 1e9
-                                                  : (double)m->compute_slots;
+                                                  : m->compute_slots;
     return DCP_OK;
 }
 
@@ -569,8 +569,9 @@ dcp_status_t dcp_sim_machine_check(const dcp_sim_machine_t *m, int32_t devs_per_
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "simulator machine: nics_per_node = %d, need 1..%d (devices per node)",
                              m->nics_per_node, devs_per_node);
-    if (m->compute_slots < 0)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "simulator machine: compute_slots = %d < 0",
+    if (!(m->compute_slots >= 0) || !isfinite(m->compute_slots))
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "simulator machine: compute_slots = %g, must be >= 0",
                              m->compute_slots);
     return DCP_OK;
 }

@@ -48,7 +48,8 @@ typedef struct {
     double nic_gbps, inter_lat_us;   /* each NIC, to other nodes */
     int32_t nics_per_node;           /* 1..devices per node */
     int32_t in_order;                /* 1: a rank's launches run one after another */
-    int32_t compute_slots;           /* 0: a device per rank; n: all ranks share n processors */
+    double compute_slots;            /* 0: a device per rank; n: all ranks share n processors
+                                        (fractional: the share of a busy host they get) */
 } dcp_sim_machine_t;
 
 /* One pass's simulated time. The split is of the rank that ends last, along its own

@@ -26,8 +26,8 @@ static const char *tool = "dcp-plan";
 
 typedef struct {
     int json, no_refine, per_batch, simulate;
-    int64_t repeat, net_cap, coalesce, sim_host_cores;
-    double eps_inter, eps_intra;
+    int64_t repeat, net_cap, coalesce;
+    double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *expansion, *comm, *kernel_table, *dtype, *sim_kernels;
     dcpt_sim_t sim;
 } plan_flags_t;
@@ -311,7 +311,7 @@ int main(int argc, char **argv)
          "step-time simulation of every plan (sim_* fields, a table per mask)", 0},
         {"sim-kernels", DCP_ARG_STR, &pf.sim_kernels, 0, 0,
          "simulator kernel table: dcp-kernel-bench --json file, h100 or a100 (by cluster peak)", 0},
-        {"sim-host-cores", DCP_ARG_INT, &pf.sim_host_cores, 0, 4096,
+        {"sim-host-cores", DCP_ARG_DOUBLE, &pf.sim_host_cores, 0, 4096,
          "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
     };
     memcpy(args + DCP_COMMON_NARGS, own, sizeof own);

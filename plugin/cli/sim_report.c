@@ -8,13 +8,13 @@
 #include <string.h>
 
 void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *cluster,
-                    int32_t head_dim, int64_t host_cores, dcpt_sim_t *sim_out)
+                    int32_t head_dim, double host_cores, dcpt_sim_t *sim_out)
 {
     dcpt_sim_t s;
     memset(&s, 0, sizeof s);
     dcp_sim_machine_from_cluster(cluster, &s.machine);
     if (host_cores > 0) {
-        s.machine.compute_slots = (int32_t)host_cores;
+        s.machine.compute_slots = host_cores;
         s.machine.in_order = 0;
     }
     if (dcp_sim_machine_check(&s.machine, cluster->devs_per_node) != DCP_OK)
@@ -71,10 +71,13 @@ void dcpt_sim_header(FILE *f, const dcpt_sim_t *sim)
     const dcp_sim_machine_t *m = &sim->machine;
     fprintf(f,
             "# simulator: kernels %s; links %.4g GB/s (%.3g us) in a node, %d NIC(s) per node "
-            "at %.4g GB/s (%.3g us), full duplex; %s\n",
+            "at %.4g GB/s (%.3g us), full duplex; ",
             sim->kernels_name, m->intra_gbps, m->intra_lat_us, m->nics_per_node, m->nic_gbps,
-            m->inter_lat_us,
-            m->compute_slots > 0 ? "CPU ranks sharing the host's cores" : "launches in order");
+            m->inter_lat_us);
+    if (m->compute_slots > 0)
+        fprintf(f, "CPU ranks sharing %.3g cores of one host\n", m->compute_slots);
+    else
+        fprintf(f, "a device per rank, launches in order\n");
 }
 
 static const dcp_col_t cols[] = {

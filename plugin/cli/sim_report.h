@@ -30,7 +30,7 @@ typedef struct {
  * in-process and UCX engines start each launch at once). Exits 2
  * naming the flag on bad input. */
 void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *cluster,
-                    int32_t head_dim, int64_t host_cores, dcpt_sim_t *sim_out);
+                    int32_t head_dim, double host_cores, dcpt_sim_t *sim_out);
 
 /* Simulates both passes of p; adds the row to agg. */
 dcp_status_t dcpt_sim_plan(const dcpt_sim_t *sim, const dcp_plan_t *p, dcpt_sim_row_t *row_out,
