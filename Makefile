@@ -37,7 +37,7 @@ MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 # libdcp): the double-precision reference oracle, the end-to-end check harness, plan-free
 # kernel workloads, sampled lengths, and the bench harness with its reports.
 SUPPORT_SRCS = kernels/reference.c $(addprefix plugin/cli/,harness.c tile_case.c lengths.c \
-	report.c json.c bench.c)
+	report.c json.c bench.c sim_kernels.c)
 LIB_SRCS = $(filter-out $(SUPPORT_SRCS),$(wildcard include/base/*.c topo/*.c partition/*.c \
 	kernels/*.c transport/*.c plugin/*.c))
 MPI_SRCS = $(wildcard plugin/mpi/*.c)

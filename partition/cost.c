@@ -8,23 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens)
+double dcp_cost_interp(int32_t n, const double *x, const double *y, double at)
 {
-    const int32_t n = m->eff_n;
-    if (tokens <= m->eff_tokens[0]) return m->eff_value[0];
-    if (tokens >= m->eff_tokens[n - 1]) return m->eff_value[n - 1];
+    if (at <= x[0]) return y[0];
+    if (at >= x[n - 1]) return y[n - 1];
     int32_t i = 1;
-    while (m->eff_tokens[i] < tokens) i++;
-    const double x0 = log(m->eff_tokens[i - 1]), x1 = log(m->eff_tokens[i]);
-    const double f = (log(tokens) - x0) / (x1 - x0);
-    return m->eff_value[i - 1] + f * (m->eff_value[i] - m->eff_value[i - 1]);
+    while (x[i] < at) i++;
+    const double x0 = log(x[i - 1]), x1 = log(x[i]);
+    const double f = (log(at) - x0) / (x1 - x0);
+    return y[i - 1] + f * (y[i] - y[i - 1]);
 }
 
-/* Seconds an ATTN instruction computes; a backward one does 2.5x the forward's FLOPs. */
-static double attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
+double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens)
 {
-    const double per_pair = (in->arg == DCP_PASS_BWD ? 10.0 : 4.0) * p->shape.head_dim * p->qpg;
-    const double peak = p->perf.peak_tflops * 1e12;
+    return dcp_cost_interp(m->eff_n, m->eff_tokens, m->eff_value, tokens);
+}
+
+double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cost_rate_fn rate,
+                             const void *ctx)
+{
+    const int bwd = in->arg == DCP_PASS_BWD;
+    const double per_pair = (bwd ? 10.0 : 4.0) * p->shape.head_dim * p->qpg;
     double s = 0;
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
@@ -35,15 +39,21 @@ static double attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
                 (double)dcp_mask_pairs(&q->mask, q->len, gr->q_pos, gr->q_pos + gr->q_len,
                                        tl->kv_pos, tl->kv_pos + tl->kv_len);
             const double edge = sqrt((double)gr->q_len * tl->kv_len);
-            s += pairs * per_pair / (peak * dcp_cost_efficiency(&p->perf, edge));
+            s += pairs * per_pair / rate(ctx, edge, bwd);
         }
     }
     return s;
 }
 
-/* Seconds a COPY or REDUCE instruction moves memory (each element read and written; a
- * backward sum reads its destination too). */
-static double memory_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
+/* The cost model's FLOP/s: peak x efficiency(tile), the same for both passes. */
+static double perf_rate(const void *ctx, double edge, int bwd)
+{
+    (void)bwd;
+    const dcp_perf_model_t *m = ctx;
+    return m->peak_tflops * 1e12 * dcp_cost_efficiency(m, edge);
+}
+
+double dcp_cost_memory_bytes(const dcp_plan_t *p, const dcp_instr_t *in)
 {
     double bytes = 0;
     if (in->op == DCP_OP_COPY || in->arg == DCP_PASS_BWD)
@@ -54,7 +64,7 @@ static double memory_seconds(const dcp_plan_t *p, const dcp_instr_t *in)
         for (int64_t i = in->first; i < in->first + in->count; i++)
             bytes += 4.0 * (p->merges[i].num_src + 2) * p->merges[i].rows * p->qpg *
                      (p->shape.head_dim + 1);
-    return bytes / (p->perf.hbm_gbps * 1e9);
+    return bytes;
 }
 
 /* Link time of one rank's part of a phase: both directions and both link classes at once. */
@@ -115,11 +125,11 @@ static int advance(sim_t *s, int32_t r)
         const dcp_instr_t *in = &p->instrs[k->pc];
         switch (in->op) {
         case DCP_OP_ATTN:
-            k->clock += attn_seconds(p, in);
+            k->clock += dcp_cost_attn_seconds(p, in, perf_rate, &p->perf);
             break;
         case DCP_OP_COPY:
         case DCP_OP_REDUCE:
-            k->clock += memory_seconds(p, in);
+            k->clock += dcp_cost_memory_bytes(p, in) / (p->perf.hbm_gbps * 1e9);
             break;
         case DCP_OP_COMM_LAUNCH:
             s->launch_at[r * np + in->arg] = k->clock;

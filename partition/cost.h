@@ -16,6 +16,24 @@
 #include "partition/place.h"
 #include "partition/plan.h"
 
+/* y at `at` on the log-linear curve through (x[i], y[i]), i < n (x increasing, > 0), clamped
+ * at its ends. */
+double dcp_cost_interp(int32_t n, const double *x, const double *y, double at);
+
+/* FLOP/s that a kernel reaches on a tile whose geometric-mean edge is `edge` tokens, forward
+ * (bwd = 0) or backward (bwd = 1); ctx is the caller's table. */
+typedef double (*dcp_cost_rate_fn)(const void *ctx, double edge, int bwd);
+
+/* Seconds an ATTN instruction computes at `rate`: each tile's FLOPs (its exact allowed pairs
+ * x 4 x D x query heads of the group; 2.5x that backward) over rate(edge) of its
+ * geometric-mean edge sqrt(q_len x kv_len). */
+double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cost_rate_fn rate,
+                             const void *ctx);
+
+/* Bytes a COPY or REDUCE instruction reads and writes (a backward sum reads its destination
+ * too; a forward merge reads every source's O + LSE and the destination's, writes one). */
+double dcp_cost_memory_bytes(const dcp_plan_t *p, const dcp_instr_t *in);
+
 /* Fraction of peak on a tile whose geometric-mean edge is `tokens` (log-linear in the
  * table, clamped at its ends). */
 double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens);

@@ -64,6 +64,7 @@ dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **clu
     c->num_nodes = nodes;
     c->devs_per_node = devs;
     c->num_ranks = nodes * devs;
+    c->nics_per_node = devs;
     dcp_perf_model_default(&c->perf);
     *cluster_out = c;
     return DCP_OK;
@@ -72,15 +73,18 @@ dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **clu
 /* Machine presets: devices per node and figures. */
 typedef struct {
     const char *name;
-    int32_t devs;
+    int32_t devs, nics;
     double intra, inter, lat, tflops, hbm;
 } preset_t;
 
 static const preset_t presets[] = {
     /* NVLink3 600 GB/s both ways; 4 x 100 Gb/s EFA = 50 GB/s per node = 6.25 per device */
-    {"a100-efa", 8, 300.0, 6.25, 15.0, 312.0, 1555.0},
+    {"a100-efa", 8, 4, 300.0, 6.25, 15.0, 312.0, 1555.0},
     /* NVLink4 900 GB/s both ways; one 400 Gb/s HCA per GPU = 50 GB/s per device */
-    {"h100-ib", 8, 450.0, 50.0, 3.0, 989.0, 3350.0},
+    {"h100-ib", 8, 8, 450.0, 50.0, 3.0, 989.0, 3350.0},
+    /* DCP's testbed (SOSP'25): 8 x A100-SXM4-40GB on NVLink3, one 100 Gb/s NIC per node
+     * = 12.5 GB/s shared by 8 devices; A100-40GB HBM2 1555 GB/s */
+    {"a100-40g", 8, 1, 300.0, 1.5625, 5.0, 312.0, 1555.0},
 };
 
 /* Parses a positive integer that spans [s, end) exactly. */
@@ -128,6 +132,15 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
                              "cluster spec '%s': '%.*s' needs a positive number, got '%s'", spec,
                              (int)(eq - kv), kv, num);
     const size_t klen = (size_t)(eq - kv);
+    if (klen == 4 && !memcmp(kv, "nics", 4)) {
+        if (v != floor(v) || v > c->devs_per_node)
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "cluster spec '%s': nics=%s must be a whole number in 1..%d "
+                                 "(the devices per node)",
+                                 spec, num, c->devs_per_node);
+        c->nics_per_node = (int32_t)v;
+        return DCP_OK;
+    }
     static const char *keys[] = {"intra", "inter", "lat", "tflops", "hbm"};
     double *dst[] = {&c->perf.intra_gbps, &c->perf.inter_gbps, &c->perf.lat_us,
                      &c->perf.peak_tflops, &c->perf.hbm_gbps};
@@ -136,9 +149,10 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
             *dst[i] = v;
             return DCP_OK;
         }
-    return dcp_set_error(DCP_ERR_INVALID_ARG,
-                         "cluster spec '%s': unknown key '%.*s' (intra, inter, lat, tflops, hbm)",
-                         spec, (int)klen, kv);
+    return dcp_set_error(
+        DCP_ERR_INVALID_ARG,
+        "cluster spec '%s': unknown key '%.*s' (intra, inter, lat, tflops, hbm, nics)", spec,
+        (int)klen, kv);
 }
 
 dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out)
@@ -155,8 +169,8 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
         (!pre && !xml && !parse_count(x + 1, shape_end, &devs)))
         return dcp_set_error(
             DCP_ERR_INVALID_ARG,
-            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, h100-ib) or "
-            "Nx@NODE.xml [:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]",
+            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, a100-40g, h100-ib) or "
+            "Nx@NODE.xml [:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps][:nics=N]",
             spec);
     dcp_perf_model_t node_perf;
     dcp_perf_model_default(&node_perf);
@@ -173,6 +187,7 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     DCP_CHECK(dcp_cluster_create(nodes, pre ? pre->devs : devs, &c));
     c->perf = node_perf;
     if (pre) {
+        c->nics_per_node = pre->nics;
         c->perf.intra_gbps = pre->intra;
         c->perf.inter_gbps = pre->inter;
         c->perf.lat_us = pre->lat;

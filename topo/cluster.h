@@ -25,6 +25,9 @@ struct dcp_cluster {
     int32_t num_nodes;
     int32_t devs_per_node;
     int32_t num_ranks;
+    int32_t nics_per_node; /* network adapters the devices of a node share (device g uses NIC
+                              g * nics / devs), 1..devs_per_node; perf.inter_gbps is then the
+                              node's network bandwidth over its devices */
     dcp_perf_model_t perf;
 };
 

@@ -14,6 +14,7 @@
 #include "partition/export.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/bench.h"
+#include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
 
 #include <math.h>
@@ -25,10 +26,12 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch;
+    int json, no_refine, per_batch, simulate;
     int64_t repeat, net_cap, coalesce;
-    double eps_inter, eps_intra;
-    const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype;
+    double eps_inter, eps_intra, sim_host_cores;
+    const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
+        *sim_kernels;
+    dcpt_sim_t sim;
 } plan_flags_t;
 
 /* Per strategy, over the batches of one mask. */
@@ -39,6 +42,7 @@ typedef struct {
     int32_t fallbacks, n;
     double *plan_ms;
     int64_t n_ms;
+    dcpt_sim_agg_t sim;
 } agg_t;
 
 /* One strategy's row of a table: means over the batches of one mask (imbalance: the worst
@@ -173,6 +177,12 @@ static void progress(int64_t done, int64_t total, int32_t batch, dcp_strategy_t 
     }
 }
 
+/* The simulation's members of a JSON row (sim_* fields). */
+static void sim_json(dcpt_json_t *j, const void *sim)
+{
+    dcpt_sim_json(j, (const dcpt_sim_row_t *)sim);
+}
+
 /* Plans one batch with one strategy `repeat` times; keeps the last plan's statistics. */
 static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b, dcp_strategy_t s,
                       const plan_flags_t *pf, const char *mask_name, agg_t *a)
@@ -184,12 +194,14 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     dcp_plan_options_t o = c->opts;
     o.strategy = s;
     dcp_plan_stats_t st = {0};
+    dcpt_sim_row_t sim;
     dcp_status_t rc = DCP_OK;
     for (int64_t k = 0; k < pf->repeat && rc == DCP_OK; k++) {
         dcp_plan_t *p = NULL;
         rc = dcp_plan_create(&batch, &c->shape, &o, c->cluster, &p);
         if (rc == DCP_OK) rc = dcp_plan_get_stats(p, &st);
         if (rc == DCP_OK) a->plan_ms[a->n_ms++] = st.plan_ms;
+        if (rc == DCP_OK && k == 0 && pf->simulate) rc = dcpt_sim_plan(&pf->sim, p, &sim, &a->sim);
         if (rc == DCP_OK && k == 0 && b == 0 && pf->svg) {
             char path[1024], title[256];
             const char *dot = strrchr(pf->svg, '.');
@@ -228,7 +240,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
                                 c->opts.block_size,
                                 dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
                                 st};
-        dcpt_report_row(stdout, 1, json_fields, NJSON, &row, NULL, NULL);
+        dcpt_report_row(stdout, 1, json_fields, NJSON, &row, pf->simulate ? sim_json : NULL, &sim);
     }
     a->comm += (double)st.comm_bytes;
     a->inter += (double)st.inter_node_bytes;
@@ -246,7 +258,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     return 0;
 }
 
-static void print_table(const dcpt_common_t *c, agg_t *aggs)
+static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t *pf)
 {
     double zz = -1;
     for (int32_t i = 0; i < c->num_strategies; i++)
@@ -275,6 +287,12 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs)
         r.fallback = r.fallback_buf;
         dcpt_report_row(stdout, 0, table_fields, NTABLE, &r, NULL, NULL);
     }
+    if (!pf->simulate) return;
+    dcpt_sim_agg_t *sim = calloc((size_t)(uint32_t)c->num_strategies, sizeof *sim);
+    for (int32_t i = 0; sim && i < c->num_strategies; i++) sim[i] = aggs[i].sim;
+    printf("\nsimulated (means):\n");
+    if (sim) dcpt_sim_table(stdout, c->strategies, sim, c->num_strategies);
+    free(sim);
 }
 
 static void print_header(const dcpt_common_t *c, int64_t repeat)
@@ -346,7 +364,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 18 };
+    enum { NOWN = 21 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -377,6 +395,14 @@ int main(int argc, char **argv)
         {"kernel-table", DCPT_ARG_STR, &pf.kernel_table, 0, 0,
          "lines 'tile_tokens efficiency' for the cost model", 0},
         {"dtype", DCPT_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32", 0},
+        {"simulate", DCPT_ARG_FLAG, &pf.simulate, 0, 0,
+         "step-time simulation of every plan (sim_* fields, a table per mask)", 0},
+        {"sim-kernels", DCPT_ARG_STR, &pf.sim_kernels, 0, 0,
+         "simulator kernel table: dcp-kernel-bench --json file, h100 or a100 (default: by "
+         "cluster peak)",
+         0},
+        {"sim-host-cores", DCPT_ARG_DOUBLE, &pf.sim_host_cores, 0, 4096,
+         "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
     };
     memcpy(args + DCPT_COMMON_NARGS, own, sizeof own);
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + NOWN, tool,
@@ -386,8 +412,12 @@ int main(int argc, char **argv)
     dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
     if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
+    if (pf.simulate)
+        dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
+                       &pf.sim);
     if (pf.hgr || pf.patoh || pf.partition) export_first_batch(&c, &pf);
     if (!pf.json) print_header(&c, pf.repeat);
+    if (!pf.json && pf.simulate) dcpt_sim_header(stdout, &pf.sim);
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;
     int64_t done = 0;
@@ -407,7 +437,7 @@ int main(int argc, char **argv)
             }
             if (pf.per_batch && !pf.json) {
                 printf("\nmask %s, batch %d\n", c.mask_names[m], b);
-                print_table(&c, aggs);
+                print_table(&c, aggs, &pf);
                 for (int32_t s = 0; s < c.num_strategies; s++) {
                     free(aggs[s].plan_ms);
                     aggs[s] = (agg_t){0};
@@ -418,7 +448,7 @@ int main(int argc, char **argv)
         if (!pf.json && !pf.per_batch) {
             printf("\nmask %s (%d batches: means; imbalance: worst batch)\n", c.mask_names[m],
                    c.num_batches);
-            print_table(&c, aggs);
+            print_table(&c, aggs, &pf);
         }
     }
     for (int32_t s = 0; s < c.num_strategies; s++) free(aggs[s].plan_ms);

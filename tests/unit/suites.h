@@ -27,6 +27,7 @@ int dcp_suite_metis(void);
 int dcp_suite_export(void);
 int dcp_suite_rounds(void);
 int dcp_suite_cost(void);
+int dcp_suite_simulate(void);
 int dcp_suite_topo(void);
 int dcp_suite_ucx(void);
 

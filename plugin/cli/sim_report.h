@@ -1,0 +1,50 @@
+/* dcp-plan --simulate: runs each plan's programs through the step-time simulator
+ * (partition/simulate.h) and reports simulated times per strategy. */
+#ifndef DCP_CLI_SIM_REPORT_H
+#define DCP_CLI_SIM_REPORT_H
+
+#include "partition/simulate.h"
+#include "plugin/cli/report.h"
+
+typedef struct {
+    char kernels_name[64]; /* built-in table name, or the file's */
+    dcp_sim_machine_t machine;
+    dcp_sim_kernels_t kernels;
+} dcpt_sim_t;
+
+/* One plan's figures; compute, exposed and wait are the forward's plus the backward's. */
+typedef struct {
+    double fwd_ms, bwd_ms, compute_ms, exposed_comm_ms, wait_ms;
+    double run_ms; /* wall time the simulation took */
+} dcpt_sim_row_t;
+
+/* Per strategy, sums over batches. */
+typedef struct {
+    dcpt_sim_row_t sum;
+    int32_t n;
+} dcpt_sim_agg_t;
+
+/* The machine of `cluster` and the kernel table `kernels` (a dcp-kernel-bench JSON file,
+ * "h100", "a100", or NULL for the built-in table nearest the cluster's peak). host_cores > 0
+ * models CPU ranks: every rank on one host of that many cores, launches not ordered (the
+ * in-process and UCX engines start each launch at once). Exits 2
+ * naming the flag on bad input. */
+void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *cluster,
+                    int32_t head_dim, double host_cores, dcpt_sim_t *sim_out);
+
+/* Simulates both passes of p; adds the row to agg. */
+dcp_status_t dcpt_sim_plan(const dcpt_sim_t *sim, const dcp_plan_t *p, dcpt_sim_row_t *row_out,
+                           dcpt_sim_agg_t *agg);
+
+/* The row's sim_* fields. */
+void dcpt_sim_json(dcpt_json_t *j, const dcpt_sim_row_t *row);
+
+/* The table: per strategy, mean simulated forward, backward and step (both) times, the
+ * critical rank's split, and the step's speed-up over ring and zigzag where they ran. */
+void dcpt_sim_table(FILE *f, const dcp_strategy_t *strategies, const dcpt_sim_agg_t *aggs,
+                    int32_t n);
+
+/* The configuration line of the table. */
+void dcpt_sim_header(FILE *f, const dcpt_sim_t *sim);
+
+#endif

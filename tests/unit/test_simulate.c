@@ -1,0 +1,262 @@
+/* The step-time simulator on timelines computed by hand, its link model, its scale, and the
+ * kernel table reader of dcp-plan --simulate. */
+#include "partition/simulate.h"
+#include "plugin/cli/sim_kernels.h"
+#include "tests/unit/suites.h"
+
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static dcp_plan_t *make_plan(const char *cluster, int32_t len, const char *mask, dcp_strategy_t s,
+                             int32_t block, int32_t num_heads)
+{
+    dcp_mask_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(mask, &m), DCP_OK);
+    const dcp_batch_t batch = {1, &len, &m};
+    const dcp_attn_shape_t shape = {num_heads, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = s;
+    o.block_size = block;
+    o.divisions = 1;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+    dcp_cluster_destroy(c);
+    return p;
+}
+
+/* One curve point: every tile at `tflops`, forward and backward alike. */
+static dcp_sim_kernels_t flat_kernels(double tflops, double merge, double copy)
+{
+    dcp_sim_kernels_t k = {.n = 1, .merge_gbps = merge, .copy_gbps = copy};
+    k.tile[0] = 64;
+    k.fwd_tflops[0] = k.bwd_tflops[0] = tflops;
+    return k;
+}
+
+/* Shape 4/2 heads x 8, one head group: a pair costs 4 x 8 x 4 = 128 FLOPs forward. */
+#define PAIR_FLOPS 128.0
+
+/* Two ranks on one node, ring, causal, 128 tokens in blocks of 64. Rank 0 owns block 0,
+ * rank 1 block 1 and needs block 0's K and V (2 x 64 rows x 16 fp32 = 8192 bytes):
+ *   rank 0: pack K,V (COPY, 2 x 8192 bytes)  | launch | wait: link | attention 0 | publish
+ *   rank 1: launch at 0 | wait: rank 0's pack, latency, link       | attention 1 | publish
+ * Publishing 64 rows reads and writes 64 x 32 + 64 x 4 fp32 elements. */
+static void test_two_rank_timeline(void)
+{
+    dcp_plan_t *p = make_plan("1x2", 128, "causal", DCP_STRATEGY_RING, 64, 4);
+    const dcp_sim_kernels_t k = flat_kernels(2.0, 50.0, 4.0);
+    const dcp_sim_machine_t m = {.intra_gbps = 10.0,
+                                 .intra_lat_us = 2.0,
+                                 .nic_gbps = 1.0,
+                                 .inter_lat_us = 7.0,
+                                 .nics_per_node = 1,
+                                 .in_order = 1};
+    const double pack = 2.0 * 8192 / 4e9, lat = 2e-6, link = 8192 / 10e9;
+    const double attn0 = 64 * 65 / 2 * PAIR_FLOPS / 2e12;
+    const double attn1 = (64 * 65 / 2 + 64 * 64) * PAIR_FLOPS / 2e12;
+    const double out = 2.0 * (64 * 32 + 64 * 4) * 4 / 4e9;
+    const double r0 = pack + lat + link + attn0 + out, r1 = pack + lat + link + attn1 + out;
+    double ms[2];
+    dcp_sim_result_t res;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &k, ms, &res), DCP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(ms[0], r0 * 1e3, r0 * 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(ms[1], r1 * 1e3, r1 * 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(res.ms, r1 * 1e3, r1 * 1e-9);
+    CU_ASSERT_EQUAL(res.slowest_rank, 1);
+    /* rank 1 waited for rank 0 to pack and launch, then for the latency and the link */
+    CU_ASSERT_DOUBLE_EQUAL(res.compute_ms, (attn1 + out) * 1e3, r1 * 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(res.wait_ms, pack * 1e3, r1 * 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(res.exposed_comm_ms, (lat + link) * 1e3, r1 * 1e-9);
+    /* the backward runs too, and costs 2.5x the forward's FLOPs on the same tiles */
+    dcp_sim_result_t bwd;
+    CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_BWD, &m, &k, NULL, &bwd), DCP_OK);
+    CU_ASSERT(bwd.compute_ms > 2.5 * attn1 * 1e3);
+    CU_ASSERT_DOUBLE_EQUAL(bwd.ms, bwd.compute_ms + bwd.exposed_comm_ms + bwd.wait_ms, 1e-9);
+    dcp_plan_destroy(p);
+}
+
+/* The inter-node traffic of a plan, per direction: bytes node 0 sends node 1 and back. */
+static void inter_bytes(const dcp_plan_t *p, double out[2])
+{
+    out[0] = out[1] = 0;
+    for (int32_t r = 0; r < p->num_ranks; r++)
+        for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_FWD, r);
+             i < dcp_plan_prog_end(p, DCP_PASS_FWD, r); i++) {
+            const dcp_instr_t *in = &p->instrs[i];
+            if (in->op != DCP_OP_COMM_LAUNCH) continue;
+            for (int64_t j = in->first; j < in->first + in->count; j++) {
+                const dcp_comm_op_t *op = &p->comm[j];
+                if (!op->send || r / p->devs_per_node == op->peer / p->devs_per_node) continue;
+                out[r / p->devs_per_node] += (double)op->elems * 4;
+            }
+        }
+}
+
+/* Kernels and the links inside nodes nearly free, no latency: a pass takes as long as the
+ * busiest NIC direction needs for its bytes. Two devices per node share one NIC of 1 GB/s
+ * (all of node 0's outgoing bytes through it), or each has its own; the two directions of
+ * a NIC do not slow each other (the full mask sends both ways, causal one way). */
+static void test_nic_sharing_full_duplex(void)
+{
+    const dcp_sim_kernels_t k = flat_kernels(1e9, 1e9, 1e9);
+    dcp_sim_machine_t m = {.intra_gbps = 1e9, .nic_gbps = 1.0, .nics_per_node = 1};
+    for (int full = 0; full < 2; full++) {
+        dcp_plan_t *p = make_plan("2x2", 256, full ? "full" : "causal", DCP_STRATEGY_RING, 64, 4);
+        double bytes[2];
+        inter_bytes(p, bytes);
+        CU_ASSERT(bytes[0] > 0);
+        CU_ASSERT((bytes[1] > 0) == full);
+        dcp_sim_result_t one, two;
+        m.nics_per_node = 1;
+        CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &k, NULL, &one), DCP_OK);
+        const double want = fmax(bytes[0], bytes[1]) / 1e9 * 1e3;
+        CU_ASSERT_DOUBLE_EQUAL(one.ms, want, want * 1e-3);
+        /* a NIC per device: each device's share of the bytes at the full 1 GB/s */
+        m.nics_per_node = 2;
+        CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &k, NULL, &two), DCP_OK);
+        CU_ASSERT(two.ms < 0.8 * one.ms);
+        CU_ASSERT(two.ms >= want / 2 * (1 - 1e-3));
+        dcp_plan_destroy(p);
+    }
+}
+
+/* Bad machines, tables and specs are refused with the field named. */
+static void test_bad_inputs_named(void)
+{
+    dcp_plan_t *p = make_plan("1x2", 128, "causal", DCP_STRATEGY_RING, 64, 4);
+    dcp_sim_kernels_t k;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_kernels_builtin("h100", &k), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_sim_kernels_builtin("v100", &k), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(dcp_sim_kernels_builtin_for(312.0), "a100");
+    CU_ASSERT_STRING_EQUAL(dcp_sim_kernels_builtin_for(989.0), "h100");
+    dcp_sim_machine_t m = {.intra_gbps = 10, .nic_gbps = 1, .nics_per_node = 3};
+    dcp_sim_result_t r;
+    CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &k, NULL, &r), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "nics_per_node"));
+    m.nics_per_node = 1;
+    dcp_sim_kernels_t bad = k;
+    bad.tile[1] = bad.tile[0];
+    CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &bad, NULL, &r), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "tile[1]"));
+    bad = k;
+    bad.copy_gbps = 0;
+    CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &bad, NULL, &r), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "copy_gbps"));
+    CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_FWD, &m, &k, NULL, &r), DCP_OK);
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("2x8:nics=9", &c), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "nics"));
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4xa100-40g", &c), DCP_OK);
+    dcp_sim_machine_from_cluster(c, &m);
+    CU_ASSERT_EQUAL(m.nics_per_node, 1);
+    CU_ASSERT_DOUBLE_EQUAL(m.nic_gbps, 12.5, 1e-12); /* 100 Gb/s shared by 8 A100s */
+    dcp_cluster_destroy(c);
+    dcp_plan_destroy(p);
+}
+
+/* 256 ranks (32 nodes of 8 H100s): a 512K-token causal batch, both passes finish, every
+ * rank ends, and the forward is no faster than the busiest rank's kernels alone. */
+static void test_scaling_256_ranks(void)
+{
+    dcp_mask_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m), DCP_OK);
+    int32_t lens[42]; /* 512K tokens: two long sequences and 40 of 8K */
+    dcp_mask_t masks[42];
+    for (int i = 0; i < 42; i++) {
+        lens[i] = i == 0 ? 131072 : i == 1 ? 65536 : 8192;
+        masks[i] = m;
+    }
+    const dcp_batch_t batch = {42, lens, masks};
+    const dcp_attn_shape_t shape = {32, 8, 128, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = DCP_STRATEGY_LPT;
+    o.block_size = 2048;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("32xh100-ib", &c), DCP_OK);
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+    dcp_sim_machine_t mach;
+    dcp_sim_machine_from_cluster(c, &mach);
+    dcp_sim_kernels_t k;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_kernels_builtin("h100", &k), DCP_OK);
+    double *ms = calloc(256, sizeof *ms);
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        dcp_sim_result_t r;
+        CU_ASSERT_EQUAL_FATAL(dcp_sim_run(p, (dcp_pass_t)pass, &mach, &k, ms, &r), DCP_OK);
+        int all_ended = 1;
+        for (int i = 0; i < 256; i++) all_ended &= ms[i] > 0 && ms[i] <= r.ms;
+        CU_ASSERT(all_ended);
+        CU_ASSERT(r.events > 256);
+        CU_ASSERT(r.ms >= r.compute_ms);
+        CU_ASSERT_DOUBLE_EQUAL(r.ms, r.compute_ms + r.exposed_comm_ms + r.wait_ms, r.ms * 1e-9);
+    }
+    free(ms);
+    dcp_plan_destroy(p);
+    dcp_cluster_destroy(c);
+}
+
+/* dcp-kernel-bench --json lines: medians per tile, head dim 128 preferred; rows with an error
+ * skipped; a file without bwd rows is refused by name. */
+static void test_kernel_table_reader(void)
+{
+    char path[] = "/tmp/dcp-sim-kernels-XXXXXX";
+    const int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"kernel\": \"attn\", \"mask\": \"full\", \"tile\": 1024, \"head_dim\": 128, "
+          "\"tflops\": 300, \"gbps\": null}\n"
+          "{\"kernel\": \"attn\", \"mask\": \"causal\", \"tile\": 1024, \"head_dim\": 128, "
+          "\"tflops\": 200, \"gbps\": null}\n"
+          "{\"kernel\": \"attn\", \"mask\": \"full\", \"tile\": 1024, \"head_dim\": 64, "
+          "\"tflops\": 100, \"gbps\": null}\n"
+          "{\"kernel\": \"attn\", \"mask\": \"full\", \"tile\": 2048, \"head_dim\": 128, "
+          "\"tflops\": 400, \"gbps\": null}\n"
+          "{\"kernel\": \"bwd\", \"mask\": \"full\", \"tile\": 1024, \"head_dim\": 128, "
+          "\"tflops\": 250, \"gbps\": null}\n"
+          "{\"kernel\": \"bwd\", \"mask\": \"full\", \"tile\": 2048, \"head_dim\": 128, "
+          "\"tflops\": 0, \"gbps\": null, \"error\": \"not built\"}\n"
+          "{\"kernel\": \"merge\", \"mask\": \"-\", \"tile\": 1024, \"head_dim\": 128, "
+          "\"tflops\": null, \"gbps\": 1200}\n"
+          "{\"kernel\": \"copy\", \"mask\": \"-\", \"tile\": 1024, \"head_dim\": 128, "
+          "\"tflops\": null, \"gbps\": 500}\n",
+          f);
+    fclose(f);
+    dcp_sim_kernels_t k;
+    CU_ASSERT_EQUAL_FATAL(dcpt_sim_kernels_read(path, 128, &k), DCP_OK);
+    CU_ASSERT_EQUAL(k.n, 1); /* 2048 has no backward figure */
+    CU_ASSERT_DOUBLE_EQUAL(k.tile[0], 1024, 0);
+    CU_ASSERT_DOUBLE_EQUAL(k.fwd_tflops[0], 300, 0); /* upper median of 200, 300 */
+    CU_ASSERT_DOUBLE_EQUAL(k.bwd_tflops[0], 250, 0);
+    CU_ASSERT_DOUBLE_EQUAL(k.merge_gbps, 1200, 0);
+    CU_ASSERT_DOUBLE_EQUAL(k.copy_gbps, 500, 0);
+    CU_ASSERT_EQUAL(dcpt_sim_kernels_read(path, 64, &k), DCP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(k.fwd_tflops[0], 100, 0);
+    f = fopen(path, "w");
+    fputs("{\"kernel\": \"attn\", \"tile\": 1024, \"head_dim\": 128, \"tflops\": 300}\n", f);
+    fclose(f);
+    CU_ASSERT_EQUAL(dcpt_sim_kernels_read(path, 128, &k), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), path));
+    unlink(path);
+    CU_ASSERT_EQUAL(dcpt_sim_kernels_read(path, 128, &k), DCP_ERR_INVALID_ARG);
+}
+
+int dcp_suite_simulate(void)
+{
+    static const dcp_test_t tests[] = {
+        {"two_rank_timeline", test_two_rank_timeline},
+        {"nic_sharing_full_duplex", test_nic_sharing_full_duplex},
+        {"bad_inputs_named", test_bad_inputs_named},
+        {"scaling_256_ranks", test_scaling_256_ranks},
+        {"kernel_table_reader", test_kernel_table_reader},
+        {NULL, NULL},
+    };
+    return dcp_add_suite("simulate", tests);
+}
