@@ -25,7 +25,6 @@ static void choose(const dcp_node_topo_t *n, engines_t *e)
     /* no CUDA IPC engine yet: same-node GPU pairs go through NCCL (NVLink, P2P) */
     dcp_engine_env_t env = {.gpu_buffers = n->num_gpus > 0,
                             .have_nccl = n->num_gpus > 0,
-                            .have_ipc = 0,
                             .ucx_cuda = dcp_ucx_supports_cuda(),
                             .nic = DCP_NIC_ETH};
     for (int32_t k = 0; k < n->num_nics; k++)
