@@ -149,6 +149,8 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     }
     ctx->timeout_s = dcp_timeout_clamp(config->timeout_s > 0 ? config->timeout_s
                                                              : dcp_context_default_timeout());
+    const char *progress = getenv("DCP_PROGRESS");
+    ctx->drive_progress = ctx->engine->needs_progress && !(progress && !strcmp(progress, "none"));
     *ctx_out = ctx;
     return DCP_OK;
 }

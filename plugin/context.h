@@ -32,6 +32,7 @@ struct dcp_context {
     uint32_t barriers;     /* barriers so far: each one's tags differ from the last's */
     dcp_binding_t bound;   /* what the last plan run needs, kept for the next call */
     double wait_blocked_s; /* host time spent blocked in COMM_WAIT, summed over calls */
+    int drive_progress;    /* the executor tests transfers in flight while it computes */
 };
 
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */

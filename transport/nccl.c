@@ -370,7 +370,7 @@ dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: device %d of %d", device, count);
     nccl_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "nccl engine"));
-    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1};
+    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1, 0};
     e->device = device;
     dcp_status_t st = load_api(&e->api);
     cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;

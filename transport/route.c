@@ -230,12 +230,13 @@ dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
             dcp_engine_destroy(engines[i]);
         return st;
     }
-    e->base = (dcp_engine_t){&route_ops, rank, size, 1};
+    e->base = (dcp_engine_t){&route_ops, rank, size, 1, 0};
     e->n = n;
     for (int32_t i = 0; i < n; i++) {
         e->sub[i] = engines[i];
         e->label[i] = labels[i];
         e->base.stream_ordered &= engines[i]->stream_ordered;
+        e->base.needs_progress |= engines[i]->needs_progress;
     }
     memcpy(e->engine_of, engine_of, (size_t)size);
     *engine_out = &e->base;

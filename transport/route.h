@@ -18,7 +18,7 @@
  * `size` ranks; they are destroyed with the routing engine, or here on failure.
  * engine_of[p] (copied) is the index of the engine that moves blocks to and from peer p;
  * labels[i] (static strings) name what engine i serves, e.g. "inter-node links". The
- * routing engine is stream-ordered when every engine is. */
+ * routing engine is stream-ordered when every engine is, and needs progress when any does. */
 dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
                                      dcp_engine_t *const *engines, const char *const *labels,
                                      const uint8_t *engine_of, dcp_engine_t **engine_out);

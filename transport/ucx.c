@@ -528,7 +528,7 @@ dcp_status_t dcp_ucx_engine_create_on(const dcp_bootstrap_t *bootstrap,
                              bootstrap ? bootstrap->rank : -1, bootstrap ? bootstrap->size : -1);
     ucx_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "ucx engine"));
-    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0};
+    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0, 1};
     e->bs = bootstrap;
     e->failed_peer = -1;
     e->suspect = -1;

@@ -42,6 +42,8 @@ typedef struct {
     double exec_ms;     /* median wall time of one forward pass over all ranks */
     double host_us;     /* median time a rank's dcp_forward takes to return (the slowest
                            rank's; on a GPU the work may still run after it returns) */
+    double wait_us;     /* median time a forward spends blocked in its COMM_WAITs on the host
+                           (threads: the ranks' mean; processes: this rank's) */
     /* backward (when enabled); `passed` then also requires bwd_passed */
     int bwd_run;
     int bwd_passed;             /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;
