@@ -18,6 +18,7 @@ static const char *tool = "dcp-topo";
 typedef struct {
     dcp_engine_kind_t kind[DCP_LINK_COUNT];
     const char *why[DCP_LINK_COUNT];
+    int ucx_cuda; /* this UCX moves CUDA device memory */
 } engines_t;
 
 static void choose(const dcp_node_topo_t *n, engines_t *e)
@@ -31,6 +32,7 @@ static void choose(const dcp_node_topo_t *n, engines_t *e)
         if (n->nics[k].kind < env.nic) env.nic = n->nics[k].kind;
     env.override[DCP_LINK_INTRA] = getenv("DCP_TRANSPORT_INTRA");
     env.override[DCP_LINK_INTER] = getenv("DCP_TRANSPORT_INTER");
+    e->ucx_cuda = env.ucx_cuda;
     for (int l = 0; l < DCP_LINK_COUNT; l++)
         if (dcp_engine_choose(&env, (dcp_link_class_t)l, &e->kind[l], &e->why[l]) != DCP_OK) {
             fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
@@ -75,6 +77,8 @@ static void print_text(const dcp_node_topo_t *n, const engines_t *e, const char 
            e->why[DCP_LINK_INTRA]);
     printf("%-12s %-7s %s\n", "other nodes", dcp_engine_kind_name(e->kind[DCP_LINK_INTER]),
            e->why[DCP_LINK_INTER]);
+    printf("UCX moves CUDA memory: %s\n",
+           e->ucx_cuda ? "yes" : "no (built without CUDA: GPU buffers go over NCCL)");
 }
 
 static void print_json(const dcp_node_topo_t *n, const engines_t *e)
@@ -98,9 +102,9 @@ static void print_json(const dcp_node_topo_t *n, const engines_t *e)
             printf("%s\"%s\"", b ? ", " : "", a == b ? "X" : dcp_path_name(n->gpu_path[a][b]));
         printf("]");
     }
-    printf("], \"engines\": {\"intra\": \"%s\", \"inter\": \"%s\"}}\n",
+    printf("], \"engines\": {\"intra\": \"%s\", \"inter\": \"%s\"}, \"ucx_cuda\": %s}\n",
            dcp_engine_kind_name(e->kind[DCP_LINK_INTRA]),
-           dcp_engine_kind_name(e->kind[DCP_LINK_INTER]));
+           dcp_engine_kind_name(e->kind[DCP_LINK_INTER]), e->ucx_cuda ? "true" : "false");
 }
 
 int main(int argc, char **argv)
