@@ -16,6 +16,7 @@
 #include "transport/nccl.h"
 #include "transport/peers.h"
 #include "transport/route.h"
+#include "transport/staged.h"
 #include "transport/ucx.h"
 
 #include <stdio.h>
@@ -79,13 +80,6 @@ static dcp_status_t choose(const dcp_context_config_t *config, const dcp_peer_ta
         config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
     for (int l = 0; l < DCP_LINK_COUNT; l++)
         DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &job->engine_kind[l], NULL));
-    /* device memory over a UCX without CUDA: refused by name (staging is not built yet) */
-    for (int l = 0; l < DCP_LINK_COUNT; l++)
-        if (gpu && job->engine_kind[l] == DCP_ENGINE_UCX && !env.ucx_cuda)
-            return dcp_set_error(DCP_ERR_UNSUPPORTED,
-                                 "transport %s = ucx: this UCX cannot move CUDA memory and "
-                                 "staging through host memory is not built",
-                                 l == DCP_LINK_INTRA ? "intra" : "inter");
     const int nccl =
         job->engine_kind[0] == DCP_ENGINE_NCCL || job->engine_kind[1] == DCP_ENGINE_NCCL;
     if (config->nccl_comm && !nccl)
@@ -95,6 +89,55 @@ static dcp_status_t choose(const dcp_context_config_t *config, const dcp_peer_ta
     return DCP_OK;
 }
 
+/* Staging for device memory over a UCX without CUDA: the device table's page-locked host
+ * memory and copies on a stream of the job's GPU. */
+typedef struct {
+    const dcp_device_t *dev;
+    void *stream;
+} stager_t;
+
+static void *stage_alloc(void *user, size_t bytes)
+{
+    return ((stager_t *)user)->dev->host_alloc(bytes);
+}
+static void stage_free(void *user, void *ptr)
+{
+    ((stager_t *)user)->dev->host_free(ptr);
+}
+static dcp_status_t stage_copy(void *user, void *dst, const void *src, size_t bytes)
+{
+    const stager_t *s = user;
+    return s->dev->copy(dst, src, bytes, s->stream);
+}
+static dcp_status_t stage_sync(void *user)
+{
+    const stager_t *s = user;
+    return s->dev->stream_sync(s->stream);
+}
+static void stage_release(void *user)
+{
+    stager_t *s = user;
+    if (s->stream) s->dev->stream_destroy(s->stream);
+    free(s);
+}
+
+static dcp_status_t stage(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
+{
+    stager_t *s = calloc(1, sizeof *s);
+    dcp_status_t st = s ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "job: stager");
+    if (st == DCP_OK) {
+        s->dev = dcp_device_of(device);
+        st = s->dev->stream_create(device, &s->stream);
+    }
+    if (st != DCP_OK) {
+        if (s) stage_release(s);
+        dcp_engine_destroy(ucx);
+        return st;
+    }
+    const dcp_stager_t stager = {stage_alloc, stage_free, stage_copy, stage_sync, stage_release, s};
+    return dcp_staged_engine_create(ucx, &stager, out);
+}
+
 static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_peer_table_t *t,
                                   dcp_engine_kind_t kind, dcp_job_t *job, dcp_engine_t **out)
 {
@@ -102,6 +145,14 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
     if (kind == DCP_ENGINE_NCCL)
         return dcp_nccl_engine_create_on(bs, t, job->device, config->nccl_comm,
                                          config->transfer_stream, out);
+    int ucx_cuda = 1;
+    for (int32_t r = 0; r < t->size; r++) ucx_cuda &= t->peer[r].ucx_cuda;
+    if (kind == DCP_ENGINE_UCX && job->device >= 0 && !ucx_cuda) {
+        /* device memory over a UCX that cannot move it: staged through host memory */
+        dcp_engine_t *ucx = NULL;
+        DCP_CHECK(dcp_ucx_engine_create_on(bs, t, &ucx));
+        return stage(job->device, ucx, out);
+    }
     if (kind == DCP_ENGINE_UCX) return dcp_ucx_engine_create_on(bs, t, out);
     return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine for process ranks",
                          dcp_engine_kind_name(kind));

@@ -7,7 +7,8 @@
  *   other node, GPU buffers, UCX without CUDA      NCCL
  *   other node, otherwise (InfiniBand, RoCE, TCP)  UCX
  * A choice can be overridden per link class (the context config, or DCP_TRANSPORT_INTRA /
- * DCP_TRANSPORT_INTER), and is refused when the engine cannot move those buffers.
+ * DCP_TRANSPORT_INTER), and is refused when the engine cannot move those buffers (UCX
+ * without CUDA moves GPU buffers staged through host memory: transport/staged.h).
  */
 #ifndef DCP_TRANSPORT_SELECT_H
 #define DCP_TRANSPORT_SELECT_H

@@ -22,7 +22,8 @@ dcp_status_t dcp_ucx_engine_create_on(const dcp_bootstrap_t *bootstrap,
                                       const dcp_peer_table_t *peers, dcp_engine_t **engine_out);
 
 /* Whether this UCX build moves CUDA device memory (a UCP context asked for its memory
- * types); Debian's UCX does not. */
+ * types); Debian's UCX does not, and GPU jobs that choose UCX then wrap it in the staging
+ * engine (transport/staged.h). */
 int dcp_ucx_supports_cuda(void);
 
 #endif

@@ -78,7 +78,9 @@ static void print_text(const dcp_node_topo_t *n, const engines_t *e, const char 
     printf("%-12s %-7s %s\n", "other nodes", dcp_engine_kind_name(e->kind[DCP_LINK_INTER]),
            e->why[DCP_LINK_INTER]);
     printf("UCX moves CUDA memory: %s\n",
-           e->ucx_cuda ? "yes" : "no (built without CUDA: GPU buffers go over NCCL)");
+           e->ucx_cuda ? "yes"
+                       : "no (built without CUDA: GPU buffers go over NCCL, or staged through host "
+                         "memory when ucx is chosen)");
 }
 
 static void print_json(const dcp_node_topo_t *n, const engines_t *e)
