@@ -9,6 +9,7 @@
 
 #include "include/base/error.h"
 #include "kernels/device.h"
+#include "plugin/hybrid.h"
 #include "topo/cluster.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"
@@ -158,41 +159,72 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
                          dcp_engine_kind_name(kind));
 }
 
-/* One engine per link class in use (the classes of the peers this rank has), behind a
- * routing engine when they differ. Every rank creates the same engines in the same order:
- * engine creation is collective, so the classes in use are those of the whole job. */
+/* Link classes of a job: the two of transport/select.h and, in a hybrid job, the ranks of
+ * one process (threads, the in-process engine over the hybrid's hub). */
+enum { LINK_PROCESS = DCP_LINK_COUNT, LINK_CLASSES };
+
+static int link_class(const dcp_peer_table_t *t, int hybrid, int32_t a, int32_t b)
+{
+    if (hybrid && dcp_peers_same_pidns(t, a, b) && t->peer[a].pid == t->peer[b].pid)
+        return LINK_PROCESS;
+    return dcp_peers_link(t, a, b);
+}
+
+static const char *const labels[LINK_CLASSES] = {"intra-node links", "inter-node links",
+                                                 "threads of this process"};
+
+/* One engine per link class in use, behind a routing engine when there are several. Every
+ * rank creates the same engines in the same order (engine creation is collective): the
+ * classes in use are those of the whole job. */
 static dcp_status_t create_engines(const dcp_context_config_t *config, const dcp_peer_table_t *t,
                                    dcp_job_t *job)
 {
-    int used[DCP_LINK_COUNT] = {0};
+    dcp_inproc_hub_t *hub = NULL;
+    int32_t local = 0;
+    const int hybrid = dcp_hybrid_of(config->bootstrap, &hub, &local);
+    if (hybrid && job->device >= 0)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "config.device: a job of processes x threads runs on the CPU");
+    int used[LINK_CLASSES] = {0}, any = 0;
     for (int32_t a = 0; a < t->size; a++)
-        for (int32_t b = a + 1; b < t->size; b++) used[dcp_peers_link(t, a, b)] = 1;
-    if (!used[DCP_LINK_INTER]) used[DCP_LINK_INTRA] = 1; /* one node (or one rank) */
-    dcp_engine_t *engines[DCP_LINK_COUNT] = {NULL};
-    int32_t index[DCP_LINK_COUNT] = {-1, -1}, n = 0;
+        for (int32_t b = a + 1; b < t->size; b++) used[link_class(t, hybrid, a, b)] = any = 1;
+    if (!any) used[DCP_LINK_INTRA] = 1; /* one rank */
+    dcp_engine_t *engines[LINK_CLASSES] = {NULL};
+    int32_t index[LINK_CLASSES] = {-1, -1, -1}, n = 0;
     dcp_status_t st = DCP_OK;
-    for (int l = 0; l < DCP_LINK_COUNT && st == DCP_OK; l++) {
+    for (int l = 0; l < LINK_CLASSES && st == DCP_OK; l++) {
         if (!used[l]) continue;
         if (l == DCP_LINK_INTER && index[DCP_LINK_INTRA] >= 0 &&
             job->engine_kind[DCP_LINK_INTER] == job->engine_kind[DCP_LINK_INTRA]) {
             index[l] = index[DCP_LINK_INTRA]; /* one engine serves both */
             continue;
         }
-        st = create_engine(config, t, job->engine_kind[l], job, &engines[n]);
+        st = l == LINK_PROCESS ? dcp_inproc_engine_create(hub, local, &engines[n])
+                               : create_engine(config, t, job->engine_kind[l], job, &engines[n]);
         if (st == DCP_OK) index[l] = n++;
     }
     if (st != DCP_OK || n == 1) {
         for (int32_t i = 0; st != DCP_OK && i < n; i++) dcp_engine_destroy(engines[i]);
-        if (st == DCP_OK) job->engine = engines[0];
-        return st;
+        if (st == DCP_OK && !hybrid) job->engine = engines[0];
+        if (st == DCP_OK && !hybrid) return DCP_OK;
+        if (st != DCP_OK) return st;
     }
     uint8_t *of = NULL;
-    DCP_CHECK(dcp_calloc(&of, t->size, 1, "job"));
-    for (int32_t p = 0; p < t->size; p++)
-        of[p] = p == t->rank ? 0 : (uint8_t)index[dcp_peers_link(t, t->rank, p)];
-    static const char *const labels[DCP_LINK_COUNT] = {"intra-node links", "inter-node links"};
-    st = dcp_route_engine_create(t->rank, t->size, n, engines, labels, of, &job->engine);
+    int32_t *peer = NULL;
+    st = dcp_calloc(&of, t->size, 1, "job");
+    if (st == DCP_OK) st = dcp_calloc(&peer, t->size, sizeof *peer, "job");
+    for (int32_t p = 0; st == DCP_OK && p < t->size; p++) {
+        const int l = p == t->rank ? -1 : link_class(t, hybrid, t->rank, p);
+        of[p] = l < 0 ? 0 : (uint8_t)index[l];
+        /* ranks of one process are consecutive: the hub counts from the process's first */
+        peer[p] = l == LINK_PROCESS ? p - (t->rank - local) : p;
+    }
+    if (st == DCP_OK)
+        st = dcp_route_engine_create(t->rank, t->size, n, engines, labels, of, peer, &job->engine);
+    else
+        for (int32_t i = 0; i < n; i++) dcp_engine_destroy(engines[i]);
     free(of);
+    free(peer);
     return st;
 }
 

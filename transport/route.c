@@ -11,7 +11,8 @@ typedef struct {
     int32_t n;
     dcp_engine_t *sub[DCP_ROUTE_MAX];
     const char *label[DCP_ROUTE_MAX];
-    uint8_t *engine_of; /* [size] */
+    uint8_t *engine_of;   /* [size] */
+    int32_t *engine_peer; /* [size]: each peer's rank in its engine */
     dcp_xfer_op_t *scratch;
     int64_t scratch_cap;
 } route_engine_t;
@@ -77,7 +78,10 @@ static dcp_status_t route_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, i
     for (int32_t i = 0; i < e->n; i++) {
         int64_t m = 0;
         for (int64_t k = 0; k < n; k++)
-            if (e->engine_of[ops[k].peer] == i) e->scratch[m++] = ops[k];
+            if (e->engine_of[ops[k].peer] == i) {
+                e->scratch[m] = ops[k];
+                e->scratch[m++].peer = e->engine_peer[ops[k].peer];
+            }
         if (m == 0) continue;
         const dcp_status_t st = e->sub[i]->ops->launch(e->sub[i], e->scratch, m, &r->sub[i]);
         if (st != DCP_OK) {
@@ -177,6 +181,7 @@ static void route_destroy(dcp_engine_t *base)
     route_engine_t *e = (route_engine_t *)base;
     for (int32_t i = 0; i < e->n; i++) dcp_engine_destroy(e->sub[i]);
     free(e->engine_of);
+    free(e->engine_peer);
     free(e->scratch);
     free(e);
 }
@@ -195,33 +200,43 @@ static const dcp_engine_ops_t route_ops = {
 };
 
 static dcp_status_t check_args(int32_t rank, int32_t size, int32_t n, dcp_engine_t *const *engines,
-                               const char *const *labels, const uint8_t *engine_of)
+                               const char *const *labels, const uint8_t *engine_of,
+                               const int32_t *engine_peer)
 {
     if (n < 1 || n > DCP_ROUTE_MAX || !engines || !labels || !engine_of || size < 1 || rank < 0 ||
         rank >= size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "route: %d engines for rank %d of %d", n, rank,
                              size);
     for (int32_t i = 0; i < n; i++)
-        if (!engines[i] || engines[i]->rank != rank || engines[i]->size != size)
+        if (!engines[i] || (!engine_peer && (engines[i]->rank != rank || engines[i]->size != size)))
             return dcp_set_error(
                 DCP_ERR_INVALID_ARG, "route: engine %d (%s) serves rank %d of %d, not %d of %d", i,
                 engines[i] ? engines[i]->ops->name : "NULL", engines[i] ? engines[i]->rank : -1,
                 engines[i] ? engines[i]->size : -1, rank, size);
-    for (int32_t p = 0; p < size; p++)
+    for (int32_t p = 0; p < size; p++) {
         if (engine_of[p] >= n)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "route: peer %d goes to engine %d of %d", p,
                                  engine_of[p], n);
+        const int32_t q = engine_peer ? engine_peer[p] : p;
+        if (p != rank && (q < 0 || q >= engines[engine_of[p]]->size))
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "route: peer %d is rank %d of engine %d (%s)",
+                                 p, q, engine_of[p], engines[engine_of[p]]->ops->name);
+    }
     return DCP_OK;
 }
 
 dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
                                      dcp_engine_t *const *engines, const char *const *labels,
-                                     const uint8_t *engine_of, dcp_engine_t **engine_out)
+                                     const uint8_t *engine_of, const int32_t *engine_peer,
+                                     dcp_engine_t **engine_out)
 {
     route_engine_t *e = NULL;
-    dcp_status_t st = check_args(rank, size, n, engines, labels, engine_of);
+    dcp_status_t st = check_args(rank, size, n, engines, labels, engine_of, engine_peer);
     if (st == DCP_OK) st = dcp_calloc(&e, 1, sizeof *e, "route engine");
-    if (st == DCP_OK && dcp_calloc(&e->engine_of, size, 1, "route engine") != DCP_OK) {
+    if (st == DCP_OK &&
+        (dcp_calloc(&e->engine_of, size, 1, "route engine") != DCP_OK ||
+         dcp_calloc(&e->engine_peer, size, sizeof *e->engine_peer, "route engine") != DCP_OK)) {
+        free(e->engine_of);
         free(e);
         st = DCP_ERR_NO_MEMORY;
     }
@@ -239,6 +254,7 @@ dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
         e->base.needs_progress |= engines[i]->needs_progress;
     }
     memcpy(e->engine_of, engine_of, (size_t)size);
+    for (int32_t p = 0; p < size; p++) e->engine_peer[p] = engine_peer ? engine_peer[p] : p;
     *engine_out = &e->base;
     return DCP_OK;
 }

@@ -15,12 +15,15 @@
 #define DCP_ROUTE_MAX 4
 
 /* Takes ownership of engines[0..n) (1 <= n <= DCP_ROUTE_MAX), which must all serve `rank` of
- * `size` ranks; they are destroyed with the routing engine, or here on failure.
- * engine_of[p] (copied) is the index of the engine that moves blocks to and from peer p;
+ * `size` ranks unless `engine_peer` is given; they are destroyed with the routing engine, or
+ * here on failure. engine_of[p] (copied) is the index of the engine that moves blocks to and
+ * from peer p; engine_peer[p] (copied; NULL: p) is p's rank in that engine (an in-process
+ * engine of a hybrid job counts the process's threads only);
  * labels[i] (static strings) name what engine i serves, e.g. "inter-node links". The
  * routing engine is stream-ordered when every engine is, and needs progress when any does. */
 dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
                                      dcp_engine_t *const *engines, const char *const *labels,
-                                     const uint8_t *engine_of, dcp_engine_t **engine_out);
+                                     const uint8_t *engine_of, const int32_t *engine_peer,
+                                     dcp_engine_t **engine_out);
 
 #endif

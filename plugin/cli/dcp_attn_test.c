@@ -22,9 +22,11 @@
 #include "plugin/cli/mpi_launch.h"
 #include "plugin/cli/report.h"
 #include "plugin/context.h"
+#include "plugin/hybrid.h"
 #include "transport/bootstrap.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,7 @@ typedef struct {
     int64_t warmup, iters, threads;
     double timeout, tol;
     const char *device, *dtype;
+    int64_t ranks_per_process; /* under MPI: in-process ranks (threads) per process */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -295,36 +298,86 @@ static int run_all(const dcp_common_t *c, const dcp_cluster_t *cluster, const ru
     return failed;
 }
 
-/* Ranks as processes: the bootstrap over MPI, a context per process, and the cluster it
- * discovered (or --cluster / --ranks, which must match the job). */
+/* One rank of a job: its context on the job's bootstrap, the cluster (discovered, or
+ * --cluster / --ranks, which must match the job), every run; returns 1 when any failed. */
+typedef struct {
+    dcp_common_t *c;
+    const dcp_arg_t *args;
+    int nargs;
+    const run_flags_t *rf;
+    uint64_t seed;
+    dcp_bootstrap_t bs;
+    int failed;
+} rank_job_t;
+
+static void *run_rank(void *arg)
+{
+    rank_job_t *a = arg;
+    job_t job = {.bs = a->bs};
+    const dcp_context_config_t cfg = {
+        .bootstrap = &job.bs, .timeout_s = a->rf->timeout, .device = a->rf->device};
+    const dcp_status_t st = dcp_context_create(&cfg, &job.ctx);
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: rank %d: %s: %s\n", tool, job.bs.rank, dcp_status_string(st),
+                dcp_last_error());
+        fflush(NULL);
+        dcp_mpi_stop(1, 1);
+        exit(1);
+    }
+    const dcp_cluster_t *cluster = a->c->cluster;
+    if (!dcp_args_seen(a->args, a->nargs, "cluster") &&
+        !dcp_args_seen(a->args, a->nargs, "ranks") &&
+        dcp_context_cluster(job.ctx, &cluster) != DCP_OK)
+        dcp_args_fail(tool, "cluster", "%s; give --cluster NxG", dcp_last_error());
+    if (dcp_cluster_num_ranks(cluster) != job.bs.size)
+        dcp_args_fail(tool, "cluster", "the cluster has %d ranks, the job %d",
+                      dcp_cluster_num_ranks(cluster), job.bs.size);
+    a->failed = run_all(a->c, cluster, a->rf, &job, a->seed);
+    /* a run that failed may have left the engines broken: the launcher ends the job */
+    dcp_mpi_fault_point("destroy");
+    dcp_context_destroy(job.ctx);
+    return NULL;
+}
+
+/* Ranks as processes (the bootstrap over MPI), each process driving --ranks-per-process
+ * ranks as threads (a hybrid job: the in-process engine between them, UCX between
+ * processes). */
 static int run_job(int *argc, char ***argv, dcp_common_t *c, const dcp_arg_t *args, int nargs,
                    run_flags_t *rf, uint64_t seed)
 {
-    job_t job = {0};
-    dcp_status_t st = dcp_mpi_start(argc, argv, &job.bs);
-    job.bs.timeout_s = rf->timeout; /* every collective step: 0 is $DCP_TIMEOUT_S or 60 s */
-    if (st == DCP_OK) {
-        const dcp_context_config_t cfg = {
-            .bootstrap = &job.bs, .timeout_s = rf->timeout, .device = rf->device};
-        st = dcp_context_create(&cfg, &job.ctx);
-    }
+    dcp_bootstrap_t procs;
+    dcp_status_t st = dcp_mpi_start(argc, argv, &procs);
+    procs.timeout_s = rf->timeout; /* every collective step: 0 is $DCP_TIMEOUT_S or 60 s */
+    const int32_t n = (int32_t)rf->ranks_per_process;
+    dcp_hybrid_t *hybrid = NULL;
+    rank_job_t *ranks = NULL;
+    if (st == DCP_OK && n > 1) st = dcp_hybrid_create(&procs, n, &hybrid);
+    if (st == DCP_OK) st = dcp_calloc(&ranks, n, sizeof *ranks, "ranks");
     if (st != DCP_OK) {
         fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
         dcp_mpi_stop(1, 1);
         return 1;
     }
-    const dcp_cluster_t *cluster = c->cluster;
-    if (!dcp_args_seen(args, nargs, "cluster") && !dcp_args_seen(args, nargs, "ranks") &&
-        dcp_context_cluster(job.ctx, &cluster) != DCP_OK)
-        dcp_args_fail(tool, "cluster", "%s; give --cluster NxG", dcp_last_error());
-    if (dcp_cluster_num_ranks(cluster) != job.bs.size)
-        dcp_args_fail(tool, "cluster", "the cluster has %d ranks, the job %d processes",
-                      dcp_cluster_num_ranks(cluster), job.bs.size);
     if (!dcp_args_seen(args, nargs, "threads")) rf->threads = 1; /* the ranks share the cores */
-    const int failed = run_all(c, cluster, rf, &job, seed);
-    /* a run that failed may have left the engines broken: the launcher ends the job */
-    dcp_mpi_fault_point("destroy");
-    dcp_context_destroy(job.ctx);
+    pthread_t *tid = calloc((size_t)n, sizeof *tid);
+    for (int32_t l = 0; l < n; l++) {
+        ranks[l] = (rank_job_t){
+            c, args, nargs, rf, seed, hybrid ? *dcp_hybrid_bootstrap(hybrid, l) : procs, 0};
+        if (l > 0 && (!tid || pthread_create(&tid[l], NULL, run_rank, &ranks[l]) != 0)) {
+            fprintf(stderr, "%s: cannot start rank thread %d\n", tool, l);
+            dcp_mpi_stop(1, 1);
+            return 1;
+        }
+    }
+    run_rank(&ranks[0]); /* local rank 0 on the main thread */
+    int failed = ranks[0].failed;
+    for (int32_t l = 1; l < n; l++) {
+        pthread_join(tid[l], NULL);
+        failed |= ranks[l].failed;
+    }
+    free(tid);
+    free(ranks);
+    dcp_hybrid_destroy(hybrid);
     dcp_mpi_stop(0, 0);
     return failed;
 }
@@ -334,8 +387,8 @@ int main(int argc, char **argv)
     dcp_common_flags_t f;
     dcp_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 0, 1, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL};
-    enum { OWN = 10 };
+    run_flags_t rf = {0, 0, 0, 0, 1, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1};
+    enum { OWN = 11 };
     dcp_arg_t args[DCP_COMMON_NARGS + OWN];
     dcp_common_args(&f, args);
     const dcp_arg_t own[OWN] = {
@@ -355,6 +408,8 @@ int main(int argc, char **argv)
         {"tol", DCP_ARG_DOUBLE, &rf.tol, 0, 0,
          "relative tolerance of --check on the CPU (default 1e-5)", 0},
         {"device", DCP_ARG_STR, &rf.device, 0, 0, "cpu, cuda or cuda:N (default cpu)", 0},
+        {"ranks-per-process", DCP_ARG_INT, &rf.ranks_per_process, 1, 1024,
+         "under mpirun: ranks each process drives as threads (default 1)", 0},
         {"dtype", DCP_ARG_STR, &rf.dtype, 0, 0,
          "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
     };

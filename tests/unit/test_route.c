@@ -115,7 +115,7 @@ static dcp_engine_t *route_create(const hubs_t *h, int32_t r, fake_engine_t **fa
     uint8_t of[N];
     for (int32_t p = 0; p < N; p++) of[p] = node_of(p) != node_of(r);
     dcp_engine_t *e = NULL;
-    if (dcp_route_engine_create(r, N, 2, engines, labels, of, &e) != DCP_OK) return NULL;
+    if (dcp_route_engine_create(r, N, 2, engines, labels, of, NULL, &e) != DCP_OK) return NULL;
     *fake_out = (fake_engine_t *)engines[1];
     return e;
 }
@@ -286,12 +286,13 @@ static void test_bad_arguments_refused(void)
     CU_ASSERT_EQUAL(dcp_inproc_engine_create(hub, 1, &engines[1]), DCP_OK);
     const uint8_t of[N] = {0, 0, 1, 1};
     /* engine 1 serves rank 1, not rank 0: refused, and both engines are destroyed */
-    CU_ASSERT_EQUAL(dcp_route_engine_create(0, N, 2, engines, labels, of, &e), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_route_engine_create(0, N, 2, engines, labels, of, NULL, &e),
+                    DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "serves rank 1 of 4, not 0 of 4"));
     CU_ASSERT_PTR_NULL(e);
     CU_ASSERT_EQUAL(dcp_inproc_engine_create(hub, 0, &engines[0]), DCP_OK);
     const uint8_t far[N] = {0, 0, 5, 0};
-    CU_ASSERT_EQUAL(dcp_route_engine_create(0, N, 1, engines, labels, far, &e),
+    CU_ASSERT_EQUAL(dcp_route_engine_create(0, N, 1, engines, labels, far, NULL, &e),
                     DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "peer 2 goes to engine 5 of 1"));
     dcp_inproc_hub_destroy(hub);
