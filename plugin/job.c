@@ -163,10 +163,11 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
  * one process (threads, the in-process engine over the hybrid's hub). */
 enum { LINK_PROCESS = DCP_LINK_COUNT, LINK_CLASSES };
 
-static int link_class(const dcp_peer_table_t *t, int hybrid, int32_t a, int32_t b)
+/* `threads`: ranks per process of a hybrid job (global rank = process x threads + local),
+ * 0 otherwise. */
+static int link_class(const dcp_peer_table_t *t, int32_t threads, int32_t a, int32_t b)
 {
-    if (hybrid && dcp_peers_same_pidns(t, a, b) && t->peer[a].pid == t->peer[b].pid)
-        return LINK_PROCESS;
+    if (threads > 0 && a / threads == b / threads) return LINK_PROCESS;
     return dcp_peers_link(t, a, b);
 }
 
@@ -182,12 +183,13 @@ static dcp_status_t create_engines(const dcp_context_config_t *config, const dcp
     dcp_inproc_hub_t *hub = NULL;
     int32_t local = 0;
     const int hybrid = dcp_hybrid_of(config->bootstrap, &hub, &local);
+    const int32_t threads = hybrid ? dcp_inproc_hub_size(hub) : 0;
     if (hybrid && job->device >= 0)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "config.device: a job of processes x threads runs on the CPU");
     int used[LINK_CLASSES] = {0}, any = 0;
     for (int32_t a = 0; a < t->size; a++)
-        for (int32_t b = a + 1; b < t->size; b++) used[link_class(t, hybrid, a, b)] = any = 1;
+        for (int32_t b = a + 1; b < t->size; b++) used[link_class(t, threads, a, b)] = any = 1;
     if (!any) used[DCP_LINK_INTRA] = 1; /* one rank */
     dcp_engine_t *engines[LINK_CLASSES] = {NULL};
     int32_t index[LINK_CLASSES] = {-1, -1, -1}, n = 0;
@@ -214,7 +216,7 @@ static dcp_status_t create_engines(const dcp_context_config_t *config, const dcp
     st = dcp_calloc(&of, t->size, 1, "job");
     if (st == DCP_OK) st = dcp_calloc(&peer, t->size, sizeof *peer, "job");
     for (int32_t p = 0; st == DCP_OK && p < t->size; p++) {
-        const int l = p == t->rank ? -1 : link_class(t, hybrid, t->rank, p);
+        const int l = p == t->rank ? -1 : link_class(t, threads, t->rank, p);
         of[p] = l < 0 ? 0 : (uint8_t)index[l];
         /* ranks of one process are consecutive: the hub counts from the process's first */
         peer[p] = l == LINK_PROCESS ? p - (t->rank - local) : p;
