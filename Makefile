@@ -26,9 +26,16 @@ LDLIBS_ALL = -lucp -luct -lucs -lhwloc -lmetis -lpthread -lm
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 
-LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c kernels/*.c transport/*.c plugin/*.c)
+# The tools' and tests' support (prefix dcpt_; build/lib/libdcpt.a, never installed, never in
+# libdcp): the double-precision reference oracle, the end-to-end check harness, plan-free
+# kernel workloads, sampled lengths, and the bench harness with its reports.
+SUPPORT_SRCS = kernels/reference.c $(addprefix plugin/cli/,harness.c tile_case.c lengths.c \
+	report.c json.c bench.c)
+LIB_SRCS = $(filter-out $(SUPPORT_SRCS),$(wildcard include/base/*.c topo/*.c partition/*.c \
+	kernels/*.c transport/*.c plugin/*.c))
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
-CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c,$(wildcard plugin/cli/*.c))
+# the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
+CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))
 MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
 TOOLS = dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c)
@@ -49,6 +56,8 @@ LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 MPI_OBJS = $(MPI_SRCS:%.c=$(BUILD)/obj/%.o)
 MPI_CLI_OBJS = $(MPI_CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS = $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+SUPPORT_OBJS = $(SUPPORT_SRCS:%.c=$(BUILD)/obj/%.o)
+SUPPORT_LIB = $(BUILD)/lib/libdcpt.a
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_BINS = $(TOOLS:%=$(BUILD)/bin/%)
 TEST_BIN = $(BUILD)/bin/dcp-tests
@@ -83,20 +92,25 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/lib/libdcp.a: $(LIB_OBJS)
+# (the Makefile too: a source that leaves the library must leave an old build's archive)
+$(BUILD)/lib/libdcp.a: $(LIB_OBJS) Makefile
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $(filter %.o,$^)
+
+$(SUPPORT_LIB): $(SUPPORT_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/lib/libdcp.so: $(LIB_OBJS)
+$(BUILD)/lib/libdcp.so: $(LIB_OBJS) Makefile
 	@mkdir -p $(@D)
-	$(CC) -shared $(SAN) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) -shared $(SAN) -o $@ $(filter %.o,$^) $(LDLIBS_ALL)
 
-$(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+$(BUILD)/bin/dcp-%: $(BUILD)/obj/plugin/cli/dcp_%.o $(CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/bin/dcp-kernel-bench: $(BUILD)/obj/plugin/cli/dcp_kernel_bench.o $(CLI_OBJS) \
-		$(BUILD)/lib/libdcp.a
+		$(SUPPORT_LIB) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
@@ -104,7 +118,8 @@ $(BUILD)/bin/dcp-kernel-bench: $(BUILD)/obj/plugin/cli/dcp_kernel_bench.o $(CLI_
 MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-transport-bench
 $(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o
 $(BUILD)/bin/dcp-transport-bench: $(BUILD)/obj/plugin/cli/dcp_transport_bench.o
-$(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
+$(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp_mpi.a \
+		$(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LIBS)
 
@@ -116,7 +131,8 @@ $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -DDCP_TEST_HOOKS -c $< -o $@
 
-$(TEST_BIN): $(TEST_OBJS) $(HOOK_OBJS) $(CLI_OBJS) $(BUILD)/lib/libdcp.a
+# the tests link the library and the support library, never the tools' own helpers
+$(TEST_BIN): $(TEST_OBJS) $(HOOK_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $^ -lcunit $(LDLIBS_ALL)
 
@@ -145,6 +161,7 @@ test-run:
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null
+	tests/tools/run.sh $(BUILD)/bin
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
 	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:

@@ -481,6 +481,10 @@ DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
+/* The CUDA device ordinal the context computes on, or -1 for the CPU: where the io
+ * pointers of dcp_forward()/dcp_backward() must live. Thread-safe (reads a fixed field). */
+DCP_API int32_t dcp_context_device(const dcp_context_t *ctx);
+
 /* Runs this rank's forward program of `plan` over `io`: any plan on a CPU context (fp32
  * arithmetic, so bf16/fp16 storage gives the GPU's inputs a CPU twin); bf16 or fp16 plans
  * on a CUDA context, whose io pointers are device memory of its GPU (16-byte aligned).

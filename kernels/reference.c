@@ -161,10 +161,10 @@ static int run_workers(void *(*fn)(void *), void *job, int32_t threads)
     return failed;
 }
 
-dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
-                                     const dcp_attn_shape_t *shape, const float *q, const float *k,
-                                     const float *v, double *o, double *lse, float *o_low,
-                                     int32_t threads)
+dcp_status_t dcpt_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
+                                      const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                      const float *v, double *o, double *lse, float *o_low,
+                                      int32_t threads)
 {
     if (!o || !lse) return dcp_set_error(DCP_ERR_INVALID_ARG, "reference: bad arguments");
     ref_job_t j = {.o = o, .lse = lse, .o_low = o_low};
@@ -175,8 +175,8 @@ dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seq
     return DCP_OK;
 }
 
-int dcp_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err, double ref_max,
-                        double lse_err)
+int dcpt_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err, double ref_max,
+                         double lse_err)
 {
     const double step = ldexp(ref_max, dtype == DCP_DTYPE_BF16 ? -8 : -11);
     return max_abs_err <= 2 * low_abs_err + step && lse_err <= 1e-3;
@@ -362,11 +362,11 @@ static void *bwd_worker(void *arg)
     return ret;
 }
 
-dcp_status_t dcp_reference_backward(const dcp_seq_info_t *seqs, int32_t num_seqs,
-                                    const dcp_attn_shape_t *shape, const float *q, const float *k,
-                                    const float *v, const float *dout, double *dq, double *dk,
-                                    double *dv, float *dq_low, float *dk_low, float *dv_low,
-                                    int32_t threads)
+dcp_status_t dcpt_reference_backward(const dcp_seq_info_t *seqs, int32_t num_seqs,
+                                     const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                     const float *v, const float *dout, double *dq, double *dk,
+                                     double *dv, float *dq_low, float *dk_low, float *dv_low,
+                                     int32_t threads)
 {
     if (!dout || !dq || !dk || !dv)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "reference backward: bad arguments");
@@ -386,8 +386,8 @@ dcp_status_t dcp_reference_backward(const dcp_seq_info_t *seqs, int32_t num_seqs
     return DCP_OK;
 }
 
-int dcp_lowp_grad_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err,
-                             double ref_max)
+int dcpt_lowp_grad_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err,
+                              double ref_max)
 {
     const int bits = dtype == DCP_DTYPE_BF16 ? 8 : dtype == DCP_DTYPE_FP16 ? 11 : 24;
     return max_abs_err <= 3 * low_abs_err + ldexp(ref_max, -bits);

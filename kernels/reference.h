@@ -10,16 +10,16 @@
  * With o_low (same layout), also the plain computation in shape->dtype that the GPU
  * kernels' error is judged against (FlashAttention's rule): probabilities rounded to the
  * dtype before P.V, fp32 sums, the output rounded to the dtype. */
-dcp_status_t dcp_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
-                                     const dcp_attn_shape_t *shape, const float *q, const float *k,
-                                     const float *v, double *o, double *lse, float *o_low,
-                                     int32_t threads);
+dcp_status_t dcpt_reference_attention(const dcp_seq_info_t *seqs, int32_t num_seqs,
+                                      const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                      const float *v, double *o, double *lse, float *o_low,
+                                      int32_t threads);
 
 /* FlashAttention's rule for a bf16/fp16 result: its max |O - O_ref| is at most twice that of
  * the plain computation (o_low above) plus one rounding step of max |O_ref| (2^-8 bf16, 2^-11
  * fp16), and its LSE error (relative, over finite LSE) is at most 1e-3. */
-int dcp_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err, double ref_max,
-                        double lse_err);
+int dcpt_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err, double ref_max,
+                         double lse_err);
 
 /* The backward of the attention above, in double precision: given dO (`dout`, layout of
  * q), dq [tokens, Hq, D] and dk, dv [tokens, Hkv, D] (each KV head's gradient summed over the
@@ -30,16 +30,16 @@ int dcp_lowp_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_er
  * against: fp32 scores, LSE and sums; O and the outputs rounded to the dtype; delta from that
  * O; P and dS rounded to the dtype before their products (fp32 dtype: plain fp32). Runs on
  * `threads` threads; the result does not depend on their number. */
-dcp_status_t dcp_reference_backward(const dcp_seq_info_t *seqs, int32_t num_seqs,
-                                    const dcp_attn_shape_t *shape, const float *q, const float *k,
-                                    const float *v, const float *dout, double *dq, double *dk,
-                                    double *dv, float *dq_low, float *dk_low, float *dv_low,
-                                    int32_t threads);
+dcp_status_t dcpt_reference_backward(const dcp_seq_info_t *seqs, int32_t num_seqs,
+                                     const dcp_attn_shape_t *shape, const float *q, const float *k,
+                                     const float *v, const float *dout, double *dq, double *dk,
+                                     double *dv, float *dq_low, float *dk_low, float *dv_low,
+                                     int32_t threads);
 
 /* FlashAttention-2's rule for a gradient (dQ, dK or dV) in bf16/fp16: its max |g - g_ref| is
  * at most three times that of the plain computation (the *_low outputs above) plus one
  * rounding step of max |g_ref| (2^-8 bf16, 2^-11 fp16; 2^-24 fp32). */
-int dcp_lowp_grad_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err,
-                             double ref_max);
+int dcpt_lowp_grad_rule_holds(dcp_dtype_t dtype, double max_abs_err, double low_abs_err,
+                              double ref_max);
 
 #endif

@@ -6,10 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void (*fail_hook)(void);
+static int quiet;
 
-void dcp_args_set_fail_hook(void (*hook)(void))
+void dcpt_args_set_quiet(int q)
+{
+    quiet = q;
+}
+
+void dcpt_args_set_fail_hook(void (*hook)(void))
 {
     fail_hook = hook;
 }
@@ -21,66 +29,112 @@ static _Noreturn void bad_flags_exit(void)
     exit(2);
 }
 
-void dcp_args_fail(const char *tool, const char *flag, const char *fmt, ...)
+void dcpt_args_fail(const char *tool, const char *flag, const char *fmt, ...)
 {
-    fprintf(stderr, "%s: --%s: ", tool, flag);
+    /* one write, so that the ranks of a job never interleave their lines */
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg, "%s: --%s: ", tool, flag);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    if (n >= 0 && (size_t)n < sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
+    if (!quiet) {
+        fprintf(stderr, "%.*s\n", (int)sizeof msg - 2, msg);
+        fflush(stderr);
+    }
     bad_flags_exit();
 }
 
-static void usage(const dcp_arg_t *args, int nargs, const char *tool, const char *summary)
+/* " (default X)" from the flag's variable, or "" where the help says its own default or
+ * there is none (a flag, an unset string). */
+static void default_text(const dcpt_arg_t *a, char *out, size_t size)
 {
-    printf("usage: %s [flags]\n%s\n\n", tool, summary);
-    for (int i = 0; i < nargs; i++) {
-        const char *v = args[i].kind == DCP_ARG_FLAG  ? ""
-                        : args[i].kind == DCP_ARG_STR ? " S"
-                                                      : " N";
-        char left[48];
-        snprintf(left, sizeof left, "--%s%s", args[i].name, v);
-        printf("  %-24s %s\n", left, args[i].help);
+    out[0] = '\0';
+    if (strstr(a->help, "default")) return;
+    switch (a->kind) {
+    case DCPT_ARG_INT:
+        snprintf(out, size, " (default %lld)", (long long)*(const int64_t *)a->dst);
+        break;
+    case DCPT_ARG_DOUBLE:
+        snprintf(out, size, " (default %g)", *(const double *)a->dst);
+        break;
+    case DCPT_ARG_STR:
+        if (*(const char *const *)a->dst)
+            snprintf(out, size, " (default %s)", *(const char *const *)a->dst);
+        break;
+    case DCPT_ARG_FLAG:
+        break;
     }
 }
 
-static void set_value(const char *tool, dcp_arg_t *a, const char *val)
+static void usage(const dcpt_arg_t *args, int nargs, const char *tool, const char *summary)
+{
+    printf("usage: %s [flags]\n%s\n\n", tool, summary);
+    for (int i = 0; i < nargs; i++) {
+        const char *v = args[i].kind == DCPT_ARG_FLAG  ? ""
+                        : args[i].kind == DCPT_ARG_STR ? " S"
+                                                       : " N";
+        char left[48], def[160];
+        snprintf(left, sizeof left, "--%s%s", args[i].name, v);
+        default_text(&args[i], def, sizeof def);
+        printf("  %-24s %s%s\n", left, args[i].help, def);
+    }
+}
+
+void dcpt_args_writable(const char *tool, const char *flag, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        dcpt_args_fail(tool, flag, "'%s': folder '%s' does not exist", path, dir);
+    if (access(dir, W_OK) != 0) dcpt_args_fail(tool, flag, "'%s': cannot write in '%s'", path, dir);
+    if (stat(path, &sb) == 0 && (!S_ISREG(sb.st_mode) || access(path, W_OK) != 0))
+        dcpt_args_fail(tool, flag, "'%s' is not a writable file", path);
+}
+
+static void set_value(const char *tool, dcpt_arg_t *a, const char *val)
 {
     char *end;
     errno = 0;
     switch (a->kind) {
-    case DCP_ARG_INT: {
+    case DCPT_ARG_INT: {
         const long long x = strtoll(val, &end, 10);
         if (*val == '\0' || *end != '\0' || errno != 0)
-            dcp_args_fail(tool, a->name, "'%s' is not an integer", val);
+            dcpt_args_fail(tool, a->name, "'%s' is not an integer", val);
         if (x < a->min || x > a->max)
-            dcp_args_fail(tool, a->name, "%lld is outside [%lld, %lld]", x, (long long)a->min,
-                          (long long)a->max);
+            dcpt_args_fail(tool, a->name, "%lld is outside [%lld, %lld]", x, (long long)a->min,
+                           (long long)a->max);
         *(int64_t *)a->dst = x;
         break;
     }
-    case DCP_ARG_DOUBLE: {
+    case DCPT_ARG_DOUBLE: {
         const double x = strtod(val, &end);
         if (*val == '\0' || *end != '\0' || errno != 0 || !isfinite(x))
-            dcp_args_fail(tool, a->name, "'%s' is not a number", val);
+            dcpt_args_fail(tool, a->name, "'%s' is not a number", val);
         if (a->min < a->max && (x < (double)a->min || x > (double)a->max))
-            dcp_args_fail(tool, a->name, "%g is outside [%lld, %lld]", x, (long long)a->min,
-                          (long long)a->max);
+            dcpt_args_fail(tool, a->name, "%g is outside [%lld, %lld]", x, (long long)a->min,
+                           (long long)a->max);
         *(double *)a->dst = x;
         break;
     }
-    case DCP_ARG_STR:
-        if (*val == '\0') dcp_args_fail(tool, a->name, "needs a value");
+    case DCPT_ARG_STR:
+        if (*val == '\0') dcpt_args_fail(tool, a->name, "needs a value");
         *(const char **)a->dst = val;
         break;
-    case DCP_ARG_FLAG:
+    case DCPT_ARG_FLAG:
         break;
     }
 }
 
-void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const char *tool,
-                    const char *summary)
+void dcpt_args_parse(int argc, char **argv, dcpt_arg_t *args, int nargs, const char *tool,
+                     const char *summary)
 {
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -94,7 +148,7 @@ void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const cha
         }
         const char *name = s + 2, *eq = strchr(name, '=');
         const size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        dcp_arg_t *a = NULL;
+        dcpt_arg_t *a = NULL;
         for (int k = 0; k < nargs; k++)
             if (strlen(args[k].name) == len && !strncmp(args[k].name, name, len)) a = &args[k];
         if (!a) {
@@ -102,19 +156,19 @@ void dcp_args_parse(int argc, char **argv, dcp_arg_t *args, int nargs, const cha
             bad_flags_exit();
         }
         a->seen = 1;
-        if (a->kind == DCP_ARG_FLAG) {
-            if (eq) dcp_args_fail(tool, a->name, "takes no value");
+        if (a->kind == DCPT_ARG_FLAG) {
+            if (eq) dcpt_args_fail(tool, a->name, "takes no value");
             *(int *)a->dst = 1;
             continue;
         }
         const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!val) dcp_args_fail(tool, a->name, "needs a value");
+        if (!val) dcpt_args_fail(tool, a->name, "needs a value");
         set_value(tool, a, val);
     }
 }
 
-int dcp_args_split(const char *tool, const char *flag, const char *list, char ***items_out,
-                   char **storage_out)
+int dcpt_args_split(const char *tool, const char *flag, const char *list, char ***items_out,
+                    char **storage_out)
 {
     const size_t len = strlen(list);
     char *copy = malloc(len + 1);
@@ -128,7 +182,7 @@ int dcp_args_split(const char *tool, const char *flag, const char *list, char **
     for (char *p = copy;;) {
         char *comma = strchr(p, ',');
         if (comma) *comma = '\0';
-        if (*p == '\0') dcp_args_fail(tool, flag, "empty item in '%s'", list);
+        if (*p == '\0') dcpt_args_fail(tool, flag, "empty item in '%s'", list);
         items[n++] = p;
         if (!comma) break;
         p = comma + 1;
@@ -138,7 +192,7 @@ int dcp_args_split(const char *tool, const char *flag, const char *list, char **
     return n;
 }
 
-int dcp_args_seen(const dcp_arg_t *args, int nargs, const char *name)
+int dcpt_args_seen(const dcpt_arg_t *args, int nargs, const char *name)
 {
     for (int i = 0; i < nargs; i++)
         if (!strcmp(args[i].name, name)) return args[i].seen;

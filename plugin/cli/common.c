@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dcp_common_defaults(dcp_common_flags_t *f)
+void dcpt_common_defaults(dcpt_common_flags_t *f)
 {
-    *f = (dcp_common_flags_t){
+    *f = (dcpt_common_flags_t){
         .ranks = 8,
         .tokens = 16384,
         .max_len = 0,
@@ -26,41 +26,39 @@ void dcp_common_defaults(dcp_common_flags_t *f)
     };
 }
 
-void dcp_common_args(dcp_common_flags_t *f, dcp_arg_t *a)
+void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *a)
 {
-    const dcp_arg_t t[DCP_COMMON_NARGS] = {
-        {"ranks", DCP_ARG_INT, &f->ranks, 1, 65536, "ranks (default 8)", 0},
-        {"cluster", DCP_ARG_STR, &f->cluster, 0, 0,
+    const dcpt_arg_t t[DCPT_COMMON_NARGS] = {
+        {"ranks", DCPT_ARG_INT, &f->ranks, 1, 65536, "ranks", 0},
+        {"cluster", DCPT_ARG_STR, &f->cluster, 0, 0,
          "NxG[:intra=GBps][:inter=GBps][:lat=us] (default (R/4)x4 or 1xR)", 0},
-        {"mask", DCP_ARG_STR, &f->mask, 0, 0,
+        {"mask", DCPT_ARG_STR, &f->mask, 0, 0,
          "mask spec or comma list: full, causal, window:W, lambda:S:W, blockwise:b:k, "
          "shared-question:p:a",
          0},
-        {"seqlens", DCP_ARG_STR, &f->seqlens, 0, 0, "comma-separated sequence lengths", 0},
-        {"lengths-file", DCP_ARG_STR, &f->lengths_file, 0, 0,
+        {"seqlens", DCPT_ARG_STR, &f->seqlens, 0, 0, "comma-separated sequence lengths", 0},
+        {"lengths-file", DCPT_ARG_STR, &f->lengths_file, 0, 0,
          "file of lengths (one per line) to sample", 0},
-        {"tokens", DCP_ARG_INT, &f->tokens, 1, 2147483647, "tokens to sample (default 16384)", 0},
-        {"max-len", DCP_ARG_INT, &f->max_len, 1, 2147483647,
+        {"tokens", DCPT_ARG_INT, &f->tokens, 1, 2147483647, "tokens to sample", 0},
+        {"max-len", DCPT_ARG_INT, &f->max_len, 1, 2147483647,
          "drop sampled lengths above this (default --tokens)", 0},
-        {"seed", DCP_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors (default 1)",
-         0},
-        {"heads", DCP_ARG_INT, &f->heads, 1, 65536, "query heads (default 4)", 0},
-        {"kv-heads", DCP_ARG_INT, &f->kv_heads, 1, 65536, "KV heads (default 2)", 0},
-        {"head-dim", DCP_ARG_INT, &f->head_dim, 1, 4096, "head dimension (default 64)", 0},
-        {"block", DCP_ARG_INT, &f->block, 1, 2147483647, "tokens per block (default 512)", 0},
-        {"head-blocks", DCP_ARG_INT, &f->head_blocks, 1, 65536, "head groups (default 1)", 0},
-        {"divisions", DCP_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank (default 4)",
-         0},
-        {"strategy", DCP_ARG_STR, &f->strategy, 0, 0,
+        {"seed", DCPT_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors", 0},
+        {"heads", DCPT_ARG_INT, &f->heads, 1, 65536, "query heads", 0},
+        {"kv-heads", DCPT_ARG_INT, &f->kv_heads, 1, 65536, "KV heads", 0},
+        {"head-dim", DCPT_ARG_INT, &f->head_dim, 1, 4096, "head dimension", 0},
+        {"block", DCPT_ARG_INT, &f->block, 1, 2147483647, "tokens per block", 0},
+        {"head-blocks", DCPT_ARG_INT, &f->head_blocks, 1, 65536, "head groups", 0},
+        {"divisions", DCPT_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank", 0},
+        {"strategy", DCPT_ARG_STR, &f->strategy, 0, 0,
          "ring, zigzag, lpt, metis, auto, a comma list, or all", 0},
-        {"mem-cap", DCP_ARG_INT, &f->mem_cap, 0, INT64_MAX,
+        {"mem-cap", DCPT_ARG_INT, &f->mem_cap, 0, INT64_MAX,
          "per-rank cap on owned block bytes (default none)", 0},
     };
     memcpy(a, t, sizeof t);
 }
 
-static void resolve_cluster(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
-                            dcp_common_t *out)
+static void resolve_cluster(const char *tool, const dcpt_common_flags_t *f, const dcpt_arg_t *args,
+                            dcpt_common_t *out)
 {
     char spec[64];
     const char *use = f->cluster;
@@ -72,23 +70,23 @@ static void resolve_cluster(const char *tool, const dcp_common_flags_t *f, const
         use = spec;
     }
     if (dcp_cluster_from_spec(use, &out->cluster) != DCP_OK)
-        dcp_args_fail(tool, "cluster", "%s", dcp_last_error());
+        dcpt_args_fail(tool, "cluster", "%s", dcp_last_error());
     /* With --cluster alone the cluster decides the ranks; with both they must agree. */
     const int32_t n = dcp_cluster_num_ranks(out->cluster);
-    if (n != f->ranks && dcp_args_seen(args, DCP_COMMON_NARGS, "ranks"))
-        dcp_args_fail(tool, "cluster", "'%s' has %d ranks, --ranks is %lld", use, n,
-                      (long long)f->ranks);
+    if (n != f->ranks && dcpt_args_seen(args, DCPT_COMMON_NARGS, "ranks"))
+        dcpt_args_fail(tool, "cluster", "'%s' has %d ranks, --ranks is %lld", use, n,
+                       (long long)f->ranks);
 }
 
-static void resolve_masks(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+static void resolve_masks(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
     char **items, *storage;
-    out->num_masks = dcp_args_split(tool, "mask", f->mask, &items, &storage);
+    out->num_masks = dcpt_args_split(tool, "mask", f->mask, &items, &storage);
     out->masks = calloc((size_t)out->num_masks, sizeof *out->masks);
     out->mask_names = calloc((size_t)out->num_masks, sizeof *out->mask_names);
     for (int32_t i = 0; i < out->num_masks; i++) {
         if (dcp_mask_parse(items[i], &out->masks[i]) != DCP_OK)
-            dcp_args_fail(tool, "mask", "%s", dcp_last_error());
+            dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
         out->mask_names[i] = malloc(64);
         dcp_mask_format(&out->masks[i], out->mask_names[i], 64);
     }
@@ -96,7 +94,7 @@ static void resolve_masks(const char *tool, const dcp_common_flags_t *f, dcp_com
     free(storage);
 }
 
-static void resolve_strategies(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+static void resolve_strategies(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
     if (!strcmp(f->strategy, "all")) {
         out->num_strategies = DCP_STRATEGY_COUNT;
@@ -105,32 +103,32 @@ static void resolve_strategies(const char *tool, const dcp_common_flags_t *f, dc
         return;
     }
     char **items, *storage;
-    out->num_strategies = dcp_args_split(tool, "strategy", f->strategy, &items, &storage);
+    out->num_strategies = dcpt_args_split(tool, "strategy", f->strategy, &items, &storage);
     out->strategies = calloc((size_t)out->num_strategies, sizeof *out->strategies);
     for (int32_t i = 0; i < out->num_strategies; i++)
         if (dcp_strategy_parse(items[i], &out->strategies[i]) != DCP_OK)
-            dcp_args_fail(tool, "strategy", "%s", dcp_last_error());
+            dcpt_args_fail(tool, "strategy", "%s", dcp_last_error());
     free(items);
     free(storage);
 }
 
-static void parse_seqlens(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+static void parse_seqlens(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
     char **items, *storage;
-    const int32_t n = dcp_args_split(tool, "seqlens", f->seqlens, &items, &storage);
+    const int32_t n = dcpt_args_split(tool, "seqlens", f->seqlens, &items, &storage);
     long long total = 0;
     out->lengths = calloc((size_t)n, sizeof *out->lengths);
     for (int32_t i = 0; i < n; i++) {
         char *end;
         const long long v = strtoll(items[i], &end, 10);
         if (*end != '\0' || v < 1 || v > 2147483647)
-            dcp_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
+            dcpt_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
         const long long scaled = llround((double)v * f->scale);
         out->lengths[i] = (int32_t)(scaled < 1 ? 1 : scaled > 2147483647 ? 2147483647 : scaled);
         total += out->lengths[i];
     }
     if (total > 2147483647)
-        dcp_args_fail(tool, "seqlens", "%lld tokens in all, more than 2^31 - 1", total);
+        dcpt_args_fail(tool, "seqlens", "%lld tokens in all, more than 2^31 - 1", total);
     out->num_batches = 1;
     out->batch_first = calloc(2, sizeof *out->batch_first);
     out->batch_first[1] = n;
@@ -140,30 +138,30 @@ static void parse_seqlens(const char *tool, const dcp_common_flags_t *f, dcp_com
 
 /* Lengths from the file or the built-in histogram: one batch filled to exactly --tokens
  * (the attention test), or --batches batches packed the way DCP packs them (the planner). */
-static void sample_lengths(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+static void sample_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
-    dcp_length_source_t src = {NULL, 0};
+    dcpt_length_source_t src = {NULL, 0};
     int32_t *pool = NULL;
     if (f->lengths_file) {
         int64_t n;
-        if (dcp_lengths_read(f->lengths_file, &pool, &n) != DCP_OK)
-            dcp_args_fail(tool, "lengths-file", "%s", dcp_last_error());
-        src = (dcp_length_source_t){pool, n};
+        if (dcpt_lengths_read(f->lengths_file, &pool, &n) != DCP_OK)
+            dcpt_args_fail(tool, "lengths-file", "%s", dcp_last_error());
+        src = (dcpt_length_source_t){pool, n};
     }
     if (f->batches > 0) {
-        if (dcp_lengths_pack(&src, f->tokens, f->scale, (int32_t)f->batches, (uint64_t)f->seed,
-                             &out->lengths, &out->batch_first, &out->num_batches) != DCP_OK)
-            dcp_args_fail(tool, "batches", "%s", dcp_last_error());
+        if (dcpt_lengths_pack(&src, f->tokens, f->scale, (int32_t)f->batches, (uint64_t)f->seed,
+                              &out->lengths, &out->batch_first, &out->num_batches) != DCP_OK)
+            dcpt_args_fail(tool, "batches", "%s", dcp_last_error());
         if (out->num_batches < f->batches)
             fprintf(stderr, "%s: the lengths fill only %d batches of %lld tokens\n", tool,
                     out->num_batches, (long long)f->tokens);
     } else {
         const int64_t max_len = f->max_len > 0 ? f->max_len : f->tokens;
         int32_t n = 0;
-        if (dcp_lengths_fill(&src, f->tokens,
-                             (int32_t)(max_len < 2147483647 ? max_len : 2147483647),
-                             (uint64_t)f->seed, &out->lengths, &n) != DCP_OK)
-            dcp_args_fail(tool, "max-len", "%s", dcp_last_error());
+        if (dcpt_lengths_fill(&src, f->tokens,
+                              (int32_t)(max_len < 2147483647 ? max_len : 2147483647),
+                              (uint64_t)f->seed, &out->lengths, &n) != DCP_OK)
+            dcpt_args_fail(tool, "max-len", "%s", dcp_last_error());
         for (int32_t i = 0; i < n; i++) {
             const long long s = llround(out->lengths[i] * f->scale);
             out->lengths[i] = (int32_t)(s < 1 ? 1 : s > 2147483647 ? 2147483647 : s);
@@ -175,19 +173,19 @@ static void sample_lengths(const char *tool, const dcp_common_flags_t *f, dcp_co
     free(pool);
 }
 
-static void resolve_lengths(const char *tool, const dcp_common_flags_t *f, dcp_common_t *out)
+static void resolve_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
     if (f->seqlens && f->lengths_file)
-        dcp_args_fail(tool, "seqlens", "give either --seqlens or --lengths-file");
-    if (!(f->scale > 0)) dcp_args_fail(tool, "scale", "must be > 0");
+        dcpt_args_fail(tool, "seqlens", "give either --seqlens or --lengths-file");
+    if (!(f->scale > 0)) dcpt_args_fail(tool, "scale", "must be > 0");
     if (f->seqlens)
         parse_seqlens(tool, f, out);
     else
         sample_lengths(tool, f, out);
 }
 
-void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
-                        dcp_common_t *out)
+void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const dcpt_arg_t *args,
+                         dcpt_common_t *out)
 {
     memset(out, 0, sizeof *out);
     resolve_cluster(tool, f, args, out);
@@ -195,11 +193,11 @@ void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp
     resolve_strategies(tool, f, out);
     resolve_lengths(tool, f, out);
     if (f->heads % f->kv_heads != 0)
-        dcp_args_fail(tool, "kv-heads", "%lld does not divide --heads %lld", (long long)f->kv_heads,
-                      (long long)f->heads);
+        dcpt_args_fail(tool, "kv-heads", "%lld does not divide --heads %lld",
+                       (long long)f->kv_heads, (long long)f->heads);
     if (f->kv_heads % f->head_blocks != 0)
-        dcp_args_fail(tool, "head-blocks", "%lld does not divide --kv-heads %lld",
-                      (long long)f->head_blocks, (long long)f->kv_heads);
+        dcpt_args_fail(tool, "head-blocks", "%lld does not divide --kv-heads %lld",
+                       (long long)f->head_blocks, (long long)f->kv_heads);
     out->shape = (dcp_attn_shape_t){(int32_t)f->heads, (int32_t)f->kv_heads, (int32_t)f->head_dim,
                                     DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_default(&out->opts);
@@ -210,7 +208,7 @@ void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp
     out->opts.seed = (uint64_t)f->seed;
 }
 
-void dcp_common_free(dcp_common_t *c)
+void dcpt_common_free(dcpt_common_t *c)
 {
     dcp_cluster_destroy(c->cluster);
     for (int32_t i = 0; i < c->num_masks; i++) free(c->mask_names[i]);
@@ -222,15 +220,15 @@ void dcp_common_free(dcp_common_t *c)
     memset(c, 0, sizeof *c);
 }
 
-dcp_dtype_t dcp_dtype_arg(const char *tool, const char *flag, const char *text)
+dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text)
 {
     static const dcp_dtype_t all[3] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
     for (int i = 0; i < 3; i++)
-        if (!strcmp(text, dcp_dtype_name(all[i]))) return all[i];
-    dcp_args_fail(tool, flag, "'%s': bf16, fp16 or fp32", text);
+        if (!strcmp(text, dcpt_dtype_name(all[i]))) return all[i];
+    dcpt_args_fail(tool, flag, "'%s': bf16, fp16 or fp32", text);
 }
 
-const char *dcp_dtype_name(dcp_dtype_t dtype)
+const char *dcpt_dtype_name(dcp_dtype_t dtype)
 {
     return dtype == DCP_DTYPE_BF16 ? "bf16" : dtype == DCP_DTYPE_FP16 ? "fp16" : "fp32";
 }

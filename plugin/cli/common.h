@@ -1,7 +1,7 @@
 /* The flags dcp's tools share: batch (lengths, masks), attention shape, plan options and
  * cluster, with their defaults and checks. */
-#ifndef DCP_CLI_COMMON_H
-#define DCP_CLI_COMMON_H
+#ifndef DCPT_CLI_COMMON_H
+#define DCPT_CLI_COMMON_H
 
 #include "include/dcp.h"
 #include "plugin/cli/args.h"
@@ -12,13 +12,13 @@ typedef struct {
     const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
     int64_t batches; /* 0: one batch filled to --tokens; else DCP's packing into this many */
     double scale;    /* every length multiplied by this (default 1) */
-} dcp_common_flags_t;
+} dcpt_common_flags_t;
 
-/* Number of table entries dcp_common_args() fills. */
-#define DCP_COMMON_NARGS 16
+/* Number of table entries dcpt_common_args() fills. */
+#define DCPT_COMMON_NARGS 16
 
-void dcp_common_defaults(dcp_common_flags_t *f);
-void dcp_common_args(dcp_common_flags_t *f, dcp_arg_t *args);
+void dcpt_common_defaults(dcpt_common_flags_t *f);
+void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *args);
 
 typedef struct {
     dcp_cluster_t *cluster;
@@ -32,16 +32,16 @@ typedef struct {
     int32_t *lengths;
     dcp_attn_shape_t shape;
     dcp_plan_options_t opts; /* strategy left to the caller */
-} dcp_common_t;
+} dcpt_common_t;
 
 /* Checks the flags and builds what they describe; exits 2 naming the flag on bad input.
- * `args` is the table dcp_common_args() filled (its `seen` marks are read). */
-void dcp_common_resolve(const char *tool, const dcp_common_flags_t *f, const dcp_arg_t *args,
-                        dcp_common_t *out);
-void dcp_common_free(dcp_common_t *c);
+ * `args` is the table dcpt_common_args() filled (its `seen` marks are read). */
+void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const dcpt_arg_t *args,
+                         dcpt_common_t *out);
+void dcpt_common_free(dcpt_common_t *c);
 
 /* "fp32", "bf16", "fp16": parsed (exits 2 naming --<flag> otherwise) and named. */
-dcp_dtype_t dcp_dtype_arg(const char *tool, const char *flag, const char *text);
-const char *dcp_dtype_name(dcp_dtype_t dtype);
+dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text);
+const char *dcpt_dtype_name(dcp_dtype_t dtype);
 
 #endif

@@ -20,7 +20,7 @@
 #include "partition/mask.h"
 #include "plugin/cli/args.h"
 #include "plugin/cli/common.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/bench.h"
 #include "plugin/cli/rng.h"
 #include "plugin/cli/tile_case.h"
 #include "plugin/context.h"
@@ -32,14 +32,52 @@
 
 static const char *tool = "dcp-kernel-bench";
 
+#define MAX_TILES 32
+
+/* For --write-table: the forward attention's TFLOP/s summed per tile edge. */
+typedef struct {
+    int32_t tile[MAX_TILES], n[MAX_TILES], num;
+    double tflops[MAX_TILES];
+} kernel_table_t;
+
 typedef struct {
     int gpu; /* CUDA device ordinal, -1: the CPU */
     const dcp_device_t *dev;
     dcp_dtype_t dtype;
-    int64_t warmup, iters, sources;
-    int json;
+    int64_t sources;
     void *stream;
+    dcpt_bench_t h;        /* the tools' bench harness: warm-up, iterations, fields, --json */
+    kernel_table_t *table; /* the forward's figures per tile */
 } bench_t;
+
+static void table_add(kernel_table_t *t, int32_t tile, double tflops)
+{
+    int i = 0;
+    while (i < t->num && t->tile[i] != tile) i++;
+    if (i == MAX_TILES || !(tflops > 0)) return;
+    if (i == t->num) t->tile[t->num++] = tile;
+    t->tflops[i] += tflops;
+    t->n[i]++;
+}
+
+/* The file --kernel-table reads: lines 'tile_tokens efficiency', tiles increasing, the
+ * efficiency the mean forward TFLOP/s at that tile over `peak`, at most 1. */
+static int table_write(const kernel_table_t *t, const char *path, double peak, const char *what)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    fprintf(f, "# dcp-kernel-bench: %s, forward attention, efficiency = TFLOP/s / %g\n", what,
+            peak);
+    for (int32_t done = 0, last = 0; done < t->num; done++) {
+        int best = -1;
+        for (int i = 0; i < t->num; i++)
+            if (t->tile[i] > last && (best < 0 || t->tile[i] < t->tile[best])) best = i;
+        last = t->tile[best];
+        const double e = t->tflops[best] / t->n[best] / peak;
+        fprintf(f, "%d %.6g\n", last, e < 1 ? e : 1.0);
+    }
+    return fclose(f) == 0;
+}
 
 /* n elements of N(0, 1) (or `lse_like`: log-sums around 5) in element type `ty`. */
 static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t ty, int lse_like,
@@ -48,9 +86,9 @@ static dcp_status_t buf_fill(const bench_t *b, void *dst, int64_t n, dcp_dtype_t
     const size_t es = ty == DCP_DTYPE_FP32 ? 4 : 2;
     void *host = malloc((size_t)n * es + 1);
     if (!host) return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: host staging of %lld", (long long)n);
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     for (int64_t i = 0; i < n; i++) {
-        const float v = (float)(lse_like ? 5.0 + dcp_rng_uniform(&rng) : dcp_rng_normal(&rng));
+        const float v = (float)(lse_like ? 5.0 + dcpt_rng_uniform(&rng) : dcpt_rng_normal(&rng));
         if (ty == DCP_DTYPE_FP32)
             ((float *)host)[i] = v;
         else
@@ -119,77 +157,83 @@ static dcp_status_t launch(const bench_t *b, op_t op, const dcp_kernel_env_t *en
     }
 }
 
-/* Median milliseconds of one launch. */
-static dcp_status_t time_launch(const bench_t *b, op_t op, const dcp_kernel_env_t *env,
-                                const void *a, int64_t n, const void *extra, double *ms_out)
+/* One launch, timed on the device (CUDA events on a GPU). */
+typedef struct {
+    const bench_t *b;
+    op_t op;
+    const dcp_kernel_env_t *env;
+    const void *a, *extra;
+    int64_t n;
+} launch_t;
+
+static dcp_status_t launch_sample(void *arg, int64_t i, double *ms)
 {
-    double *t;
-    DCP_CHECK(dcp_calloc(&t, b->iters, sizeof *t, "bench times"));
-    dcp_status_t st = DCP_OK;
-    for (int64_t i = 0; st == DCP_OK && i < b->warmup + b->iters; i++) {
-        void *timer = NULL;
-        double ms = 0;
-        st = b->dev->timer_start(b->stream, &timer);
-        if (st == DCP_OK) st = launch(b, op, env, a, n, extra);
-        if (timer) {
-            const dcp_status_t s2 = b->dev->timer_stop(timer, b->stream, &ms);
-            if (st == DCP_OK) st = s2;
-        }
-        if (i >= b->warmup) t[i - b->warmup] = ms;
+    (void)i;
+    const launch_t *l = arg;
+    const bench_t *b = l->b;
+    void *timer = NULL;
+    *ms = 0;
+    dcp_status_t st = b->dev->timer_start(b->stream, &timer);
+    if (st == DCP_OK) st = launch(b, l->op, l->env, l->a, l->n, l->extra);
+    if (timer) {
+        const dcp_status_t s2 = b->dev->timer_stop(timer, b->stream, ms);
+        if (st == DCP_OK) st = s2;
     }
-    if (st == DCP_OK) *ms_out = dcp_median(t, b->iters);
-    free(t);
     return st;
+}
+
+/* Median [min, max] milliseconds of one launch. */
+static dcp_status_t time_launch(const bench_t *b, op_t op, const dcp_kernel_env_t *env,
+                                const void *a, int64_t n, const void *extra, dcpt_stats_t *ms_out)
+{
+    launch_t l = {b, op, env, a, extra, n};
+    return dcpt_bench_time(&b->h, launch_sample, &l, ms_out);
 }
 
 typedef struct {
     const char *kernel, *mask;
     int32_t total, tile, d, hq, hkv;
-    double density, ms, tflops, gbps;
-    const char *error; /* the case could not run (ms, tflops, gbps are 0) */
+    double density;
+    dcpt_stats_t ms;
+    double tflops, gbps; /* from the median; NaN ("-", null) where they do not apply */
+    const char *error;   /* the case could not run (NULL: null in JSON) */
+    const char *heads;   /* "hq/hkv", in heads_buf */
+    char heads_buf[24];
 } row_t;
 
-static const dcp_col_t cols[] = {
-    {"kernel", -6}, {"mask", -22},      {"total", 7}, {"tile", 5},    {"D", 4},
-    {"heads", 6},   {"density(%)", 10}, {"ms", 9},    {"TFLOP/s", 8}, {"GB/s", 8},
+#define F(head, width, key, kind, fmt, member)                                                     \
+    DCPT_FIELD(head, width, key, kind, fmt, row_t, member)
+static const dcpt_field_t fields[] = {
+    F("kernel", -6, "kernel", DCPT_F_STR, NULL, kernel),
+    F("mask", -22, "mask", DCPT_F_STR, NULL, mask),
+    F("total", 7, "total", DCPT_F_I32, NULL, total),
+    F("tile", 5, "tile", DCPT_F_I32, NULL, tile),
+    F("D", 4, "head_dim", DCPT_F_I32, NULL, d),
+    F(NULL, 0, "q_heads", DCPT_F_I32, NULL, hq),
+    F(NULL, 0, "kv_heads", DCPT_F_I32, NULL, hkv),
+    {"heads", 6, NULL, DCPT_F_STR, NULL, offsetof(row_t, heads), 0},
+    {"density(%)", 10, "density", DCPT_F_NUM, "%.1f", offsetof(row_t, density), 100},
+    F("ms", 9, "ms", DCPT_F_STATS, "%.3f", ms),
+    F("TFLOP/s", 8, "tflops", DCPT_F_NUM, "%.3f", tflops),
+    F("GB/s", 8, "gbps", DCPT_F_NUM, "%.1f", gbps),
+    F(NULL, 0, "error", DCPT_F_STR, NULL, error),
 };
-#define NCOLS ((int)(sizeof cols / sizeof cols[0]))
+#undef F
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
 
-static void print_row(const bench_t *b, const row_t *r)
+/* JSON members that are the bench's, not the row's. */
+static void bench_members(dcpt_json_t *j, const void *ctx)
 {
-    if (b->json) {
-        dcp_json_t j;
-        dcp_json_begin(&j, stdout);
-        dcp_json_str(&j, "kernel", r->kernel);
-        dcp_json_str(&j, "mask", r->mask);
-        dcp_json_int(&j, "total", r->total);
-        dcp_json_int(&j, "tile", r->tile);
-        dcp_json_int(&j, "head_dim", r->d);
-        dcp_json_int(&j, "q_heads", r->hq);
-        dcp_json_int(&j, "kv_heads", r->hkv);
-        dcp_json_str(&j, "dtype", dcp_dtype_name(b->dtype));
-        dcp_json_str(&j, "device", b->dev->name);
-        dcp_json_num(&j, "density", r->density);
-        dcp_json_num(&j, "ms", r->ms);
-        dcp_json_num(&j, "tflops", r->tflops);
-        dcp_json_num(&j, "gbps", r->gbps);
-        if (r->error) dcp_json_str(&j, "error", r->error);
-        dcp_json_end(&j);
-        return;
-    }
-    char c[NCOLS][32];
-    snprintf(c[0], 32, "%s", r->kernel);
-    snprintf(c[1], 32, "%s", r->mask);
-    snprintf(c[2], 32, "%d", r->total);
-    snprintf(c[3], 32, "%d", r->tile);
-    snprintf(c[4], 32, "%d", r->d);
-    snprintf(c[5], 32, "%d/%d", r->hq, r->hkv);
-    snprintf(c[6], 32, "%.1f", 100 * r->density);
-    snprintf(c[7], 32, r->ms > 0 ? "%.3f" : "-", r->ms);
-    snprintf(c[8], 32, r->tflops <= 0 ? "-" : r->tflops < 10 ? "%.3f" : "%.1f", r->tflops);
-    snprintf(c[9], 32, r->gbps > 0 ? "%.1f" : "-", r->gbps);
-    dcp_table_row(stdout, cols, NCOLS, c);
-    fflush(stdout);
+    const bench_t *b = ctx;
+    dcpt_json_str(j, "dtype", dcpt_dtype_name(b->dtype));
+    dcpt_json_str(j, "device", b->dev->name);
+}
+
+static void print_row(const bench_t *b, row_t *r)
+{
+    snprintf(r->heads_buf, sizeof r->heads_buf, "%d/%d", r->hq, r->hkv);
+    r->heads = r->heads_buf;
+    dcpt_bench_row(&b->h, r, bench_members, b);
 }
 
 static dcp_kernel_env_t base_env(const bench_t *b, int32_t hq, int32_t hkv, int32_t d, int32_t rows)
@@ -208,8 +252,8 @@ static dcp_status_t measure(const bench_t *b, op_t op, const dcp_kernel_env_t *e
                             int64_t n, const void *extra, double flops, double bytes, row_t *r)
 {
     DCP_CHECK(time_launch(b, op, env, a, n, extra, &r->ms));
-    r->tflops = flops / (r->ms * 1e9);
-    r->gbps = bytes / (r->ms * 1e6);
+    r->tflops = flops > 0 ? flops / (r->ms.median * 1e9) : NAN;
+    r->gbps = bytes > 0 ? bytes / (r->ms.median * 1e6) : NAN;
     print_row(b, r);
     return DCP_OK;
 }
@@ -238,7 +282,7 @@ static dcp_status_t block_items(int32_t total, int32_t tile, int64_t w, int32_t 
  * does), then delta and the backward timed together. A backward that fails (a device table
  * without it yet) shows "-" and is not an error of the bench. */
 static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
-                              const dcp_tile_case_t *tc, const void *groups, const void *tiles,
+                              const dcpt_tile_case_t *tc, const void *groups, const void *tiles,
                               row_t r)
 {
     static int warned;
@@ -256,10 +300,11 @@ static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
     if (st != DCP_OK) return st;
     const bwd_args_t args = {tiles, (int64_t)tc->total * tc->hq};
     r.kernel = "bwd";
-    r.ms = r.tflops = r.gbps = 0;
+    r.ms = dcpt_stats(NULL, 0);
+    r.tflops = r.gbps = NAN;
     st = time_launch(b, OP_BWD, env, groups, tc->num_groups, &args, &r.ms);
     if (st == DCP_OK) {
-        r.tflops = 2.5 * dcp_tile_case_flops(tc) / (r.ms * 1e9);
+        r.tflops = 2.5 * dcpt_tile_case_flops(tc) / (r.ms.median * 1e9);
     } else {
         r.error = dcp_last_error();
         if (!warned++)
@@ -276,8 +321,8 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
                                const char *mask_name, int32_t total, int32_t tile, int32_t d,
                                int32_t hq, int32_t hkv, void *const bufs[DCP_BUF_COUNT])
 {
-    dcp_tile_case_t tc;
-    DCP_CHECK(dcp_tile_case_build(mask, total, tile, hq, hkv, d, &tc));
+    dcpt_tile_case_t tc;
+    DCP_CHECK(dcpt_tile_case_build(mask, total, tile, hq, hkv, d, &tc));
     void *groups = NULL, *tiles = NULL, *seqs = NULL;
     dcp_status_t st = to_kernels(b, tc.groups, (size_t)tc.num_groups * sizeof *tc.groups, &groups);
     if (st == DCP_OK) st = to_kernels(b, tc.tiles, (size_t)tc.num_tiles * sizeof *tc.tiles, &tiles);
@@ -285,18 +330,37 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
     dcp_kernel_env_t env = base_env(b, hq, hkv, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
     env.seqs = seqs;
-    row_t r = {"attn", mask_name, total, tile,
-               d,      hq,        hkv,   (double)tc.pairs / ((double)total * total),
-               0,      0,         0,     NULL};
+    row_t r = {.kernel = "attn",
+               .mask = mask_name,
+               .total = total,
+               .tile = tile,
+               .d = d,
+               .hq = hq,
+               .hkv = hkv,
+               .density = (double)tc.pairs / ((double)total * total)};
     if (st == DCP_OK && fwd)
-        st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcp_tile_case_flops(&tc), 0,
+        st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcpt_tile_case_flops(&tc), 0,
                      &r);
+    if (st == DCP_OK && fwd) table_add(b->table, tile, r.tflops);
     if (st == DCP_OK && bwd) st = bench_bwd(b, &env, &tc, groups, tiles, r);
     drop_descr(b, groups);
     drop_descr(b, tiles);
     drop_descr(b, seqs);
-    dcp_tile_case_free(&tc);
+    dcpt_tile_case_free(&tc);
     return st;
+}
+
+/* The row of a kernel with no mask (merge, copy): every row of the case, hq heads. */
+static row_t mask_free_row(const char *kernel, int32_t total, int32_t tile, int32_t d, int32_t hq)
+{
+    return (row_t){.kernel = kernel,
+                   .mask = "-",
+                   .total = total,
+                   .tile = tile,
+                   .d = d,
+                   .hq = hq,
+                   .hkv = hq,
+                   .density = 1};
 }
 
 /* --sources partials merged into the accumulators, one item per block of `tile` rows. The
@@ -326,7 +390,7 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
     if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    row_t r = {"merge", "-", total, tile, d, hq, hq, 1, 0, 0, 0, NULL};
+    row_t r = mask_free_row("merge", total, tile, d, hq);
     const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
     if (st == DCP_OK) st = measure(b, OP_MERGE, &env, di, nb, ds, 0, bytes, &r);
     drop_descr(b, di);
@@ -348,7 +412,7 @@ static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, in
     dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
     memcpy(env.bufs, bufs, sizeof env.bufs);
-    row_t r = {"copy", "-", total, tile, d, hq, hq, 1, 0, 0, 0, NULL};
+    row_t r = mask_free_row("copy", total, tile, d, hq);
     const double bytes = 2.0 * total * w * dcp_buf_elem_bytes(DCP_BUF_Q, b->dtype);
     if (st == DCP_OK) st = measure(b, OP_COPY, &env, di, nb, NULL, 0, bytes, &r);
     drop_descr(b, di);
@@ -370,8 +434,8 @@ static int64_t list_int(const char *flag, const char *s, int64_t lo, int64_t hi)
     char *end;
     const long long v = strtoll(s, &end, 10);
     if (*end != '\0' || v < lo || v > hi)
-        dcp_args_fail(tool, flag, "'%s' is not an integer in [%lld, %lld]", s, (long long)lo,
-                      (long long)hi);
+        dcpt_args_fail(tool, flag, "'%s' is not an integer in [%lld, %lld]", s, (long long)lo,
+                       (long long)hi);
     return v;
 }
 
@@ -380,7 +444,7 @@ static gqa_t list_gqa(const char *s)
     int hq = 0, hkv = 0, used = 0;
     if (sscanf(s, "%d:%d%n", &hq, &hkv, &used) != 2 || s[used] != '\0' || hq < 1 || hkv < 1 ||
         hq % hkv != 0 || hq > 65535)
-        dcp_args_fail(tool, "gqa", "'%s': QHEADS:KVHEADS with KVHEADS dividing QHEADS", s);
+        dcpt_args_fail(tool, "gqa", "'%s': QHEADS:KVHEADS with KVHEADS dividing QHEADS", s);
     return (gqa_t){hq, hkv};
 }
 
@@ -445,115 +509,149 @@ static dcp_status_t run_shape(const bench_t *b, const lists_t *l, const dcp_mask
     return st;
 }
 
+/* The flags' lists, checked (each exits 2 naming its flag); masks parsed and valid for every
+ * --total. `cpu` picks the CPU's default sizes. */
+static void lists_parse(const char *const text[6], int cpu, lists_t *l, dcp_mask_t **masks_out,
+                        char *storage[6])
+{
+    static const char *const defaults[2][6] = {
+        {NULL, "8192,16384,32768,131072", "512,1024,2048,4096", "64,128", "8:2,64:8", NULL},
+        {NULL, "2048", "512", "64", "8:2", NULL}};
+    char ***items[6] = {&l->masks, &l->totals, &l->tiles, &l->dims, &l->gqas, &l->kernels};
+    int *counts[6] = {&l->nmasks, &l->ntotals, &l->ntiles, &l->ndims, &l->ngqas, &l->nkernels};
+    static const char *const flags[6] = {"mask", "total", "tile", "head-dim", "gqa", "kernel"};
+    for (int k = 0; k < 6; k++)
+        *counts[k] = dcpt_args_split(tool, flags[k], text[k] ? text[k] : defaults[cpu][k], items[k],
+                                     &storage[k]);
+    for (int i = 0; i < l->nkernels; i++)
+        if (strcmp(l->kernels[i], "attn") && strcmp(l->kernels[i], "bwd") &&
+            strcmp(l->kernels[i], "merge") && strcmp(l->kernels[i], "copy"))
+            dcpt_args_fail(tool, "kernel", "'%s': attn, bwd, merge or copy", l->kernels[i]);
+    for (int i = 0; i < l->ndims; i++) {
+        const int64_t d = list_int("head-dim", l->dims[i], 1, 1024);
+        if (!cpu && d != 64 && d != 128)
+            dcpt_args_fail(tool, "head-dim", "the GPU runs 64 and 128");
+    }
+    for (int i = 0; i < l->ngqas; i++) list_gqa(l->gqas[i]);
+    if (l->ntiles > MAX_TILES) dcpt_args_fail(tool, "tile", "at most %d tile edges", MAX_TILES);
+    for (int i = 0; i < l->ntiles; i++) list_int("tile", l->tiles[i], 16, 1 << 20);
+    dcp_mask_t *masks = calloc((size_t)l->nmasks, sizeof *masks);
+    if (!masks) dcpt_args_fail(tool, "mask", "out of memory");
+    for (int i = 0; i < l->nmasks; i++)
+        if (dcp_mask_parse(l->masks[i], &masks[i]) != DCP_OK)
+            dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
+    for (int t = 0; t < l->ntotals; t++) {
+        const int32_t total = (int32_t)list_int("total", l->totals[t], 1, 1 << 24);
+        for (int m = 0; m < l->nmasks; m++)
+            if (dcp_mask_validate(&masks[m], total, "mask") != DCP_OK)
+                dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
+    }
+    *masks_out = masks;
+}
+
+static void lists_free(lists_t *l, dcp_mask_t *masks, char *storage[6])
+{
+    free(masks);
+    free(l->masks), free(l->totals), free(l->tiles), free(l->dims), free(l->gqas), free(l->kernels);
+    for (int k = 0; k < 6; k++) free(storage[k]);
+}
+
+/* Every shape of the lists, in order. */
+static dcp_status_t run_all(const bench_t *b, const lists_t *l, const dcp_mask_t *masks,
+                            uint64_t seed)
+{
+    dcp_status_t st = DCP_OK;
+    for (int t = 0; st == DCP_OK && t < l->ntotals; t++)
+        for (int d = 0; st == DCP_OK && d < l->ndims; d++)
+            for (int g = 0; st == DCP_OK && g < l->ngqas; g++)
+                st = run_shape(b, l, masks, (int32_t)list_int("total", l->totals[t], 1, 1 << 24),
+                               (int32_t)list_int("head-dim", l->dims[d], 1, 1024),
+                               list_gqa(l->gqas[g]), seed);
+    return st;
+}
+
 int main(int argc, char **argv)
 {
     const int have_gpu = dcp_cuda_device_count() > 0;
-    const char *device = have_gpu ? "cuda" : "cpu", *dtype = NULL;
-    const char *masks_s = "full,causal,lambda,blockwise,shared-question";
-    const char *totals_s = NULL, *tiles_s = NULL, *dims_s = NULL, *gqa_s = NULL;
-    const char *kernels_s = "attn,bwd,merge,copy";
+    const char *device = have_gpu ? "cuda" : "cpu", *dtype = NULL, *write_table = NULL;
+    const char *text[6] = {"full,causal,lambda,blockwise,shared-question",
+                           NULL,
+                           NULL,
+                           NULL,
+                           NULL,
+                           "attn,bwd,merge,copy"};
     int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
+    double peak = 0;
     int json = 0;
-    dcp_arg_t args[] = {
-        {"device", DCP_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
-        {"dtype", DCP_ARG_STR, &dtype, 0, 0,
+    dcpt_arg_t args[] = {
+        {"device", DCPT_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
+        {"dtype", DCPT_ARG_STR, &dtype, 0, 0,
          "bf16 or fp16 (default on cuda), fp32 (default on cpu; cpu only)", 0},
-        {"kernel", DCP_ARG_STR, &kernels_s, 0, 0, "attn,bwd,merge,copy (default all)", 0},
-        {"mask", DCP_ARG_STR, &masks_s, 0, 0,
-         "masks (default full,causal,lambda,blockwise,shared-question)", 0},
-        {"total", DCP_ARG_STR, &totals_s, 0, 0,
+        {"kernel", DCPT_ARG_STR, &text[5], 0, 0, "attn, bwd, merge, copy (a comma list)", 0},
+        {"mask", DCPT_ARG_STR, &text[0], 0, 0, "masks (a comma list)", 0},
+        {"total", DCPT_ARG_STR, &text[1], 0, 0,
          "sequence lengths (default 8192,16384,32768,131072; cpu 2048)", 0},
-        {"tile", DCP_ARG_STR, &tiles_s, 0, 0, "tile edges (default 512,1024,2048,4096; cpu 512)",
+        {"tile", DCPT_ARG_STR, &text[2], 0, 0, "tile edges (default 512,1024,2048,4096; cpu 512)",
          0},
-        {"head-dim", DCP_ARG_STR, &dims_s, 0, 0, "head dims (default 64,128; cpu 64)", 0},
-        {"gqa", DCP_ARG_STR, &gqa_s, 0, 0, "QHEADS:KVHEADS list (default 8:2,64:8; cpu 8:2)", 0},
-        {"sources", DCP_ARG_INT, &sources, 1, 64, "partials per merge (default 4)", 0},
-        {"warmup", DCP_ARG_INT, &warmup, 0, 1000, "untimed launches (default 3; cpu 1)", 0},
-        {"iters", DCP_ARG_INT, &iters, 1, 10000, "timed launches, median (default 10; cpu 3)", 0},
-        {"seed", DCP_ARG_INT, &seed, 0, INT64_MAX, "input seed (default 1)", 0},
-        {"json", DCP_ARG_FLAG, &json, 0, 0, "one JSON object per case", 0},
+        {"head-dim", DCPT_ARG_STR, &text[3], 0, 0, "head dims (default 64,128; cpu 64)", 0},
+        {"gqa", DCPT_ARG_STR, &text[4], 0, 0, "QHEADS:KVHEADS list (default 8:2,64:8; cpu 8:2)", 0},
+        {"sources", DCPT_ARG_INT, &sources, 1, 64, "partials per merge", 0},
+        {"warmup", DCPT_ARG_INT, &warmup, 0, 1000, "untimed launches (default 3; cpu 1)", 0},
+        {"iters", DCPT_ARG_INT, &iters, 1, 10000, "timed launches, median (default 10; cpu 3)", 0},
+        {"seed", DCPT_ARG_INT, &seed, 0, INT64_MAX, "input seed", 0},
+        {"json", DCPT_ARG_FLAG, &json, 0, 0, "one JSON object per case", 0},
+        {"write-table", DCPT_ARG_STR, &write_table, 0, 0,
+         "write the forward's efficiency per tile for dcp-plan --kernel-table", 0},
+        {"peak-tflops", DCPT_ARG_DOUBLE, &peak, 0, 0,
+         "the device peak --write-table divides by (default: the cluster model's, 312)", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
-    dcp_args_parse(argc, argv, args, nargs, tool,
-                   "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
-                   "from exact allowed pairs.");
-    bench_t b = {.json = json, .sources = sources, .gpu = -1};
+    dcpt_args_parse(argc, argv, args, nargs, tool,
+                    "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
+                    "from exact allowed pairs.");
+    kernel_table_t table = {0};
+    bench_t b = {.sources = sources, .gpu = -1, .table = &table};
     if (dcp_device_parse(device, 0, "--device", &b.gpu) != DCP_OK)
-        dcp_args_fail(tool, "device", "%s", dcp_last_error());
+        dcpt_args_fail(tool, "device", "%s", dcp_last_error());
     const int cpu = b.gpu < 0;
-    b.dtype = dtype ? dcp_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
-    if (!cpu && b.dtype == DCP_DTYPE_FP32) dcp_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
-    b.warmup = warmup >= 0 ? warmup : (cpu ? 1 : 3);
-    b.iters = iters >= 1 ? iters : (cpu ? 3 : 10);
-
+    b.dtype =
+        dtype ? dcpt_dtype_arg(tool, "dtype", dtype) : (cpu ? DCP_DTYPE_FP32 : DCP_DTYPE_BF16);
+    if (!cpu && b.dtype == DCP_DTYPE_FP32) dcpt_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
+    if (peak < 0) dcpt_args_fail(tool, "peak-tflops", "must be > 0");
+    if (write_table) dcpt_args_writable(tool, "write-table", write_table);
+    b.h = (dcpt_bench_t){
+        tool,   json,   warmup >= 0 ? warmup : (cpu ? 1 : 3), iters >= 1 ? iters : (cpu ? 3 : 10),
+        fields, NFIELDS};
     lists_t l;
-    char *st_m, *st_t, *st_i, *st_d, *st_g, *st_k;
-    l.nmasks = dcp_args_split(tool, "mask", masks_s, &l.masks, &st_m);
-    l.ntotals = dcp_args_split(tool, "total",
-                               totals_s ? totals_s
-                               : cpu    ? "2048"
-                                        : "8192,16384,32768,131072",
-                               &l.totals, &st_t);
-    l.ntiles = dcp_args_split(tool, "tile",
-                              tiles_s ? tiles_s
-                              : cpu   ? "512"
-                                      : "512,1024,2048,4096",
-                              &l.tiles, &st_i);
-    l.ndims = dcp_args_split(tool, "head-dim",
-                             dims_s ? dims_s
-                             : cpu  ? "64"
-                                    : "64,128",
-                             &l.dims, &st_d);
-    l.ngqas = dcp_args_split(tool, "gqa", gqa_s ? gqa_s : cpu ? "8:2" : "8:2,64:8", &l.gqas, &st_g);
-    l.nkernels = dcp_args_split(tool, "kernel", kernels_s, &l.kernels, &st_k);
-    for (int i = 0; i < l.nkernels; i++)
-        if (strcmp(l.kernels[i], "attn") && strcmp(l.kernels[i], "bwd") &&
-            strcmp(l.kernels[i], "merge") && strcmp(l.kernels[i], "copy"))
-            dcp_args_fail(tool, "kernel", "'%s': attn, bwd, merge or copy", l.kernels[i]);
-    for (int i = 0; i < l.ndims; i++) {
-        const int64_t d = list_int("head-dim", l.dims[i], 1, 1024);
-        if (!cpu && d != 64 && d != 128) dcp_args_fail(tool, "head-dim", "the GPU runs 64 and 128");
-    }
-    for (int i = 0; i < l.ngqas; i++) list_gqa(l.gqas[i]);
-    for (int i = 0; i < l.ntiles; i++) list_int("tile", l.tiles[i], 16, 1 << 20);
-    dcp_mask_t *masks = calloc((size_t)l.nmasks, sizeof *masks);
-    if (!masks) return 1;
-    for (int i = 0; i < l.nmasks; i++)
-        if (dcp_mask_parse(l.masks[i], &masks[i]) != DCP_OK)
-            dcp_args_fail(tool, "mask", "%s", dcp_last_error());
-    for (int t = 0; t < l.ntotals; t++) {
-        const int32_t total = (int32_t)list_int("total", l.totals[t], 1, 1 << 24);
-        for (int m = 0; m < l.nmasks; m++)
-            if (dcp_mask_validate(&masks[m], total, "mask") != DCP_OK)
-                dcp_args_fail(tool, "mask", "%s", dcp_last_error());
-    }
-
+    dcp_mask_t *masks;
+    char *storage[6];
+    lists_parse(text, cpu, &l, &masks, storage);
     b.dev = dcp_device_of(b.gpu);
     if (b.dev->stream_create(b.gpu, &b.stream) != DCP_OK) {
         fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
         return 1;
     }
-    if (!json) {
-        printf("# %s: %s %s, median of %lld launches after %lld, merge of %lld partials; bwd: "
-               "delta + backward, 2.5x the forward's FLOPs\n",
-               tool, cpu ? "cpu" : device, dcp_dtype_name(b.dtype), (long long)b.iters,
-               (long long)b.warmup, (long long)b.sources);
-        dcp_table_header(stdout, cols, NCOLS);
+    dcpt_bench_header(&b.h,
+                      "%s %s, merge of %lld partials; bwd: delta + backward, 2.5x the "
+                      "forward's FLOPs",
+                      cpu ? "cpu" : device, dcpt_dtype_name(b.dtype), (long long)b.sources);
+    dcpt_bench_table(&b.h);
+    dcp_status_t st = run_all(&b, &l, masks, (uint64_t)seed);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s", b.dev->name, dcpt_dtype_name(b.dtype));
+    if (st == DCP_OK && write_table) { /* after the table: a failure here is reported too */
+        if (!table.num)
+            fprintf(stderr, "%s: --write-table: no forward attention was timed (--kernel attn)\n",
+                    tool);
+        else if (!table_write(&table, write_table, peak > 0 ? peak : 312.0, what))
+            st =
+                dcp_set_error(DCP_ERR_INVALID_ARG, "--write-table: cannot write '%s'", write_table);
+        else
+            fprintf(stderr, "%s: wrote %s\n", tool, write_table);
     }
-    dcp_status_t st = DCP_OK;
-    for (int t = 0; st == DCP_OK && t < l.ntotals; t++)
-        for (int d = 0; st == DCP_OK && d < l.ndims; d++)
-            for (int g = 0; st == DCP_OK && g < l.ngqas; g++) {
-                const int32_t total = (int32_t)list_int("total", l.totals[t], 1, 1 << 24);
-                st = run_shape(&b, &l, masks, total,
-                               (int32_t)list_int("head-dim", l.dims[d], 1, 1024),
-                               list_gqa(l.gqas[g]), (uint64_t)seed);
-            }
     if (st != DCP_OK)
         fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
     b.dev->stream_destroy(b.stream);
-    free(masks);
-    free(l.masks), free(l.totals), free(l.tiles), free(l.dims), free(l.gqas), free(l.kernels);
-    free(st_m), free(st_t), free(st_i), free(st_d), free(st_g), free(st_k);
+    lists_free(&l, masks, storage);
     return st == DCP_OK ? 0 : 1;
 }

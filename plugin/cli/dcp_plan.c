@@ -7,12 +7,12 @@
  * over the batches; imbalance is the worst batch), or JSON lines, one per (strategy, batch),
  * with the backward's figures as bwd_* fields. --svg draws the first batch's plan, --hgr writes its
  * hypergraph for external partitioners. Exit status: 0, 1 on a planning failure, 2 on bad
- * flags.
+ * flags or a batch no strategy asked for can place under --mem-cap.
  */
 #include "include/dcp.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/hgr.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/bench.h"
 #include "plugin/cli/svg.h"
 
 #include <math.h>
@@ -40,89 +40,124 @@ typedef struct {
     int64_t n_ms;
 } agg_t;
 
-static const dcp_col_t cols[] = {
-    {"strategy", -8},    {"total(MB)", 10},   {"inter(MB)", 10},  {"x-zigzag", 8},
-    {"maxrank(MB)", 11}, {"comp-imb(%)", 11}, {"mem-imb(%)", 10}, {"phases", 6},
-    {"plan(ms)", 9},     {"pred(ms)", 9},     {"bwd(MB)", 9},     {"bwd-inter", 9},
-    {"bwd-imb(%)", 10},  {"bwd-pred", 9},     {"fallback", 8},
+/* One strategy's row of a table: means over the batches of one mask (imbalance: the worst
+ * batch), planning time median [min-max] over every plan made. */
+typedef struct {
+    const char *strategy, *fallback;
+    double comm, inter, x_zigzag, max_rank, comp_imb, mem_imb, phases, predicted;
+    double bwd_comm, bwd_inter, bwd_comp_imb, bwd_predicted;
+    dcpt_stats_t plan_ms;
+    char fallback_buf[32];
+} table_row_t;
+
+#define T(head, width, fmt, member, by)                                                            \
+    {                                                                                              \
+        head, width, NULL, DCPT_F_NUM, fmt, offsetof(table_row_t, member), by                      \
+    }
+static const dcpt_field_t table_fields[] = {
+    {"strategy", -8, NULL, DCPT_F_STR, NULL, offsetof(table_row_t, strategy), 0},
+    T("total(MB)", 10, "%.1f", comm, 1e-6),
+    T("inter(MB)", 10, "%.1f", inter, 1e-6),
+    T("x-zigzag", 8, "%.3f", x_zigzag, 1),
+    T("maxrank(MB)", 11, "%.1f", max_rank, 1e-6),
+    T("comp-imb(%)", 11, "%.1f", comp_imb, 100),
+    T("mem-imb(%)", 10, "%.1f", mem_imb, 100),
+    T("phases", 6, "%.1f", phases, 1),
+    {"plan(ms)", 9, NULL, DCPT_F_STATS, "%.2f", offsetof(table_row_t, plan_ms), 0},
+    T("pred(ms)", 9, "%.3f", predicted, 1),
+    T("bwd(MB)", 9, "%.1f", bwd_comm, 1e-6),
+    T("bwd-inter", 9, "%.1f", bwd_inter, 1e-6),
+    T("bwd-imb(%)", 10, "%.1f", bwd_comp_imb, 100),
+    T("bwd-pred", 9, "%.3f", bwd_predicted, 1),
+    {"fallback", 8, NULL, DCPT_F_STR, NULL, offsetof(table_row_t, fallback), 0},
 };
-#define NCOLS ((int)(sizeof cols / sizeof cols[0]))
+#undef T
+#define NTABLE ((int)(sizeof table_fields / sizeof table_fields[0]))
+
+/* One (strategy, batch) plan as a JSON line: the plan's statistics and its planning time. */
+typedef struct {
+    const char *strategy, *mask;
+    int32_t batch, block;
+    dcpt_stats_t plan_ms;
+    dcp_plan_stats_t s;
+} json_row_t;
+
+#define J(key, kind, member)                                                                       \
+    {                                                                                              \
+        NULL, 0, key, kind, NULL, offsetof(json_row_t, member), 0                                  \
+    }
+static const dcpt_field_t json_fields[] = {
+    J("strategy", DCPT_F_STR, strategy),
+    J("mask", DCPT_F_STR, mask),
+    J("batch", DCPT_F_I32, batch),
+    J("tokens", DCPT_F_INT, s.total_tokens),
+    J("ranks", DCPT_F_I32, s.num_ranks),
+    J("nodes", DCPT_F_I32, s.num_nodes),
+    J("block", DCPT_F_I32, block),
+    J("comm_bytes", DCPT_F_INT, s.comm_bytes),
+    J("inter_node_bytes", DCPT_F_INT, s.inter_node_bytes),
+    J("max_rank_bytes", DCPT_F_INT, s.max_rank_bytes),
+    J("compute_imbalance", DCPT_F_NUM, s.compute_imbalance),
+    J("memory_imbalance", DCPT_F_NUM, s.memory_imbalance),
+    J("phases", DCPT_F_I32, s.num_phases),
+    J("divisions", DCPT_F_I32, s.num_divisions),
+    J("comp_blocks", DCPT_F_INT, s.num_comp_blocks),
+    J("flops", DCPT_F_INT, s.total_flops),
+    J("fallback", DCPT_F_BOOL, s.fallback),
+    J("plan_ms", DCPT_F_STATS, plan_ms),
+    J("predicted_ms", DCPT_F_NUM, s.predicted_ms),
+    J("bwd_comm_bytes", DCPT_F_INT, s.bwd_comm_bytes),
+    J("bwd_inter_node_bytes", DCPT_F_INT, s.bwd_inter_node_bytes),
+    J("bwd_max_rank_bytes", DCPT_F_INT, s.bwd_max_rank_bytes),
+    J("bwd_compute_imbalance", DCPT_F_NUM, s.bwd_compute_imbalance),
+    J("bwd_flops", DCPT_F_INT, s.bwd_flops),
+    J("bwd_num_transfers", DCPT_F_I32, s.bwd_num_transfers),
+    J("bwd_num_phases", DCPT_F_I32, s.bwd_num_phases),
+    J("bwd_predicted_ms", DCPT_F_NUM, s.bwd_predicted_ms),
+};
+#undef J
+#define NJSON ((int)(sizeof json_fields / sizeof json_fields[0]))
 
 static void read_kernel_table(const char *path, dcp_cluster_t *c)
 {
     FILE *f = fopen(path, "r");
-    if (!f) dcp_args_fail(tool, "kernel-table", "cannot open '%s'", path);
+    if (!f) dcpt_args_fail(tool, "kernel-table", "cannot open '%s'", path);
     double t[32], e[32];
     int n = 0;
     char line[256];
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#' || line[0] == '\n') continue;
         if (n == 32 || sscanf(line, "%lf %lf", &t[n], &e[n]) != 2)
-            dcp_args_fail(tool, "kernel-table", "'%s': expected lines 'tile_tokens efficiency'",
-                          path);
+            dcpt_args_fail(tool, "kernel-table", "'%s': expected lines 'tile_tokens efficiency'",
+                           path);
         n++;
     }
     fclose(f);
     if (dcp_cluster_set_kernel_table(c, n, t, e) != DCP_OK)
-        dcp_args_fail(tool, "kernel-table", "%s", dcp_last_error());
+        dcpt_args_fail(tool, "kernel-table", "%s", dcp_last_error());
 }
 
-static void apply_flags(const plan_flags_t *pf, dcp_common_t *c)
+static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
 {
     if (!strcmp(pf->expansion, "clique"))
         c->opts.expansion = DCP_EXPAND_CLIQUE;
     else if (!strcmp(pf->expansion, "star"))
         c->opts.expansion = DCP_EXPAND_STAR;
     else
-        dcp_args_fail(tool, "expansion", "'%s': clique or star", pf->expansion);
+        dcpt_args_fail(tool, "expansion", "'%s': clique or star", pf->expansion);
     if (!strcmp(pf->comm, "divisions"))
         c->opts.comm_schedule = DCP_COMM_DIVISIONS;
     else if (!strcmp(pf->comm, "rounds"))
         c->opts.comm_schedule = DCP_COMM_ROUNDS;
     else
-        dcp_args_fail(tool, "comm-schedule", "'%s': divisions or rounds", pf->comm);
-    c->shape.dtype = dcp_dtype_arg(tool, "dtype", pf->dtype);
+        dcpt_args_fail(tool, "comm-schedule", "'%s': divisions or rounds", pf->comm);
+    c->shape.dtype = dcpt_dtype_arg(tool, "dtype", pf->dtype);
     c->opts.net_cap = (int32_t)pf->net_cap;
     c->opts.refine = !pf->no_refine;
     c->opts.coalesce = (int32_t)pf->coalesce;
     c->opts.eps_inter = pf->eps_inter;
     c->opts.eps_intra = pf->eps_intra;
     if (pf->kernel_table) read_kernel_table(pf->kernel_table, c->cluster);
-}
-
-static void print_json(const char *mask, int32_t batch, const dcp_plan_stats_t *s, double plan_ms,
-                       const dcp_common_t *c)
-{
-    dcp_json_t j;
-    dcp_json_begin(&j, stdout);
-    dcp_json_str(&j, "strategy", dcp_strategy_name(s->strategy));
-    dcp_json_str(&j, "mask", mask);
-    dcp_json_int(&j, "batch", batch);
-    dcp_json_int(&j, "tokens", s->total_tokens);
-    dcp_json_int(&j, "ranks", s->num_ranks);
-    dcp_json_int(&j, "nodes", s->num_nodes);
-    dcp_json_int(&j, "block", c->opts.block_size);
-    dcp_json_int(&j, "comm_bytes", s->comm_bytes);
-    dcp_json_int(&j, "inter_node_bytes", s->inter_node_bytes);
-    dcp_json_int(&j, "max_rank_bytes", s->max_rank_bytes);
-    dcp_json_num(&j, "compute_imbalance", s->compute_imbalance);
-    dcp_json_num(&j, "memory_imbalance", s->memory_imbalance);
-    dcp_json_int(&j, "phases", s->num_phases);
-    dcp_json_int(&j, "divisions", s->num_divisions);
-    dcp_json_int(&j, "comp_blocks", s->num_comp_blocks);
-    dcp_json_int(&j, "flops", s->total_flops);
-    dcp_json_bool(&j, "fallback", s->fallback);
-    dcp_json_num(&j, "plan_ms", plan_ms);
-    dcp_json_num(&j, "predicted_ms", s->predicted_ms);
-    dcp_json_int(&j, "bwd_comm_bytes", s->bwd_comm_bytes);
-    dcp_json_int(&j, "bwd_inter_node_bytes", s->bwd_inter_node_bytes);
-    dcp_json_int(&j, "bwd_max_rank_bytes", s->bwd_max_rank_bytes);
-    dcp_json_num(&j, "bwd_compute_imbalance", s->bwd_compute_imbalance);
-    dcp_json_int(&j, "bwd_flops", s->bwd_flops);
-    dcp_json_int(&j, "bwd_num_transfers", s->bwd_num_transfers);
-    dcp_json_int(&j, "bwd_num_phases", s->bwd_num_phases);
-    dcp_json_num(&j, "bwd_predicted_ms", s->bwd_predicted_ms);
-    dcp_json_end(&j);
 }
 
 static void progress(int64_t done, int64_t total, int32_t batch, dcp_strategy_t s)
@@ -138,7 +173,7 @@ static void progress(int64_t done, int64_t total, int32_t batch, dcp_strategy_t 
 }
 
 /* Plans one batch with one strategy `repeat` times; keeps the last plan's statistics. */
-static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, dcp_strategy_t s,
+static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b, dcp_strategy_t s,
                       const plan_flags_t *pf, const char *mask_name, agg_t *a)
 {
     const int32_t first = c->batch_first[b], n = c->batch_first[b + 1] - first;
@@ -167,18 +202,31 @@ static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, 
                      dcp_strategy_name(st.strategy), mask_name, st.num_ranks,
                      (long long)st.total_tokens, st.comm_bytes / 1e6, st.inter_node_bytes / 1e6,
                      100 * st.compute_imbalance, 100 * st.memory_imbalance);
-            rc = dcp_svg_write(p, path, title);
+            rc = dcpt_svg_write(p, path, title);
             if (rc == DCP_OK) fprintf(stderr, "%s: wrote %s\n", tool, path);
         }
         dcp_plan_destroy(p);
     }
     free(masks);
+    if (rc == DCP_ERR_CAPACITY) { /* the configuration asks for the impossible: exit 2 */
+        fprintf(stderr, "%s: --mem-cap: batch %d, strategy %s: %s\n", tool, b, dcp_strategy_name(s),
+                dcp_last_error());
+        return 2;
+    }
     if (rc != DCP_OK) {
         fprintf(stderr, "%s: batch %d, %s: %s: %s\n", tool, b, dcp_strategy_name(s),
                 dcp_status_string(rc), dcp_last_error());
         return 1;
     }
-    if (pf->json) print_json(mask_name, b, &st, a->plan_ms[a->n_ms - 1], c);
+    if (pf->json) {
+        const json_row_t row = {dcp_strategy_name(st.strategy),
+                                mask_name,
+                                b,
+                                c->opts.block_size,
+                                dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
+                                st};
+        dcpt_report_row(stdout, 1, json_fields, NJSON, &row, NULL, NULL);
+    }
     a->comm += (double)st.comm_bytes;
     a->inter += (double)st.inter_node_bytes;
     a->max_rank += (double)st.max_rank_bytes;
@@ -195,39 +243,38 @@ static int plan_batch(const dcp_common_t *c, const dcp_mask_t *mask, int32_t b, 
     return 0;
 }
 
-static void print_table(const dcp_common_t *c, agg_t *aggs)
+static void print_table(const dcpt_common_t *c, agg_t *aggs)
 {
     double zz = -1;
     for (int32_t i = 0; i < c->num_strategies; i++)
         if (c->strategies[i] == DCP_STRATEGY_ZIGZAG && aggs[i].n) zz = aggs[i].inter / aggs[i].n;
-    dcp_table_header(stdout, cols, NCOLS);
+    dcpt_report_header(stdout, table_fields, NTABLE);
     for (int32_t i = 0; i < c->num_strategies; i++) {
         agg_t *a = &aggs[i];
         if (!a->n) continue;
-        char cell[NCOLS][32];
-        snprintf(cell[0], 32, "%s", dcp_strategy_name(c->strategies[i]));
-        snprintf(cell[1], 32, "%.1f", a->comm / a->n / 1e6);
-        snprintf(cell[2], 32, "%.1f", a->inter / a->n / 1e6);
-        if (zz > 0)
-            snprintf(cell[3], 32, "%.3f", a->inter / a->n / zz);
-        else
-            snprintf(cell[3], 32, "-");
-        snprintf(cell[4], 32, "%.1f", a->max_rank / a->n / 1e6);
-        snprintf(cell[5], 32, "%.1f", 100 * a->comp_imb);
-        snprintf(cell[6], 32, "%.1f", 100 * a->mem_imb);
-        snprintf(cell[7], 32, "%.1f", a->phases / a->n);
-        snprintf(cell[8], 32, "%.2f", dcp_median(a->plan_ms, a->n_ms));
-        snprintf(cell[9], 32, "%.3f", a->predicted / a->n);
-        snprintf(cell[10], 32, "%.1f", a->bwd_comm / a->n / 1e6);
-        snprintf(cell[11], 32, "%.1f", a->bwd_inter / a->n / 1e6);
-        snprintf(cell[12], 32, "%.1f", 100 * a->bwd_comp_imb);
-        snprintf(cell[13], 32, "%.3f", a->bwd_predicted / a->n);
-        snprintf(cell[14], 32, "%d/%d", a->fallbacks, a->n);
-        dcp_table_row(stdout, cols, NCOLS, cell);
+        table_row_t r = {
+            .strategy = dcp_strategy_name(c->strategies[i]),
+            .comm = a->comm / a->n,
+            .inter = a->inter / a->n,
+            .x_zigzag = zz > 0 ? a->inter / a->n / zz : NAN,
+            .max_rank = a->max_rank / a->n,
+            .comp_imb = a->comp_imb,
+            .mem_imb = a->mem_imb,
+            .phases = a->phases / a->n,
+            .predicted = a->predicted / a->n,
+            .bwd_comm = a->bwd_comm / a->n,
+            .bwd_inter = a->bwd_inter / a->n,
+            .bwd_comp_imb = a->bwd_comp_imb,
+            .bwd_predicted = a->bwd_predicted / a->n,
+            .plan_ms = dcpt_stats(a->plan_ms, a->n_ms),
+        };
+        snprintf(r.fallback_buf, sizeof r.fallback_buf, "%d/%d", a->fallbacks, a->n);
+        r.fallback = r.fallback_buf;
+        dcpt_report_row(stdout, 0, table_fields, NTABLE, &r, NULL, NULL);
     }
 }
 
-static void print_header(const dcp_common_t *c)
+static void print_header(const dcpt_common_t *c, int64_t repeat)
 {
     int64_t tokens = 0, longest = 0;
     for (int32_t i = 0; i < c->batch_first[c->num_batches]; i++) {
@@ -235,19 +282,23 @@ static void print_header(const dcp_common_t *c)
         longest = c->lengths[i] > longest ? c->lengths[i] : longest;
     }
     const int32_t nr = dcp_cluster_num_ranks(c->cluster), nn = dcp_cluster_num_nodes(c->cluster);
-    printf("# %s: %d ranks (%dx%d), %d batch(es), %lld tokens, %d sequences (longest %lld), "
-           "heads %d/%d x %d %s, block %d, head blocks %d, divisions %d, %s, %s expansion\n",
-           tool, nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
-           (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
-           dcp_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
-           c->opts.divisions, c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
-           c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
+    const dcpt_bench_t b = {tool, 0, 0, repeat, table_fields, NTABLE};
+    dcpt_bench_header(
+        &b,
+        "%d ranks (%dx%d), %d batch(es), %lld tokens, %d sequences (longest %lld), "
+        "heads %d/%d x %d %s, block %d, head blocks %d, divisions %d, %s, %s expansion; "
+        "plan(ms): each batch planned --repeat times",
+        nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
+        (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
+        dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks, c->opts.divisions,
+        c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
+        c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
 
 int main(int argc, char **argv)
 {
-    dcp_common_flags_t f;
-    dcp_common_defaults(&f);
+    dcpt_common_flags_t f;
+    dcpt_common_defaults(&f);
     f.tokens = 131072;
     f.block = 1024;
     f.heads = 8;
@@ -267,51 +318,50 @@ int main(int argc, char **argv)
                        .comm = "divisions",
                        .dtype = "bf16"};
     enum { NOWN = 16 };
-    dcp_arg_t args[DCP_COMMON_NARGS + NOWN];
-    dcp_common_args(&f, args);
-    const dcp_arg_t own[NOWN] = {
-        {"batches", DCP_ARG_INT, &f.batches, 1, 100000,
-         "batches packed from the lengths, DCP-style (1)", 0},
-        {"scale", DCP_ARG_DOUBLE, &f.scale, 0, 0, "multiply every length (1)", 0},
-        {"json", DCP_ARG_FLAG, &pf.json, 0, 0, "JSON lines, one per (strategy, batch)", 0},
-        {"per-batch", DCP_ARG_FLAG, &pf.per_batch, 0, 0, "(with tables) one table per batch", 0},
-        {"svg", DCP_ARG_STR, &pf.svg, 0, 0,
+    dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
+    dcpt_common_args(&f, args);
+    const dcpt_arg_t own[NOWN] = {
+        {"batches", DCPT_ARG_INT, &f.batches, 1, 100000,
+         "batches packed from the lengths, DCP-style", 0},
+        {"scale", DCPT_ARG_DOUBLE, &f.scale, 0, 0, "multiply every length", 0},
+        {"json", DCPT_ARG_FLAG, &pf.json, 0, 0, "JSON lines, one per (strategy, batch)", 0},
+        {"per-batch", DCPT_ARG_FLAG, &pf.per_batch, 0, 0, "(with tables) one table per batch", 0},
+        {"svg", DCPT_ARG_STR, &pf.svg, 0, 0,
          "picture of the first batch's plans (FILE-mask-strategy.svg)", 0},
-        {"hgr", DCP_ARG_STR, &pf.hgr, 0, 0, "the first batch's hypergraph in hMETIS format", 0},
-        {"repeat", DCP_ARG_INT, &pf.repeat, 1, 1000,
-         "plan each batch N times; plan ms is the median (1)", 0},
-        {"expansion", DCP_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star (clique)", 0},
-        {"net-cap", DCP_ARG_INT, &pf.net_cap, 0, 4096,
-         "clique expansion band width, 0 = full cliques (12)", 0},
-        {"no-refine", DCP_ARG_FLAG, &pf.no_refine, 0, 0, "skip METIS balance repair and refinement",
-         0},
-        {"eps-inter", DCP_ARG_DOUBLE, &pf.eps_inter, 0, 100, "METIS imbalance between nodes (0.05)",
-         0},
-        {"eps-intra", DCP_ARG_DOUBLE, &pf.eps_intra, 0, 100,
-         "METIS imbalance between devices (0.05)", 0},
-        {"comm-schedule", DCP_ARG_STR, &pf.comm, 0, 0, "divisions or rounds (divisions)", 0},
-        {"coalesce", DCP_ARG_INT, &pf.coalesce, 1, 65536, "rounds issued together (1)", 0},
-        {"kernel-table", DCP_ARG_STR, &pf.kernel_table, 0, 0,
+        {"hgr", DCPT_ARG_STR, &pf.hgr, 0, 0, "the first batch's hypergraph in hMETIS format", 0},
+        {"repeat", DCPT_ARG_INT, &pf.repeat, 1, 1000,
+         "plan each batch N times; plan ms is the median", 0},
+        {"expansion", DCPT_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star", 0},
+        {"net-cap", DCPT_ARG_INT, &pf.net_cap, 0, 4096,
+         "clique expansion band width, 0 = full cliques", 0},
+        {"no-refine", DCPT_ARG_FLAG, &pf.no_refine, 0, 0,
+         "skip METIS balance repair and refinement", 0},
+        {"eps-inter", DCPT_ARG_DOUBLE, &pf.eps_inter, 0, 100, "METIS imbalance between nodes", 0},
+        {"eps-intra", DCPT_ARG_DOUBLE, &pf.eps_intra, 0, 100, "METIS imbalance between devices", 0},
+        {"comm-schedule", DCPT_ARG_STR, &pf.comm, 0, 0, "divisions or rounds", 0},
+        {"coalesce", DCPT_ARG_INT, &pf.coalesce, 1, 65536, "rounds issued together", 0},
+        {"kernel-table", DCPT_ARG_STR, &pf.kernel_table, 0, 0,
          "lines 'tile_tokens efficiency' for the cost model", 0},
-        {"dtype", DCP_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32 (bf16)", 0},
+        {"dtype", DCPT_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32", 0},
     };
-    memcpy(args + DCP_COMMON_NARGS, own, sizeof own);
-    dcp_args_parse(argc, argv, args, DCP_COMMON_NARGS + NOWN, tool,
-                   "Plans batches with each strategy and reports traffic, balance, planning time\n"
-                   "and the cost model's predicted attention time, forward and backward.");
-    dcp_common_t c;
-    dcp_common_resolve(tool, &f, args, &c);
+    memcpy(args + DCPT_COMMON_NARGS, own, sizeof own);
+    dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + NOWN, tool,
+                    "Plans batches with each strategy and reports traffic, balance, planning time\n"
+                    "and the cost model's predicted attention time, forward and backward.");
+    dcpt_common_t c;
+    dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
+    if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
     if (pf.hgr) {
         dcp_mask_t *masks = calloc((size_t)c.batch_first[1], sizeof *masks);
         for (int32_t i = 0; i < c.batch_first[1]; i++) masks[i] = c.masks[0];
         const dcp_batch_t batch = {c.batch_first[1], c.lengths, masks};
         const dcp_status_t st = dcp_hgr_write(&batch, &c.shape, &c.opts, pf.hgr);
         free(masks);
-        if (st != DCP_OK) dcp_args_fail(tool, "hgr", "%s", dcp_last_error());
+        if (st != DCP_OK) dcpt_args_fail(tool, "hgr", "%s", dcp_last_error());
         fprintf(stderr, "%s: wrote %s\n", tool, pf.hgr);
     }
-    if (!pf.json) print_header(&c);
+    if (!pf.json) print_header(&c, pf.repeat);
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;
     int64_t done = 0;
@@ -324,8 +374,9 @@ int main(int argc, char **argv)
         }
         for (int32_t b = 0; b < c.num_batches; b++) {
             for (int32_t s = 0; s < c.num_strategies; s++) {
-                failed |=
+                const int rc =
                     plan_batch(&c, &c.masks[m], b, c.strategies[s], &pf, c.mask_names[m], &aggs[s]);
+                failed = rc > failed ? rc : failed;
                 progress(++done, total, b, c.strategies[s]);
             }
             if (pf.per_batch && !pf.json) {
@@ -346,6 +397,6 @@ int main(int argc, char **argv)
     }
     for (int32_t s = 0; s < c.num_strategies; s++) free(aggs[s].plan_ms);
     free(aggs);
-    dcp_common_free(&c);
+    dcpt_common_free(&c);
     return failed;
 }

@@ -4,11 +4,13 @@
  * PCI paths, and the engine dcp picks for each link class. --json for scripts.
  */
 #include "plugin/cli/args.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/json.h"
+#include "topo/node_figures.h"
 #include "topo/node.h"
 #include "transport/select.h"
 #include "transport/ucx.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,58 +85,128 @@ static void print_text(const dcp_node_topo_t *n, const engines_t *e, const char 
                          "memory when ucx is chosen)");
 }
 
+/* The cost-model figures a cluster built from this node would use (--cluster Nx@FILE.xml):
+ * inter and lat from the NICs (defaults where no GPU has one), intra the model's default. */
+static dcp_perf_model_t figures(const dcp_node_topo_t *n, int *from_nics)
+{
+    dcp_perf_model_t perf, def;
+    dcp_perf_model_default(&perf);
+    def = perf;
+    dcp_node_figures(n, &perf);
+    *from_nics = perf.inter_gbps != def.inter_gbps || perf.lat_us != def.lat_us;
+    return perf;
+}
+
+static void print_figures(const dcp_node_topo_t *n)
+{
+    int nics;
+    const dcp_perf_model_t p = figures(n, &nics);
+    printf("\nCost-model figures (what --cluster Nx@FILE.xml uses)\n");
+    printf("  intra %.1f GB/s per device (the model's default: NVLink is not visible to hwloc)\n",
+           p.intra_gbps);
+    printf("  inter %.1f GB/s per device, latency %.1f us (%s)\n", p.inter_gbps, p.lat_us,
+           nics ? "from the NICs the GPUs use" : "the model's defaults: no GPU has a NIC");
+}
+
 static void print_json(const dcp_node_topo_t *n, const engines_t *e)
 {
-    printf("{\"host\": \"%s\", \"gpus\": [", n->hostname);
-    for (int32_t g = 0; g < n->num_gpus; g++)
-        printf("%s{\"busid\": \"%s\", \"numa\": %d, \"nic\": %s%s%s, \"path\": \"%s\"}",
-               g ? ", " : "", n->gpus[g].busid, n->gpus[g].numa, n->gpus[g].nic >= 0 ? "\"" : "",
-               n->gpus[g].nic >= 0 ? n->nics[n->gpus[g].nic].name : "null",
-               n->gpus[g].nic >= 0 ? "\"" : "", dcp_path_name(n->gpus[g].nic_path));
-    printf("], \"nics\": [");
-    for (int32_t k = 0; k < n->num_nics; k++)
-        printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"busid\": \"%s\", \"numa\": %d, "
-               "\"pci_gbps\": %.3f, \"link_gbps\": %.1f, \"netdev\": \"%s\"}",
-               k ? ", " : "", n->nics[k].name, dcp_nic_kind_name(n->nics[k].kind), n->nics[k].busid,
-               n->nics[k].numa, n->nics[k].pci_gbps, n->nics[k].link_gbps, n->nics[k].netdev);
-    printf("], \"gpu_paths\": [");
-    for (int32_t a = 0; a < n->num_gpus; a++) {
-        printf("%s[", a ? ", " : "");
-        for (int32_t b = 0; b < n->num_gpus; b++)
-            printf("%s\"%s\"", b ? ", " : "", a == b ? "X" : dcp_path_name(n->gpu_path[a][b]));
-        printf("]");
+    dcpt_json_t j;
+    dcpt_json_begin(&j, stdout);
+    dcpt_json_str(&j, "host", n->hostname);
+    dcpt_json_array(&j, "gpus");
+    for (int32_t g = 0; g < n->num_gpus; g++) {
+        const dcp_gpu_info_t *x = &n->gpus[g];
+        dcpt_json_object(&j, NULL);
+        dcpt_json_str(&j, "busid", x->busid);
+        dcpt_json_int(&j, "numa", x->numa);
+        dcpt_json_str(&j, "nic", x->nic >= 0 ? n->nics[x->nic].name : NULL);
+        dcpt_json_str(&j, "path", dcp_path_name(x->nic_path));
+        dcpt_json_close(&j);
     }
-    printf("], \"engines\": {\"intra\": \"%s\", \"inter\": \"%s\"}, \"ucx_cuda\": %s}\n",
-           dcp_engine_kind_name(e->kind[DCP_LINK_INTRA]),
-           dcp_engine_kind_name(e->kind[DCP_LINK_INTER]), e->ucx_cuda ? "true" : "false");
+    dcpt_json_close(&j);
+    dcpt_json_array(&j, "nics");
+    for (int32_t k = 0; k < n->num_nics; k++) {
+        const dcp_nic_info_t *x = &n->nics[k];
+        dcpt_json_object(&j, NULL);
+        dcpt_json_str(&j, "name", x->name);
+        dcpt_json_str(&j, "kind", dcp_nic_kind_name(x->kind));
+        dcpt_json_str(&j, "busid", x->busid);
+        dcpt_json_int(&j, "numa", x->numa);
+        dcpt_json_num(&j, "pci_gbps", x->pci_gbps);
+        dcpt_json_num(&j, "link_gbps", x->link_gbps > 0 ? x->link_gbps : NAN); /* unknown */
+        dcpt_json_str(&j, "netdev", x->netdev[0] ? x->netdev : NULL);
+        dcpt_json_close(&j);
+    }
+    dcpt_json_close(&j);
+    dcpt_json_array(&j, "gpu_paths");
+    for (int32_t a = 0; a < n->num_gpus; a++) {
+        dcpt_json_array(&j, NULL);
+        for (int32_t b = 0; b < n->num_gpus; b++)
+            dcpt_json_str(&j, NULL, a == b ? "X" : dcp_path_name(n->gpu_path[a][b]));
+        dcpt_json_close(&j);
+    }
+    dcpt_json_close(&j);
+    dcpt_json_object(&j, "engines");
+    dcpt_json_str(&j, "intra", dcp_engine_kind_name(e->kind[DCP_LINK_INTRA]));
+    dcpt_json_str(&j, "inter", dcp_engine_kind_name(e->kind[DCP_LINK_INTER]));
+    dcpt_json_close(&j);
+    dcpt_json_bool(&j, "ucx_cuda", e->ucx_cuda);
+    int nics;
+    const dcp_perf_model_t p = figures(n, &nics);
+    dcpt_json_object(&j, "figures");
+    dcpt_json_num(&j, "intra_gbps", p.intra_gbps);
+    dcpt_json_num(&j, "inter_gbps", p.inter_gbps);
+    dcpt_json_num(&j, "lat_us", p.lat_us);
+    dcpt_json_bool(&j, "from_nics", nics);
+    dcpt_json_close(&j);
+    dcpt_json_end(&j);
+}
+
+/* The node, discovered from `xml` (or this machine) and `busids`; a failure blames the flag
+ * whose input was wrong: the capture is read alone first, then with the bus ids. */
+static void discover(const char *xml, const char *busids, dcp_node_topo_t *n)
+{
+    if (xml && dcp_node_discover(xml, NULL, 0, n) != DCP_OK)
+        dcpt_args_fail(tool, "xml", "%s", dcp_last_error());
+    if (!busids) {
+        if (!xml && dcp_node_discover(NULL, NULL, 0, n) != DCP_OK) {
+            fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
+            exit(1);
+        }
+        return;
+    }
+    char **ids = NULL, *storage = NULL;
+    const int32_t nids = dcpt_args_split(tool, "busids", busids, &ids, &storage);
+    memset(n, 0, sizeof *n);
+    if (dcp_node_discover(xml, (const char *const *)ids, nids, n) != DCP_OK)
+        dcpt_args_fail(tool, "busids", "%s", dcp_last_error());
+    free(ids);
+    free(storage);
 }
 
 int main(int argc, char **argv)
 {
     const char *xml = NULL, *busids = NULL;
     int json = 0;
-    dcp_arg_t args[] = {
-        {"xml", DCP_ARG_STR, &xml, 0, 0, "read an hwloc XML capture instead of this machine", 0},
-        {"busids", DCP_ARG_STR, &busids, 0, 0,
+    dcpt_arg_t args[] = {
+        {"xml", DCPT_ARG_STR, &xml, 0, 0, "read an hwloc XML capture instead of this machine", 0},
+        {"busids", DCPT_ARG_STR, &busids, 0, 0,
          "GPU bus ids in CUDA order (default: every NVIDIA GPU)", 0},
-        {"json", DCP_ARG_FLAG, &json, 0, 0, "one JSON object", 0},
+        {"json", DCPT_ARG_FLAG, &json, 0, 0, "one JSON object", 0},
     };
-    dcp_args_parse(argc, argv, args, 3, tool,
-                   "Shows the GPUs, NICs, PCI paths and transport engines dcp sees on a node.");
-    char **ids = NULL, *storage = NULL;
-    const int32_t nids = busids ? dcp_args_split(tool, "busids", busids, &ids, &storage) : 0;
+    dcpt_args_parse(argc, argv, args, 3, tool,
+                    "Shows the GPUs, NICs, PCI paths and transport engines dcp sees on a node.");
     dcp_node_topo_t *n = calloc(1, sizeof *n);
     if (!n) return 1;
-    if (dcp_node_discover(xml, busids ? (const char *const *)ids : NULL, nids, n) != DCP_OK)
-        dcp_args_fail(tool, xml ? "xml" : "busids", "%s", dcp_last_error());
+    discover(xml, busids, n);
     engines_t e;
     choose(n, &e);
     if (json)
         print_json(n, &e);
-    else
+    else {
         print_text(n, &e, xml ? xml : "this machine");
-    free(ids);
-    free(storage);
+        print_figures(n);
+    }
     free(n);
     return 0;
 }

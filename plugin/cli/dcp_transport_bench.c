@@ -8,13 +8,16 @@
  *
  * Bandwidth: rank 0 streams --window messages per launch to rank 1, --iters launches, and
  * the clock stops when rank 1's one-byte acknowledgement of the last arrives. Latency: a
- * ping-pong, half the round trip. Each figure is the median of --reps measurements after
- * --warmup unrecorded ones.
+ * ping-pong, half the round trip. Each figure is the median, min and max of --reps
+ * measurements after --warmup unrecorded ones (latency: of every round trip), through the
+ * tools' bench harness (plugin/cli/bench.h). GB/s is 1e9 bytes per second; ucx_perftest
+ * prints MiB/s (2^20 bytes per second), shown beside it. Each row names the two hosts, the
+ * link class between them and, for UCX, the transports it was allowed ($UCX_TLS).
  */
 #include "include/base/error.h"
 #include "kernels/cuda/device.h"
 #include "plugin/cli/args.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/bench.h"
 #include "plugin/cli/mpi_launch.h"
 #include "transport/inproc.h"
 #include "transport/nccl.h"
@@ -24,12 +27,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *tool = "dcp-transport-bench";
 
 #define MAX_SIZES  32
 #define TIMEOUT_S  60.0
 #define SYNC_BYTES 64 /* the buffer's head: handshake and acknowledgement bytes */
+
+#define HOST_CHARS 64
 
 typedef struct {
     int64_t sizes[MAX_SIZES];
@@ -39,15 +45,38 @@ typedef struct {
 } bench_t;
 
 typedef struct {
-    double gbps, lat_us;
+    dcpt_stats_t gbps, lat_us;
 } figures_t;
+
+/* One row of the table: a message size between two ranks. */
+typedef struct {
+    const char *engine, *link, *tls;
+    int64_t bytes, window;
+    dcpt_stats_t gbps, lat_us;
+    double mibps; /* the median in ucx_perftest's unit */
+    const char *host0, *host1;
+} row_t;
+
+static const dcpt_field_t fields[] = {
+    DCPT_FIELD("engine", -8, "engine", DCPT_F_STR, NULL, row_t, engine),
+    DCPT_FIELD("bytes", 10, "bytes", DCPT_F_INT, NULL, row_t, bytes),
+    DCPT_FIELD(NULL, 0, "window", DCPT_F_INT, NULL, row_t, window),
+    DCPT_FIELD("GB/s", 9, "gbps", DCPT_F_STATS, "%.3f", row_t, gbps),
+    DCPT_FIELD("MiB/s", 10, "mibps", DCPT_F_NUM, "%.0f", row_t, mibps),
+    DCPT_FIELD("lat(us)", 9, "latency_us", DCPT_F_STATS, "%.2f", row_t, lat_us),
+    DCPT_FIELD("link", -11, "link", DCPT_F_STR, NULL, row_t, link),
+    DCPT_FIELD("UCX_TLS", -10, "ucx_tls", DCPT_F_STR, NULL, row_t, tls),
+    DCPT_FIELD("host0", -12, "host0", DCPT_F_STR, NULL, row_t, host0),
+    DCPT_FIELD("host1", -12, "host1", DCPT_F_STR, NULL, row_t, host1),
+};
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
 
 /* "8,4K,64K,1M" */
 static void parse_sizes(const char *list, bench_t *b)
 {
     char **items, *storage;
-    const int n = dcp_args_split(tool, "sizes", list, &items, &storage);
-    if (n > MAX_SIZES) dcp_args_fail(tool, "sizes", "at most %d sizes", MAX_SIZES);
+    const int n = dcpt_args_split(tool, "sizes", list, &items, &storage);
+    if (n > MAX_SIZES) dcpt_args_fail(tool, "sizes", "at most %d sizes", MAX_SIZES);
     for (int i = 0; i < n; i++) {
         char *end;
         long long v = strtoll(items[i], &end, 10);
@@ -57,8 +86,8 @@ static void parse_sizes(const char *list, bench_t *b)
                                              : 1;
         if (unit > 1) end++;
         if (*end != '\0' || v < 1 || v > (1ll << 30) / unit)
-            dcp_args_fail(tool, "sizes", "'%s' is not a size in 1..1G (suffixes K, M, G)",
-                          items[i]);
+            dcpt_args_fail(tool, "sizes", "'%s' is not a size in 1..1G (suffixes K, M, G)",
+                           items[i]);
         b->sizes[i] = v * unit;
     }
     b->num_sizes = n;
@@ -102,29 +131,37 @@ static dcp_status_t stream(dcp_engine_t *e, char *sync, char *buf, int64_t bytes
     return DCP_OK;
 }
 
-/* Median one-way latency over `iters` round trips of `bytes`. */
-static dcp_status_t pingpong(dcp_engine_t *e, char *buf, int64_t bytes, int64_t iters, double *us)
+/* What one measurement of either kind needs. */
+typedef struct {
+    dcp_engine_t *e;
+    char *sync, *buf;
+    int64_t bytes, window, iters;
+} sample_t;
+
+/* One streaming measurement: GB/s over `iters` launches of `window` messages. */
+static dcp_status_t stream_sample(void *arg, int64_t i, double *gbps)
 {
-    const int32_t peer = 1 - e->rank;
-    double *t = NULL;
-    DCP_CHECK(dcp_calloc(&t, iters, sizeof *t, "bench"));
-    const dcp_xfer_op_t ping = {peer, 1, 7, buf, (size_t)bytes, NULL, NULL};
-    const dcp_xfer_op_t pong = {peer, 0, 7, buf, (size_t)bytes, NULL, NULL};
-    dcp_status_t st = DCP_OK;
-    for (int64_t i = 0; i < iters && st == DCP_OK; i++) {
-        const double t0 = dcp_now();
-        if (e->rank == 0) {
-            st = xfer(e, &ping, 1);
-            if (st == DCP_OK) st = xfer(e, &pong, 1);
-        } else {
-            st = xfer(e, &pong, 1);
-            if (st == DCP_OK) st = xfer(e, &ping, 1);
-        }
-        t[i] = (dcp_now() - t0) * 1e6 / 2;
-    }
-    if (st == DCP_OK) *us = dcp_median(t, iters);
-    free(t);
-    return st;
+    (void)i;
+    const sample_t *m = arg;
+    double secs;
+    DCP_CHECK(stream(m->e, m->sync, m->buf, m->bytes, m->window, m->iters, &secs));
+    *gbps = (double)m->bytes * m->window * m->iters / secs / 1e9;
+    return DCP_OK;
+}
+
+/* One round trip of `bytes`: its one-way latency in us. */
+static dcp_status_t pingpong_sample(void *arg, int64_t i, double *us)
+{
+    (void)i;
+    const sample_t *m = arg;
+    const int32_t peer = 1 - m->e->rank;
+    const dcp_xfer_op_t ping = {peer, 1, 7, m->buf, (size_t)m->bytes, NULL, NULL};
+    const dcp_xfer_op_t pong = {peer, 0, 7, m->buf, (size_t)m->bytes, NULL, NULL};
+    const double t0 = dcp_now();
+    DCP_CHECK(xfer(m->e, m->e->rank == 0 ? &ping : &pong, 1));
+    DCP_CHECK(xfer(m->e, m->e->rank == 0 ? &pong : &ping, 1));
+    *us = (dcp_now() - t0) * 1e6 / 2;
+    return DCP_OK;
 }
 
 /* Bytes of the buffer a rank needs: the sync head and a window of the largest size. */
@@ -139,60 +176,62 @@ static size_t buffer_bytes(const bench_t *b)
  * engine needs); filled on rank 0. */
 static dcp_status_t run_rank(dcp_engine_t *e, const bench_t *b, char *mem, figures_t *out)
 {
-    char *const sync = mem, *const buf = mem + SYNC_BYTES;
-    double *secs = NULL;
-    dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&secs, b->reps, sizeof *secs, "bench"), st, out);
+    const dcpt_bench_t bw = {tool, b->json, b->warmup, b->reps, fields, NFIELDS};
     for (int32_t s = 0; s < b->num_sizes; s++) {
         const int64_t bytes = b->sizes[s];
         /* each measurement moves about budget_mb, at least one launch */
         int64_t iters = (b->budget_mb << 20) / (bytes * b->window);
         iters = iters < 1 ? 1 : iters > 100000 ? 100000 : iters;
-        for (int64_t r = 0; r < b->warmup + b->reps; r++) {
-            double t;
-            DCP_CHECK_GOTO(stream(e, sync, buf, bytes, b->window, iters, &t), st, out);
-            if (r >= b->warmup) secs[r - b->warmup] = t;
-        }
-        out[s].gbps = (double)bytes * b->window * iters / dcp_median(secs, b->reps) / 1e9;
+        sample_t m = {e, mem, mem + SYNC_BYTES, bytes, b->window, iters};
+        DCP_CHECK(dcpt_bench_time(&bw, stream_sample, &m, &out[s].gbps));
+        /* latency: every round trip a sample, a tenth of them unrecorded first */
         int64_t lat_iters = (b->budget_mb << 20) / (8 * bytes);
         lat_iters = lat_iters < 11 ? 11 : lat_iters > 2001 ? 2001 : lat_iters;
-        DCP_CHECK_GOTO(pingpong(e, buf, bytes, lat_iters / 10 + 1, &out[s].lat_us), st, out);
-        DCP_CHECK_GOTO(pingpong(e, buf, bytes, lat_iters, &out[s].lat_us), st, out);
+        const dcpt_bench_t lat = {tool, b->json, lat_iters / 10 + 1, lat_iters, fields, NFIELDS};
+        DCP_CHECK(dcpt_bench_time(&lat, pingpong_sample, &m, &out[s].lat_us));
     }
-    st = DCP_OK;
-out:
-    free(secs);
-    return st;
+    return DCP_OK;
 }
 
-static void report(const bench_t *b, const char *engine, const figures_t *f)
+/* The two ranks' hosts (hosts[r], HOST_CHARS each) and the link class between them. */
+static const char *link_class(const char hosts[2][HOST_CHARS], int threads)
 {
-    static const dcp_col_t cols[] = {{"engine", -8}, {"bytes", 10}, {"GB/s", 9}, {"lat(us)", 9}};
-    if (!b->json) {
-        printf("# %s: window %lld, median of %lld (after %lld warm-up), ~%lld MB per measurement\n",
-               tool, (long long)b->window, (long long)b->reps, (long long)b->warmup,
-               (long long)b->budget_mb);
-        dcp_table_header(stdout, cols, 4);
-    }
+    return threads ? "threads" : strcmp(hosts[0], hosts[1]) ? "other node" : "same node";
+}
+
+static void report(const bench_t *b, const char *engine, const figures_t *f,
+                   const char hosts[2][HOST_CHARS], int threads)
+{
+    const dcpt_bench_t h = {tool, b->json, b->warmup, b->reps, fields, NFIELDS};
+    const char *tls = !strcmp(engine, "ucx") ? getenv("UCX_TLS") : NULL;
+    dcpt_bench_header(&h,
+                      "%s between %s and %s (%s), window %lld, ~%lld MB per measurement; "
+                      "GB/s = 1e9 B/s, MiB/s = 2^20 B/s (ucx_perftest's unit), lat: half a "
+                      "round trip (each a sample)",
+                      engine, hosts[0], hosts[1], link_class(hosts, threads), (long long)b->window,
+                      (long long)b->budget_mb);
+    dcpt_bench_table(&h);
     for (int32_t s = 0; s < b->num_sizes; s++) {
-        if (b->json) {
-            dcp_json_t j;
-            dcp_json_begin(&j, stdout);
-            dcp_json_str(&j, "engine", engine);
-            dcp_json_int(&j, "bytes", b->sizes[s]);
-            dcp_json_int(&j, "window", b->window);
-            dcp_json_num(&j, "gbps", f[s].gbps);
-            dcp_json_num(&j, "latency_us", f[s].lat_us);
-            dcp_json_end(&j);
-            continue;
-        }
-        char cell[4][32];
-        snprintf(cell[0], 32, "%s", engine);
-        snprintf(cell[1], 32, "%lld", (long long)b->sizes[s]);
-        snprintf(cell[2], 32, "%.3f", f[s].gbps);
-        snprintf(cell[3], 32, "%.2f", f[s].lat_us);
-        dcp_table_row(stdout, cols, 4, cell);
+        const row_t r = {engine,
+                         link_class(hosts, threads),
+                         strcmp(engine, "ucx") ? NULL
+                         : tls                 ? tls
+                                               : "auto",
+                         b->sizes[s],
+                         b->window,
+                         f[s].gbps,
+                         f[s].lat_us,
+                         f[s].gbps.median * 1e9 / 1048576.0,
+                         hosts[0],
+                         hosts[1]};
+        dcpt_bench_row(&h, &r, NULL, NULL);
     }
+}
+
+static void this_host(char host[HOST_CHARS])
+{
+    memset(host, 0, HOST_CHARS);
+    if (gethostname(host, HOST_CHARS - 1) != 0) snprintf(host, HOST_CHARS, "unknown");
 }
 
 typedef struct {
@@ -238,7 +277,10 @@ static int run_threads(const bench_t *b)
             fprintf(stderr, "%s: rank %d: %s: %s\n", tool, r, dcp_status_string(t[r].st), t[r].why);
             return 1;
         }
-    report(b, "inproc", f[0]);
+    char hosts[2][HOST_CHARS];
+    this_host(hosts[0]);
+    memcpy(hosts[1], hosts[0], HOST_CHARS);
+    report(b, "inproc", f[0], (const char(*)[HOST_CHARS])hosts, 1);
     return 0;
 }
 
@@ -248,11 +290,11 @@ static int run_processes(int *argc, char ***argv, const bench_t *b, const char *
 {
     const int gpu = !strcmp(engine, "nccl");
     const int device =
-        gpu && dcp_cuda_device_count() > 0 ? dcp_mpi_local_rank() % dcp_cuda_device_count() : 0;
+        gpu && dcp_cuda_device_count() > 0 ? dcpt_mpi_local_rank() % dcp_cuda_device_count() : 0;
     dcp_bootstrap_t bs;
     dcp_engine_t *e = NULL;
     char *mem = NULL;
-    dcp_status_t st = dcp_mpi_start(argc, argv, &bs);
+    dcp_status_t st = dcpt_mpi_start(argc, argv, &bs);
     if (st == DCP_OK && bs.size != 2)
         st = dcp_set_error(DCP_ERR_INVALID_ARG, "run it with 2 processes (mpirun -np 2), not %d",
                            bs.size);
@@ -263,21 +305,24 @@ static int run_processes(int *argc, char ***argv, const bench_t *b, const char *
         st = dcp_set_error(DCP_ERR_NO_MEMORY, "cannot allocate %zu bytes on GPU %d",
                            buffer_bytes(b), device);
     if (st == DCP_OK && !gpu) st = dcp_calloc(&mem, (int64_t)buffer_bytes(b), 1, "bench buffer");
+    char host[HOST_CHARS], hosts[2][HOST_CHARS];
+    this_host(host);
+    if (st == DCP_OK) st = bs.allgather(bs.state, host, hosts, HOST_CHARS);
     figures_t f[MAX_SIZES];
     if (st == DCP_OK) st = run_rank(e, b, mem, f);
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: %s: %s\n", tool, bs.rank, dcp_status_string(st),
                 dcp_last_error());
-        dcp_mpi_stop(1, 1);
+        dcpt_mpi_stop(1, 1);
         return 1;
     }
-    if (bs.rank == 0) report(b, engine, f);
+    if (bs.rank == 0) report(b, engine, f, (const char(*)[HOST_CHARS])hosts, 0);
     dcp_engine_destroy(e);
     if (gpu)
         dcp_cuda_free(mem);
     else
         free(mem);
-    dcp_mpi_stop(0, 0);
+    dcpt_mpi_stop(0, 0);
     return 0;
 }
 
@@ -285,25 +330,25 @@ int main(int argc, char **argv)
 {
     bench_t b = {.window = 8, .reps = 5, .warmup = 1, .budget_mb = 256};
     const char *sizes = "8,4K,64K,256K,1M,4M", *engine = NULL;
-    dcp_arg_t args[] = {
-        {"engine", DCP_ARG_STR, &engine, 0, 0,
+    dcpt_arg_t args[] = {
+        {"engine", DCPT_ARG_STR, &engine, 0, 0,
          "ucx (default) or nccl under mpirun -np 2; inproc (two threads)", 0},
-        {"sizes", DCP_ARG_STR, &sizes, 0, 0, "message sizes (default 8,4K,64K,256K,1M,4M)", 0},
-        {"window", DCP_ARG_INT, &b.window, 1, 64, "messages per launch (default 8)", 0},
-        {"reps", DCP_ARG_INT, &b.reps, 1, 1000, "measurements per size; median (default 5)", 0},
-        {"warmup", DCP_ARG_INT, &b.warmup, 0, 1000, "unrecorded measurements first (default 1)", 0},
-        {"mb", DCP_ARG_INT, &b.budget_mb, 1, 1 << 20, "MB moved per measurement (default 256)", 0},
-        {"json", DCP_ARG_FLAG, &b.json, 0, 0, "one JSON object per size", 0},
+        {"sizes", DCPT_ARG_STR, &sizes, 0, 0, "message sizes", 0},
+        {"window", DCPT_ARG_INT, &b.window, 1, 64, "messages per launch", 0},
+        {"reps", DCPT_ARG_INT, &b.reps, 1, 1000, "measurements per size; median", 0},
+        {"warmup", DCPT_ARG_INT, &b.warmup, 0, 1000, "unrecorded measurements first", 0},
+        {"mb", DCPT_ARG_INT, &b.budget_mb, 1, 1 << 20, "MB moved per measurement", 0},
+        {"json", DCPT_ARG_FLAG, &b.json, 0, 0, "one JSON object per size", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
-    dcp_args_parse(argc, argv, args, nargs, tool,
-                   "Bandwidth and latency of dcp's block-transfer engines between two ranks.");
+    dcpt_args_parse(argc, argv, args, nargs, tool,
+                    "Bandwidth and latency of dcp's block-transfer engines between two ranks.");
     parse_sizes(sizes, &b);
     if (!engine) engine = "ucx";
     if (strcmp(engine, "ucx") && strcmp(engine, "nccl") && strcmp(engine, "inproc"))
-        dcp_args_fail(tool, "engine", "'%s': use ucx, nccl or inproc", engine);
+        dcpt_args_fail(tool, "engine", "'%s': use ucx, nccl or inproc", engine);
     const int threads = !strcmp(engine, "inproc");
-    if (!threads && !dcp_mpi_launched())
-        dcp_args_fail(tool, "engine", "%s runs between processes: mpirun -np 2 %s", engine, tool);
+    if (!threads && !dcpt_mpi_launched())
+        dcpt_args_fail(tool, "engine", "%s runs between processes: mpirun -np 2 %s", engine, tool);
     return threads ? run_threads(&b) : run_processes(&argc, &argv, &b, engine);
 }

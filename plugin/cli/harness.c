@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dcp_harness_destroy(dcp_harness_t *h)
+void dcpt_harness_destroy(dcpt_harness_t *h)
 {
     if (!h) return;
     free(h->lengths);
@@ -36,11 +36,11 @@ void dcp_harness_destroy(dcp_harness_t *h)
     free(h);
 }
 
-dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
-                                const dcp_attn_shape_t *shape, uint64_t seed,
-                                dcp_harness_t **harness_out)
+dcp_status_t dcpt_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
+                                 const dcp_attn_shape_t *shape, uint64_t seed,
+                                 dcpt_harness_t **harness_out)
 {
-    dcp_harness_t *h = NULL;
+    dcpt_harness_t *h = NULL;
     DCP_CHECK(dcp_calloc(&h, 1, sizeof *h, "harness"));
     dcp_status_t st;
     h->num_seqs = num_seqs;
@@ -60,10 +60,10 @@ dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const 
     DCP_CHECK_GOTO(dcp_calloc(&h->q, nq, sizeof(float), "harness Q"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&h->k, nkv, sizeof(float), "harness K"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&h->v, nkv, sizeof(float), "harness V"), st, err);
-    dcp_rng_t rng = {seed};
-    for (int64_t i = 0; i < nq; i++) h->q[i] = (float)dcp_rng_normal(&rng);
-    for (int64_t i = 0; i < nkv; i++) h->k[i] = (float)dcp_rng_normal(&rng);
-    for (int64_t i = 0; i < nkv; i++) h->v[i] = (float)dcp_rng_normal(&rng);
+    dcpt_rng_t rng = {seed};
+    for (int64_t i = 0; i < nq; i++) h->q[i] = (float)dcpt_rng_normal(&rng);
+    for (int64_t i = 0; i < nkv; i++) h->k[i] = (float)dcpt_rng_normal(&rng);
+    for (int64_t i = 0; i < nkv; i++) h->v[i] = (float)dcpt_rng_normal(&rng);
     /* inputs exactly representable in the plan dtype: the reference sees what the GPU sees */
     for (int64_t i = 0; i < nq; i++) h->q[i] = dcp_round_to(shape->dtype, h->q[i]);
     for (int64_t i = 0; i < nkv; i++) h->k[i] = dcp_round_to(shape->dtype, h->k[i]);
@@ -71,24 +71,24 @@ dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const 
     *harness_out = h;
     return DCP_OK;
 err:
-    dcp_harness_destroy(h);
+    dcpt_harness_destroy(h);
     return st;
 }
 
-dcp_status_t dcp_harness_enable_backward(dcp_harness_t *h, uint64_t seed)
+dcp_status_t dcpt_harness_enable_backward(dcpt_harness_t *h, uint64_t seed)
 {
     if (h->dout) return DCP_OK;
     if (h->ref_o)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "harness: backward enabled after the reference");
     const int64_t nq = h->tokens * h->shape.num_heads * h->shape.head_dim;
     DCP_CHECK(dcp_calloc(&h->dout, nq, sizeof(float), "harness dO"));
-    dcp_rng_t rng = {seed ^ 0x9E3779B97F4A7C15ull};
+    dcpt_rng_t rng = {seed ^ 0x9E3779B97F4A7C15ull};
     for (int64_t i = 0; i < nq; i++)
-        h->dout[i] = dcp_round_to(h->shape.dtype, (float)dcp_rng_normal(&rng));
+        h->dout[i] = dcp_round_to(h->shape.dtype, (float)dcpt_rng_normal(&rng));
     return DCP_OK;
 }
 
-dcp_batch_t dcp_harness_batch(const dcp_harness_t *h)
+dcp_batch_t dcpt_harness_batch(const dcpt_harness_t *h)
 {
     return (dcp_batch_t){h->num_seqs, h->lengths, h->masks};
 }
@@ -106,8 +106,8 @@ static dcp_status_t seqs_of_rank(const dcp_plan_t *plan, int32_t rank, uint8_t *
     return st;
 }
 
-dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_plan_t *plan,
-                                   int32_t rank)
+dcp_status_t dcpt_harness_reference(dcpt_harness_t *h, int32_t threads, const dcp_plan_t *plan,
+                                    int32_t rank)
 {
     const int64_t hq = h->shape.num_heads, d = h->shape.head_dim, hkv = h->shape.num_kv_heads;
     if (!h->ref_o) {
@@ -150,11 +150,11 @@ dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_
             continue;
         }
         const int64_t t = h->seq_start[s], qo = t * hq * d, ko = t * hkv * d;
-        st = dcp_reference_attention(seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko,
-                                     h->ref_o + qo, h->ref_lse + t * hq,
-                                     h->low_o ? h->low_o + qo : NULL, threads);
+        st = dcpt_reference_attention(seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko,
+                                      h->ref_o + qo, h->ref_lse + t * hq,
+                                      h->low_o ? h->low_o + qo : NULL, threads);
         if (st == DCP_OK && h->dout)
-            st = dcp_reference_backward(
+            st = dcpt_reference_backward(
                 seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko, h->dout + qo,
                 h->ref_dq + qo, h->ref_dk + ko, h->ref_dv + ko, h->low_dq ? h->low_dq + qo : NULL,
                 h->low_dk ? h->low_dk + ko : NULL, h->low_dv ? h->low_dv + ko : NULL, threads);
@@ -207,7 +207,7 @@ static void rank_io_free(rank_io_t *r)
     free(r->ntok);
 }
 
-static dcp_status_t rank_io_fill(const dcp_harness_t *h, const dcp_plan_t *plan, rank_io_t *r,
+static dcp_status_t rank_io_fill(const dcpt_harness_t *h, const dcp_plan_t *plan, rank_io_t *r,
                                  int32_t rank)
 {
     int32_t nspans;
@@ -301,7 +301,7 @@ static int has_store(const rank_io_t *r, int32_t rank)
 
 /* Tensors of ranks [lo, hi): on `device` as the contexts place in-process ranks, or, for
  * this process's rank of a job, on job_gpu (-1: the CPU). */
-static dcp_status_t rank_io_build(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t lo,
+static dcp_status_t rank_io_build(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t lo,
                                   int32_t hi, const char *device, int32_t job_gpu, rank_io_t *r)
 {
     dcp_plan_stats_t ps;
@@ -388,7 +388,7 @@ static void check_grad(const rank_io_t *r, int32_t rank, int j, const double *re
     }
 }
 
-static void check_rank(const dcp_harness_t *h, const rank_io_t *r, int32_t rank, rank_check_t *c)
+static void check_rank(const dcpt_harness_t *h, const rank_io_t *r, int32_t rank, rank_check_t *c)
 {
     const int64_t hq = h->shape.num_heads, d = h->shape.head_dim;
     const float *out = r->bufs[NT * rank + T_O], *lse = r->bufs[NT * rank + T_LSE];
@@ -433,7 +433,7 @@ static void check_rank(const dcp_harness_t *h, const rank_io_t *r, int32_t rank,
 
 /* The result of all ranks' checks, in rank order. */
 static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dtype,
-                   dcp_harness_result_t *res)
+                   dcpt_harness_result_t *res)
 {
     double ref_max = 0;
     uint64_t x = 0xcbf29ce484222325ull;
@@ -452,8 +452,8 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
                       res->max_lse_err <= tol;
     else
         res->passed = c[0].checked && res->bad_values == 0 &&
-                      dcp_lowp_rule_holds(dtype, res->max_abs_err, res->low_abs_err, ref_max,
-                                          res->max_lse_err);
+                      dcpt_lowp_rule_holds(dtype, res->max_abs_err, res->low_abs_err, ref_max,
+                                           res->max_lse_err);
     if (!res->bwd_run) return;
     res->bwd_passed = c[0].checked;
     for (int g = 0; g < 3; g++) {
@@ -469,15 +469,15 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
         res->bwd_passed &=
             dtype == DCP_DTYPE_FP32
                 ? res->max_rel_err_grad[g] <= tol
-                : dcp_lowp_grad_rule_holds(dtype, abs, res->low_abs_err_grad[g], gref);
+                : dcpt_lowp_grad_rule_holds(dtype, abs, res->low_abs_err_grad[g], gref);
     }
     res->bwd_passed &= res->bwd_bad_values == 0;
     res->passed &= res->bwd_passed;
 }
 
-dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
-                             int32_t iters, double timeout_s, double tol, const char *device,
-                             dcp_harness_result_t *result_out)
+dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
+                              int32_t iters, double timeout_s, double tol, const char *device,
+                              dcpt_harness_result_t *result_out)
 {
     if (iters < 1) iters = 1;
     rank_io_t r = {0};
@@ -509,12 +509,12 @@ dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int
         times[4 * iters + i - warmup] = wait / r.n * 1e6; /* the ranks' mean */
     }
     DCP_CHECK_GOTO(fetch(&r), st, out);
-    dcp_harness_result_t res = {.bwd_run = h->dout != NULL};
-    res.exec_ms = dcp_median(times, iters);
-    res.bwd_exec_ms = h->dout ? dcp_median(times + iters, iters) : 0;
-    res.host_us = dcp_median(times + 2 * iters, iters);
-    res.bwd_host_us = h->dout ? dcp_median(times + 3 * iters, iters) : 0;
-    res.wait_us = dcp_median(times + 4 * iters, iters);
+    dcpt_harness_result_t res = {.bwd_run = h->dout != NULL};
+    res.exec_ms = dcpt_stats(times, iters);
+    res.bwd_exec_ms = dcpt_stats(times + iters, h->dout ? iters : 0);
+    res.host_us = dcpt_stats(times + 2 * iters, iters);
+    res.bwd_host_us = dcpt_stats(times + 3 * iters, h->dout ? iters : 0);
+    res.wait_us = dcpt_stats(times + 4 * iters, iters);
     for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
     reduce(checks, r.n, tol, h->shape.dtype, &res);
     *result_out = res;
@@ -526,19 +526,19 @@ out:
     return st;
 }
 
-dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan,
-                                  dcp_context_t *ctx, const dcp_bootstrap_t *bootstrap,
-                                  int32_t warmup, int32_t iters, double tol,
-                                  dcp_harness_result_t *result_out)
+dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *plan,
+                                   dcp_context_t *ctx, const dcp_bootstrap_t *bootstrap,
+                                   int32_t warmup, int32_t iters, double tol,
+                                   dcpt_harness_result_t *result_out)
 {
     if (iters < 1) iters = 1;
     const int32_t me = bootstrap->rank;
     rank_io_t r = {0};
     double *times = NULL;
     rank_check_t *checks = NULL;
-    dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, ctx->device, &r);
+    dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, dcp_context_device(ctx), &r);
     if (st == DCP_OK) st = dcp_calloc(&times, 5 * iters, sizeof *times, "harness");
-    const dcp_device_t *dev = dcp_device_of(ctx->device);
+    const dcp_device_t *dev = dcp_device_of(dcp_context_device(ctx));
     if (st == DCP_OK) st = dcp_calloc(&checks, bootstrap->size, sizeof *checks, "harness");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "harness set-up"), st, out);
     /* timed from a common start to the last rank's end; through the engine, which fails
@@ -569,12 +569,12 @@ dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan
     rank_check_t mine;
     check_rank(h, &r, me, &mine);
     DCP_CHECK_GOTO(bootstrap->allgather(bootstrap->state, &mine, checks, sizeof mine), st, out);
-    dcp_harness_result_t res = {.bwd_run = h->dout != NULL};
-    res.exec_ms = dcp_median(times, iters);
-    res.bwd_exec_ms = h->dout ? dcp_median(times + iters, iters) : 0;
-    res.host_us = dcp_median(times + 2 * iters, iters); /* this rank's */
-    res.bwd_host_us = h->dout ? dcp_median(times + 3 * iters, iters) : 0;
-    res.wait_us = dcp_median(times + 4 * iters, iters); /* this rank's */
+    dcpt_harness_result_t res = {.bwd_run = h->dout != NULL};
+    res.exec_ms = dcpt_stats(times, iters);
+    res.bwd_exec_ms = dcpt_stats(times + iters, h->dout ? iters : 0);
+    res.host_us = dcpt_stats(times + 2 * iters, iters); /* this rank's */
+    res.bwd_host_us = dcpt_stats(times + 3 * iters, h->dout ? iters : 0);
+    res.wait_us = dcpt_stats(times + 4 * iters, iters); /* this rank's */
     reduce(checks, bootstrap->size, tol, h->shape.dtype, &res);
     *result_out = res;
 out:

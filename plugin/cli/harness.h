@@ -6,10 +6,11 @@
  * O, LSE (and dQ, dK, dV) compared with the double-precision single-device reference.
  * Shared by dcp-attn-test and the end-to-end test suite.
  */
-#ifndef DCP_CLI_HARNESS_H
-#define DCP_CLI_HARNESS_H
+#ifndef DCPT_CLI_HARNESS_H
+#define DCPT_CLI_HARNESS_H
 
 #include "include/dcp.h"
+#include "plugin/cli/report.h"
 
 typedef struct {
     int32_t num_seqs;
@@ -19,31 +20,31 @@ typedef struct {
     int64_t tokens;
     float *q, *k, *v;        /* whole batch, THD, sequences concatenated */
     int64_t *seq_start;      /* first token of each sequence */
-    double *ref_o, *ref_lse; /* NULL until dcp_harness_reference() */
+    double *ref_o, *ref_lse; /* NULL until dcpt_harness_reference() */
     float *low_o;            /* bf16/fp16: the plain low-precision computation (reference.h) */
     uint8_t *ref_done;       /* sequences whose reference is computed */
-    /* backward, after dcp_harness_enable_backward(): dO and the reference gradients */
+    /* backward, after dcpt_harness_enable_backward(): dO and the reference gradients */
     float *dout;                      /* layout of q, representable in the plan dtype */
-    double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcp_harness_reference() */
+    double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcpt_harness_reference() */
     float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
-} dcp_harness_t;
+} dcpt_harness_t;
 
 typedef struct {
-    double max_abs_err; /* max |O - O_ref| */
-    double max_rel_err; /* max_abs_err / max |O_ref| */
-    double max_lse_err; /* max |LSE - LSE_ref| / max(1, |LSE_ref|) over finite LSE */
-    double low_abs_err; /* bf16/fp16: max |O_plain - O_ref| of the plain computation */
-    int64_t bad_values; /* NaN, unwritten, or -inf where the reference is finite (or back) */
-    int passed;         /* fp32: errors within tol; bf16/fp16: max_abs_err <= 2 low_abs_err +
-                           one rounding step of max |O_ref|, LSE within 1e-3 (FlashAttention's
-                           rule); no bad values; only when the reference exists */
-    uint64_t digest;    /* hash of every rank's O and LSE (and dQ, dK, dV) bytes: equal outputs,
-                           equal digest, whether the ranks ran as threads or as processes */
-    double exec_ms;     /* median wall time of one forward pass over all ranks */
-    double host_us;     /* median time a rank's dcp_forward takes to return (the slowest
+    double max_abs_err;   /* max |O - O_ref| */
+    double max_rel_err;   /* max_abs_err / max |O_ref| */
+    double max_lse_err;   /* max |LSE - LSE_ref| / max(1, |LSE_ref|) over finite LSE */
+    double low_abs_err;   /* bf16/fp16: max |O_plain - O_ref| of the plain computation */
+    int64_t bad_values;   /* NaN, unwritten, or -inf where the reference is finite (or back) */
+    int passed;           /* fp32: errors within tol; bf16/fp16: max_abs_err <= 2 low_abs_err +
+                             one rounding step of max |O_ref|, LSE within 1e-3 (FlashAttention's
+                             rule); no bad values; only when the reference exists */
+    uint64_t digest;      /* hash of every rank's O and LSE (and dQ, dK, dV) bytes: equal outputs,
+                             equal digest, whether the ranks ran as threads or as processes */
+    dcpt_stats_t exec_ms; /* median [min, max] wall time of one forward pass over all ranks */
+    dcpt_stats_t host_us; /* time a rank's dcp_forward takes to return (the slowest
                            rank's; on a GPU the work may still run after it returns) */
-    double wait_us;     /* median time a forward spends blocked in its COMM_WAITs on the host
-                           (threads: the ranks' mean; processes: this rank's) */
+    dcpt_stats_t wait_us; /* time a forward spends blocked in its COMM_WAITs on the host
+                             (threads: the ranks' mean; processes: this rank's) */
     /* backward (when enabled); `passed` then also requires bwd_passed */
     int bwd_run;
     int bwd_passed;             /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;
@@ -52,42 +53,42 @@ typedef struct {
     double max_abs_err_grad[3];
     double low_abs_err_grad[3]; /* bf16/fp16: the plain computation's max abs error */
     int64_t bwd_bad_values;     /* NaN or unwritten gradient elements */
-    double bwd_exec_ms;         /* median wall time of one backward pass over all ranks */
-    double bwd_host_us;         /* median time dcp_backward takes to return */
-} dcp_harness_result_t;
+    dcpt_stats_t bwd_exec_ms;   /* wall time of one backward pass over all ranks */
+    dcpt_stats_t bwd_host_us;   /* time dcp_backward takes to return */
+} dcpt_harness_result_t;
 
-dcp_status_t dcp_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
-                                const dcp_attn_shape_t *shape, uint64_t seed,
-                                dcp_harness_t **harness_out);
-void dcp_harness_destroy(dcp_harness_t *h);
+dcp_status_t dcpt_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
+                                 const dcp_attn_shape_t *shape, uint64_t seed,
+                                 dcpt_harness_t **harness_out);
+void dcpt_harness_destroy(dcpt_harness_t *h);
 
 /* Draws dO (from `seed`) so that runs do the backward pass after the forward and checks
- * check the gradients too. Before dcp_harness_reference(). */
-dcp_status_t dcp_harness_enable_backward(dcp_harness_t *h, uint64_t seed);
+ * check the gradients too. Before dcpt_harness_reference(). */
+dcp_status_t dcpt_harness_enable_backward(dcpt_harness_t *h, uint64_t seed);
 
 /* The batch as the planner takes it. */
-dcp_batch_t dcp_harness_batch(const dcp_harness_t *h);
+dcp_batch_t dcpt_harness_batch(const dcpt_harness_t *h);
 
 /* The reference of every sequence (plan NULL), or only of those with rows on `rank` of
  * `plan` (what that rank's check needs); sequences computed before are kept. */
-dcp_status_t dcp_harness_reference(dcp_harness_t *h, int32_t threads, const dcp_plan_t *plan,
-                                   int32_t rank);
+dcp_status_t dcpt_harness_reference(dcpt_harness_t *h, int32_t threads, const dcp_plan_t *plan,
+                                    int32_t rank);
 
 /* Runs `plan` warmup + iters times on in-process ranks on `device` (dcp_forward_inproc's) and
  * checks the last run against the reference (if any) with tolerance `tol`; with backward
  * enabled each run is a forward then a backward, timed apart. */
-dcp_status_t dcp_harness_run(const dcp_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
-                             int32_t iters, double timeout_s, double tol, const char *device,
-                             dcp_harness_result_t *result_out);
+dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
+                              int32_t iters, double timeout_s, double tol, const char *device,
+                              dcpt_harness_result_t *result_out);
 
 /* The same for this process's rank of a job: collective over `bootstrap` (every rank calls
  * it with the same plan); each run is timed from a common start to the last rank's end, and
  * the result, reduced over the ranks, is the same on every rank. A failure before the
  * forward pass is agreed on (every rank returns it); a forward pass that fails returns at
  * once, with no further collective (a peer may be dead): the caller ends the job. */
-dcp_status_t dcp_harness_run_rank(const dcp_harness_t *h, const dcp_plan_t *plan,
-                                  dcp_context_t *ctx, const dcp_bootstrap_t *bootstrap,
-                                  int32_t warmup, int32_t iters, double tol,
-                                  dcp_harness_result_t *result_out);
+dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *plan,
+                                   dcp_context_t *ctx, const dcp_bootstrap_t *bootstrap,
+                                   int32_t warmup, int32_t iters, double tol,
+                                   dcpt_harness_result_t *result_out);
 
 #endif

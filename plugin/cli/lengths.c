@@ -21,18 +21,18 @@ static const struct {
     {65537, 131072, 22513}, {131073, 196608, 18284},
 };
 
-int32_t dcp_length_draw(const dcp_length_source_t *src, dcp_rng_t *rng)
+int32_t dcpt_length_draw(const dcpt_length_source_t *src, dcpt_rng_t *rng)
 {
-    if (src->pool) return src->pool[dcp_rng_range(rng, 0, src->pool_size - 1)];
+    if (src->pool) return src->pool[dcpt_rng_range(rng, 0, src->pool_size - 1)];
     int64_t total = 0;
     for (size_t i = 0; i < sizeof hist / sizeof hist[0]; i++) total += hist[i].count;
-    int64_t pick = dcp_rng_range(rng, 0, total - 1);
+    int64_t pick = dcpt_rng_range(rng, 0, total - 1);
     size_t b = 0;
     while (pick >= hist[b].count) pick -= hist[b++].count;
-    return (int32_t)dcp_rng_range(rng, hist[b].lo, hist[b].hi);
+    return (int32_t)dcpt_rng_range(rng, hist[b].lo, hist[b].hi);
 }
 
-dcp_status_t dcp_lengths_read(const char *path, int32_t **lengths_out, int64_t *count_out)
+dcp_status_t dcpt_lengths_read(const char *path, int32_t **lengths_out, int64_t *count_out)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -71,13 +71,13 @@ dcp_status_t dcp_lengths_read(const char *path, int32_t **lengths_out, int64_t *
     return DCP_OK;
 }
 
-dcp_status_t dcp_lengths_fill(const dcp_length_source_t *src, int64_t tokens, int32_t max_len,
-                              uint64_t seed, int32_t **lengths_out, int32_t *count_out)
+dcp_status_t dcpt_lengths_fill(const dcpt_length_source_t *src, int64_t tokens, int32_t max_len,
+                               uint64_t seed, int32_t **lengths_out, int32_t *count_out)
 {
     if (tokens < 1 || max_len < 1)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "tokens = %lld and max_len = %d must be >= 1",
                              (long long)tokens, max_len);
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     int32_t *v = NULL;
     int64_t n = 0, cap = 0, sum = 0, draws = 0;
     while (sum < tokens) {
@@ -87,7 +87,7 @@ dcp_status_t dcp_lengths_fill(const dcp_length_source_t *src, int64_t tokens, in
                                  "max_len = %d: no length of the source fits after 10^7 draws",
                                  max_len);
         }
-        int64_t len = dcp_length_draw(src, &rng);
+        int64_t len = dcpt_length_draw(src, &rng);
         if (len > max_len) continue;
         if (len > tokens - sum) len = tokens - sum;
         const dcp_status_t st = dcp_reserve(&v, &cap, n + 1, sizeof *v, "lengths");
@@ -104,11 +104,11 @@ dcp_status_t dcp_lengths_fill(const dcp_length_source_t *src, int64_t tokens, in
 }
 
 /* The next length of the packing stream: a shuffled pass over the pool, or a draw. */
-static int next_length(const dcp_length_source_t *src, const int64_t *order, int64_t *pos,
-                       dcp_rng_t *rng, int32_t *len)
+static int next_length(const dcpt_length_source_t *src, const int64_t *order, int64_t *pos,
+                       dcpt_rng_t *rng, int32_t *len)
 {
     if (!src->pool) {
-        *len = dcp_length_draw(src, rng);
+        *len = dcpt_length_draw(src, rng);
         return 1;
     }
     if (*pos >= src->pool_size) return 0;
@@ -116,13 +116,13 @@ static int next_length(const dcp_length_source_t *src, const int64_t *order, int
     return 1;
 }
 
-dcp_status_t dcp_lengths_pack(const dcp_length_source_t *src, int64_t tokens, double scale,
-                              int32_t max_batches, uint64_t seed, int32_t **lengths_out,
-                              int32_t **first_out, int32_t *num_batches_out)
+dcp_status_t dcpt_lengths_pack(const dcpt_length_source_t *src, int64_t tokens, double scale,
+                               int32_t max_batches, uint64_t seed, int32_t **lengths_out,
+                               int32_t **first_out, int32_t *num_batches_out)
 {
     if (tokens < 1 || max_batches < 1 || !(scale > 0))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "pack: tokens, batches and scale must be > 0");
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     int64_t *order = NULL, pos = 0, n = 0, cap = 0, fcap = 0;
     int32_t *v = NULL, *first = NULL, nb = 0, cur_n = 0;
     int64_t cur_tokens = 0, draws = 0;
@@ -131,7 +131,7 @@ dcp_status_t dcp_lengths_pack(const dcp_length_source_t *src, int64_t tokens, do
         DCP_CHECK_GOTO(dcp_calloc(&order, src->pool_size, sizeof *order, "pack"), st, out);
         for (int64_t i = 0; i < src->pool_size; i++) order[i] = i;
         for (int64_t i = src->pool_size - 1; i > 0; i--) { /* Fisher-Yates */
-            const int64_t j = dcp_rng_range(&rng, 0, i), t = order[i];
+            const int64_t j = dcpt_rng_range(&rng, 0, i), t = order[i];
             order[i] = order[j];
             order[j] = t;
         }

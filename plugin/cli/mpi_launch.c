@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int dcp_mpi_launched(void)
+int dcpt_mpi_launched(void)
 {
     static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
                                  "MV2_COMM_WORLD_SIZE"};
@@ -30,7 +30,7 @@ static int env_int(const char *const *vars, size_t n, int fallback)
     return fallback;
 }
 
-int dcp_mpi_local_rank(void)
+int dcpt_mpi_local_rank(void)
 {
     static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
                                  "PMI_LOCAL_RANK"};
@@ -103,7 +103,7 @@ static void watchdog_disarm(watchdog_t *w, pthread_t tid, int armed)
 
 /* ---- fault injection --------------------------------------------------------------------- */
 
-void dcp_mpi_fault_point(const char *phase)
+void dcpt_mpi_fault_point(const char *phase)
 {
     const char *spec = getenv("DCP_FAULT");
     if (!spec) return;
@@ -136,11 +136,11 @@ static int collectives;
 static dcp_status_t counted_allgather(void *state, const void *send, void *recv, size_t bytes,
                                       double timeout_s, int32_t *failed_rank_out)
 {
-    if (++collectives == 2) dcp_mpi_fault_point("context");
+    if (++collectives == 2) dcpt_mpi_fault_point("context");
     return mpi_bs.allgather_timed(state, send, recv, bytes, timeout_s, failed_rank_out);
 }
 
-dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out)
+dcp_status_t dcpt_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out)
 {
     watchdog_t w;
     pthread_t tid;
@@ -150,7 +150,7 @@ dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_o
     if (rc != MPI_SUCCESS) return dcp_set_error(DCP_ERR_SYSTEM, "MPI_Init returned %d", rc);
     /* errors come back as codes, so that a failed collective is reported, not fatal */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    dcp_mpi_fault_point("init");
+    dcpt_mpi_fault_point("init");
     DCP_CHECK(dcp_bootstrap_mpi(&mpi_bs));
     *bootstrap_out = mpi_bs;
     if (getenv("DCP_FAULT")) bootstrap_out->allgather_timed = counted_allgather;
@@ -158,11 +158,11 @@ dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_o
     return DCP_OK;
 }
 
-void dcp_mpi_fail_early(void)
+void dcpt_mpi_fail_early(void)
 {
     int init = 0;
     MPI_Initialized(&init);
-    if (dcp_mpi_launched() && !init) {
+    if (dcpt_mpi_launched() && !init) {
         watchdog_t w;
         pthread_t tid;
         const int armed = watchdog_arm(&w, &tid, "MPI_Init");
@@ -173,7 +173,7 @@ void dcp_mpi_fail_early(void)
     _exit(2);
 }
 
-void dcp_mpi_stop(int failed, int code)
+void dcpt_mpi_stop(int failed, int code)
 {
     int init = 0, done = 0;
     MPI_Initialized(&init);

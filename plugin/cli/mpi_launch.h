@@ -6,33 +6,33 @@
  * MPI_Init and MPI_Finalize run under a watchdog ($DCP_TIMEOUT_S or 60 s), the bootstrap's
  * collectives are timed (dcp_bootstrap_mpi), and a tool that failed ends its own process
  * (with status `code`) instead of waiting for the launcher. */
-#ifndef DCP_CLI_MPI_LAUNCH_H
-#define DCP_CLI_MPI_LAUNCH_H
+#ifndef DCPT_CLI_MPI_LAUNCH_H
+#define DCPT_CLI_MPI_LAUNCH_H
 
 #include "include/dcp.h"
 
 /* 1 when mpirun/mpiexec/srun (Open MPI, MPICH-style PMI, PMIx) started this process. */
-int dcp_mpi_launched(void);
+int dcpt_mpi_launched(void);
 
 /* This process's rank among those of its node, from the launcher's environment (Open MPI,
  * MPICH/Hydra, Slurm); 0 when none says. */
-int dcp_mpi_local_rank(void);
+int dcpt_mpi_local_rank(void);
 
 /* MPI_Init (under the watchdog) and the bootstrap over MPI_COMM_WORLD. The bootstrap must
- * stay where it is until dcp_mpi_stop(): the end-of-job vote runs over it. */
-dcp_status_t dcp_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out);
+ * stay where it is until dcpt_mpi_stop(): the end-of-job vote runs over it. */
+dcp_status_t dcpt_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out);
 
 /* Healthy (failed = 0): a last vote over the bootstrap, so that a rank that died or stopped
  * is named instead of hanging MPI_Finalize, then MPI_Finalize (under the watchdog). After a
  * failure, or when the vote fails: the process exits with `code` (stdout and stderr
  * flushed) without MPI_Finalize, and the launcher ends the rest of the job; under Open MPI's
  * recovery mode the other ranks end by their own timeouts. Returns only when healthy. */
-void dcp_mpi_stop(int failed, int code);
+void dcpt_mpi_stop(int failed, int code);
 
-/* For dcp_args_set_fail_hook: under an MPI launcher, MPI_Init (under the watchdog), so that
+/* For dcpt_args_set_fail_hook: under an MPI launcher, MPI_Init (under the watchdog), so that
  * the job's start-up completes, then exit(2) at once without MPI_Finalize: the other ranks'
  * first collective then names this rank (DCP_ERR_TIMEOUT) instead of hanging in MPI_Init. */
-void dcp_mpi_fail_early(void);
+void dcpt_mpi_fail_early(void);
 
 /* Fault injection for tests/mpi/kill.sh: with DCP_FAULT=RANK:PHASE:ACTION in the
  * environment, rank RANK does ACTION (kill: SIGKILL itself, stop: SIGSTOP itself, exit:
@@ -40,6 +40,6 @@ void dcp_mpi_fail_early(void);
  * (inside context creation: its second bootstrap collective), and the names the tools pass
  * here ("plan", "forward", "between", "destroy" in dcp-attn-test). With DCP_FAULT_STAMP=FILE
  * it first writes the wall-clock time to FILE. Nothing happens without DCP_FAULT. */
-void dcp_mpi_fault_point(const char *phase);
+void dcpt_mpi_fault_point(const char *phase);
 
 #endif

@@ -1,16 +1,16 @@
 /* A small deterministic generator (splitmix64) for sampling lengths and filling tensors:
  * the same seed gives the same batch on every machine. */
-#ifndef DCP_CLI_RNG_H
-#define DCP_CLI_RNG_H
+#ifndef DCPT_CLI_RNG_H
+#define DCPT_CLI_RNG_H
 
 #include <math.h>
 #include <stdint.h>
 
 typedef struct {
     uint64_t s;
-} dcp_rng_t;
+} dcpt_rng_t;
 
-static inline uint64_t dcp_rng_next(dcp_rng_t *r)
+static inline uint64_t dcpt_rng_next(dcpt_rng_t *r)
 {
     uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -19,21 +19,21 @@ static inline uint64_t dcp_rng_next(dcp_rng_t *r)
 }
 
 /* Uniform in [0, 1). */
-static inline double dcp_rng_uniform(dcp_rng_t *r)
+static inline double dcpt_rng_uniform(dcpt_rng_t *r)
 {
-    return (double)(dcp_rng_next(r) >> 11) * 0x1.0p-53;
+    return (double)(dcpt_rng_next(r) >> 11) * 0x1.0p-53;
 }
 
 /* Uniform integer in [lo, hi]. */
-static inline int64_t dcp_rng_range(dcp_rng_t *r, int64_t lo, int64_t hi)
+static inline int64_t dcpt_rng_range(dcpt_rng_t *r, int64_t lo, int64_t hi)
 {
-    return lo + (int64_t)(dcp_rng_next(r) % (uint64_t)(hi - lo + 1));
+    return lo + (int64_t)(dcpt_rng_next(r) % (uint64_t)(hi - lo + 1));
 }
 
 /* Standard normal (Box-Muller). */
-static inline double dcp_rng_normal(dcp_rng_t *r)
+static inline double dcpt_rng_normal(dcpt_rng_t *r)
 {
-    const double u = 1.0 - dcp_rng_uniform(r), v = dcp_rng_uniform(r);
+    const double u = 1.0 - dcpt_rng_uniform(r), v = dcpt_rng_uniform(r);
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 

@@ -11,14 +11,14 @@ static dcp_view_t view(int32_t buf, int64_t row, int32_t width)
     return (dcp_view_t){.off = row * width, .stride = width, .buf = buf};
 }
 
-dcp_status_t dcp_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq,
-                                 int32_t hkv, int32_t d, dcp_tile_case_t *out)
+dcp_status_t dcpt_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq,
+                                  int32_t hkv, int32_t d, dcpt_tile_case_t *out)
 {
     if (total < 1 || tile < 1 || hq < 1 || hkv < 1 || hq % hkv != 0 || d < 1)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "tile case: total %d, tile %d, heads %d/%d, D %d",
                              total, tile, hq, hkv, d);
     DCP_CHECK(dcp_mask_validate(mask, total, "mask"));
-    *out = (dcp_tile_case_t){
+    *out = (dcpt_tile_case_t){
         .seq = {total, *mask}, .total = total, .tile = tile, .hq = hq, .hkv = hkv, .d = d};
     const int64_t nb = (total + tile - 1) / tile;
     DCP_CHECK(dcp_calloc(&out->groups, nb, sizeof *out->groups, "tile case"));
@@ -56,11 +56,11 @@ dcp_status_t dcp_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t 
         g->num_tiles = (int32_t)(out->num_tiles - g->first_tile);
         out->num_groups++;
     }
-    if (st != DCP_OK) dcp_tile_case_free(out);
+    if (st != DCP_OK) dcpt_tile_case_free(out);
     return st;
 }
 
-void dcp_tile_case_free(dcp_tile_case_t *c)
+void dcpt_tile_case_free(dcpt_tile_case_t *c)
 {
     free(c->groups);
     free(c->tiles);

@@ -8,8 +8,8 @@
  * into ACC_DQ / ACC_DK / ACC_DV (fp32, [total, heads, D]).
  * What dcp-kernel-bench times and what the kernel suites check, on CPU and GPU alike.
  */
-#ifndef DCP_CLI_TILE_CASE_H
-#define DCP_CLI_TILE_CASE_H
+#ifndef DCPT_CLI_TILE_CASE_H
+#define DCPT_CLI_TILE_CASE_H
 
 #include "include/base/descr.h"
 
@@ -21,15 +21,15 @@ typedef struct {
     int64_t num_groups, num_tiles;
     int64_t pairs;      /* allowed (query, key) pairs */
     int64_t full_tiles; /* tiles with every pair allowed */
-} dcp_tile_case_t;
+} dcpt_tile_case_t;
 
 /* mask must be valid for `total` (CUSTOM ranges borrowed). */
-dcp_status_t dcp_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq,
-                                 int32_t hkv, int32_t d, dcp_tile_case_t *out);
-void dcp_tile_case_free(dcp_tile_case_t *c);
+dcp_status_t dcpt_tile_case_build(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq,
+                                  int32_t hkv, int32_t d, dcpt_tile_case_t *out);
+void dcpt_tile_case_free(dcpt_tile_case_t *c);
 
 /* Forward FLOPs: 4 x D x query heads per allowed pair (the backward counts 2.5x). */
-static inline double dcp_tile_case_flops(const dcp_tile_case_t *c)
+static inline double dcpt_tile_case_flops(const dcpt_tile_case_t *c)
 {
     return 4.0 * c->d * c->hq * (double)c->pairs;
 }

@@ -15,7 +15,7 @@
 
 static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
 
-static dcp_plan_t *plan_for(const dcp_harness_t *h, const char *cluster, dcp_strategy_t s,
+static dcp_plan_t *plan_for(const dcpt_harness_t *h, const char *cluster, dcp_strategy_t s,
                             int32_t block, int32_t divisions, int32_t head_blocks,
                             dcp_comm_schedule_t comm)
 {
@@ -28,7 +28,7 @@ static dcp_plan_t *plan_for(const dcp_harness_t *h, const char *cluster, dcp_str
     o.divisions = divisions;
     o.head_blocks = head_blocks;
     o.comm_schedule = comm;
-    const dcp_batch_t b = dcp_harness_batch(h);
+    const dcp_batch_t b = dcpt_harness_batch(h);
     dcp_plan_t *p = NULL;
     const dcp_status_t st = dcp_plan_create(&b, &h->shape, &o, c, &p);
     if (st != DCP_OK) fprintf(stderr, "plan: %s\n", dcp_last_error());
@@ -37,10 +37,10 @@ static dcp_plan_t *plan_for(const dcp_harness_t *h, const char *cluster, dcp_str
     return p;
 }
 
-static void expect_pass(const dcp_harness_t *h, const dcp_plan_t *p, const char *what)
+static void expect_pass(const dcpt_harness_t *h, const dcp_plan_t *p, const char *what)
 {
-    dcp_harness_result_t r;
-    const dcp_status_t st = dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r);
+    dcpt_harness_result_t r;
+    const dcp_status_t st = dcpt_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r);
     CU_ASSERT_EQUAL(st, DCP_OK);
     CU_ASSERT(r.passed);
     CU_ASSERT_EQUAL(r.bwd_run, h->dout != NULL);
@@ -58,7 +58,7 @@ static void test_every_mask_strategy_and_rank_count(void)
     /* GQA ratio 1 and 4, alternating by mask */
     const dcp_attn_shape_t shapes[2] = {{4, 4, 16, DCP_DTYPE_FP32, 0.0f},
                                         {8, 2, 16, DCP_DTYPE_FP32, 0.0f}};
-    dcp_rng_t rng = {61};
+    dcpt_rng_t rng = {61};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
         const dcp_attn_shape_t shape = shapes[kind % 2];
         dcp_mask_t m[6];
@@ -75,10 +75,10 @@ static void test_every_mask_strategy_and_rank_count(void)
                 store[s] = NULL;
             }
         }
-        dcp_harness_t *h = NULL;
-        CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 6, m, &shape, 100 + kind, &h), DCP_OK);
-        CU_ASSERT_EQUAL_FATAL(dcp_harness_enable_backward(h, 200 + kind), DCP_OK);
-        CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 6, m, &shape, 100 + kind, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 200 + kind), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
         for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
             for (int c = 0; c < 4; c++) {
                 const int32_t divisions = 1 + (kind + s + c) % 4, hb = 1 + (s + c) % 2;
@@ -92,7 +92,7 @@ static void test_every_mask_strategy_and_rank_count(void)
                 expect_pass(h, p, what);
                 dcp_plan_destroy(p);
             }
-        dcp_harness_destroy(h);
+        dcpt_harness_destroy(h);
         for (int s = 0; s < 6; s++) free(store[s]);
     }
 }
@@ -104,7 +104,7 @@ static void test_half_storage_on_cpu(void)
 {
     const int32_t len[4] = {700, 1, 260, 90};
     const dcp_dtype_t types[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
-    dcp_rng_t rng = {17};
+    dcpt_rng_t rng = {17};
     for (int t = 0; t < 2; t++)
         for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
             dcp_mask_t m[4];
@@ -112,14 +112,14 @@ static void test_half_storage_on_cpu(void)
             for (int s = 0; s < 4; s++)
                 m[s] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[s], &store[s]);
             const dcp_attn_shape_t shape = {8, 2, 32, types[t], 0.0f};
-            dcp_harness_t *h = NULL;
-            CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 4, m, &shape, 5, &h), DCP_OK);
-            CU_ASSERT_EQUAL_FATAL(dcp_harness_enable_backward(h, 6), DCP_OK);
-            CU_ASSERT_EQUAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+            dcpt_harness_t *h = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 4, m, &shape, 5, &h), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 6), DCP_OK);
+            CU_ASSERT_EQUAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
             dcp_plan_t *p = plan_for(h, "2x2", kind % 2 ? DCP_STRATEGY_METIS : DCP_STRATEGY_ZIGZAG,
                                      64, 3, 1, DCP_COMM_DIVISIONS);
-            dcp_harness_result_t r;
-            CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r), DCP_OK);
+            dcpt_harness_result_t r;
+            CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &r), DCP_OK);
             CU_ASSERT(r.passed);
             CU_ASSERT(r.low_abs_err > 0); /* the rule has a real baseline to compare with */
             CU_ASSERT(r.low_abs_err_grad[0] > 0 && r.low_abs_err_grad[1] > 0 &&
@@ -133,7 +133,7 @@ static void test_half_storage_on_cpu(void)
                         r.max_abs_err_grad[2], r.low_abs_err_grad[0], r.low_abs_err_grad[1],
                         r.low_abs_err_grad[2], (long long)r.bwd_bad_values);
             dcp_plan_destroy(p);
-            dcp_harness_destroy(h);
+            dcpt_harness_destroy(h);
             for (int s = 0; s < 4; s++) free(store[s]);
         }
 }
@@ -146,9 +146,9 @@ static void test_deserialized_plan_runs_identically(void)
     dcp_mask_t m[4];
     for (int s = 0; s < 4; s++) dcp_mask_parse("lambda:8:40", &m[s]);
     const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
-    dcp_harness_t *h = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, 4, m, &shape, 7, &h), DCP_OK);
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_enable_backward(h, 8), DCP_OK);
+    dcpt_harness_t *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 4, m, &shape, 7, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 8), DCP_OK);
     dcp_plan_t *p = plan_for(h, "2x4", DCP_STRATEGY_METIS, 16, 3, 2, DCP_COMM_ROUNDS);
     size_t n;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
@@ -156,16 +156,16 @@ static void test_deserialized_plan_runs_identically(void)
     CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes, n, &n), DCP_OK);
     dcp_plan_t *q = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_deserialize(bytes, n, &q), DCP_OK);
-    dcp_harness_result_t a, b, c;
-    CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &a), DCP_OK);
-    CU_ASSERT_EQUAL(dcp_harness_run(h, q, 0, 1, 30.0, TOL, NULL, &b), DCP_OK);
-    CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &c), DCP_OK);
+    dcpt_harness_result_t a, b, c;
+    CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &a), DCP_OK);
+    CU_ASSERT_EQUAL(dcpt_harness_run(h, q, 0, 1, 30.0, TOL, NULL, &b), DCP_OK);
+    CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, TOL, NULL, &c), DCP_OK);
     CU_ASSERT_EQUAL(a.digest, b.digest);
     CU_ASSERT_EQUAL(a.digest, c.digest);
     free(bytes);
     dcp_plan_destroy(p);
     dcp_plan_destroy(q);
-    dcp_harness_destroy(h);
+    dcpt_harness_destroy(h);
 }
 
 /* Lengths sampled from a file, the way the tools read them. */
@@ -173,10 +173,10 @@ static void test_lengths_file_batch(void)
 {
     int32_t *pool = NULL, *len = NULL, n = 0;
     int64_t np = 0;
-    CU_ASSERT_EQUAL_FATAL(dcp_lengths_read("tests/data/lengths_small.txt", &pool, &np), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_read("tests/data/lengths_small.txt", &pool, &np), DCP_OK);
     CU_ASSERT_EQUAL(np, 8);
-    const dcp_length_source_t src = {pool, np};
-    CU_ASSERT_EQUAL_FATAL(dcp_lengths_fill(&src, 1500, 800, 3, &len, &n), DCP_OK);
+    const dcpt_length_source_t src = {pool, np};
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_fill(&src, 1500, 800, 3, &len, &n), DCP_OK);
     int64_t sum = 0;
     for (int32_t i = 0; i < n; i++) {
         CU_ASSERT(len[i] >= 1 && len[i] <= 800);
@@ -186,19 +186,20 @@ static void test_lengths_file_batch(void)
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) dcp_mask_parse("causal", &m[i]);
     const dcp_attn_shape_t shape = {2, 1, 8, DCP_DTYPE_FP32, 0.0f};
-    dcp_harness_t *h = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_create(len, n, m, &shape, 5, &h), DCP_OK);
-    CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+    dcpt_harness_t *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, n, m, &shape, 5, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++) {
         dcp_plan_t *p = plan_for(h, "2x4", (dcp_strategy_t)s, 64, 4, 1, DCP_COMM_DIVISIONS);
         expect_pass(h, p, "lengths file");
         dcp_plan_destroy(p);
     }
-    dcp_harness_destroy(h);
+    dcpt_harness_destroy(h);
     free(m);
     free(len);
     free(pool);
-    CU_ASSERT_EQUAL(dcp_lengths_read("tests/data/does-not-exist", &pool, &np), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcpt_lengths_read("tests/data/does-not-exist", &pool, &np),
+                    DCP_ERR_INVALID_ARG);
 }
 
 int dcp_suite_e2e(void)

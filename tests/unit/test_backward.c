@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fill_normal(dcp_rng_t *rng, float *x, int64_t n, dcp_dtype_t dtype)
+static void fill_normal(dcpt_rng_t *rng, float *x, int64_t n, dcp_dtype_t dtype)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = dcp_round_to(dtype, (float)dcp_rng_normal(rng));
+    for (int64_t i = 0; i < n; i++) x[i] = dcp_round_to(dtype, (float)dcpt_rng_normal(rng));
 }
 
 /* Max |x - ref| and max |ref| over n elements; NaN or infinite x are counted in *bad. */
@@ -50,8 +50,8 @@ typedef struct {
 /* loss = sum(O * G) from the double forward. */
 static double fd_loss(const fd_case_t *c)
 {
-    CU_ASSERT_EQUAL(dcp_reference_attention(c->seqs, c->num_seqs, &c->shape, c->q, c->k, c->v, c->o,
-                                            c->lse, NULL, 1),
+    CU_ASSERT_EQUAL(dcpt_reference_attention(c->seqs, c->num_seqs, &c->shape, c->q, c->k, c->v,
+                                             c->o, c->lse, NULL, 1),
                     DCP_OK);
     double loss = 0;
     for (int64_t i = 0; i < c->nq; i++) loss += c->o[i] * (double)c->g[i];
@@ -86,13 +86,13 @@ static void fd_compare(const fd_case_t *c, float *x, const double *grad, int64_t
  * hkv KV heads; dq, dk, dv of every element checked against central differences. */
 static void fd_check(dcp_mask_kind_t kind, int32_t hq, int32_t hkv, uint64_t seed)
 {
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     const int32_t d = 4;
     int32_t *store[2];
     dcp_seq_info_t seqs[2];
     int64_t tokens = 0;
     for (int s = 0; s < 2; s++) {
-        const int32_t len = (int32_t)dcp_rng_range(&rng, 5, 12);
+        const int32_t len = (int32_t)dcpt_rng_range(&rng, 5, 12);
         seqs[s] = (dcp_seq_info_t){len, t_random_mask(&rng, kind, len, &store[s])};
         tokens += len;
     }
@@ -114,7 +114,7 @@ static void fd_check(dcp_mask_kind_t kind, int32_t hq, int32_t hkv, uint64_t see
     fill_normal(&rng, c.k, nkv, DCP_DTYPE_FP32);
     fill_normal(&rng, c.v, nkv, DCP_DTYPE_FP32);
     CU_ASSERT_EQUAL(
-        dcp_reference_backward(seqs, 2, &c.shape, c.q, c.k, c.v, c.g, dq, dk, dv, lq, lk, lv, 3),
+        dcpt_reference_backward(seqs, 2, &c.shape, c.q, c.k, c.v, c.g, dq, dk, dv, lq, lk, lv, 3),
         DCP_OK);
     double err[3], gmax[3];
     fd_compare(&c, c.q, dq, nq, &err[0], &gmax[0]);
@@ -156,7 +156,7 @@ static void test_reference_matches_finite_differences(void)
 /* A tile case (plugin/cli/tile_case.h) split into hb head groups, with its inputs in the
  * dtype and the buffers of the forward and the backward. */
 typedef struct {
-    dcp_tile_case_t tc;
+    dcpt_tile_case_t tc;
     int32_t hb;
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;
@@ -187,7 +187,7 @@ static void bcase_init(bcase_t *c, const dcp_mask_t *mask, int32_t total, int32_
                        int32_t hkv, int32_t d, int32_t hb, dcp_dtype_t dtype, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
-    CU_ASSERT_EQUAL_FATAL(dcp_tile_case_build(mask, total, tile, hq, hkv, d, &c->tc), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_tile_case_build(mask, total, tile, hq, hkv, d, &c->tc), DCP_OK);
     c->hb = hb;
     c->dtype = dtype;
     c->nq = (int64_t)total * hq * d;
@@ -215,7 +215,7 @@ static void bcase_init(bcase_t *c, const dcp_mask_t *mask, int32_t total, int32_
             c->tiles[h * c->tc.num_tiles + i] = t;
         }
     }
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     c->q = malloc(c->nq * sizeof(float));
     c->g = malloc(c->nq * sizeof(float));
     c->k = malloc(c->nkv * sizeof(float));
@@ -256,7 +256,7 @@ static void bcase_init(bcase_t *c, const dcp_mask_t *mask, int32_t total, int32_
 
 static void bcase_free(bcase_t *c)
 {
-    dcp_tile_case_free(&c->tc);
+    dcpt_tile_case_free(&c->tc);
     free(c->groups), free(c->tiles);
     free(c->q), free(c->k), free(c->v), free(c->g);
     free(c->sq), free(c->sk), free(c->sv), free(c->sg), free(c->so);
@@ -286,8 +286,8 @@ static void bcase_backward(bcase_t *c, float start)
 static void bcase_reference(bcase_t *c)
 {
     const dcp_attn_shape_t shape = {c->tc.hq, c->tc.hkv, c->tc.d, c->dtype, 0.0f};
-    CU_ASSERT_EQUAL(dcp_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->g, c->rdq,
-                                           c->rdk, c->rdv, c->ldq, c->ldk, c->ldv, 2),
+    CU_ASSERT_EQUAL(dcpt_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->g, c->rdq,
+                                            c->rdk, c->rdv, c->ldq, c->ldk, c->ldv, 2),
                     DCP_OK);
 }
 
@@ -309,7 +309,7 @@ static int bcase_check(const bcase_t *c, float start, const char *what)
         const int pass =
             bad == 0 && (c->dtype == DCP_DTYPE_FP32
                              ? err <= 1e-5 * ref_max
-                             : dcp_lowp_grad_rule_holds(c->dtype, err, low_err, ref_max));
+                             : dcpt_lowp_grad_rule_holds(c->dtype, err, low_err, ref_max));
         if (!pass)
             fprintf(stderr,
                     "backward %s: d%c total %d tile %d heads %d/%d hb %d D %d dtype %d mask %d: "
@@ -339,15 +339,15 @@ static int run_bcase(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_
  * blocks), GQA 1 and 4, a head dim with a remainder of its 4-wide loops. */
 static void every_mask(dcp_dtype_t dtype, uint64_t seed)
 {
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 2; rep++) {
-            const int32_t total = (int32_t)dcp_rng_range(&rng, 1, 260);
+            const int32_t total = (int32_t)dcpt_rng_range(&rng, 1, 260);
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
-            const int32_t tile = (int32_t)dcp_rng_range(&rng, 7, 110);
+            const int32_t tile = (int32_t)dcpt_rng_range(&rng, 7, 110);
             CU_ASSERT(run_bcase(&m, total, tile, rep ? 4 : 2, rep ? 1 : 2, rep ? 18 : 16, 1, dtype,
-                                dcp_rng_next(&rng), "every mask"));
+                                dcpt_rng_next(&rng), "every mask"));
             free(store);
         }
 }
@@ -586,11 +586,11 @@ static void test_accumulate_by_hand(void)
 /* The gradient rule: three times the plain error plus one rounding step of the type. */
 static void test_grad_rule(void)
 {
-    CU_ASSERT(dcp_lowp_grad_rule_holds(DCP_DTYPE_BF16, 0.015, 0.005, 0.0));
-    CU_ASSERT(!dcp_lowp_grad_rule_holds(DCP_DTYPE_BF16, 0.016, 0.005, 0.0));
-    CU_ASSERT(dcp_lowp_grad_rule_holds(DCP_DTYPE_BF16, 0.0185, 0.005, 1.0));
-    CU_ASSERT(!dcp_lowp_grad_rule_holds(DCP_DTYPE_FP16, 0.0185, 0.005, 1.0));
-    CU_ASSERT(!dcp_lowp_grad_rule_holds(DCP_DTYPE_BF16, NAN, 0.005, 1.0));
+    CU_ASSERT(dcpt_lowp_grad_rule_holds(DCP_DTYPE_BF16, 0.015, 0.005, 0.0));
+    CU_ASSERT(!dcpt_lowp_grad_rule_holds(DCP_DTYPE_BF16, 0.016, 0.005, 0.0));
+    CU_ASSERT(dcpt_lowp_grad_rule_holds(DCP_DTYPE_BF16, 0.0185, 0.005, 1.0));
+    CU_ASSERT(!dcpt_lowp_grad_rule_holds(DCP_DTYPE_FP16, 0.0185, 0.005, 1.0));
+    CU_ASSERT(!dcpt_lowp_grad_rule_holds(DCP_DTYPE_BF16, NAN, 0.005, 1.0));
 }
 
 int dcp_suite_backward(void)

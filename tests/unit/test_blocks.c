@@ -62,17 +62,17 @@ static void test_chunked_blocks(void)
  * full flags, for every mask and random batches. */
 static void test_tiles_exact(void)
 {
-    dcp_rng_t rng = {21};
+    dcpt_rng_t rng = {21};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 8; rep++) {
             int32_t len[4];
             dcp_mask_t m[4];
             int32_t *store[4];
             for (int s = 0; s < 4; s++) {
-                len[s] = (int32_t)dcp_rng_range(&rng, 1, 90);
+                len[s] = (int32_t)dcpt_rng_range(&rng, 1, 90);
                 m[s] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[s], &store[s]);
             }
-            const int32_t block = (int32_t)dcp_rng_range(&rng, 1, 20);
+            const int32_t block = (int32_t)dcpt_rng_range(&rng, 1, 20);
             dcp_blocks_t b;
             init(&b, len, 4, m, block, rep % 2 ? 3 : 0);
             int64_t t = 0;

@@ -61,7 +61,7 @@ static void download(float *host, const void *dev, int64_t n)
 }
 
 typedef struct {
-    dcp_tile_case_t tc;
+    dcpt_tile_case_t tc;
     dcp_dtype_t dtype;
     float *q, *k, *v, *o, *lse, *low;
     double *ro, *rlse;
@@ -70,10 +70,10 @@ typedef struct {
     dcp_kernel_env_t env;
 } gcase_t;
 
-static float *randn(dcp_rng_t *rng, int64_t n, dcp_dtype_t dtype)
+static float *randn(dcpt_rng_t *rng, int64_t n, dcp_dtype_t dtype)
 {
     float *x = malloc((size_t)n * sizeof *x + 4);
-    for (int64_t i = 0; i < n; i++) x[i] = dcp_round_to(dtype, (float)dcp_rng_normal(rng));
+    for (int64_t i = 0; i < n; i++) x[i] = dcp_round_to(dtype, (float)dcpt_rng_normal(rng));
     return x;
 }
 
@@ -82,8 +82,8 @@ static void gcase_init(gcase_t *c, const dcp_mask_t *mask, int32_t total, int32_
 {
     memset(c, 0, sizeof *c);
     c->dtype = dtype;
-    CU_ASSERT_EQUAL_FATAL(dcp_tile_case_build(mask, total, tile, hq, hkv, d, &c->tc), DCP_OK);
-    dcp_rng_t rng = {seed};
+    CU_ASSERT_EQUAL_FATAL(dcpt_tile_case_build(mask, total, tile, hq, hkv, d, &c->tc), DCP_OK);
+    dcpt_rng_t rng = {seed};
     const int64_t nq = (int64_t)total * hq * d, nkv = (int64_t)total * hkv * d;
     c->q = randn(&rng, nq, dtype);
     c->k = randn(&rng, nkv, dtype);
@@ -94,9 +94,9 @@ static void gcase_init(gcase_t *c, const dcp_mask_t *mask, int32_t total, int32_
     c->ro = malloc((size_t)nq * 8);
     c->rlse = malloc((size_t)total * hq * 8);
     const dcp_attn_shape_t shape = {hq, hkv, d, dtype, 0.0f};
-    CU_ASSERT_EQUAL(
-        dcp_reference_attention(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, c->low, 2),
-        DCP_OK);
+    CU_ASSERT_EQUAL(dcpt_reference_attention(&c->tc.seq, 1, &shape, c->q, c->k, c->v, c->ro,
+                                             c->rlse, c->low, 2),
+                    DCP_OK);
     for (int64_t i = 0; i < nq; i++) c->o[i] = NAN;
     for (int64_t i = 0; i < (int64_t)total * hq; i++) c->lse[i] = NAN;
     c->dev[DCP_BUF_Q] = upload(c->q, nq, dtype);
@@ -129,7 +129,7 @@ static void gcase_free(gcase_t *c)
     dcp_cuda_free(c->ranges);
     free(c->q), free(c->k), free(c->v), free(c->o), free(c->lse), free(c->low);
     free(c->ro), free(c->rlse);
-    dcp_tile_case_free(&c->tc);
+    dcpt_tile_case_free(&c->tc);
 }
 
 /* FlashAttention's rule on the fetched outputs; returns 1 when it holds. */
@@ -156,7 +156,7 @@ static int gcase_check(gcase_t *c, const char *what)
             ref = fmax(ref, fabs(r));
         }
     }
-    const int ok = bad == 0 && dcp_lowp_rule_holds(c->dtype, err, low, ref, lse);
+    const int ok = bad == 0 && dcpt_lowp_rule_holds(c->dtype, err, low, ref, lse);
     if (!ok)
         fprintf(stderr,
                 "gpu %s: total %d tile %d heads %d/%d D %d %s: err %.3g plain %.3g max %.3g "
@@ -179,15 +179,15 @@ static void attn_case(const dcp_mask_t *mask, int32_t total, int32_t tile, int32
 
 static void test_attention_every_mask(void)
 {
-    dcp_rng_t rng = {404};
+    dcpt_rng_t rng = {404};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 2; rep++) {
-            const int32_t total = (int32_t)dcp_rng_range(&rng, 200, 1500); /* ragged tiles */
+            const int32_t total = (int32_t)dcpt_rng_range(&rng, 200, 1500); /* ragged tiles */
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
             const int32_t tile = rep ? 384 : 128;
             attn_case(&m, total, tile, 8, 2, rep ? 128 : 64, rep ? DCP_DTYPE_FP16 : DCP_DTYPE_BF16,
-                      dcp_rng_next(&rng));
+                      dcpt_rng_next(&rng));
             free(store);
         }
 }
@@ -247,7 +247,7 @@ static void test_accumulate(void)
 static void test_merge_and_copy(void)
 {
     enum { ROWS = 300, H = 4, D = 64, NS = 3 };
-    dcp_rng_t rng = {77};
+    dcpt_rng_t rng = {77};
     const int64_t w = H * D, no = ROWS * w, nl = ROWS * H;
     float *part = randn(&rng, NS * (no + nl), DCP_DTYPE_FP32);
     float *acc = randn(&rng, no + nl, DCP_DTYPE_FP32);
@@ -344,16 +344,16 @@ static void bcase_init(bcase_t *b, const dcp_mask_t *mask, int32_t total, int32_
     gcase_t *c = &b->c;
     gcase_init(c, mask, total, tile, hq, hkv, d, dtype, seed);
     const int64_t nq = (int64_t)total * hq * d, rows = (int64_t)total * hq;
-    dcp_rng_t rng = {seed ^ 0x9e3779b97f4a7c15ull};
+    dcpt_rng_t rng = {seed ^ 0x9e3779b97f4a7c15ull};
     b->dout = randn(&rng, nq, dtype);
     for (int w = 0; w < 3; w++) {
         b->ref[w] = malloc((size_t)grad_elems(c, w) * sizeof(double));
         b->low[w] = malloc((size_t)grad_elems(c, w) * sizeof(float));
     }
     const dcp_attn_shape_t shape = {hq, hkv, d, dtype, 0.0f};
-    CU_ASSERT_EQUAL(dcp_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, b->dout,
-                                           b->ref[0], b->ref[1], b->ref[2], b->low[0], b->low[1],
-                                           b->low[2], 4),
+    CU_ASSERT_EQUAL(dcpt_reference_backward(&c->tc.seq, 1, &shape, c->q, c->k, c->v, b->dout,
+                                            b->ref[0], b->ref[1], b->ref[2], b->low[0], b->low[1],
+                                            b->low[2], 4),
                     DCP_OK);
     for (int64_t i = 0; i < nq; i++) c->o[i] = (float)c->ro[i];
     for (int64_t i = 0; i < rows; i++) c->lse[i] = (float)c->rlse[i];
@@ -407,7 +407,7 @@ static int bcase_check(bcase_t *b, const char *what)
             ref = fmax(ref, fabs(r));
         }
         free(got);
-        if (bad == 0 && dcp_lowp_grad_rule_holds(c->dtype, err, low, ref)) continue;
+        if (bad == 0 && dcpt_lowp_grad_rule_holds(c->dtype, err, low, ref)) continue;
         ok = 0;
         fprintf(stderr,
                 "gpu %s %s: total %d tile %d heads %d/%d D %d %s: err %.3g plain %.3g max %.3g "
@@ -430,15 +430,15 @@ static void bwd_case(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_
 
 static void test_backward_every_mask(void)
 {
-    dcp_rng_t rng = {505};
+    dcpt_rng_t rng = {505};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 2; rep++) {
-            const int32_t total = (int32_t)dcp_rng_range(&rng, 200, 1500); /* ragged tiles */
+            const int32_t total = (int32_t)dcpt_rng_range(&rng, 200, 1500); /* ragged tiles */
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
             const int32_t tile = rep ? 384 : 128;
             bwd_case(&m, total, tile, 8, 2, rep ? 128 : 64, rep ? DCP_DTYPE_FP16 : DCP_DTYPE_BF16,
-                     dcp_rng_next(&rng));
+                     dcpt_rng_next(&rng));
             free(store);
         }
 }
@@ -494,7 +494,7 @@ static void test_bwd_delta(void)
 {
     const int32_t dims[2] = {128, 37};
     const dcp_dtype_t types[2] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
-    dcp_rng_t rng = {99};
+    dcpt_rng_t rng = {99};
     for (int i = 0; i < 2; i++) {
         const int64_t rows = 1000, n = rows * dims[i];
         float *dout = randn(&rng, n, types[i]), *o = randn(&rng, n, types[i]);
@@ -527,7 +527,7 @@ static void test_bwd_delta(void)
 static void test_accumulate_grads(void)
 {
     enum { ROWS = 300, W = 256 };
-    dcp_rng_t rng = {123};
+    dcpt_rng_t rng = {123};
     const int64_t n = ROWS * W;
     float *src = randn(&rng, 2 * n, DCP_DTYPE_FP32), *dst = randn(&rng, n, DCP_DTYPE_FP32);
     const dcp_copy_item_t items[3] = {
@@ -580,16 +580,16 @@ static void test_backward_refusals(void)
 static void test_executor_on_one_gpu(void)
 {
     const int32_t lengths[4] = {1500, 700, 2100, 1};
-    dcp_rng_t rng = {5};
+    dcpt_rng_t rng = {5};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
         dcp_mask_t masks[4];
         int32_t *store[4];
         for (int s = 0; s < 4; s++)
             masks[s] = t_random_mask(&rng, (dcp_mask_kind_t)kind, lengths[s], &store[s]);
         const dcp_attn_shape_t shape = {8, 2, 128, DCP_DTYPE_BF16, 0.0f};
-        dcp_harness_t *h = NULL;
-        CU_ASSERT_EQUAL_FATAL(dcp_harness_create(lengths, 4, masks, &shape, 9, &h), DCP_OK);
-        CU_ASSERT_EQUAL(dcp_harness_reference(h, 2, NULL, 0), DCP_OK);
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(lengths, 4, masks, &shape, 9, &h), DCP_OK);
+        CU_ASSERT_EQUAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
         for (int strat = DCP_STRATEGY_ZIGZAG; strat <= DCP_STRATEGY_METIS; strat += 2) {
             dcp_plan_options_t o;
             dcp_plan_options_default(&o);
@@ -597,8 +597,8 @@ static void test_executor_on_one_gpu(void)
             o.strategy = (dcp_strategy_t)strat;
             dcp_plan_t *p = t_plan_shape(lengths, 4, masks, "2x2", &shape, &o);
             CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-            dcp_harness_result_t r;
-            CU_ASSERT_EQUAL(dcp_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r), DCP_OK);
+            dcpt_harness_result_t r;
+            CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r), DCP_OK);
             CU_ASSERT(r.passed);
             if (!r.passed)
                 fprintf(stderr,
@@ -608,7 +608,7 @@ static void test_executor_on_one_gpu(void)
                         (long long)r.bad_values);
             dcp_plan_destroy(p);
         }
-        dcp_harness_destroy(h);
+        dcpt_harness_destroy(h);
         for (int s = 0; s < 4; s++) free(store[s]);
     }
 }
@@ -651,9 +651,9 @@ static void test_eight_ranks_on_one_gpu_repeated(void)
             for (int s = 0; s < 3; s++)
                 CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[mi], &m[s]), DCP_OK);
             const dcp_attn_shape_t shape = {4, 2, 128, dtypes[di], 0.0f};
-            dcp_harness_t *h = NULL;
-            CU_ASSERT_EQUAL_FATAL(dcp_harness_create(lengths, 3, m, &shape, 11, &h), DCP_OK);
-            CU_ASSERT_EQUAL_FATAL(dcp_harness_reference(h, 16, NULL, 0), DCP_OK);
+            dcpt_harness_t *h = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(lengths, 3, m, &shape, 11, &h), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 16, NULL, 0), DCP_OK);
             for (int si = 0; si < 2; si++) {
                 dcp_plan_options_t o;
                 dcp_plan_options_default(&o);
@@ -662,8 +662,8 @@ static void test_eight_ranks_on_one_gpu_repeated(void)
                 dcp_plan_t *p = t_plan_shape(lengths, 3, m, "2x4", &shape, &o);
                 int failed = 0;
                 for (int k = 0; k < REPEATS; k++) {
-                    dcp_harness_result_t r;
-                    const dcp_status_t st = dcp_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r);
+                    dcpt_harness_result_t r;
+                    const dcp_status_t st = dcpt_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r);
                     failed += st != DCP_OK || !r.passed;
                 }
                 if (failed)
@@ -673,7 +673,7 @@ static void test_eight_ranks_on_one_gpu_repeated(void)
                 CU_ASSERT_EQUAL(failed, 0);
                 dcp_plan_destroy(p);
             }
-            dcp_harness_destroy(h);
+            dcpt_harness_destroy(h);
         }
 }
 

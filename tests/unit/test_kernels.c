@@ -29,7 +29,7 @@ static void kcase_init(kcase_t *c, int32_t len, int32_t hq, int32_t hkv, int32_t
                        dcp_mask_t mask, uint64_t seed)
 {
     *c = (kcase_t){.len = len, .hq = hq, .hkv = hkv, .d = d, .hb = hb};
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     const size_t nq = (size_t)len * hq * d, nk = (size_t)len * hkv * d;
     c->q = malloc(nq * sizeof(float));
     c->k = malloc(nk * sizeof(float));
@@ -38,13 +38,13 @@ static void kcase_init(kcase_t *c, int32_t len, int32_t hq, int32_t hkv, int32_t
     c->lse = malloc((size_t)len * hq * sizeof(float));
     c->ro = malloc(nq * sizeof(double));
     c->rlse = malloc((size_t)len * hq * sizeof(double));
-    for (size_t i = 0; i < nq; i++) c->q[i] = (float)dcp_rng_normal(&rng);
-    for (size_t i = 0; i < nk; i++) c->k[i] = (float)dcp_rng_normal(&rng);
-    for (size_t i = 0; i < nk; i++) c->v[i] = (float)dcp_rng_normal(&rng);
+    for (size_t i = 0; i < nq; i++) c->q[i] = (float)dcpt_rng_normal(&rng);
+    for (size_t i = 0; i < nk; i++) c->k[i] = (float)dcpt_rng_normal(&rng);
+    for (size_t i = 0; i < nk; i++) c->v[i] = (float)dcpt_rng_normal(&rng);
     c->seq = (dcp_seq_info_t){len, mask};
     const dcp_attn_shape_t shape = {hq, hkv, d, DCP_DTYPE_FP32, 0.0f};
     CU_ASSERT_EQUAL(
-        dcp_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, NULL, 2),
+        dcpt_reference_attention(&c->seq, 1, &shape, c->q, c->k, c->v, c->ro, c->rlse, NULL, 2),
         DCP_OK);
     c->env = (dcp_kernel_env_t){.seqs = &c->seq,
                                 .q_heads = hq / hb,
@@ -156,14 +156,14 @@ static void run_case(int32_t len, int32_t hq, int32_t hkv, int32_t d, int32_t hb
 
 static void test_attention_every_mask(void)
 {
-    dcp_rng_t rng = {51};
+    dcpt_rng_t rng = {51};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 3; rep++) {
-            const int32_t len = (int32_t)dcp_rng_range(&rng, 1, 230);
+            const int32_t len = (int32_t)dcpt_rng_range(&rng, 1, 230);
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, len, &store);
-            run_case(len, 4, 2, 16, 1, m, (int32_t)dcp_rng_range(&rng, 1, 70),
-                     (int32_t)dcp_rng_range(&rng, 1, 90), dcp_rng_next(&rng));
+            run_case(len, 4, 2, 16, 1, m, (int32_t)dcpt_rng_range(&rng, 1, 70),
+                     (int32_t)dcpt_rng_range(&rng, 1, 90), dcpt_rng_next(&rng));
             free(store);
         }
 }
@@ -320,9 +320,9 @@ static void test_half_conversions(void)
     }
     CU_ASSERT_EQUAL(bad, 0);
 #ifdef __FLT16_MAX__
-    dcp_rng_t rng = {3};
+    dcpt_rng_t rng = {3};
     for (int i = 0; i < 200000; i++) {
-        const float f = dcp_bits_f32((uint32_t)dcp_rng_next(&rng));
+        const float f = dcp_bits_f32((uint32_t)dcpt_rng_next(&rng));
         if (isnan(f)) continue;
         const _Float16 r = (_Float16)f;
         uint16_t rb;
@@ -337,19 +337,19 @@ static void test_half_conversions(void)
  * and the CPU kernels over them match the reference for every mask. */
 static void test_tile_cases(void)
 {
-    dcp_rng_t rng = {12};
+    dcpt_rng_t rng = {12};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
-        const int32_t total = (int32_t)dcp_rng_range(&rng, 1, 300), tile = 64;
+        const int32_t total = (int32_t)dcpt_rng_range(&rng, 1, 300), tile = 64;
         int32_t *store;
         const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
-        dcp_tile_case_t tc;
-        CU_ASSERT_EQUAL_FATAL(dcp_tile_case_build(&m, total, tile, 4, 2, 16, &tc), DCP_OK);
+        dcpt_tile_case_t tc;
+        CU_ASSERT_EQUAL_FATAL(dcpt_tile_case_build(&m, total, tile, 4, 2, 16, &tc), DCP_OK);
         int64_t pairs;
         CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, total, 0, total, 0, total, &pairs), DCP_OK);
         CU_ASSERT_EQUAL(tc.pairs, pairs);
         CU_ASSERT_EQUAL(tc.num_groups, (total + tile - 1) / tile);
         kcase_t c;
-        kcase_init(&c, total, 4, 2, 16, 1, m, dcp_rng_next(&rng));
+        kcase_init(&c, total, 4, 2, 16, 1, m, dcpt_rng_next(&rng));
         CU_ASSERT_EQUAL(dcp_cpu_attn_fwd(&c.env, tc.groups, tc.num_groups, tc.tiles), DCP_OK);
         double rel, lse_err;
         int bad;
@@ -357,13 +357,13 @@ static void test_tile_cases(void)
         CU_ASSERT_EQUAL(bad, 0);
         CU_ASSERT(rel <= 1e-5 && lse_err <= 1e-5);
         kcase_free(&c);
-        dcp_tile_case_free(&tc);
+        dcpt_tile_case_free(&tc);
         free(store);
     }
     const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
-    dcp_tile_case_t tc;
-    CU_ASSERT_EQUAL(dcp_tile_case_build(&causal, 100, 0, 4, 2, 16, &tc), DCP_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dcp_tile_case_build(&causal, 100, 10, 3, 2, 16, &tc), DCP_ERR_INVALID_ARG);
+    dcpt_tile_case_t tc;
+    CU_ASSERT_EQUAL(dcpt_tile_case_build(&causal, 100, 0, 4, 2, 16, &tc), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcpt_tile_case_build(&causal, 100, 10, 3, 2, 16, &tc), DCP_ERR_INVALID_ARG);
 }
 
 /* The plain low-precision computation the GPU's error is judged against: fp32 gives the
@@ -372,21 +372,21 @@ static void test_plain_low_precision_reference(void)
 {
     const int32_t len = 200;
     const dcp_seq_info_t seq = {len, {.kind = DCP_MASK_CAUSAL}};
-    dcp_rng_t rng = {8};
+    dcpt_rng_t rng = {8};
     const int64_t n = (int64_t)len * 4 * 32;
     float *q = malloc(n * 4), *k = malloc(n / 2 * 4), *v = malloc(n / 2 * 4), *low = malloc(n * 4);
     double *o = malloc(n * 8), *lse = malloc(len * 4 * 8);
     for (int64_t i = 0; i < n; i++)
-        q[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcp_rng_normal(&rng));
+        q[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcpt_rng_normal(&rng));
     for (int64_t i = 0; i < n / 2; i++)
-        k[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcp_rng_normal(&rng));
+        k[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcpt_rng_normal(&rng));
     for (int64_t i = 0; i < n / 2; i++)
-        v[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcp_rng_normal(&rng));
+        v[i] = dcp_round_to(DCP_DTYPE_BF16, (float)dcpt_rng_normal(&rng));
     const dcp_dtype_t types[3] = {DCP_DTYPE_FP32, DCP_DTYPE_FP16, DCP_DTYPE_BF16};
     double err[3];
     for (int t = 0; t < 3; t++) {
         const dcp_attn_shape_t shape = {4, 2, 32, types[t], 0.0f};
-        CU_ASSERT_EQUAL(dcp_reference_attention(&seq, 1, &shape, q, k, v, o, lse, low, 1), DCP_OK);
+        CU_ASSERT_EQUAL(dcpt_reference_attention(&seq, 1, &shape, q, k, v, o, lse, low, 1), DCP_OK);
         err[t] = 0;
         for (int64_t i = 0; i < n; i++) err[t] = fmax(err[t], fabs(low[i] - o[i]));
     }
@@ -394,11 +394,11 @@ static void test_plain_low_precision_reference(void)
     CU_ASSERT(err[1] > err[0] && err[1] < 1e-2);
     CU_ASSERT(err[2] > err[1] && err[2] < 5e-2);
     /* the rule built on it: twice the plain error plus one rounding step of the type */
-    CU_ASSERT(dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.01, 0.005, 1.0, 1e-4));
-    CU_ASSERT(!dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.02, 0.005, 1.0, 1e-4));
-    CU_ASSERT(dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.0105, 0.005, 1.0, 0.0));
-    CU_ASSERT(!dcp_lowp_rule_holds(DCP_DTYPE_FP16, 0.0105, 0.005, 1.0, 0.0));
-    CU_ASSERT(!dcp_lowp_rule_holds(DCP_DTYPE_BF16, 0.0, 0.005, 1.0, 2e-3));
+    CU_ASSERT(dcpt_lowp_rule_holds(DCP_DTYPE_BF16, 0.01, 0.005, 1.0, 1e-4));
+    CU_ASSERT(!dcpt_lowp_rule_holds(DCP_DTYPE_BF16, 0.02, 0.005, 1.0, 1e-4));
+    CU_ASSERT(dcpt_lowp_rule_holds(DCP_DTYPE_BF16, 0.0105, 0.005, 1.0, 0.0));
+    CU_ASSERT(!dcpt_lowp_rule_holds(DCP_DTYPE_FP16, 0.0105, 0.005, 1.0, 0.0));
+    CU_ASSERT(!dcpt_lowp_rule_holds(DCP_DTYPE_BF16, 0.0, 0.005, 1.0, 2e-3));
     free(q), free(k), free(v), free(low), free(o), free(lse);
 }
 
@@ -498,7 +498,7 @@ static void test_nonfinite_not_taken_for_masked(void)
     for (int32_t t = 0; t < 50; t++) c.k[((int64_t)t * 2 + 1) * 8 + 3] = 1.0f;
     const dcp_attn_shape_t shape = {2, 2, 8, DCP_DTYPE_FP32, 0.0f};
     CU_ASSERT_EQUAL(
-        dcp_reference_attention(&c.seq, 1, &shape, c.q, c.k, c.v, c.ro, c.rlse, NULL, 1), DCP_OK);
+        dcpt_reference_attention(&c.seq, 1, &shape, c.q, c.k, c.v, c.ro, c.rlse, NULL, 1), DCP_OK);
     c.q[((int64_t)30 * 2 + 1) * 8 + 3] = -INFINITY;
     run_all_tiles(&c, 16, 16);
     CU_ASSERT(isnan(c.lse[30 * 2 + 1]));

@@ -22,7 +22,7 @@ static int64_t bf_pairs(const dcp_mask_t *m, int L, int q0, int q1, int k0, int 
 /* Every (kind, random parameters, length): the query ranges equal the brute-force set. */
 static void test_ranges_match_bruteforce(void)
 {
-    dcp_rng_t rng = {11};
+    dcpt_rng_t rng = {11};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (size_t li = 0; li < sizeof edge_lengths / sizeof *edge_lengths; li++)
             for (int rep = 0; rep < 6; rep++) {
@@ -51,16 +51,16 @@ static void test_ranges_match_bruteforce(void)
 /* Random tiles, empty ones included: exact pair counts and the class that follows. */
 static void test_pair_counts_match_bruteforce(void)
 {
-    dcp_rng_t rng = {12};
+    dcpt_rng_t rng = {12};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 120; rep++) {
-            const int32_t L = (int32_t)dcp_rng_range(&rng, 1, 200);
+            const int32_t L = (int32_t)dcpt_rng_range(&rng, 1, 200);
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, L, &store);
-            int32_t q0 = (int32_t)dcp_rng_range(&rng, 0, L),
-                    q1 = (int32_t)dcp_rng_range(&rng, 0, L);
-            int32_t k0 = (int32_t)dcp_rng_range(&rng, 0, L),
-                    k1 = (int32_t)dcp_rng_range(&rng, 0, L);
+            int32_t q0 = (int32_t)dcpt_rng_range(&rng, 0, L),
+                    q1 = (int32_t)dcpt_rng_range(&rng, 0, L);
+            int32_t k0 = (int32_t)dcpt_rng_range(&rng, 0, L),
+                    k1 = (int32_t)dcpt_rng_range(&rng, 0, L);
             if (q0 > q1) {
                 int32_t t = q0;
                 q0 = q1;
@@ -142,16 +142,16 @@ static void test_counts_closed_form_large(void)
 /* The envelope of a query block contains every key any of its queries may see. */
 static void test_envelope_covers_allowed_keys(void)
 {
-    dcp_rng_t rng = {13};
+    dcpt_rng_t rng = {13};
     dcp_range_t *env = NULL;
     int64_t cap = 0, n = 0;
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int rep = 0; rep < 60; rep++) {
-            const int32_t L = (int32_t)dcp_rng_range(&rng, 1, 150);
+            const int32_t L = (int32_t)dcpt_rng_range(&rng, 1, 150);
             int32_t *store;
             const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, L, &store);
-            const int32_t q0 = (int32_t)dcp_rng_range(&rng, 0, L - 1);
-            const int32_t q1 = (int32_t)dcp_rng_range(&rng, q0 + 1, L);
+            const int32_t q0 = (int32_t)dcpt_rng_range(&rng, 0, L - 1);
+            const int32_t q1 = (int32_t)dcpt_rng_range(&rng, q0 + 1, L);
             CU_ASSERT_EQUAL_FATAL(dcp_mask_envelope(&m, L, q0, q1, &env, &cap, &n), DCP_OK);
             for (int64_t r = 1; r < n; r++) CU_ASSERT(env[r - 1].hi < env[r].lo);
             for (int32_t i = q0; i < q1; i++)

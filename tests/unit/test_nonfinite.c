@@ -30,10 +30,10 @@ static void batch_init(batch_t *b, uint64_t seed)
     const int64_t nq = b->tokens * HQ * D, nkv = b->tokens * HKV * D;
     float **all[9] = {&b->q, &b->k, &b->v, &b->g, &b->o, &b->lse, &b->dq, &b->dk, &b->dv};
     const int64_t n[9] = {nq, nkv, nkv, nq, nq, b->tokens * HQ, nq, nkv, nkv};
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     for (int j = 0; j < 9; j++) {
         *all[j] = calloc((size_t)n[j], sizeof(float));
-        for (int64_t i = 0; j < 4 && i < n[j]; i++) (*all[j])[i] = (float)dcp_rng_normal(&rng);
+        for (int64_t i = 0; j < 4 && i < n[j]; i++) (*all[j])[i] = (float)dcpt_rng_normal(&rng);
     }
 }
 

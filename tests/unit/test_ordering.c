@@ -29,7 +29,7 @@ static void tensors_make(const dcp_plan_t *p, const dcp_attn_shape_t *sh, rank_t
                          uint64_t seed)
 {
     memset(rt, 0, sizeof *rt);
-    dcp_rng_t rng = {seed};
+    dcpt_rng_t rng = {seed};
     const size_t es = sh->dtype == DCP_DTYPE_FP32 ? 4 : 2;
     for (int r = 0; r < RANKS; r++) {
         int64_t tok = 0;
@@ -44,7 +44,7 @@ static void tensors_make(const dcp_plan_t *p, const dcp_attn_shape_t *sh, rank_t
             /* inputs (q, k, v, dout) random; the 2-byte types get values they hold exactly */
             const int input = j < 3 || j == 5;
             for (size_t i = 0; input && i < bytes[j] / es; i++) {
-                const float x = (float)dcp_rng_normal(&rng);
+                const float x = (float)dcpt_rng_normal(&rng);
                 if (es == 4)
                     ((float *)rt->t[r][j])[i] = x;
                 else

@@ -113,14 +113,14 @@ static void test_bit_flips_rejected(void)
     dcp_plan_t *p = sample_plan();
     size_t n;
     uint8_t *b = bytes_of(p, &n);
-    dcp_rng_t rng = {41};
+    dcpt_rng_t rng = {41};
     for (int rep = 0; rep < 400; rep++) {
         uint8_t *c = malloc(n);
         memcpy(c, b, n);
-        const int flips = rep < 300 ? 1 : (int)dcp_rng_range(&rng, 2, 16);
+        const int flips = rep < 300 ? 1 : (int)dcpt_rng_range(&rng, 2, 16);
         for (int f = 0; f < flips; f++) {
-            const size_t at = (size_t)dcp_rng_range(&rng, 0, (int64_t)n - 1);
-            c[at] ^= (uint8_t)(1u << dcp_rng_range(&rng, 0, 7));
+            const size_t at = (size_t)dcpt_rng_range(&rng, 0, (int64_t)n - 1);
+            c[at] ^= (uint8_t)(1u << dcpt_rng_range(&rng, 0, 7));
         }
         if (memcmp(c, b, n) != 0) expect_corrupt(c, n);
         free(c);
@@ -172,13 +172,13 @@ static void test_resealed_garbage_rejected(void)
     dcp_plan_t *p = sample_plan();
     size_t n;
     uint8_t *b = bytes_of(p, &n);
-    dcp_rng_t rng = {42};
+    dcpt_rng_t rng = {42};
     int accepted = 0;
     for (int rep = 0; rep < 3000; rep++) {
         uint8_t *c = malloc(n);
         memcpy(c, b, n);
-        const size_t at = 32 + (size_t)dcp_rng_range(&rng, 0, (int64_t)n - 33);
-        c[at] = (uint8_t)dcp_rng_next(&rng);
+        const size_t at = 32 + (size_t)dcpt_rng_range(&rng, 0, (int64_t)n - 33);
+        c[at] = (uint8_t)dcpt_rng_next(&rng);
         reseal(c, n);
         dcp_plan_t *q = NULL;
         const dcp_status_t st = dcp_plan_deserialize(c, n, &q);
@@ -418,14 +418,14 @@ static void test_resealed_garbage_memory_bounded(void)
     dcp_plan_t *p = t_plan(len, 2, m, "1x2", DCP_STRATEGY_LPT, 64, 2, 1);
     size_t n;
     uint8_t *b = bytes_of(p, &n);
-    dcp_rng_t rng = {43};
+    dcpt_rng_t rng = {43};
     const double before = peak_mb();
     uint8_t *c = malloc(n);
     for (int rep = 0; rep < 4000; rep++) {
         memcpy(c, b, n);
         for (int k = 0; k < 4; k++) { /* a whole field: 4 bytes of a random value */
-            const size_t at = 32 + (size_t)dcp_rng_range(&rng, 0, (int64_t)n - 33);
-            c[at] = (uint8_t)dcp_rng_next(&rng);
+            const size_t at = 32 + (size_t)dcpt_rng_range(&rng, 0, (int64_t)n - 33);
+            c[at] = (uint8_t)dcpt_rng_next(&rng);
         }
         reseal(c, n);
         dcp_plan_t *q = NULL;

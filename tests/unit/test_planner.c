@@ -85,12 +85,12 @@ static void test_default_not_slower_single_sequences(void)
 }
 
 /* Batches packed from a length source, DCP-style: 3 batches of `tokens` tokens. */
-static void check_packed(const dcp_length_source_t *src, int64_t tokens, const char *cluster,
+static void check_packed(const dcpt_length_source_t *src, int64_t tokens, const char *cluster,
                          int32_t block)
 {
     static const char *masks[] = {"causal", "shared-question:0.2:4"};
     int32_t *len = NULL, *first = NULL, nb = 0;
-    CU_ASSERT_EQUAL_FATAL(dcp_lengths_pack(src, tokens, 1.0, 3, 7, &len, &first, &nb), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(src, tokens, 1.0, 3, 7, &len, &first, &nb), DCP_OK);
     CU_ASSERT(nb >= 1);
     for (int32_t b = 0; b < nb; b++)
         for (int k = 0; k < 2; k++)
@@ -101,7 +101,7 @@ static void check_packed(const dcp_length_source_t *src, int64_t tokens, const c
 
 static void test_default_not_slower_histogram(void)
 {
-    const dcp_length_source_t hist = {NULL, 0};
+    const dcpt_length_source_t hist = {NULL, 0};
     check_packed(&hist, 32768, "2x4", 256);
     check_packed(&hist, 65536, "4x4", 512);
 }
@@ -114,8 +114,9 @@ static void test_default_not_slower_shared_lengths(void)
     FILE *f = fopen("../shared/data/lengths_wlbllm.txt", "r");
     if (!f) return; /* not beside this checkout: nothing to check */
     fclose(f);
-    CU_ASSERT_EQUAL_FATAL(dcp_lengths_read("../shared/data/lengths_wlbllm.txt", &pool, &n), DCP_OK);
-    const dcp_length_source_t src = {pool, n};
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_read("../shared/data/lengths_wlbllm.txt", &pool, &n),
+                          DCP_OK);
+    const dcpt_length_source_t src = {pool, n};
     check_packed(&src, 65536, "2x4", 512);
     free(pool);
 }

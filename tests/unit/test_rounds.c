@@ -12,20 +12,20 @@
 
 static void test_colouring_is_optimal_and_a_matching(void)
 {
-    dcp_rng_t rng = {71};
+    dcpt_rng_t rng = {71};
     for (int rep = 0; rep < 300; rep++) {
-        const int32_t nr = (int32_t)dcp_rng_range(&rng, 2, 24);
-        const int64_t n = dcp_rng_range(&rng, 0, 400);
+        const int32_t nr = (int32_t)dcpt_rng_range(&rng, 2, 24);
+        const int64_t n = dcpt_rng_range(&rng, 0, 400);
         int32_t *src = malloc((size_t)n * sizeof *src + 4),
                 *dst = malloc((size_t)n * sizeof *dst + 4);
         int32_t *col = malloc((size_t)n * sizeof *col + 4);
         int32_t deg_s[24] = {0}, deg_r[24] = {0}, delta = 0;
         for (int64_t e = 0; e < n; e++) {
             /* skewed: a few hot senders and receivers, repeated pairs (a multigraph) */
-            src[e] = (int32_t)(dcp_rng_range(&rng, 0, 3) ? dcp_rng_range(&rng, 0, nr - 1) : 0);
+            src[e] = (int32_t)(dcpt_rng_range(&rng, 0, 3) ? dcpt_rng_range(&rng, 0, nr - 1) : 0);
             do
-                dst[e] =
-                    (int32_t)(dcp_rng_range(&rng, 0, 2) ? dcp_rng_range(&rng, 0, nr - 1) : nr - 1);
+                dst[e] = (int32_t)(dcpt_rng_range(&rng, 0, 2) ? dcpt_rng_range(&rng, 0, nr - 1)
+                                                              : nr - 1);
             while (dst[e] == src[e]);
             if (++deg_s[src[e]] > delta) delta = deg_s[src[e]];
             if (++deg_r[dst[e]] > delta) delta = deg_r[dst[e]];

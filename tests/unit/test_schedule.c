@@ -388,21 +388,21 @@ static void test_invariants_on_many_plans(void)
 {
     static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
     static const int32_t divisions[] = {1, 2, 4};
-    dcp_rng_t rng = {31};
+    dcpt_rng_t rng = {31};
     int plans = 0;
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
             for (int c = 0; c < 4; c++) {
                 /* a 1-token sequence, short ones and one much longer */
-                int32_t len[5] = {1, (int32_t)dcp_rng_range(&rng, 2, 40), 260,
-                                  (int32_t)dcp_rng_range(&rng, 1, 70), 1};
+                int32_t len[5] = {1, (int32_t)dcpt_rng_range(&rng, 2, 40), 260,
+                                  (int32_t)dcpt_rng_range(&rng, 1, 70), 1};
                 dcp_mask_t m[5];
                 int32_t *store[5];
                 for (int i = 0; i < 5; i++)
                     m[i] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[i], &store[i]);
                 const int32_t div = divisions[(kind + s + c) % 3];
                 const int32_t hb = 1 + (kind + c) % 2;
-                const int32_t block = (int32_t)dcp_rng_range(&rng, 8, 48);
+                const int32_t block = (int32_t)dcpt_rng_range(&rng, 8, 48);
                 dcp_plan_options_t o;
                 dcp_plan_options_default(&o);
                 o.strategy = (dcp_strategy_t)s;

@@ -230,11 +230,11 @@ typedef struct {
     shm_bootstrap_t *bs;
     int32_t rank;
     const char *transport_intra, *device;
-    const dcp_harness_t *h;
+    const dcpt_harness_t *h;
     const dcp_plan_t *plan;
     dcp_status_t st;
     char msg[256];
-    dcp_harness_result_t res;
+    dcpt_harness_result_t res;
     int32_t nodes;
     char intra[16];
 } job_rank_t;
@@ -253,7 +253,7 @@ static void *job_rank(void *p)
         const dcp_cluster_t *c = NULL;
         if (dcp_context_cluster(ctx, &c) == DCP_OK) j->nodes = dcp_cluster_num_nodes(c);
         snprintf(j->intra, sizeof j->intra, "%s", dcp_context_transport(ctx, 0));
-        if (j->plan) j->st = dcp_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
+        if (j->plan) j->st = dcpt_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
     }
     if (j->st != DCP_OK) dcp_error_save(j->msg, sizeof j->msg);
     dcp_context_destroy(ctx);
@@ -278,10 +278,10 @@ static void run_job(job_rank_t *j, int32_t n)
 /* A plan of the batch on a 2x2 cluster (block 64; `lpt` or the default strategy), the
  * harness with its reference, and the plan's run on 4 in-process ranks. */
 typedef struct {
-    dcp_harness_t *h;
+    dcpt_harness_t *h;
     dcp_cluster_t *c;
     dcp_plan_t *plan;
-    dcp_harness_result_t inproc;
+    dcpt_harness_result_t inproc;
 } case_t;
 
 static int case_create(const int32_t *len, const dcp_mask_t *m, int32_t n, uint64_t seed, int lpt,
@@ -293,20 +293,20 @@ static int case_create(const int32_t *len, const dcp_mask_t *m, int32_t n, uint6
     dcp_plan_options_default(&o);
     o.block_size = 64;
     if (lpt) o.strategy = DCP_STRATEGY_LPT;
-    if (dcp_harness_create(len, n, m, &shape, seed, &k->h) != DCP_OK ||
-        dcp_harness_reference(k->h, 2, NULL, 0) != DCP_OK ||
+    if (dcpt_harness_create(len, n, m, &shape, seed, &k->h) != DCP_OK ||
+        dcpt_harness_reference(k->h, 2, NULL, 0) != DCP_OK ||
         dcp_cluster_from_spec("2x2", &k->c) != DCP_OK)
         return 0;
-    const dcp_batch_t batch = dcp_harness_batch(k->h);
+    const dcp_batch_t batch = dcpt_harness_batch(k->h);
     return dcp_plan_create(&batch, &k->h->shape, &o, k->c, &k->plan) == DCP_OK &&
-           dcp_harness_run(k->h, k->plan, 0, 1, 30.0, 1e-5, NULL, &k->inproc) == DCP_OK;
+           dcpt_harness_run(k->h, k->plan, 0, 1, 30.0, 1e-5, NULL, &k->inproc) == DCP_OK;
 }
 
 static void case_destroy(case_t *k)
 {
     dcp_plan_destroy(k->plan);
     dcp_cluster_destroy(k->c);
-    dcp_harness_destroy(k->h);
+    dcpt_harness_destroy(k->h);
 }
 
 /* Four ranks with a context each over the bootstrap: the cluster they discover (one node),
@@ -319,9 +319,9 @@ static void test_job_contexts_match_threads(void)
         {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
     case_t k;
     CU_ASSERT_FATAL(case_create(len, m, 3, 3, 0, &k));
-    const dcp_harness_t *h = k.h;
+    const dcpt_harness_t *h = k.h;
     const dcp_plan_t *plan = k.plan;
-    const dcp_harness_result_t inproc = k.inproc;
+    const dcpt_harness_result_t inproc = k.inproc;
     job_rank_t j[4];
     for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.h = h, .plan = plan};
     run_job(j, 4);
@@ -341,11 +341,11 @@ static void test_job_contexts_match_threads(void)
 typedef struct {
     shm_bootstrap_t *bs;
     int32_t proc;
-    const dcp_harness_t *h;
+    const dcpt_harness_t *h;
     const dcp_plan_t *plan;
     dcp_status_t st[2];
     char msg[2][256];
-    dcp_harness_result_t res[2];
+    dcpt_harness_result_t res[2];
     char intra[2][16];
     const char *engine[2];
 } hybrid_proc_t;
@@ -367,7 +367,7 @@ static void *hybrid_rank(void *arg)
     if (p->st[l] == DCP_OK) {
         snprintf(p->intra[l], sizeof p->intra[l], "%s", dcp_context_transport(ctx, 0));
         p->engine[l] = ctx->engine->ops->name;
-        p->st[l] = dcp_harness_run_rank(p->h, p->plan, ctx, a->bs, 1, 2, 1e-5, &p->res[l]);
+        p->st[l] = dcpt_harness_run_rank(p->h, p->plan, ctx, a->bs, 1, 2, 1e-5, &p->res[l]);
     }
     if (p->st[l] != DCP_OK) dcp_error_save(p->msg[l], sizeof p->msg[l]);
     dcp_context_destroy(ctx);
@@ -401,9 +401,9 @@ static void test_hybrid_job_matches_threads(void)
     const dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_FULL}};
     case_t k;
     CU_ASSERT_FATAL(case_create(len, m, 2, 5, 1, &k));
-    const dcp_harness_t *h = k.h;
+    const dcpt_harness_t *h = k.h;
     const dcp_plan_t *plan = k.plan;
-    const dcp_harness_result_t inproc = k.inproc;
+    const dcpt_harness_result_t inproc = k.inproc;
     shm_bootstrap_t *bs = shm_bootstrap_create(2, 4096);
     CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
     hybrid_proc_t p[2];

@@ -3,34 +3,34 @@
 #include <CUnit/CUnit.h>
 #include <stdlib.h>
 
-dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int32_t **ranges_out)
+dcp_mask_t t_random_mask(dcpt_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int32_t **ranges_out)
 {
     dcp_mask_t m = {.kind = kind};
     *ranges_out = NULL;
     static const double fracs[] = {0.0, 0.2, 0.5, 1.0, 0.37};
     switch (kind) {
     case DCP_MASK_WINDOW:
-        m.window = (int32_t)dcp_rng_range(rng, 1, len + 5);
+        m.window = (int32_t)dcpt_rng_range(rng, 1, len + 5);
         break;
     case DCP_MASK_LAMBDA:
-        m.sink = (int32_t)dcp_rng_range(rng, 0, len + 3);
-        m.window = (int32_t)dcp_rng_range(rng, 1, len + 5);
+        m.sink = (int32_t)dcpt_rng_range(rng, 0, len + 3);
+        m.window = (int32_t)dcpt_rng_range(rng, 1, len + 5);
         break;
     case DCP_MASK_BLOCKWISE:
-        m.block = (int32_t)dcp_rng_range(rng, 1, len / 3 + 2);
-        m.k = (int32_t)dcp_rng_range(rng, 0, 4);
+        m.block = (int32_t)dcpt_rng_range(rng, 1, len / 3 + 2);
+        m.k = (int32_t)dcpt_rng_range(rng, 0, 4);
         break;
     case DCP_MASK_SHARED_QUESTION:
-        m.question_frac = fracs[dcp_rng_range(rng, 0, 4)];
-        m.answers = (int32_t)dcp_rng_range(rng, 1, 6);
+        m.question_frac = fracs[dcpt_rng_range(rng, 0, 4)];
+        m.answers = (int32_t)dcpt_rng_range(rng, 1, 6);
         break;
     case DCP_MASK_CUSTOM: {
         int32_t *r = malloc((size_t)len * 4 * sizeof *r);
         for (int32_t i = 0; i < len; i++)
             for (int j = 0; j < 2; j++) {
-                int32_t a = (int32_t)dcp_rng_range(rng, 0, len),
-                        b = (int32_t)dcp_rng_range(rng, 0, len);
-                if (dcp_rng_range(rng, 0, 5) == 0) b = a; /* empty */
+                int32_t a = (int32_t)dcpt_rng_range(rng, 0, len),
+                        b = (int32_t)dcpt_rng_range(rng, 0, len);
+                if (dcpt_rng_range(rng, 0, 5) == 0) b = a; /* empty */
                 r[4 * i + 2 * j] = a < b ? a : b;
                 r[4 * i + 2 * j + 1] = a < b ? b : a;
             }

@@ -7,7 +7,7 @@
 
 /* A random mask of `kind` with parameters that exercise sequences of length L (edges
  * included); CUSTOM ranges are written to *ranges_out (malloc'ed, 4 * L), else NULL. */
-dcp_mask_t t_random_mask(dcp_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int32_t **ranges_out);
+dcp_mask_t t_random_mask(dcpt_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int32_t **ranges_out);
 
 /* Plans `n` sequences with masks[i] on a cluster spec, shape 4/2 heads x 8; CU-asserts
  * success. */

@@ -1,0 +1,90 @@
+#!/bin/bash
+# The tools as a user meets them: JSON that parses (a host name with a quote and a
+# backslash), flag errors that blame the flag that was wrong, outputs checked before any
+# work, --help defaults taken from the code, the bench harness's median [min-max], and a
+# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads.
+#
+#   tests/tools/run.sh [BIN_DIR]      (default build/bin)
+set -u
+bin=${1:-build/bin}
+here=$(cd "$(dirname "$0")/../data" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+# expect STATUS PATTERN CMD...: CMD exits STATUS and its stderr holds PATTERN
+expect() {
+    local want=$1 pattern=$2
+    shift 2
+    "$@" >"$work/out" 2>"$work/err"
+    local rc=$?
+    [ "$rc" = "$want" ] || fail "$* exited $rc, not $want: $(head -c 300 "$work/err")"
+    grep -q -- "$pattern" "$work/err" || fail "$*: stderr lacks '$pattern': $(head -c 300 "$work/err")"
+}
+# json_check FILE PYTHON-EXPR: every line of FILE parses and the expression (over `rows`)
+# holds
+json_check() {
+    python3 - "$1" "$2" <<'PY' || fail "json check '$2' on $1"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert rows, "no JSON lines"
+assert eval("(" + sys.argv[2] + ")"), sys.argv[2]
+PY
+}
+
+# 1. dcp-topo --json escapes a host name with a quote and a backslash, null for unknowns
+sed 's/HostName" value="h100-ib-node"/HostName" value="h100 \&quot;ib\&quot; node\\x"/' \
+    "$here/h100-ib.xml" >"$work/quoted.xml"
+"$bin/dcp-topo" --xml "$work/quoted.xml" --json >"$work/topo.json" || fail "dcp-topo --json"
+json_check "$work/topo.json" \
+    'rows[0]["host"] == "h100 \"ib\" node\\x" and rows[0]["figures"]["inter_gbps"] > 0 and
+     all(n["link_gbps"] is None or n["link_gbps"] > 0 for n in rows[0]["nics"])'
+
+# 2. flag blame: a bad bus id names --busids, a bad capture --xml
+expect 2 "--busids:" "$bin/dcp-topo" --xml "$here/h100-ib.xml" --busids 0000:ff:00.0
+expect 2 "--xml:" "$bin/dcp-topo" --xml "$work/missing.xml" --busids 0000:ff:00.0
+expect 2 "--tokens:" "$bin/dcp-plan" --tokens 0
+
+# 3. outputs are checked before any work: a --svg in a missing folder fails at once
+expect 2 "--svg:" "$bin/dcp-plan" --svg "$work/missing/plan.svg" --tokens 1000000 --batches 50
+expect 2 "--write-table:" "$bin/dcp-kernel-bench" --device cpu --write-table "$work/missing/t"
+
+# 4. --help shows the defaults the runs use (dcp-plan's are its own, not the shared ones)
+"$bin/dcp-plan" --help >"$work/help" || fail "dcp-plan --help"
+grep -q -- "--heads N .*(default 8)" "$work/help" || fail "dcp-plan --help: heads default"
+grep -q -- "--block N .*(default 1024)" "$work/help" || fail "dcp-plan --help: block default"
+grep -q -- "--tokens N .*(default 131072)" "$work/help" || fail "dcp-plan --help: tokens default"
+
+# 5. capacity errors name the strategy asked for and exit 2
+expect 2 "strategy zigzag" "$bin/dcp-plan" --strategy zigzag --mem-cap 1000 --tokens 8192
+
+# 6. the bench harness: median within [min, max], units beside ucx_perftest's
+"$bin/dcp-transport-bench" --engine inproc --sizes 8,64K --mb 2 --reps 3 --json \
+    >"$work/tb.json" || fail "dcp-transport-bench --json"
+json_check "$work/tb.json" \
+    'all(r["gbps_min"] <= r["gbps"] <= r["gbps_max"] and
+         r["latency_us_min"] <= r["latency_us"] <= r["latency_us_max"] and
+         abs(r["mibps"] - r["gbps"] * 1e9 / 2**20) < 1e-3 * r["mibps"] + 1e-9 and
+         r["link"] == "threads" and r["ucx_tls"] is None for r in rows)'
+"$bin/dcp-attn-test" --tokens 1024 --strategy zigzag --json --warmup 1 --iters 3 \
+    >"$work/at.json" || fail "dcp-attn-test --json"
+json_check "$work/at.json" \
+    'all(r["exec_ms_min"] <= r["exec_ms"] <= r["exec_ms_max"] and r["max_rel_err"] is None
+         for r in rows)'
+
+# 7. the kernel table dcp-kernel-bench writes is one dcp-plan --kernel-table reads
+"$bin/dcp-kernel-bench" --device cpu --kernel attn --mask causal --total 512 --tile 64,128 \
+    --warmup 0 --iters 1 --peak-tflops 0.01 --write-table "$work/kt" --json >/dev/null 2>&1 ||
+    fail "dcp-kernel-bench --write-table"
+[ "$(grep -vc '^#' "$work/kt")" = 2 ] || fail "kernel table: $(cat "$work/kt")"
+"$bin/dcp-plan" --kernel-table "$work/kt" --tokens 8192 --strategy zigzag >/dev/null ||
+    fail "dcp-plan --kernel-table reads dcp-kernel-bench's table"
+
+if [ "$failures" -ne 0 ]; then
+    echo "tests/tools: $failures failure(s)"
+    exit 1
+fi
+echo "tests/tools: all passed"
