@@ -477,7 +477,7 @@ typedef struct {
     const dcp_bootstrap_t *bootstrap; /* ranks are processes: borrowed, used by create and
                                          destroy (both collective); exactly one of the two */
     double timeout_s;                 /* per-wait transfer timeout; 0 = $DCP_TIMEOUT_S or 60 s */
-    const char *transport_intra;      /* engine within a node: "ucx", "nccl", "ipc", "inproc";
+    const char *transport_intra;      /* engine within a node: "ucx", "nccl", "inproc";
                                          NULL: $DCP_TRANSPORT_INTRA, else chosen by topology */
     const char *transport_inter;      /* engine between nodes, likewise ($DCP_TRANSPORT_INTER) */
     const char *device;               /* where the rank computes: NULL or "cpu" (any dtype,

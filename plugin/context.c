@@ -44,6 +44,7 @@ static dcp_status_t attach_job(dcp_context_t *ctx, const dcp_context_config_t *c
     dcp_job_t job;
     DCP_CHECK(dcp_job_attach(config, &job));
     ctx->engine = job.engine;
+    ctx->peers = job.peers;
     memcpy(ctx->engine_kind, job.engine_kind, sizeof ctx->engine_kind);
     ctx->cluster = job.cluster;
     memcpy(ctx->cluster_why, job.cluster_why, sizeof ctx->cluster_why);
@@ -108,6 +109,7 @@ static void release(dcp_context_t *ctx)
     if (ctx->owns_stream) dev->stream_destroy(ctx->stream);
     if (ctx->owns_xfer_stream) dev->stream_destroy(ctx->xfer_stream);
     dcp_cluster_destroy(ctx->cluster);
+    dcp_peers_free(&ctx->peers);
     free(ctx);
 }
 
@@ -147,6 +149,8 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     }
     ctx->timeout_s = dcp_timeout_clamp(config->timeout_s > 0 ? config->timeout_s
                                                              : dcp_context_default_timeout());
+    const char *progress = getenv("DCP_PROGRESS");
+    ctx->drive_progress = ctx->engine->needs_progress && !(progress && !strcmp(progress, "none"));
     *ctx_out = ctx;
     return DCP_OK;
 }

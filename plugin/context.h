@@ -18,6 +18,7 @@ struct dcp_context {
     int32_t rank;
     dcp_engine_t *engine;
     dcp_engine_kind_t engine_kind[DCP_LINK_COUNT];
+    dcp_peer_table_t peers; /* process ranks: the job's peer table (empty for threads) */
     dcp_cluster_t *cluster; /* process ranks: the cluster they form, when it is regular */
     char cluster_why[160];  /* why there is none */
     int32_t device;         /* CUDA device ordinal; -1: the CPU */
@@ -28,8 +29,10 @@ struct dcp_context {
     void *entry, *exit; /* events: the caller's stream -> stream -> the caller's stream */
     char *sync_dev;     /* GPU: the barrier's two bytes (NCCL moves device memory only) */
     double timeout_s;
-    uint32_t barriers;   /* barriers so far: each one's tags differ from the last's */
-    dcp_binding_t bound; /* what the last plan run needs, kept for the next call */
+    uint32_t barriers;     /* barriers so far: each one's tags differ from the last's */
+    dcp_binding_t bound;   /* what the last plan run needs, kept for the next call */
+    double wait_blocked_s; /* host time spent blocked in COMM_WAIT, summed over calls */
+    int drive_progress;    /* the executor tests transfers in flight while it computes */
 };
 
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */

@@ -21,6 +21,16 @@
  *    the caller's later work, and the call returns without waiting for the GPU.
  * Engines that are not stream-ordered (UCX on host memory) get a host wait for the
  * stream before each launch instead, and complete on the host.
+ *
+ * Progress has an owner: the executor. Engines whose transfers move only while called
+ * (UCX: a rendezvous block is fetched inside the receiver's worker progress) get their
+ * requests in flight tested between instructions and between slices of every ATTN
+ * instruction (DCP_PROGRESS_GROUPS tile groups a slice), so that a division's blocks move
+ * while the previous division computes and its COMM_WAIT finds them there. A progress
+ * thread was the other choice; it needs the UCX worker shared between threads (a lock on
+ * every call) and, on ranks that share cores, takes cycles from the kernels it is meant to
+ * hide behind; slices on the computing thread cost one worker poll each.
+ * $DCP_PROGRESS=none turns it off (for measuring what it gains).
  */
 #include "include/base/error.h"
 #include "include/base/test_hook.h"
@@ -30,6 +40,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Tile groups an ATTN slice computes between two rounds of progress. */
+#define DCP_PROGRESS_GROUPS 4
 
 /* The caller's tensors of one call, by buffer (NULL where the pass does not use one). */
 typedef struct {
@@ -186,6 +199,31 @@ static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_ke
     return ctx->engine->ops->launch(ctx->engine, bd->ops, in->count, &bd->reqs[in->arg]);
 }
 
+/* One round of progress: every request in flight tested (the engine moves what it can). */
+static dcp_status_t progress(dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    for (int32_t s = 0; s < p->num_phases; s++) {
+        int done = 0;
+        if (ctx->bound.reqs[s])
+            DCP_CHECK(ctx->engine->ops->test(ctx->engine, ctx->bound.reqs[s], &done));
+    }
+    return DCP_OK;
+}
+
+/* An ATTN instruction, in slices with progress between them when the engine needs it. */
+static dcp_status_t attn(dcp_context_t *ctx, const dcp_plan_t *p, int fwd,
+                         const dcp_kernel_env_t *env, const descr_t *d, const dcp_instr_t *in)
+{
+    const dcp_kernels_t *k = ctx->dev->kernels;
+    const int64_t slice = ctx->drive_progress ? DCP_PROGRESS_GROUPS : in->count;
+    for (int64_t g = 0; g < in->count; g += slice) {
+        const int64_t n = in->count - g < slice ? in->count - g : slice;
+        DCP_CHECK((fwd ? k->attn_fwd : k->attn_bwd)(env, d->groups + in->first + g, n, d->tiles));
+        if (ctx->drive_progress) DCP_CHECK(progress(ctx, p));
+    }
+    return DCP_OK;
+}
+
 static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
                                 const dcp_kernel_env_t *env_in, void *caller)
 {
@@ -204,8 +242,7 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
                                                     : DCP_DELAY_KERNEL);
         switch (in->op) {
         case DCP_OP_ATTN:
-            DCP_CHECK(
-                (fwd ? k->attn_fwd : k->attn_bwd)(env, d.groups + in->first, in->count, d.tiles));
+            DCP_CHECK(attn(ctx, p, fwd, env, &d, in));
             break;
         case DCP_OP_REDUCE:
             if (fwd)
@@ -219,14 +256,18 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
         case DCP_OP_COMM_LAUNCH:
             DCP_CHECK(launch(ctx, p, env, in));
             break;
-        case DCP_OP_COMM_WAIT:
+        case DCP_OP_COMM_WAIT: {
+            const double t0 = dcp_now();
             DCP_CHECK(ctx->engine->ops->wait(ctx->engine, reqs[in->arg], ctx->timeout_s,
                                              ctx->engine->stream_ordered ? ctx->stream : NULL));
             reqs[in->arg] = NULL;
+            ctx->wait_blocked_s += dcp_now() - t0;
             break;
+        }
         default:
             return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
         }
+        if (ctx->drive_progress && in->op != DCP_OP_ATTN) DCP_CHECK(progress(ctx, p));
     }
     /* the caller's later work runs after the outputs are written */
     DCP_CHECK(ctx->dev->event_record(ctx->exit, ctx->stream));

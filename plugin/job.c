@@ -1,56 +1,34 @@
 /*
  * Contexts of process ranks (one rank per process, any number of nodes): every rank
- * discovers its node with hwloc, the ranks allgather what they found over the bootstrap,
- * ranks with the same host name form a node, and the engine of each link class is chosen
- * from what the nodes have (transport/select.h).
+ * describes itself (host, process, hwloc's view of its node, what its UCX moves), the
+ * ranks gather the peer table once over the bootstrap, ranks with the same host name form
+ * a node, the engine of each link class is chosen from the table (transport/select.h), and
+ * where the classes in use get different engines a routing engine holds them all.
  */
 #include "plugin/job.h"
 
 #include "include/base/error.h"
 #include "kernels/device.h"
+#include "plugin/hybrid.h"
 #include "topo/cluster.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"
 #include "transport/bootstrap.h"
 #include "transport/nccl.h"
+#include "transport/peers.h"
+#include "transport/route.h"
+#include "transport/staged.h"
 #include "transport/ucx.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-/* What each rank tells the others; the same layout on every rank (one build). */
-typedef struct {
-    char host[64];
-    int32_t nic;       /* best NIC kind of the node (dcp_nic_kind_t) */
-    int32_t gpus;      /* GPUs hwloc sees on the node */
-    double inter_gbps; /* per-device network figures of its node, 0 unknown (no GPU) */
-    double lat_us;
-} rank_info_t;
-
-static void describe_self(rank_info_t *me)
-{
-    memset(me, 0, sizeof *me);
-    if (gethostname(me->host, sizeof me->host - 1) != 0) snprintf(me->host, sizeof me->host, "?");
-    me->nic = DCP_NIC_ETH;
-    dcp_node_topo_t *node = calloc(1, sizeof *node);
-    /* a machine hwloc cannot read still runs, over TCP */
-    if (node && dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {
-        me->gpus = node->num_gpus;
-        for (int32_t k = 0; k < node->num_nics; k++)
-            if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;
-        dcp_perf_model_t perf = {0};
-        dcp_node_figures(node, &perf);
-        me->inter_gbps = perf.inter_gbps;
-        me->lat_us = perf.lat_us;
-    }
-    free(node);
-}
 
 /* Nodes by host name; the cluster when ranks are placed node by node, evenly. */
-static dcp_status_t build_cluster(dcp_job_t *job, const rank_info_t *all, int32_t n)
+static dcp_status_t build_cluster(dcp_job_t *job, const dcp_peer_table_t *t)
 {
+    const dcp_peer_t *all = t->peer;
+    const int32_t n = t->size;
     /* runs of ranks on one host: each host one run, every run as long */
     int32_t nodes = 0, per = 0, blocked = 1;
     for (int32_t r = 0; r < n;) {
@@ -85,67 +63,197 @@ static dcp_status_t build_cluster(dcp_job_t *job, const rank_info_t *all, int32_
     return DCP_OK;
 }
 
+/* The engine of each link class: the defaults of transport/select.h from the peer table,
+ * the config's or the environment's overrides, and NCCL's communicator lent only to NCCL. */
+static dcp_status_t choose(const dcp_context_config_t *config, const dcp_peer_table_t *t,
+                           dcp_job_t *job)
+{
+    const int gpu = job->device >= 0;
+    int ucx_cuda = 1;
+    for (int32_t r = 0; r < t->size; r++) ucx_cuda &= t->peer[r].ucx_cuda;
+    /* host buffers (the CPU executor) or device buffers (NCCL is loaded at run time: a GPU
+     * context without it fails when the engine is created) */
+    dcp_engine_env_t env = {
+        .nic = dcp_peers_nic(t), .gpu_buffers = gpu, .have_nccl = gpu, .ucx_cuda = gpu && ucx_cuda};
+    env.override[DCP_LINK_INTRA] =
+        config->transport_intra ? config->transport_intra : getenv("DCP_TRANSPORT_INTRA");
+    env.override[DCP_LINK_INTER] =
+        config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
+    for (int l = 0; l < DCP_LINK_COUNT; l++)
+        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &job->engine_kind[l], NULL));
+    const int nccl =
+        job->engine_kind[0] == DCP_ENGINE_NCCL || job->engine_kind[1] == DCP_ENGINE_NCCL;
+    if (config->nccl_comm && !nccl)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config.nccl_comm is set but no link uses NCCL (NCCL runs on GPU "
+                             "contexts: config.device \"cuda\")");
+    return DCP_OK;
+}
+
+/* Staging for device memory over a UCX without CUDA: the device table's page-locked host
+ * memory and copies on a stream of the job's GPU. */
+typedef struct {
+    const dcp_device_t *dev;
+    void *stream;
+} stager_t;
+
+static void *stage_alloc(void *user, size_t bytes)
+{
+    return ((stager_t *)user)->dev->host_alloc(bytes);
+}
+static void stage_free(void *user, void *ptr)
+{
+    ((stager_t *)user)->dev->host_free(ptr);
+}
+static dcp_status_t stage_copy(void *user, void *dst, const void *src, size_t bytes)
+{
+    const stager_t *s = user;
+    return s->dev->copy(dst, src, bytes, s->stream);
+}
+static dcp_status_t stage_sync(void *user)
+{
+    const stager_t *s = user;
+    return s->dev->stream_sync(s->stream);
+}
+static void stage_release(void *user)
+{
+    stager_t *s = user;
+    if (s->stream) s->dev->stream_destroy(s->stream);
+    free(s);
+}
+
+static dcp_status_t stage(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
+{
+    stager_t *s = calloc(1, sizeof *s);
+    dcp_status_t st = s ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "job: stager");
+    if (st == DCP_OK) {
+        s->dev = dcp_device_of(device);
+        st = s->dev->stream_create(device, &s->stream);
+    }
+    if (st != DCP_OK) {
+        if (s) stage_release(s);
+        dcp_engine_destroy(ucx);
+        return st;
+    }
+    const dcp_stager_t stager = {stage_alloc, stage_free, stage_copy, stage_sync, stage_release, s};
+    return dcp_staged_engine_create(ucx, &stager, out);
+}
+
+static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_peer_table_t *t,
+                                  dcp_engine_kind_t kind, dcp_job_t *job, dcp_engine_t **out)
+{
+    const dcp_bootstrap_t *bs = config->bootstrap;
+    if (kind == DCP_ENGINE_NCCL)
+        return dcp_nccl_engine_create_on(bs, t, job->device, config->nccl_comm,
+                                         config->transfer_stream, out);
+    int ucx_cuda = 1;
+    for (int32_t r = 0; r < t->size; r++) ucx_cuda &= t->peer[r].ucx_cuda;
+    if (kind == DCP_ENGINE_UCX && job->device >= 0 && !ucx_cuda) {
+        /* device memory over a UCX that cannot move it: staged through host memory */
+        dcp_engine_t *ucx = NULL;
+        DCP_CHECK(dcp_ucx_engine_create_on(bs, t, &ucx));
+        return stage(job->device, ucx, out);
+    }
+    if (kind == DCP_ENGINE_UCX) return dcp_ucx_engine_create_on(bs, t, out);
+    return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine for process ranks",
+                         dcp_engine_kind_name(kind));
+}
+
+/* Link classes of a job: the two of transport/select.h and, in a hybrid job, the ranks of
+ * one process (threads, the in-process engine over the hybrid's hub). */
+enum { LINK_PROCESS = DCP_LINK_COUNT, LINK_CLASSES };
+
+/* `threads`: ranks per process of a hybrid job (global rank = process x threads + local),
+ * 0 otherwise. */
+static int link_class(const dcp_peer_table_t *t, int32_t threads, int32_t a, int32_t b)
+{
+    if (threads > 0 && a / threads == b / threads) return LINK_PROCESS;
+    return dcp_peers_link(t, a, b);
+}
+
+static const char *const labels[LINK_CLASSES] = {"intra-node links", "inter-node links",
+                                                 "threads of this process"};
+
+/* One engine per link class in use, behind a routing engine when there are several. Every
+ * rank creates the same engines in the same order (engine creation is collective): the
+ * classes in use are those of the whole job. */
+static dcp_status_t create_engines(const dcp_context_config_t *config, const dcp_peer_table_t *t,
+                                   dcp_job_t *job)
+{
+    dcp_inproc_hub_t *hub = NULL;
+    int32_t local = 0;
+    const int hybrid = dcp_hybrid_of(config->bootstrap, &hub, &local);
+    const int32_t threads = hybrid ? dcp_inproc_hub_size(hub) : 0;
+    if (hybrid && job->device >= 0)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "config.device: a job of processes x threads runs on the CPU");
+    int used[LINK_CLASSES] = {0}, any = 0;
+    for (int32_t a = 0; a < t->size; a++)
+        for (int32_t b = a + 1; b < t->size; b++) used[link_class(t, threads, a, b)] = any = 1;
+    if (!any) used[DCP_LINK_INTRA] = 1; /* one rank */
+    dcp_engine_t *engines[LINK_CLASSES] = {NULL};
+    int32_t index[LINK_CLASSES] = {-1, -1, -1}, n = 0;
+    dcp_status_t st = DCP_OK;
+    for (int l = 0; l < LINK_CLASSES && st == DCP_OK; l++) {
+        if (!used[l]) continue;
+        if (l == DCP_LINK_INTER && index[DCP_LINK_INTRA] >= 0 &&
+            job->engine_kind[DCP_LINK_INTER] == job->engine_kind[DCP_LINK_INTRA]) {
+            index[l] = index[DCP_LINK_INTRA]; /* one engine serves both */
+            continue;
+        }
+        st = l == LINK_PROCESS ? dcp_inproc_engine_create(hub, local, &engines[n])
+                               : create_engine(config, t, job->engine_kind[l], job, &engines[n]);
+        if (st == DCP_OK) index[l] = n++;
+    }
+    if (st != DCP_OK || n == 1) {
+        for (int32_t i = 0; st != DCP_OK && i < n; i++) dcp_engine_destroy(engines[i]);
+        if (st == DCP_OK && !hybrid) job->engine = engines[0];
+        if (st == DCP_OK && !hybrid) return DCP_OK;
+        if (st != DCP_OK) return st;
+    }
+    uint8_t *of = NULL;
+    int32_t *peer = NULL;
+    st = dcp_calloc(&of, t->size, 1, "job");
+    if (st == DCP_OK) st = dcp_calloc(&peer, t->size, sizeof *peer, "job");
+    for (int32_t p = 0; st == DCP_OK && p < t->size; p++) {
+        const int l = p == t->rank ? -1 : link_class(t, threads, t->rank, p);
+        of[p] = l < 0 ? 0 : (uint8_t)index[l];
+        /* ranks of one process are consecutive: the hub counts from the process's first */
+        peer[p] = l == LINK_PROCESS ? p - (t->rank - local) : p;
+    }
+    if (st == DCP_OK)
+        st = dcp_route_engine_create(t->rank, t->size, n, engines, labels, of, peer, &job->engine);
+    else
+        for (int32_t i = 0; i < n; i++) dcp_engine_destroy(engines[i]);
+    free(of);
+    free(peer);
+    return st;
+}
+
 static dcp_status_t attach(const dcp_context_config_t *config, dcp_job_t *job)
 {
     const dcp_bootstrap_t *bs = config->bootstrap;
     if (!bs->allgather || bs->size < 1 || bs->rank < 0 || bs->rank >= bs->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.bootstrap: rank %d of %d, allgather %s",
                              bs->rank, bs->size, bs->allgather ? "set" : "NULL");
-    rank_info_t me, *all = NULL;
-    describe_self(&me);
-    DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "job"));
-    dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_bootstrap_allgather(bs, &me, all, sizeof me, "rank descriptions"), st, out);
-    st = build_cluster(job, all, bs->size);
+    dcp_peer_t me;
+    dcp_peer_describe_self(1, &me);
+    DCP_CHECK(dcp_peers_gather(bs, &me, &job->peers));
+    dcp_status_t st = build_cluster(job, &job->peers);
     /* the GPU: by the rank's place among the ranks of its host */
-    int32_t local = 0;
-    for (int32_t r = 0; r < bs->rank; r++) local += strcmp(all[r].host, me.host) == 0;
-    if (st == DCP_OK) st = dcp_device_parse(config->device, local, "config.device", &job->device);
-    /* host buffers (the CPU executor) or device buffers (NCCL is loaded at run time: a GPU
-     * context without it fails when the engine is created) */
-    const int gpu = job->device >= 0;
-    dcp_engine_env_t env = {.nic = DCP_NIC_ETH,
-                            .gpu_buffers = gpu,
-                            .have_nccl = gpu,
-                            .ucx_cuda = gpu && dcp_ucx_supports_cuda()};
-    for (int32_t r = 0; r < bs->size; r++)
-        if (all[r].nic < (int32_t)env.nic) env.nic = (dcp_nic_kind_t)all[r].nic;
-    env.override[DCP_LINK_INTRA] =
-        config->transport_intra ? config->transport_intra : getenv("DCP_TRANSPORT_INTRA");
-    env.override[DCP_LINK_INTER] =
-        config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
-    for (int l = 0; l < DCP_LINK_COUNT && st == DCP_OK; l++)
-        st = dcp_engine_choose(&env, (dcp_link_class_t)l, &job->engine_kind[l], NULL);
-    /* a context runs one engine: where the links' defaults differ (GPUs, UCX with CUDA
-     * between nodes, NCCL in a node), NCCL serves both */
-    if (st == DCP_OK && gpu && !env.override[DCP_LINK_INTRA] && !env.override[DCP_LINK_INTER])
-        for (int l = 0; l < DCP_LINK_COUNT; l++)
-            if (job->engine_kind[1 - l] == DCP_ENGINE_NCCL) job->engine_kind[l] = DCP_ENGINE_NCCL;
-    const dcp_engine_kind_t kind = job->engine_kind[DCP_LINK_INTRA];
-    if (st == DCP_OK && kind != job->engine_kind[DCP_LINK_INTER])
-        st = dcp_set_error(DCP_ERR_UNSUPPORTED,
-                           "transport: %s in a node and %s between nodes; a context of process "
-                           "ranks runs one engine (give transport_intra and _inter the same)",
-                           dcp_engine_kind_name(kind),
-                           dcp_engine_kind_name(job->engine_kind[DCP_LINK_INTER]));
-    if (st == DCP_OK && config->nccl_comm && kind != DCP_ENGINE_NCCL)
-        st = dcp_set_error(DCP_ERR_INVALID_ARG,
-                           "config.nccl_comm is set but the engine is %s (NCCL runs on GPU "
-                           "contexts: config.device \"cuda\")",
-                           dcp_engine_kind_name(kind));
+    if (st == DCP_OK)
+        st = dcp_device_parse(config->device, dcp_peers_local_index(&job->peers, bs->rank),
+                              "config.device", &job->device);
+    if (st == DCP_OK) st = choose(config, &job->peers, job);
     /* ranks may have been given different settings: all go on, or none */
-    DCP_CHECK_GOTO(dcp_bootstrap_agree(bs, st, "device and engine choice"), st, out);
-    if (kind == DCP_ENGINE_NCCL)
-        st = dcp_nccl_engine_create(bs, job->device, config->nccl_comm, config->transfer_stream,
-                                    &job->engine);
-    else if (kind == DCP_ENGINE_UCX)
-        st = dcp_ucx_engine_create(bs, &job->engine);
-    else
-        st = dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine in this build",
-                           dcp_engine_kind_name(kind));
-out:
-    free(all);
-    return st;
+    DCP_CHECK(dcp_bootstrap_agree(bs, st, "device and engine choice"));
+    if (job->device >= 0) { /* the GPU column of the table: NCCL's one-rank-per-GPU check */
+        char busid[32] = "";
+        st = dcp_nccl_gpu_busid(job->device, busid, sizeof busid);
+        DCP_CHECK(dcp_bootstrap_agree(bs, st, "GPU bus id"));
+        DCP_CHECK(dcp_peers_set_device(bs, job->device, busid, &job->peers));
+    }
+    return create_engines(config, &job->peers, job);
 }
 
 dcp_status_t dcp_job_attach(const dcp_context_config_t *config, dcp_job_t *job_out)
@@ -154,6 +262,7 @@ dcp_status_t dcp_job_attach(const dcp_context_config_t *config, dcp_job_t *job_o
     const dcp_status_t st = attach(config, &job);
     if (st != DCP_OK) {
         dcp_cluster_destroy(job.cluster);
+        dcp_peers_free(&job.peers);
         return st;
     }
     *job_out = job;

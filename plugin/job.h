@@ -1,15 +1,17 @@
 /* The engine side of a context of process ranks (one rank per process, any number of
- * nodes): every rank's node gathered over the bootstrap, the cluster they form, the place of
- * computation and the engine chosen for the links. */
+ * nodes): the peer table gathered over the bootstrap, the cluster the ranks form, the place
+ * of computation and the engine of each link class (a routing engine where they differ). */
 #ifndef DCP_PLUGIN_JOB_H
 #define DCP_PLUGIN_JOB_H
 
 #include "include/dcp.h"
 #include "transport/engine.h"
+#include "transport/peers.h"
 #include "transport/select.h"
 
 typedef struct {
-    dcp_engine_t *engine;
+    dcp_peer_table_t peers; /* gathered once at attach */
+    dcp_engine_t *engine;   /* one engine, or a routing engine over one per link class */
     dcp_engine_kind_t engine_kind[DCP_LINK_COUNT];
     dcp_cluster_t *cluster; /* when the ranks are placed node by node, evenly */
     char cluster_why[160];  /* why there is none */

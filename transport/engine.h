@@ -78,6 +78,10 @@ struct dcp_engine {
      * copies). 0: the caller makes the regions ready before launch() (a host wait) and the
      * ops are complete when wait() returns. */
     int32_t stream_ordered;
+    /* 1: transfers move only while someone calls into the engine (UCX: its worker's
+     * progress), so the executor drives test() on the requests in flight while it computes.
+     * 0: they move by themselves (a copy at match time, a GPU stream). */
+    int32_t needs_progress;
 };
 
 static inline void dcp_engine_destroy(dcp_engine_t *e)

@@ -328,7 +328,7 @@ dcp_status_t dcp_inproc_engine_create(dcp_inproc_hub_t *hub, int32_t rank,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "rank = %d, must be in [0, %d)", rank, hub->size);
     inproc_engine_t *ie;
     DCP_CHECK(dcp_calloc(&ie, 1, sizeof *ie, "in-process engine"));
-    ie->base = (dcp_engine_t){&inproc_ops, rank, hub->size, 0};
+    ie->base = (dcp_engine_t){&inproc_ops, rank, hub->size, 0, 0};
     ie->hub = hub;
     *engine_out = &ie->base;
     return DCP_OK;

@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "transport/bootstrap.h"
+#include "transport/peers.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -302,35 +303,34 @@ static const dcp_engine_ops_t nccl_ops = {
     .destroy = nccl_destroy,
 };
 
-/* Host and GPU of every rank: two ranks of one host on one GPU cannot run NCCL. */
-typedef struct {
-    char host[64];
-    char busid[32];
-} gpu_id_t;
-
-static dcp_status_t check_one_rank_per_gpu(const dcp_bootstrap_t *bs, int device)
+dcp_status_t dcp_nccl_gpu_busid(int device, char *busid, size_t capacity)
 {
-    gpu_id_t me, *all = NULL;
-    memset(&me, 0, sizeof me);
-    if (gethostname(me.host, sizeof me.host - 1) != 0) me.host[0] = '\0';
-    const cudaError_t ce = cudaDeviceGetPCIBusId(me.busid, sizeof me.busid, device);
-    if (ce != cudaSuccess) return cuda_error(ce, "device bus id");
-    DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "nccl"));
-    dcp_status_t st = dcp_bootstrap_allgather(bs, &me, all, sizeof me, "nccl GPU ids");
-    for (int32_t a = 0; st == DCP_OK && a < bs->size; a++)
-        for (int32_t b = a + 1; st == DCP_OK && b < bs->size; b++)
-            if (!strcmp(all[a].host, all[b].host) && !strcmp(all[a].busid, all[b].busid))
-                st = dcp_set_error(DCP_ERR_UNSUPPORTED,
-                                   "nccl: ranks %d and %d share GPU %s on %s; NCCL needs one rank "
-                                   "per GPU (use the ucx engine, or one process per GPU)",
-                                   a, b, all[a].busid, all[a].host);
-    free(all);
+    const cudaError_t ce = cudaDeviceGetPCIBusId(busid, (int)capacity, device);
+    return ce == cudaSuccess ? DCP_OK : cuda_error(ce, "device bus id");
+}
+
+/* Two ranks of one host on one GPU cannot run NCCL: the peer table's GPU column, gathered
+ * here when the caller has no table. */
+static dcp_status_t check_one_rank_per_gpu(const dcp_bootstrap_t *bs, const dcp_peer_table_t *lent,
+                                           int device)
+{
+    if (lent) return dcp_peers_check_gpus(lent, "nccl");
+    char busid[32];
+    dcp_peer_t me;
+    dcp_peer_table_t t;
+    DCP_CHECK(dcp_nccl_gpu_busid(device, busid, sizeof busid));
+    dcp_peer_describe_self(0, &me);
+    DCP_CHECK(dcp_peers_gather(bs, &me, &t));
+    dcp_status_t st = dcp_peers_set_device(bs, device, busid, &t);
+    if (st == DCP_OK) st = dcp_peers_check_gpus(&t, "nccl");
+    dcp_peers_free(&t);
     return st;
 }
 
-static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs)
+static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs,
+                              const dcp_peer_table_t *peers)
 {
-    DCP_CHECK(check_one_rank_per_gpu(bs, e->device));
+    DCP_CHECK(check_one_rank_per_gpu(bs, peers, e->device));
     ncclUniqueId mine, *ids = NULL;
     memset(&mine, 0, sizeof mine);
     const ncclResult_t got = bs->rank == 0 ? e->api.get_unique_id(&mine) : ncclSuccess;
@@ -353,6 +353,13 @@ static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs)
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
                                     void *lent_stream, dcp_engine_t **engine_out)
 {
+    return dcp_nccl_engine_create_on(bootstrap, NULL, device, lent_comm, lent_stream, engine_out);
+}
+
+dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
+                                       const dcp_peer_table_t *peers, int device, void *lent_comm,
+                                       void *lent_stream, dcp_engine_t **engine_out)
+{
     if (!bootstrap || !bootstrap->allgather || bootstrap->size < 1 || bootstrap->rank < 0 ||
         bootstrap->rank >= bootstrap->size || !engine_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: bad bootstrap or engine_out");
@@ -363,7 +370,7 @@ dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device
         return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: device %d of %d", device, count);
     nccl_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "nccl engine"));
-    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1};
+    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1, 0};
     e->device = device;
     dcp_status_t st = load_api(&e->api);
     cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
@@ -378,8 +385,9 @@ dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device
         e->comm = (ncclComm_t)lent_comm;
     } else {
         e->owns_comm = 1;
-        DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, open_comm(e, bootstrap), "nccl communicator"),
-                       st, err);
+        DCP_CHECK_GOTO(
+            dcp_bootstrap_agree(bootstrap, open_comm(e, bootstrap, peers), "nccl communicator"), st,
+            err);
     }
     *engine_out = &e->base;
     return DCP_OK;

@@ -11,6 +11,9 @@
 #define DCP_TRANSPORT_NCCL_H
 
 #include "transport/engine.h"
+#include "transport/peers.h"
+
+#include <stddef.h>
 
 /* Collective over the bootstrap. `device` is this rank's CUDA device; ranks of one host
  * that name the same GPU get DCP_ERR_UNSUPPORTED (NCCL needs one rank per GPU). With
@@ -21,5 +24,15 @@
  * GPU, and wait() with a stream returns at once. */
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
                                     void *lent_stream, dcp_engine_t **engine_out);
+
+/* The same with the job's peer table (its device column set: dcp_peers_set_device), which
+ * the engine then does not gather again; NULL: as dcp_nccl_engine_create. */
+dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
+                                       const dcp_peer_table_t *peers, int device, void *lent_comm,
+                                       void *lent_stream, dcp_engine_t **engine_out);
+
+/* The PCI bus id of CUDA device `device` (the peer table's GPU column);
+ * DCP_ERR_UNSUPPORTED without CUDA. */
+dcp_status_t dcp_nccl_gpu_busid(int device, char *busid, size_t capacity);
 
 #endif

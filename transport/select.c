@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-static const char *names[DCP_ENGINE_KIND_COUNT] = {"inproc", "ucx", "nccl", "ipc"};
+static const char *names[DCP_ENGINE_KIND_COUNT] = {"inproc", "ucx", "nccl"};
 
 const char *dcp_engine_kind_name(dcp_engine_kind_t kind)
 {
@@ -18,7 +18,7 @@ dcp_status_t dcp_engine_kind_parse(const char *name, dcp_engine_kind_t *kind_out
             *kind_out = (dcp_engine_kind_t)k;
             return DCP_OK;
         }
-    return dcp_set_error(DCP_ERR_INVALID_ARG, "transport '%s': unknown (inproc, ucx, nccl, ipc)",
+    return dcp_set_error(DCP_ERR_INVALID_ARG, "transport '%s': unknown (inproc, ucx, nccl)",
                          name ? name : "(null)");
 }
 
@@ -30,13 +30,10 @@ static dcp_status_t check(const dcp_engine_env_t *env, dcp_link_class_t link, dc
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "transport %s = inproc: the ranks are not threads of one process",
                              cls);
-    if ((k == DCP_ENGINE_NCCL || k == DCP_ENGINE_IPC) && !env->gpu_buffers)
+    if (k == DCP_ENGINE_NCCL && !env->gpu_buffers)
         return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s = %s: it moves device memory only",
                              cls, names[k]);
-    if (k == DCP_ENGINE_IPC && link == DCP_LINK_INTER)
-        return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "transport inter = ipc: CUDA IPC stays in a node");
-    if ((k == DCP_ENGINE_NCCL && !env->have_nccl) || (k == DCP_ENGINE_IPC && !env->have_ipc))
+    if (k == DCP_ENGINE_NCCL && !env->have_nccl)
         return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s = %s: not available here", cls,
                              names[k]);
     return DCP_OK;
@@ -54,12 +51,9 @@ dcp_status_t dcp_engine_choose(const dcp_engine_env_t *env, dcp_link_class_t lin
         k = DCP_ENGINE_INPROC;
         why = "ranks are threads of one process";
     } else if (link == DCP_LINK_INTRA) {
-        if (env->gpu_buffers && env->have_ipc) {
-            k = DCP_ENGINE_IPC;
-            why = "GPUs of one node: CUDA IPC";
-        } else if (env->gpu_buffers && env->have_nccl) {
+        if (env->gpu_buffers && env->have_nccl) {
             k = DCP_ENGINE_NCCL;
-            why = "GPUs of one node without CUDA IPC: NCCL";
+            why = "GPUs of one node: NCCL (NVLink or PCIe peer-to-peer)";
         } else {
             k = DCP_ENGINE_UCX;
             why = "host memory in one node: UCX shared memory";

@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "transport/bootstrap.h"
+#include "transport/peers.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
 #include <unistd.h>
@@ -28,13 +28,11 @@
 /* How often waits look whether same-node peers are still alive. */
 #define LIVENESS_PERIOD_S 0.1
 
-/* What each rank tells the others before connecting. */
+/* An abort notice: the rank whose failure it reports (the first failure its sender saw,
+ * which a relaying rank passes on) and the sender. */
 typedef struct {
-    char host[64];
-    int64_t pid;
-    uint64_t pidns; /* inode of /proc/self/ns/pid: equal host and namespace, pid is meaningful */
-    uint64_t addr_len;
-} peer_info_t;
+    int32_t origin, sender;
+} abort_msg_t;
 
 typedef struct ucx_engine ucx_engine_t;
 
@@ -54,9 +52,10 @@ struct ucx_engine {
     uint8_t *peer_mode;   /* endpoint created with UCX peer error handling */
     double next_liveness; /* when waits next look at local_pid */
     int32_t failed_peer;  /* first peer reported dead or aborted, -1 while none */
+    int32_t suspect;      /* the peer a timed-out wait was waiting for, -1 while none */
     int32_t self_failed;  /* this rank announced its own failure */
     void *abort_req;      /* the posted receive for abort notices */
-    int32_t abort_from;
+    abort_msg_t abort_in;
 };
 
 struct dcp_xfer_req {
@@ -133,7 +132,12 @@ static void progress(ucx_engine_t *e)
     if (e->abort_req && ucp_request_check_status(e->abort_req) != UCS_INPROGRESS) {
         ucp_request_free(e->abort_req);
         e->abort_req = NULL;
-        if (e->failed_peer < 0) e->failed_peer = e->abort_from;
+        /* the rank that failed first, unless that is this rank (then: the sender) */
+        const abort_msg_t m = e->abort_in;
+        const int32_t blamed = m.origin >= 0 && m.origin < e->base.size && m.origin != e->base.rank
+                                   ? m.origin
+                                   : m.sender;
+        if (e->failed_peer < 0 && blamed >= 0 && blamed < e->base.size) e->failed_peer = blamed;
     }
 }
 
@@ -141,8 +145,7 @@ static void progress(ucx_engine_t *e)
 static dcp_status_t post_abort_listener(ucx_engine_t *e)
 {
     ucp_request_param_t p = {0};
-    void *r =
-        ucp_tag_recv_nbx(e->worker, &e->abort_from, sizeof e->abort_from, TAG_ABORT, ~0ull, &p);
+    void *r = ucp_tag_recv_nbx(e->worker, &e->abort_in, sizeof e->abort_in, TAG_ABORT, ~0ull, &p);
     if (UCS_PTR_IS_ERR(r)) return ucx_error(UCS_PTR_STATUS(r), "abort listener");
     e->abort_req = r; /* a receive never completes at once unless a notice is already there */
     return DCP_OK;
@@ -245,10 +248,17 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
             return dcp_set_error(DCP_ERR_PEER,
                                  "ucx: rank %d failed; rank %d stops waiting after %.2f s",
                                  e->failed_peer, base->rank, dcp_now() - deadline + timeout_s);
-        if ((spin & 255) == 0 && dcp_now() > deadline)
+        if ((spin & 255) == 0 && dcp_now() > deadline) {
+            int32_t peer = -1;
+            for (int64_t i = 0; i < r->n && peer < 0; i++)
+                if (r->reqs[i]) peer = r->peer[i];
+            if (e->suspect < 0) e->suspect = peer;
             return dcp_set_error(DCP_ERR_TIMEOUT,
-                                 "ucx: rank %d waited %.1f s for %lld of %lld transfers",
-                                 base->rank, timeout_s, (long long)r->pending, (long long)r->n);
+                                 "ucx: rank %d waited %.1f s for %lld of %lld transfers "
+                                 "(the first with rank %d)",
+                                 base->rank, timeout_s, (long long)r->pending, (long long)r->n,
+                                 peer);
+        }
         if (spin >= 32) sched_yield(); /* a short spin, then let ranks sharing a core run */
     }
     free_req(r);
@@ -271,14 +281,19 @@ static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
     free_req(r);
 }
 
-/* Tells every peer that this rank has failed, flushing the notices briefly. */
+/* Tells every peer that this rank has failed, flushing the notices briefly. The notice
+ * names the failure this rank saw first (a dead peer, or the peer a timed-out wait waited
+ * for), so that a rank relaying a failure is not blamed for it; its own rank otherwise. */
 static void ucx_abort(dcp_engine_t *base)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
     if (e->self_failed) return;
     e->self_failed = 1;
+    const int32_t origin = e->failed_peer >= 0 ? e->failed_peer
+                           : e->suspect >= 0   ? e->suspect
+                                               : base->rank;
     void **reqs = calloc((size_t)base->size, sizeof *reqs);
-    int32_t *me = calloc((size_t)base->size, sizeof *me);
+    abort_msg_t *me = calloc((size_t)base->size, sizeof *me);
     if (!reqs || !me) {
         free(reqs);
         free(me);
@@ -286,7 +301,7 @@ static void ucx_abort(dcp_engine_t *base)
     }
     for (int32_t p = 0; p < base->size; p++) {
         if (p == base->rank || p == e->failed_peer) continue;
-        me[p] = base->rank;
+        me[p] = (abort_msg_t){origin, base->rank};
         ucp_request_param_t prm = {0};
         void *q = ucp_tag_send_nbx(e->eps[p], &me[p], sizeof me[p], TAG_ABORT, &prm);
         reqs[p] = UCS_PTR_IS_PTR(q) ? q : NULL;
@@ -414,16 +429,6 @@ static dcp_status_t init_worker(ucx_engine_t *e)
     return DCP_OK;
 }
 
-static void describe_self(peer_info_t *me, size_t addr_len)
-{
-    memset(me, 0, sizeof *me);
-    if (gethostname(me->host, sizeof me->host - 1) != 0) me->host[0] = '\0';
-    me->pid = (int64_t)getpid();
-    struct stat st;
-    if (stat("/proc/self/ns/pid", &st) == 0) me->pidns = (uint64_t)st.st_ino;
-    me->addr_len = addr_len;
-}
-
 /* Which peers get UCX peer error handling. UCX 1.13's shared-memory transports have none,
  * so asking for it within a node would push same-node traffic onto TCP or the NIC:
  *   auto (default)  peer handling between nodes; within a node none, with liveness checks
@@ -443,12 +448,14 @@ static dcp_status_t err_mode_policy(int *mode_out)
     return dcp_set_error(DCP_ERR_INVALID_ARG, "DCP_UCX_ERR_MODE = '%s': use auto, peer or none", v);
 }
 
-/* Exchanges host, pid and worker address (lengths first, then padded addresses) and
- * connects to every peer. `local` is this rank's set-up so far: every rank learns of any
- * rank's failure and all fail together. */
-static dcp_status_t connect_peers(ucx_engine_t *e, dcp_status_t setup)
+/* Exchanges worker addresses (lengths first, then padded addresses) and connects to every
+ * peer; which peers share this node and pid namespace comes from the peer table. `setup`
+ * is this rank's set-up so far: every rank learns of any rank's failure and all fail
+ * together. */
+static dcp_status_t connect_peers(ucx_engine_t *e, const dcp_peer_table_t *peers,
+                                  dcp_status_t setup)
 {
-    const int32_t n = e->base.size;
+    const int32_t n = e->base.size, me = e->base.rank;
     int policy = 0;
     ucp_address_t *addr = NULL;
     size_t len = 0;
@@ -457,15 +464,14 @@ static dcp_status_t connect_peers(ucx_engine_t *e, dcp_status_t setup)
         const ucs_status_t s = ucp_worker_get_address(e->worker, &addr, &len);
         if (s != UCS_OK) setup = ucx_error(s, "ucp_worker_get_address");
     }
-    peer_info_t me, *info = NULL;
-    describe_self(&me, len);
-    uint64_t most = 0;
+    uint64_t most = 0, mine = len, *lens = NULL;
     char *all = NULL, *padded = NULL;
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_bootstrap_agree(e->bs, setup, "ucx worker set-up"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&info, n, sizeof *info, "ucx addresses"), st, out);
-    DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, &me, info, sizeof me, "ucx peer info"), st, out);
-    for (int32_t p = 0; p < n; p++) most = info[p].addr_len > most ? info[p].addr_len : most;
+    DCP_CHECK_GOTO(dcp_calloc(&lens, n, sizeof *lens, "ucx addresses"), st, out);
+    DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, &mine, lens, sizeof mine, "ucx address sizes"),
+                   st, out);
+    for (int32_t p = 0; p < n; p++) most = lens[p] > most ? lens[p] : most;
     DCP_CHECK_GOTO(dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses"), st, out);
     memcpy(padded, addr, len);
@@ -475,9 +481,10 @@ static dcp_status_t connect_peers(ucx_engine_t *e, dcp_status_t setup)
     DCP_CHECK_GOTO(dcp_calloc(&e->local_pid, n, sizeof *e->local_pid, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->peer_mode, n, sizeof *e->peer_mode, "ucx endpoints"), st, out);
     for (int32_t p = 0; p < n; p++) {
-        if (p == e->base.rank) continue;
-        const int local = !strcmp(info[p].host, me.host) && info[p].pidns == me.pidns;
-        if (local && info[p].pid != me.pid) e->local_pid[p] = info[p].pid;
+        if (p == me) continue;
+        const int local = dcp_peers_same_pidns(peers, p, me);
+        if (local && peers->peer[p].pid != peers->peer[me].pid)
+            e->local_pid[p] = peers->peer[p].pid;
         e->peer_mode[p] = policy == 1 || (policy == 0 && !local);
         e->refs[p] = (peer_ref_t){e, p};
         ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -492,8 +499,8 @@ static dcp_status_t connect_peers(ucx_engine_t *e, dcp_status_t setup)
         const ucs_status_t s = ucp_ep_create(e->worker, &ep, &e->eps[p]);
         if (s != UCS_OK) {
             st = dcp_set_error(
-                DCP_ERR_SYSTEM, "ucx: no transport from rank %d to rank %d (%s)%s: %s",
-                e->base.rank, p, local ? "same node" : "other node",
+                DCP_ERR_SYSTEM, "ucx: no transport from rank %d to rank %d (%s)%s: %s", me, p,
+                local ? "same node" : "other node",
                 e->peer_mode[p] ? " with peer error handling" : "", ucs_status_string(s));
             goto out;
         }
@@ -501,7 +508,7 @@ static dcp_status_t connect_peers(ucx_engine_t *e, dcp_status_t setup)
     st = DCP_OK;
 out:
     if (addr) ucp_worker_release_address(e->worker, addr);
-    free(info);
+    free(lens);
     free(padded);
     free(all);
     return st;
@@ -509,17 +516,38 @@ out:
 
 dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_t **engine_out)
 {
+    return dcp_ucx_engine_create_on(bootstrap, NULL, engine_out);
+}
+
+dcp_status_t dcp_ucx_engine_create_on(const dcp_bootstrap_t *bootstrap,
+                                      const dcp_peer_table_t *peers, dcp_engine_t **engine_out)
+{
     if (!bootstrap || !bootstrap->allgather || bootstrap->size < 1 || bootstrap->rank < 0 ||
         bootstrap->rank >= bootstrap->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "ucx: bootstrap rank %d of %d is invalid",
                              bootstrap ? bootstrap->rank : -1, bootstrap ? bootstrap->size : -1);
     ucx_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "ucx engine"));
-    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0};
+    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0, 1};
     e->bs = bootstrap;
     e->failed_peer = -1;
+    e->suspect = -1;
     /* a rank whose worker failed still takes part in the exchanges, so that all fail */
-    dcp_status_t st = connect_peers(e, init_worker(e));
+    dcp_status_t st = init_worker(e);
+    dcp_peer_table_t own = {0};
+    if (!peers) {
+        dcp_peer_t me;
+        dcp_peer_describe_self(0, &me);
+        const dcp_status_t got = dcp_peers_gather(bootstrap, &me, &own);
+        if (got != DCP_OK) {
+            e->bs = NULL;
+            ucx_destroy(&e->base);
+            return got;
+        }
+        peers = &own;
+    }
+    st = connect_peers(e, peers, st);
+    dcp_peers_free(&own);
     if (st == DCP_OK) st = post_abort_listener(e);
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "ucx connection"), st, err);
     *engine_out = &e->base;

@@ -9,13 +9,21 @@
 #define DCP_TRANSPORT_UCX_H
 
 #include "transport/engine.h"
+#include "transport/peers.h"
 
 /* Collective over the bootstrap (and so is the engine's destroy while it is healthy). The
  * bootstrap is borrowed for the engine's lifetime. */
 dcp_status_t dcp_ucx_engine_create(const dcp_bootstrap_t *bootstrap, dcp_engine_t **engine_out);
 
+/* The same with the job's peer table (which ranks share a node and pid namespace: liveness
+ * checks and error-handling mode), which the engine then does not gather; NULL: gathered
+ * here. */
+dcp_status_t dcp_ucx_engine_create_on(const dcp_bootstrap_t *bootstrap,
+                                      const dcp_peer_table_t *peers, dcp_engine_t **engine_out);
+
 /* Whether this UCX build moves CUDA device memory (a UCP context asked for its memory
- * types); Debian's UCX does not. */
+ * types); Debian's UCX does not, and GPU jobs that choose UCX then wrap it in the staging
+ * engine (transport/staged.h). */
 int dcp_ucx_supports_cuda(void);
 
 #endif

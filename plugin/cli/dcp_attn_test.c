@@ -22,9 +22,11 @@
 #include "plugin/cli/mpi_launch.h"
 #include "plugin/cli/bench.h"
 #include "plugin/context.h"
+#include "plugin/hybrid.h"
 #include "transport/bootstrap.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,7 @@ typedef struct {
     int64_t warmup, iters, threads;
     double timeout, tol;
     const char *device, *dtype;
+    int64_t ranks_per_process; /* under mpirun: in-process ranks (threads) per process */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -56,7 +59,7 @@ typedef struct {
     double max_abs_err, max_rel_err, max_lse_err; /* NaN (null, "-") when not checked */
     double comm, inter, max_rank;                 /* the bytes above, as doubles */
     double comp_imb, mem_imb, plan_ms, gflops;
-    dcpt_stats_t exec_ms, host_us;
+    dcpt_stats_t exec_ms, host_us, wait_us;
     /* backward */
     int bwd_passed;
     double rel_grad[3], rel_grad_max;
@@ -73,7 +76,9 @@ typedef struct {
     }
 
 /* host(us): how long a rank's call takes to return (the slowest rank's median); on a GPU
- * the call returns once its work is queued, so this is the CPU cost a training step pays. */
+ * the call returns once its work is queued, so this is the CPU cost a training step pays.
+ * wait(us): of the forward, the time spent blocked in transfer waits (COMM_WAIT) on the
+ * host: near zero when the transfers moved while the kernels ran. */
 static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "mask", DCPT_F_STR, NULL, mask),
     F("strategy", -8, "strategy", DCPT_F_STR, NULL, strategy),
@@ -99,6 +104,8 @@ static const dcpt_field_t fwd_fields[] = {
     F("exec(ms)", 9, "exec_ms", DCPT_F_STATS, "%.1f", exec_ms),
     SCALED("host(us)", 9, NULL, "%.0f", host_us.median, 1),
     F(NULL, 0, "host_us", DCPT_F_STATS, NULL, host_us),
+    SCALED("wait(us)", 8, NULL, "%.0f", wait_us.median, 1),
+    F(NULL, 0, "wait_us", DCPT_F_STATS, NULL, wait_us),
     F("GFLOP/s", 8, "gflops", DCPT_F_NUM, "%.2f", gflops),
     F("max-rel-err", 11, "max_rel_err", DCPT_F_NUM, "%.2e", max_rel_err),
     F(NULL, 0, "digest", DCPT_F_STR, NULL, digest),
@@ -207,6 +214,7 @@ static void print_row(const char *mask, const char *strategy, const dcp_plan_sta
         .gflops = ms > 0 ? ps->total_flops / (ms * 1e6) : 0.0,
         .exec_ms = r->exec_ms,
         .host_us = r->host_us,
+        .wait_us = r->wait_us,
         .bwd_passed = ck ? r->bwd_passed : 1,
         .rel_grad_max = ck ? max3(r->max_rel_err_grad) : NAN,
         .bwd_flops = ps->bwd_flops,
@@ -351,27 +359,35 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
     return failed;
 }
 
-/* Ranks as processes: the bootstrap over MPI, a context per process, and the cluster it
- * discovered (or --cluster / --ranks, which must match the job). */
-static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *args, int nargs,
-                   run_flags_t *rf, uint64_t seed)
+/* One rank of a job: its context on the job's bootstrap, the cluster (discovered, or
+ * --cluster / --ranks, which must match the job), every run; failed: 1 when any failed. */
+typedef struct {
+    dcpt_common_t *c;
+    const dcpt_arg_t *args;
+    int nargs;
+    const run_flags_t *rf;
+    uint64_t seed;
+    dcp_bootstrap_t bs;
+    int failed;
+} rank_job_t;
+
+static void *run_rank(void *arg)
 {
-    job_t job = {0};
-    dcp_status_t st = dcpt_mpi_start(argc, argv, &job.bs);
-    job.bs.timeout_s = rf->timeout; /* every collective step: 0 is $DCP_TIMEOUT_S or 60 s */
-    if (st == DCP_OK) {
-        const dcp_context_config_t cfg = {
-            .bootstrap = &job.bs, .timeout_s = rf->timeout, .device = rf->device};
-        st = dcp_context_create(&cfg, &job.ctx);
-    }
+    rank_job_t *a = arg;
+    job_t job = {.bs = a->bs};
+    const dcp_context_config_t cfg = {
+        .bootstrap = &job.bs, .timeout_s = a->rf->timeout, .device = a->rf->device};
+    const dcp_status_t st = dcp_context_create(&cfg, &job.ctx);
     if (st != DCP_OK) {
-        fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+        fprintf(stderr, "%s: rank %d: %s: %s\n", tool, job.bs.rank, dcp_status_string(st),
+                dcp_last_error());
+        fflush(NULL);
         dcpt_mpi_stop(1, 1);
-        return 1;
+        exit(1);
     }
-    /* every rank finds the same configuration error: rank 0 says it */
-    dcpt_args_set_quiet(job.bs.rank != 0);
-    const dcp_cluster_t *cluster = c->cluster, *found = NULL;
+    const dcpt_arg_t *args = a->args;
+    const int nargs = a->nargs;
+    const dcp_cluster_t *cluster = a->c->cluster, *found = NULL;
     const int modelled =
         dcpt_args_seen(args, nargs, "cluster") || dcpt_args_seen(args, nargs, "ranks");
     const dcp_status_t disc = dcp_context_cluster(job.ctx, &found);
@@ -386,13 +402,56 @@ static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *
                  dcp_cluster_num_nodes(found),
                  dcp_cluster_num_ranks(found) / dcp_cluster_num_nodes(found));
     if (dcp_cluster_num_ranks(cluster) != job.bs.size)
-        dcpt_args_fail(tool, "cluster", "the cluster has %d ranks, the job %d processes",
+        dcpt_args_fail(tool, "cluster", "the cluster has %d ranks, the job %d",
                        dcp_cluster_num_ranks(cluster), job.bs.size);
-    if (!dcpt_args_seen(args, nargs, "threads")) rf->threads = 1; /* the ranks share the cores */
-    const int failed = run_all(c, cluster, rf, &job, seed);
+    a->failed = run_all(a->c, cluster, a->rf, &job, a->seed);
     /* a run that failed may have left the engines broken: the launcher ends the job */
     dcpt_mpi_fault_point("destroy");
     dcp_context_destroy(job.ctx);
+    return NULL;
+}
+
+/* Ranks as processes (the bootstrap over MPI), each process driving --ranks-per-process
+ * ranks as threads (a hybrid job: the in-process engine between them, UCX between
+ * processes). */
+static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *args, int nargs,
+                   run_flags_t *rf, uint64_t seed)
+{
+    dcp_bootstrap_t procs;
+    dcp_status_t st = dcpt_mpi_start(argc, argv, &procs);
+    procs.timeout_s = rf->timeout; /* every collective step: 0 is $DCP_TIMEOUT_S or 60 s */
+    const int32_t n = (int32_t)rf->ranks_per_process;
+    dcp_hybrid_t *hybrid = NULL;
+    rank_job_t *ranks = NULL;
+    if (st == DCP_OK && n > 1) st = dcp_hybrid_create(&procs, n, &hybrid);
+    if (st == DCP_OK) st = dcp_calloc(&ranks, n, sizeof *ranks, "ranks");
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+        dcpt_mpi_stop(1, 1);
+        return 1;
+    }
+    /* every rank finds the same configuration error: rank 0 says it */
+    dcpt_args_set_quiet(procs.rank != 0);
+    if (!dcpt_args_seen(args, nargs, "threads")) rf->threads = 1; /* the ranks share the cores */
+    pthread_t *tid = calloc((size_t)n, sizeof *tid);
+    for (int32_t l = 0; l < n; l++) {
+        ranks[l] = (rank_job_t){
+            c, args, nargs, rf, seed, hybrid ? *dcp_hybrid_bootstrap(hybrid, l) : procs, 0};
+        if (l > 0 && (!tid || pthread_create(&tid[l], NULL, run_rank, &ranks[l]) != 0)) {
+            fprintf(stderr, "%s: cannot start rank thread %d\n", tool, l);
+            dcpt_mpi_stop(1, 1);
+            return 1;
+        }
+    }
+    run_rank(&ranks[0]); /* local rank 0 on the main thread */
+    int failed = ranks[0].failed;
+    for (int32_t l = 1; l < n; l++) {
+        pthread_join(tid[l], NULL);
+        failed |= ranks[l].failed;
+    }
+    free(tid);
+    free(ranks);
+    dcp_hybrid_destroy(hybrid);
     dcpt_mpi_stop(0, 0);
     return failed;
 }
@@ -402,8 +461,8 @@ int main(int argc, char **argv)
     dcpt_common_flags_t f;
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL};
-    enum { OWN = 10 };
+    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1};
+    enum { OWN = 11 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -421,6 +480,8 @@ int main(int argc, char **argv)
          "transfer timeout in s (default $DCP_TIMEOUT_S or 60)", 0},
         {"tol", DCPT_ARG_DOUBLE, &rf.tol, 0, 0, "relative tolerance of --check on the CPU", 0},
         {"device", DCPT_ARG_STR, &rf.device, 0, 0, "cpu, cuda or cuda:N", 0},
+        {"ranks-per-process", DCPT_ARG_INT, &rf.ranks_per_process, 1, 1024,
+         "under mpirun: ranks each process drives as threads", 0},
         {"dtype", DCPT_ARG_STR, &rf.dtype, 0, 0,
          "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
     };

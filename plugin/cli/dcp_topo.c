@@ -20,6 +20,7 @@ static const char *tool = "dcp-topo";
 typedef struct {
     dcp_engine_kind_t kind[DCP_LINK_COUNT];
     const char *why[DCP_LINK_COUNT];
+    int ucx_cuda; /* this UCX moves CUDA device memory */
 } engines_t;
 
 static void choose(const dcp_node_topo_t *n, engines_t *e)
@@ -27,13 +28,13 @@ static void choose(const dcp_node_topo_t *n, engines_t *e)
     /* no CUDA IPC engine yet: same-node GPU pairs go through NCCL (NVLink, P2P) */
     dcp_engine_env_t env = {.gpu_buffers = n->num_gpus > 0,
                             .have_nccl = n->num_gpus > 0,
-                            .have_ipc = 0,
                             .ucx_cuda = dcp_ucx_supports_cuda(),
                             .nic = DCP_NIC_ETH};
     for (int32_t k = 0; k < n->num_nics; k++)
         if (n->nics[k].kind < env.nic) env.nic = n->nics[k].kind;
     env.override[DCP_LINK_INTRA] = getenv("DCP_TRANSPORT_INTRA");
     env.override[DCP_LINK_INTER] = getenv("DCP_TRANSPORT_INTER");
+    e->ucx_cuda = env.ucx_cuda;
     for (int l = 0; l < DCP_LINK_COUNT; l++)
         if (dcp_engine_choose(&env, (dcp_link_class_t)l, &e->kind[l], &e->why[l]) != DCP_OK) {
             fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
@@ -78,6 +79,10 @@ static void print_text(const dcp_node_topo_t *n, const engines_t *e, const char 
            e->why[DCP_LINK_INTRA]);
     printf("%-12s %-7s %s\n", "other nodes", dcp_engine_kind_name(e->kind[DCP_LINK_INTER]),
            e->why[DCP_LINK_INTER]);
+    printf("UCX moves CUDA memory: %s\n",
+           e->ucx_cuda ? "yes"
+                       : "no (built without CUDA: GPU buffers go over NCCL, or staged through host "
+                         "memory when ucx is chosen)");
 }
 
 /* The cost-model figures a cluster built from this node would use (--cluster Nx@FILE.xml):
@@ -145,6 +150,7 @@ static void print_json(const dcp_node_topo_t *n, const engines_t *e)
     dcpt_json_str(&j, "intra", dcp_engine_kind_name(e->kind[DCP_LINK_INTRA]));
     dcpt_json_str(&j, "inter", dcp_engine_kind_name(e->kind[DCP_LINK_INTER]));
     dcpt_json_close(&j);
+    dcpt_json_bool(&j, "ucx_cuda", e->ucx_cuda);
     int nics;
     const dcp_perf_model_t p = figures(n, &nics);
     dcpt_json_object(&j, "figures");

@@ -481,7 +481,7 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
 {
     if (iters < 1) iters = 1;
     rank_io_t r = {0};
-    double *times = NULL; /* [4 * iters]: forward, backward, then their host times */
+    double *times = NULL; /* [5 * iters]: forward, backward, their host times, waits */
     rank_check_t *checks = NULL;
     dcp_status_t st;
     dcp_plan_stats_t ps;
@@ -489,21 +489,24 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
     dcp_group_t *group = NULL;
     dcp_context_t **ctx = NULL; /* kept across the runs, as a training loop keeps them */
     DCP_CHECK_GOTO(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, &r), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&times, 4 * iters, sizeof *times, "harness"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&times, 5 * iters, sizeof *times, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&checks, r.n, sizeof *checks, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_inproc_contexts_create(r.n, timeout_s, device, &group, &ctx), st, out);
     for (int32_t i = 0; i < warmup + iters; i++) {
         DCP_CHECK_GOTO(poison(&r), st, out);
         double t0 = dcp_now();
-        double host[2] = {0, 0};
+        double host[2] = {0, 0}, wait = 0;
+        for (int32_t k = 0; k < r.n; k++) wait -= ctx[k]->wait_blocked_s;
         DCP_CHECK_GOTO(dcp_forward_group(ctx, r.n, plan, r.io, &host[0]), st, out);
         const double t1 = dcp_now();
+        for (int32_t k = 0; k < r.n; k++) wait += ctx[k]->wait_blocked_s;
         if (h->dout) DCP_CHECK_GOTO(dcp_backward_group(ctx, r.n, plan, r.gio, &host[1]), st, out);
         if (i < warmup) continue;
         times[i - warmup] = (t1 - t0) * 1e3;
         times[iters + i - warmup] = (dcp_now() - t1) * 1e3;
         times[2 * iters + i - warmup] = host[0] * 1e3;
         times[3 * iters + i - warmup] = host[1] * 1e3;
+        times[4 * iters + i - warmup] = wait / r.n * 1e6; /* the ranks' mean */
     }
     DCP_CHECK_GOTO(fetch(&r), st, out);
     dcpt_harness_result_t res = {.bwd_run = h->dout != NULL};
@@ -511,6 +514,7 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
     res.bwd_exec_ms = dcpt_stats(times + iters, h->dout ? iters : 0);
     res.host_us = dcpt_stats(times + 2 * iters, iters);
     res.bwd_host_us = dcpt_stats(times + 3 * iters, h->dout ? iters : 0);
+    res.wait_us = dcpt_stats(times + 4 * iters, iters);
     for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
     reduce(checks, r.n, tol, h->shape.dtype, &res);
     *result_out = res;
@@ -533,7 +537,7 @@ dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *pl
     double *times = NULL;
     rank_check_t *checks = NULL;
     dcp_status_t st = rank_io_build(h, plan, me, me + 1, NULL, dcp_context_device(ctx), &r);
-    if (st == DCP_OK) st = dcp_calloc(&times, 4 * iters, sizeof *times, "harness");
+    if (st == DCP_OK) st = dcp_calloc(&times, 5 * iters, sizeof *times, "harness");
     const dcp_device_t *dev = dcp_device_of(dcp_context_device(ctx));
     if (st == DCP_OK) st = dcp_calloc(&checks, bootstrap->size, sizeof *checks, "harness");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "harness set-up"), st, out);
@@ -544,8 +548,10 @@ dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *pl
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         /* calls are stream-ordered: each is timed to the end of its work on this rank */
         double t0 = dcp_now();
+        const double w0 = ctx->wait_blocked_s;
         DCP_CHECK_GOTO(dcp_forward(ctx, plan, &r.io[me], NULL), st, out);
         const double host = dcp_now() - t0;
+        if (i >= warmup) times[4 * iters + i - warmup] = (ctx->wait_blocked_s - w0) * 1e6;
         DCP_CHECK_GOTO(dev->stream_sync(NULL), st, out);
         DCP_CHECK_GOTO(dcp_context_barrier(ctx), st, out);
         if (i >= warmup) times[i - warmup] = (dcp_now() - t0) * 1e3;
@@ -568,6 +574,7 @@ dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *pl
     res.bwd_exec_ms = dcpt_stats(times + iters, h->dout ? iters : 0);
     res.host_us = dcpt_stats(times + 2 * iters, iters); /* this rank's */
     res.bwd_host_us = dcpt_stats(times + 3 * iters, h->dout ? iters : 0);
+    res.wait_us = dcpt_stats(times + 4 * iters, iters); /* this rank's */
     reduce(checks, bootstrap->size, tol, h->shape.dtype, &res);
     *result_out = res;
 out:

@@ -43,6 +43,8 @@ typedef struct {
     dcpt_stats_t exec_ms; /* median [min, max] wall time of one forward pass over all ranks */
     dcpt_stats_t host_us; /* time a rank's dcp_forward takes to return (the slowest
                            rank's; on a GPU the work may still run after it returns) */
+    dcpt_stats_t wait_us; /* time a forward spends blocked in its COMM_WAITs on the host
+                             (threads: the ranks' mean; processes: this rank's) */
     /* backward (when enabled); `passed` then also requires bwd_passed */
     int bwd_run;
     int bwd_passed;             /* each of dQ, dK, dV: fp32 max abs err / max |ref| <= tol;

@@ -36,13 +36,19 @@ fail() {
 now() { date +%s.%N; }
 later() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
-# case NAME VICTIM PHASE ACTION TLS: runs the job, waits for the survivors, checks everyone
+# case NAME VICTIM PHASE ACTION TLS: runs the job, waits for the survivors, checks everyone.
+# With HYBRID=1 the job is 2 processes x 2 threads (--ranks-per-process 2); VICTIM is then a
+# process, which holds ranks 2 VICTIM and 2 VICTIM + 1.
 run_case() {
     local name=$1 victim=$2 phase=$3 action=$4 tls=$5 dir="$work/$1" r
+    local np=4 extra=()
+    [ "${HYBRID:-0}" = 1 ] && np=2 extra=(--ranks-per-process 2 --cluster 2x2)
+    local procs
+    procs=$(seq 0 $((np - 1)))
     mkdir -p "$dir"
     local cmd=("${mpirun[@]}" -x UCX_TLS="$tls") fault=
     if [ "$phase" = midrun ]; then # ranks in their timed runs, signalled from here
-        cmd+=(-np 4 "$here/rank.sh" "$dir" "${tool[@]}" --warmup 1000 --iters 1000)
+        cmd+=(-np "$np" "$here/rank.sh" "$dir" "${tool[@]}" "${extra[@]}" --warmup 1000 --iters 1000)
     elif [ "$action" = flag ]; then # the last rank gets a bad flag
         cmd+=(-np 3 "$here/rank.sh" "$dir" "${tool[@]}" : -np 1 "$here/rank.sh" "$dir"
               "${tool[@]}" --tol 5)
@@ -63,14 +69,14 @@ run_case() {
     # the survivors must end by themselves: wait for their statuses (60 s at most)
     for _ in $(seq 600); do
         local ended=0
-        for r in 0 1 2 3; do [ "$r" = "$victim" ] || [ ! -f "$dir/rc.$r" ] || ended=$((ended + 1)); done
-        [ $ended -eq 3 ] && break
+        for r in $procs; do [ "$r" = "$victim" ] || [ ! -f "$dir/rc.$r" ] || ended=$((ended + 1)); done
+        [ $ended -eq $((np - 1)) ] && break
         sleep 0.1
     done
     if [ "$action" = flag ]; then fault=$(cat "$dir/end.$victim" 2>/dev/null || echo "$start")
     elif [ -z "$fault" ]; then fault=$(cat "$dir/stamp" 2>/dev/null || echo "$start"); fi
     local worst=0 msg=""
-    for r in 0 1 2 3; do
+    for r in $procs; do
         [ "$r" = "$victim" ] && continue
         if [ ! -f "$dir/rc.$r" ]; then
             fail "$name: rank $r still runs $(later "$fault" "$(now)") s after the fault"
@@ -83,10 +89,15 @@ run_case() {
         [ "$rc" = 1 ] || fail "$name: rank $r exited with $rc, not 1"
         awk -v s="$secs" -v l="$((timeout_s + margin))" 'BEGIN { exit !(s <= l) }' ||
             fail "$name: rank $r ended $secs s after the fault (limit $((timeout_s + margin)) s)"
-        # (mid-run, the engines' messages name the rank whose failure each survivor saw
-        # first, which may be another survivor that timed out: only the status is asked)
+        # every survivor names the victim: a rank that relays a failure (its abort notice)
+        # passes on the rank that failed first, so no survivor blames the relaying one.
+        # (A stopped victim mid-run is seen only as a timeout, by each survivor on the peer
+        # it waited for, which may be another survivor still waiting: only the status.)
         local named="rank $victim.*DCP_ERR_(TIMEOUT|PEER)|DCP_ERR_(TIMEOUT|PEER).*rank $victim"
-        [ "$phase" = midrun ] && named="DCP_ERR_(TIMEOUT|PEER)"
+        [ "$phase" = midrun ] && [ "$action" = stop ] && named="DCP_ERR_(TIMEOUT|PEER)"
+        # (hybrid: the survivor process's first failing thread speaks for it; a thread that
+        # learnt of the failure from a sibling thread names that sibling's rank)
+        [ "${HYBRID:-0}" = 1 ] && named="DCP_ERR_(TIMEOUT|PEER)"
         if ! grep -qE "$named" "$dir/err.$r"; then
             fail "$name: rank $r does not name rank $victim: $(head -c 300 "$dir/err.$r")"
         fi
@@ -128,5 +139,7 @@ for phase in init context plan forward between destroy; do
 done
 run_case midrun-kill 1 midrun kill shm,self
 run_case midrun-stop 1 midrun stop tcp,self
+# the hybrid job: a killed process ends the other's ranks (threads) with DCP_ERR_PEER
+HYBRID=1 run_case hybrid-kill 1 midrun kill shm,self
 [ "$failures" -eq 0 ] && echo "faults: all passed" || echo "faults: $failures failed"
 [ "$failures" -eq 0 ]

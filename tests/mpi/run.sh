@@ -2,7 +2,8 @@
 # Multi-process attention tests: the README's MPI example (dcp.h + libdcp.so + libdcp_mpi)
 # on 3 processes, then dcp-attn-test --check --backward under mpirun with 2, 4 and 8
 # processes, over UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and
-# metis strategies, in fp32 and (4 processes) bf16 storage.
+# metis strategies, in fp32 and (4 processes) bf16 storage; and hybrid jobs of 2 processes
+# x 4 threads (--ranks-per-process 4) over shared memory and TCP.
 # Each run must pass the reference check of both passes, and its outputs (O, LSE, dQ, dK,
 # dV) must be bit-identical (same digest) to the same plans run on in-process ranks.
 #
@@ -40,11 +41,14 @@ else
     fail "example-mpi: $out"
 fi
 
-# one job of np processes beside the same plans on np threads
-run_case() { # np cluster tls dtype
-    local np=$1 cluster=$2 tls=$3 dtype=$4
-    local name="np $np, cluster $cluster, UCX_TLS=$tls, $dtype" out="$work/mpi-$np-$tls-$dtype.json"
-    local threads="$work/threads-$np-$dtype.json"
+# one job of np processes (each driving rpp ranks as threads: a hybrid job, the in-process
+# engine between a process's threads and UCX between processes) beside the same plans on
+# in-process ranks
+run_case() { # np cluster tls dtype [rpp]
+    local np=$1 cluster=$2 tls=$3 dtype=$4 rpp=${5:-1}
+    local name="np $np, cluster $cluster, UCX_TLS=$tls, $dtype" out="$work/mpi-$np-$rpp-$tls-$dtype.json"
+    [ "$rpp" -gt 1 ] && name="np $np x $rpp threads, cluster $cluster, UCX_TLS=$tls"
+    local threads="$work/threads-$cluster-$dtype.json"
     if [ ! -s "$threads" ] && ! "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" \
         >"$threads" 2>"$work/err"; then
         fail "threads, cluster $cluster, $dtype: $(cat "$work/err")"
@@ -53,7 +57,8 @@ run_case() { # np cluster tls dtype
     local start rc secs runs want=18 # 6 masks x 3 strategies
     start=$(date +%s.%N)
     timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS="$tls" \
-        "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" >"$out" 2>"$work/err"
+        "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" --ranks-per-process "$rpp" \
+        >"$out" 2>"$work/err"
     rc=$?
     if [ $rc -ne 0 ]; then
         fail "$name: exit status $rc: $(grep -v '^\[' "$work/err" | head -5)"
@@ -74,6 +79,8 @@ for np in 2 4 8; do
 done
 # 2-byte storage: staged blocks, transfers and the rounded outputs
 run_case 4 2x2 shm,self bf16
+# hybrid jobs: 2 processes x 4 threads, the same 8 ranks as the 8-process runs above
+for tls in shm,self tcp,self; do run_case 2 2x4 "$tls" fp32 4; done
 
 [ "$failures" -eq 0 ] && echo "mpi: all passed" || echo "mpi: $failures failed"
 [ "$failures" -eq 0 ]

@@ -19,6 +19,8 @@ int dcp_suite_backward(void);
 int dcp_suite_nonfinite(void);
 int dcp_suite_faults(void);
 int dcp_suite_transport(void);
+int dcp_suite_route(void);
+int dcp_suite_staged(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);
 int dcp_suite_ordering(void);

@@ -182,9 +182,8 @@ static void test_engine_per_link(void)
     const dcp_engine_env_t cpu = {.nic = DCP_NIC_ETH};
     CU_ASSERT(dcp_engine_choose(&cpu, DCP_LINK_INTRA, &k, NULL) == DCP_OK && k == DCP_ENGINE_UCX);
     CU_ASSERT(dcp_engine_choose(&cpu, DCP_LINK_INTER, &k, NULL) == DCP_OK && k == DCP_ENGINE_UCX);
-    const dcp_engine_env_t efa = {
-        .gpu_buffers = 1, .have_nccl = 1, .have_ipc = 1, .nic = DCP_NIC_EFA};
-    CU_ASSERT(dcp_engine_choose(&efa, DCP_LINK_INTRA, &k, NULL) == DCP_OK && k == DCP_ENGINE_IPC);
+    const dcp_engine_env_t efa = {.gpu_buffers = 1, .have_nccl = 1, .nic = DCP_NIC_EFA};
+    CU_ASSERT(dcp_engine_choose(&efa, DCP_LINK_INTRA, &k, NULL) == DCP_OK && k == DCP_ENGINE_NCCL);
     CU_ASSERT(dcp_engine_choose(&efa, DCP_LINK_INTER, &k, NULL) == DCP_OK && k == DCP_ENGINE_NCCL);
     const dcp_engine_env_t ib = {
         .gpu_buffers = 1, .have_nccl = 1, .ucx_cuda = 1, .nic = DCP_NIC_IB};
@@ -199,8 +198,10 @@ static void test_engine_per_link(void)
     dcp_engine_env_t o = ib;
     o.override[DCP_LINK_INTER] = "nccl";
     CU_ASSERT(dcp_engine_choose(&o, DCP_LINK_INTER, &k, NULL) == DCP_OK && k == DCP_ENGINE_NCCL);
+    /* no CUDA IPC engine exists: the name is refused, and the message lists the engines */
     o.override[DCP_LINK_INTER] = "ipc";
     CU_ASSERT_EQUAL(dcp_engine_choose(&o, DCP_LINK_INTER, &k, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "'ipc': unknown (inproc, ucx, nccl)"));
     dcp_engine_env_t host = cpu;
     host.override[DCP_LINK_INTRA] = "nccl";
     CU_ASSERT_EQUAL(dcp_engine_choose(&host, DCP_LINK_INTRA, &k, NULL), DCP_ERR_UNSUPPORTED);

@@ -4,6 +4,8 @@
  * process ranks (the path mpirun takes) run over it, checked against the reference. */
 #include "include/base/error.h"
 #include "plugin/cli/harness.h"
+#include "plugin/context.h"
+#include "plugin/hybrid.h"
 #include "tests/unit/shm_bootstrap.h"
 #include "tests/unit/suites.h"
 #include "transport/ucx.h"
@@ -273,6 +275,40 @@ static void run_job(job_rank_t *j, int32_t n)
     shm_bootstrap_destroy(bs);
 }
 
+/* A plan of the batch on a 2x2 cluster (block 64; `lpt` or the default strategy), the
+ * harness with its reference, and the plan's run on 4 in-process ranks. */
+typedef struct {
+    dcpt_harness_t *h;
+    dcp_cluster_t *c;
+    dcp_plan_t *plan;
+    dcpt_harness_result_t inproc;
+} case_t;
+
+static int case_create(const int32_t *len, const dcp_mask_t *m, int32_t n, uint64_t seed, int lpt,
+                       case_t *k)
+{
+    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
+    memset(k, 0, sizeof *k);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 64;
+    if (lpt) o.strategy = DCP_STRATEGY_LPT;
+    if (dcpt_harness_create(len, n, m, &shape, seed, &k->h) != DCP_OK ||
+        dcpt_harness_reference(k->h, 2, NULL, 0) != DCP_OK ||
+        dcp_cluster_from_spec("2x2", &k->c) != DCP_OK)
+        return 0;
+    const dcp_batch_t batch = dcpt_harness_batch(k->h);
+    return dcp_plan_create(&batch, &k->h->shape, &o, k->c, &k->plan) == DCP_OK &&
+           dcpt_harness_run(k->h, k->plan, 0, 1, 30.0, 1e-5, NULL, &k->inproc) == DCP_OK;
+}
+
+static void case_destroy(case_t *k)
+{
+    dcp_plan_destroy(k->plan);
+    dcp_cluster_destroy(k->c);
+    dcpt_harness_destroy(k->h);
+}
+
 /* Four ranks with a context each over the bootstrap: the cluster they discover (one node),
  * the engine chosen (UCX), and outputs equal to the reference and bit-identical to the same
  * plan on in-process ranks. */
@@ -281,20 +317,11 @@ static void test_job_contexts_match_threads(void)
     const int32_t len[3] = {700, 1, 300};
     const dcp_mask_t m[3] = {
         {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
-    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
-    dcpt_harness_t *h = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 3, m, &shape, 3, &h), DCP_OK);
-    CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
-    dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &c), DCP_OK);
-    dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    o.block_size = 64;
-    const dcp_batch_t batch = dcpt_harness_batch(h);
-    dcp_plan_t *plan = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &h->shape, &o, c, &plan), DCP_OK);
-    dcpt_harness_result_t inproc;
-    CU_ASSERT_EQUAL_FATAL(dcpt_harness_run(h, plan, 0, 1, 30.0, 1e-5, NULL, &inproc), DCP_OK);
+    case_t k;
+    CU_ASSERT_FATAL(case_create(len, m, 3, 3, 0, &k));
+    const dcpt_harness_t *h = k.h;
+    const dcp_plan_t *plan = k.plan;
+    const dcpt_harness_result_t inproc = k.inproc;
     job_rank_t j[4];
     for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.h = h, .plan = plan};
     run_job(j, 4);
@@ -305,9 +332,100 @@ static void test_job_contexts_match_threads(void)
         CU_ASSERT_EQUAL(j[r].nodes, 1);
         CU_ASSERT_STRING_EQUAL(j[r].intra, "ucx");
     }
-    dcp_plan_destroy(plan);
-    dcp_cluster_destroy(c);
-    dcpt_harness_destroy(h);
+    case_destroy(&k);
+}
+
+/* ---- a hybrid job: 2 "processes" (threads holding the shared bootstrap's ranks) x 2
+ * in-process ranks each ---------------------------------------------------------------- */
+
+typedef struct {
+    shm_bootstrap_t *bs;
+    int32_t proc;
+    const dcpt_harness_t *h;
+    const dcp_plan_t *plan;
+    dcp_status_t st[2];
+    char msg[2][256];
+    dcpt_harness_result_t res[2];
+    char intra[2][16];
+    const char *engine[2];
+} hybrid_proc_t;
+
+typedef struct {
+    hybrid_proc_t *p;
+    const dcp_bootstrap_t *bs;
+    int32_t local;
+} hybrid_rank_t;
+
+static void *hybrid_rank(void *arg)
+{
+    hybrid_rank_t *a = arg;
+    hybrid_proc_t *p = a->p;
+    const int32_t l = a->local;
+    const dcp_context_config_t cfg = {.bootstrap = a->bs, .timeout_s = 30};
+    dcp_context_t *ctx = NULL;
+    p->st[l] = dcp_context_create(&cfg, &ctx);
+    if (p->st[l] == DCP_OK) {
+        snprintf(p->intra[l], sizeof p->intra[l], "%s", dcp_context_transport(ctx, 0));
+        p->engine[l] = ctx->engine->ops->name;
+        p->st[l] = dcpt_harness_run_rank(p->h, p->plan, ctx, a->bs, 1, 2, 1e-5, &p->res[l]);
+    }
+    if (p->st[l] != DCP_OK) dcp_error_save(p->msg[l], sizeof p->msg[l]);
+    dcp_context_destroy(ctx);
+    return NULL;
+}
+
+static void *hybrid_process(void *arg)
+{
+    hybrid_proc_t *p = arg;
+    const dcp_bootstrap_t procs = shm_bootstrap_rank(p->bs, p->proc);
+    dcp_hybrid_t *hy = NULL;
+    p->st[0] = p->st[1] = dcp_hybrid_create(&procs, 2, &hy);
+    if (p->st[0] != DCP_OK) return NULL;
+    pthread_t t[2];
+    hybrid_rank_t a[2];
+    for (int32_t l = 0; l < 2; l++) {
+        a[l] = (hybrid_rank_t){p, dcp_hybrid_bootstrap(hy, l), l};
+        pthread_create(&t[l], NULL, hybrid_rank, &a[l]);
+    }
+    for (int32_t l = 0; l < 2; l++) pthread_join(t[l], NULL);
+    dcp_hybrid_destroy(hy);
+    return NULL;
+}
+
+/* Global ranks 0-1 in "process" 0 and 2-3 in "process" 1: the in-process engine inside a
+ * process, UCX between them (a routing engine), outputs bit-identical to 4 in-process
+ * ranks. */
+static void test_hybrid_job_matches_threads(void)
+{
+    const int32_t len[2] = {500, 300};
+    const dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_FULL}};
+    case_t k;
+    CU_ASSERT_FATAL(case_create(len, m, 2, 5, 1, &k));
+    const dcpt_harness_t *h = k.h;
+    const dcp_plan_t *plan = k.plan;
+    const dcpt_harness_result_t inproc = k.inproc;
+    shm_bootstrap_t *bs = shm_bootstrap_create(2, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
+    hybrid_proc_t p[2];
+    pthread_t t[2];
+    for (int32_t q = 0; q < 2; q++) {
+        p[q] = (hybrid_proc_t){.bs = bs, .proc = q, .h = h, .plan = plan};
+        pthread_create(&t[q], NULL, hybrid_process, &p[q]);
+    }
+    for (int32_t q = 0; q < 2; q++) pthread_join(t[q], NULL);
+    for (int32_t q = 0; q < 2; q++)
+        for (int32_t l = 0; l < 2; l++) {
+            CU_ASSERT_EQUAL(p[q].st[l], DCP_OK);
+            if (p[q].st[l] != DCP_OK)
+                fprintf(stderr, "hybrid rank %d: %s\n", 2 * q + l, p[q].msg[l]);
+            CU_ASSERT(p[q].res[l].passed);
+            CU_ASSERT_EQUAL(p[q].res[l].digest, inproc.digest);
+            CU_ASSERT_STRING_EQUAL(p[q].intra[l], "ucx");
+            /* two engines, so a routing engine: in-process inside, UCX between */
+            CU_ASSERT(p[q].engine[l] && !strcmp(p[q].engine[l], "route"));
+        }
+    shm_bootstrap_destroy(bs);
+    case_destroy(&k);
 }
 
 /* One rank given an engine that cannot serve its buffers: every rank's context creation
@@ -347,6 +465,7 @@ int dcp_suite_ucx(void)
         {"wait_times_out", test_wait_times_out},
         {"bad_arguments", test_bad_arguments},
         {"job_contexts_match_threads", test_job_contexts_match_threads},
+        {"hybrid_job_matches_threads", test_hybrid_job_matches_threads},
         {"config_mismatch_fails_everywhere", test_config_mismatch_fails_everywhere},
         {"device_mismatch_fails_everywhere", test_device_mismatch_fails_everywhere},
         {NULL, NULL},
