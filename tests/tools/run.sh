@@ -75,13 +75,19 @@ json_check "$work/at.json" \
     'all(r["exec_ms_min"] <= r["exec_ms"] <= r["exec_ms_max"] and r["max_rel_err"] is None
          for r in rows)'
 
-# 7. the kernel table dcp-kernel-bench writes is one dcp-plan --kernel-table reads
+# 7. the kernel tables dcp-kernel-bench writes (--write-table, --json) are ones dcp-plan
+#    reads (--kernel-table, --sim-kernels)
 "$bin/dcp-kernel-bench" --device cpu --kernel attn --mask causal --total 512 --tile 64,128 \
     --warmup 0 --iters 1 --peak-tflops 0.01 --write-table "$work/kt" --json >/dev/null 2>&1 ||
     fail "dcp-kernel-bench --write-table"
 [ "$(grep -vc '^#' "$work/kt")" = 2 ] || fail "kernel table: $(cat "$work/kt")"
 "$bin/dcp-plan" --kernel-table "$work/kt" --tokens 8192 --strategy zigzag >/dev/null ||
     fail "dcp-plan --kernel-table reads dcp-kernel-bench's table"
+"$bin/dcp-kernel-bench" --device cpu --kernel attn,bwd,merge,copy --mask causal --total 512 \
+    --tile 128 --warmup 0 --iters 1 --json >"$work/kb.json" 2>/dev/null ||
+    fail "dcp-kernel-bench --json"
+"$bin/dcp-plan" --sim-kernels "$work/kb.json" --simulate --tokens 8192 --strategy zigzag \
+    >/dev/null || fail "dcp-plan --sim-kernels reads dcp-kernel-bench --json"
 
 # 8. --version on every tool: the library's version, equal to the header's
 want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)

@@ -204,7 +204,7 @@ static void test_scaling_256_ranks(void)
 }
 
 /* dcp-kernel-bench --json lines: medians per tile, head dim 128 preferred; rows with an error
- * skipped; a file without bwd rows is refused by name. */
+ * skipped ("error": null is none); a file without bwd rows is refused by name. */
 static void test_kernel_table_reader(void)
 {
     char path[] = "/tmp/dcp-sim-kernels-XXXXXX";
@@ -212,7 +212,7 @@ static void test_kernel_table_reader(void)
     CU_ASSERT_FATAL(fd >= 0);
     FILE *f = fdopen(fd, "w");
     fputs("{\"kernel\": \"attn\", \"mask\": \"full\", \"tile\": 1024, \"head_dim\": 128, "
-          "\"tflops\": 300, \"gbps\": null}\n"
+          "\"tflops\": 300, \"gbps\": null, \"error\": null}\n"
           "{\"kernel\": \"attn\", \"mask\": \"causal\", \"tile\": 1024, \"head_dim\": 128, "
           "\"tflops\": 200, \"gbps\": null}\n"
           "{\"kernel\": \"attn\", \"mask\": \"full\", \"tile\": 1024, \"head_dim\": 64, "
