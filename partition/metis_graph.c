@@ -125,26 +125,36 @@ static dcp_status_t to_csr(pairs_t *ps, dcp_metis_graph_t *m)
     return DCP_OK;
 }
 
-/* Scales the two constraints of the local vertices to integers. */
-static void vertex_weights(const dcp_blocks_t *b, dcp_metis_graph_t *m)
+/* The two constraints of global vertex v: [FLOPs, 0] or [0, bytes]. */
+static void weights_of(const dcp_blocks_t *b, int64_t v, double w[2])
 {
-    double tot[2] = {0, 0};
-    for (idx_t v = 0; v < m->nv; v++) {
-        const int64_t gv = m->vert[v];
-        if (gv < b->num_blocks)
-            tot[1] += (double)dcp_blocks_token_bytes(b, b->blk_len[gv]);
-        else
-            tot[0] += (double)dcp_blocks_comp_flops(b, (gv - b->num_blocks) / b->head_blocks);
+    const int blk = v < b->num_blocks;
+    w[blk] = blk ? (double)dcp_blocks_token_bytes(b, b->blk_len[v])
+                 : (double)dcp_blocks_comp_flops(b, (v - b->num_blocks) / b->head_blocks);
+    w[1 - blk] = 0;
+}
+
+/* The two constraints of the local vertices, scaled per constraint to integers. */
+static dcp_status_t vertex_weights(const dcp_blocks_t *b, const int32_t *local,
+                                   dcp_metis_graph_t *m)
+{
+    double *sum = NULL, tot[2] = {0, 0};
+    DCP_CHECK(dcp_calloc(&sum, 2 * (int64_t)m->nv, sizeof *sum, "metis graph"));
+    for (int64_t v = 0; v < b->num_blocks + b->num_tiles * b->head_blocks; v++) {
+        if (local[v] < 0) continue;
+        double w[2];
+        weights_of(b, v, w);
+        for (int k = 0; k < 2; k++) {
+            sum[2 * local[v] + k] += w[k];
+            tot[k] += w[k];
+        }
     }
-    for (idx_t v = 0; v < m->nv; v++) {
-        const int64_t gv = m->vert[v];
-        const int k = gv < b->num_blocks;
-        const double w =
-            k ? (double)dcp_blocks_token_bytes(b, b->blk_len[gv])
-              : (double)dcp_blocks_comp_flops(b, (gv - b->num_blocks) / b->head_blocks);
-        m->vwgt[2 * v + k] = w > 0 ? (idx_t)fmax(1.0, llround(w * WEIGHT_BUDGET / tot[k])) : 0;
-        m->vwgt[2 * v + 1 - k] = 0;
+    for (int64_t i = 0; i < 2 * (int64_t)m->nv; i++) {
+        const double w = sum[i];
+        m->vwgt[i] = w > 0 ? (idx_t)fmax(1.0, llround(w * WEIGHT_BUDGET / tot[i % 2])) : 0;
     }
+    free(sum);
+    return DCP_OK;
 }
 
 dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
@@ -160,13 +170,9 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
         if (g->net_off[e + 1] - g->net_off[e] > longest)
             longest = g->net_off[e + 1] - g->net_off[e];
     dcp_status_t st;
-    const int64_t nv_all = g->num_blocks + g->num_comps;
-    DCP_CHECK_GOTO(dcp_calloc(&m.vert, nlocal, sizeof(int64_t), "metis graph"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&m.vwgt, 2 * (int64_t)nlocal, sizeof(idx_t), "metis graph"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&vs, longest + 1, sizeof(idx_t), "metis graph"), st, err);
-    for (int64_t v = 0; v < nv_all; v++)
-        if (local[v] >= 0) m.vert[local[v]] = v;
-    vertex_weights(b, &m);
+    DCP_CHECK_GOTO(vertex_weights(b, local, &m), st, err);
     if (how == DCP_EXPAND_STAR) {
         DCP_CHECK_GOTO(dcp_calloc(&vsize, nlocal, sizeof(double), "metis graph"), st, err);
         DCP_CHECK_GOTO(star_pairs(g, local, vs, &ps, vsize), st, err);
@@ -200,6 +206,5 @@ void dcp_metis_graph_release(dcp_metis_graph_t *m)
     free(m->adjwgt);
     free(m->vwgt);
     free(m->vsize);
-    free(m->vert);
     *m = (dcp_metis_graph_t){0};
 }

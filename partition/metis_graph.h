@@ -28,12 +28,11 @@ typedef struct {
     idx_t *xadj, *adjncy, *adjwgt;
     idx_t *vwgt;   /* 2 per vertex */
     idx_t *vsize;  /* star expansion only, else NULL */
-    int64_t *vert; /* local vertex -> global vertex */
     int64_t edges; /* undirected edges */
 } dcp_metis_graph_t;
 
-/* `local[v]` is the local index of global vertex v, or -1 when v is not in the subgraph;
- * `nlocal` vertices are. */
+/* `local[v]` is the local vertex of global vertex v, or -1 when v is not in the subgraph;
+ * local vertices are 0..nlocal-1. */
 dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
                                    const int32_t *local, int32_t nlocal, dcp_expansion_t how,
                                    int32_t cap, dcp_metis_graph_t *out);

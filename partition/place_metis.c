@@ -4,14 +4,19 @@
  * first into nodes with imbalance eps_inter, then each node's part into its devices with
  * eps_intra; then balance repair and traffic refinement (partition/refine.h).
  *
- * METIS's two methods, direct k-way and recursive bisection: k-way runs first, and recursive
- * bisection only where k-way's result is not clearly good - invalid, or communication-bound
- * (its link time - intra- and inter-node bytes over their bandwidths - per rank above its
- * busiest rank's compute, so transfers would not hide behind kernels) - and the lower link
- * time of the two is kept. (k-way's link time was the lower on 16 of the 18 4x8 128K batches
- * of issue 14, by up to 3x; recursive bisection's by at most 7% on the other two, both
- * communication-bound.) A result is valid when every rank is within the balance bounds of
- * place.h and the memory cap; when neither is, lpt replaces them (stats.fallback).
+ * The node level runs one of METIS's two methods, direct k-way or recursive bisection:
+ * k-way first, and recursive bisection only where k-way's result is not clearly good -
+ * invalid, or communication-bound (its link time - intra- and inter-node bytes over their
+ * bandwidths - per rank above its busiest rank's compute, so transfers would not hide
+ * behind kernels) - and the lower link time of the two is kept. The device level always
+ * bisects: its graphs are small (a node's share) and cut into 8 or so parts, where k-way
+ * spends nearly all of its time in its initial partitioning, which is itself 4 or 5
+ * recursive bisections of the whole graph under two constraints (METIS 5.1's kmetis.c). On
+ * the 18 4x8 128K batches of issue 14 bisecting the devices took the median plan from 76
+ * to 25 ms with the FM refinement making up the difference: 5188 MB moved against 5384 with
+ * k-way devices (6561 before FM). A result is valid when every rank is within the balance
+ * bounds of place.h and the memory cap; when neither is, lpt replaces them
+ * (stats.fallback).
  *
  * METIS is not thread-safe and installs signal handlers while it runs: every call holds one
  * process-wide mutex. A fixed seed makes it deterministic.
@@ -76,10 +81,10 @@ typedef struct {
 } run_t;
 
 /* Partitions the vertices marked with `node` in node_of (all of them when node < 0) into
- * nparts, writing part + base into dest[v]. */
+ * nparts with METIS method `how`, writing part + base into dest[v]. */
 static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
-                                    const int32_t *node_of, int32_t node, int32_t nparts,
-                                    double eps, int32_t base, int32_t *dest)
+                                    dcp_metis_method_t how, const int32_t *node_of, int32_t node,
+                                    int32_t nparts, double eps, int32_t base, int32_t *dest)
 {
     const dcp_place_in_t *in = run->in;
     const int64_t nv = g->num_blocks + g->num_comps;
@@ -95,19 +100,19 @@ static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_
         dcp_metis_graph_build(b, g, local, n, in->opts->expansion, in->opts->net_cap, &m), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&part, n, sizeof *part, "metis"), st, out);
     int refused;
-    DCP_CHECK_GOTO(run->fn(&m, nparts, eps, run->how, in->opts, part, &refused), st, out);
+    DCP_CHECK_GOTO(run->fn(&m, nparts, eps, how, in->opts, part, &refused), st, out);
     if (refused) {
         run->refused = 1;
         goto out;
     }
-    for (idx_t v = 0; v < m.nv; v++) {
+    for (idx_t v = 0; v < m.nv; v++)
         if (part[v] < 0 || part[v] >= nparts) {
             st = dcp_set_error(DCP_ERR_INTERNAL, "metis: vertex %d in part %d", (int)v,
                                (int)part[v]);
             goto out;
         }
-        dest[m.vert[v]] = base + (int32_t)part[v];
-    }
+    for (int64_t v = 0; v < nv; v++)
+        if (local[v] >= 0) dest[v] = base + (int32_t)part[local[v]];
 out:
     dcp_metis_graph_release(&m);
     free(local);
@@ -115,7 +120,7 @@ out:
     return st;
 }
 
-/* Nodes first, then each node's devices. */
+/* Nodes first with the run's method, then each node's devices by recursive bisection. */
 static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
                                  dcp_placement_t *p)
 {
@@ -126,12 +131,12 @@ static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&node_of, nv, sizeof *node_of, "metis"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&rank_of, nv, sizeof *rank_of, "metis"), st, out);
-    DCP_CHECK_GOTO(
-        partition_level(b, g, run, NULL, -1, c->num_nodes, in->opts->eps_inter, 0, node_of), st,
-        out);
+    DCP_CHECK_GOTO(partition_level(b, g, run, run->how, NULL, -1, c->num_nodes, in->opts->eps_inter,
+                                   0, node_of),
+                   st, out);
     for (int32_t n = 0; n < c->num_nodes && !run->refused; n++)
-        DCP_CHECK_GOTO(partition_level(b, g, run, node_of, n, c->devs_per_node, in->opts->eps_intra,
-                                       n * c->devs_per_node, rank_of),
+        DCP_CHECK_GOTO(partition_level(b, g, run, DCP_METIS_RB, node_of, n, c->devs_per_node,
+                                       in->opts->eps_intra, n * c->devs_per_node, rank_of),
                        st, out);
     for (int32_t t = 0; t < b->num_blocks; t++) p->blk_owner[t] = rank_of[t];
     for (int64_t cc = 0; cc < g->num_comps; cc++) p->comp_exec[cc] = rank_of[g->num_blocks + cc];

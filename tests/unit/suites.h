@@ -26,6 +26,7 @@ int dcp_suite_e2e(void);
 int dcp_suite_ordering(void);
 int dcp_suite_gpu(void);
 int dcp_suite_metis(void);
+int dcp_suite_refine(void);
 int dcp_suite_export(void);
 int dcp_suite_rounds(void);
 int dcp_suite_cost(void);

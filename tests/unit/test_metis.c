@@ -5,7 +5,6 @@
 #include "partition/metis_graph.h"
 #include "partition/place.h"
 #include "partition/place_metis.h"
-#include "partition/refine.h"
 #include "partition/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
@@ -278,53 +277,6 @@ static void test_refusal_falls_back_internal_propagates(void)
     dcp_blocks_release(&b);
 }
 
-/* Refinement (computation blocks towards their inputs, token blocks towards their readers by
- * the exact connectivity of their nets) never adds traffic to a placement that is within
- * bounds, and keeps it within bounds: two sequences computed on one rank each, with one block
- * of each owned by the other rank. */
-static void test_refine_never_adds_traffic(void)
-{
-    const int32_t len[2] = {32, 32};
-    dcp_blocks_t b;
-    blocks_of(&b, len, 2, DCP_MASK_CAUSAL, 16); /* blocks a0 a1 | b0 b1 */
-    dcp_cluster_t *c;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &c), DCP_OK);
-    dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    const dcp_place_in_t in = {&b, c, &o};
-    dcp_hypergraph_t g;
-    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
-    int32_t owner[4] = {0, 1, 1, 0};
-    int32_t *exec = calloc((size_t)g.num_comps, sizeof *exec);
-    for (int64_t cc = 0; cc < g.num_comps; cc++) exec[cc] = b.blk_seq[b.tile_q[cc]];
-    dcp_placement_t p = {owner, exec, 0};
-    int64_t before, after, inter;
-    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&g, owner, exec, 2, 2, &before, &inter), DCP_OK);
-    CU_ASSERT(before > 0);
-    CU_ASSERT_EQUAL(dcp_refine(&b, &g, &in, 1.0, &p), DCP_OK); /* room for 4 blocks a rank */
-    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&g, owner, exec, 2, 2, &after, &inter), DCP_OK);
-    CU_ASSERT(after < before);
-    int64_t *fl, *mem;
-    CU_ASSERT_EQUAL_FATAL(dcp_place_loads(&b, &p, 2, &fl, &mem), DCP_OK);
-    double fb, mb;
-    dcp_place_bounds(&b, 2, 1.0, 1, &fb, &mb);
-    for (int r = 0; r < 2; r++) CU_ASSERT((double)fl[r] <= fb && (double)mem[r] <= mb);
-    free(fl);
-    free(mem);
-    /* within the strict 5% bound no single move fits: the placement stays as it was */
-    int32_t owner2[4] = {0, 1, 1, 0};
-    for (int64_t cc = 0; cc < g.num_comps; cc++) exec[cc] = b.blk_seq[b.tile_q[cc]];
-    dcp_placement_t p2 = {owner2, exec, 0};
-    CU_ASSERT_EQUAL(dcp_refine(&b, &g, &in, 0.05, &p2), DCP_OK);
-    int64_t kept;
-    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&g, owner2, exec, 2, 2, &kept, &inter), DCP_OK);
-    CU_ASSERT(kept <= before);
-    free(exec);
-    dcp_hypergraph_release(&g);
-    dcp_cluster_destroy(c);
-    dcp_blocks_release(&b);
-}
-
 /* On long-tailed batches METIS moves less data than lpt and keeps it inside nodes, with
  * either expansion, unless its plan is predicted slower than zigzag's, which then stands in. */
 static void test_metis_moves_less_than_lpt(void)
@@ -361,7 +313,6 @@ int dcp_suite_metis(void)
         {"single_part_needs_no_metis", test_single_part_needs_no_metis},
         {"metis_moves_less_than_lpt", test_metis_moves_less_than_lpt},
         {"refusal_falls_back_internal_propagates", test_refusal_falls_back_internal_propagates},
-        {"refine_never_adds_traffic", test_refine_never_adds_traffic},
         {NULL, NULL},
     };
     return dcp_add_suite("metis", tests);
