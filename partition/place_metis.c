@@ -277,6 +277,17 @@ static dcp_status_t project(const dcp_blocks_t *fine, const dcp_blocks_t *coarse
     return DCP_OK;
 }
 
+/* FM on the fine blocks of a placement made on coarse units: per-block moves the units
+ * could not make. */
+static dcp_status_t refine_fine(const dcp_place_in_t *in, dcp_placement_t *p)
+{
+    dcp_hypergraph_t g;
+    DCP_CHECK(dcp_hypergraph_build(in->blocks, &g));
+    const dcp_status_t st = dcp_refine(in->blocks, &g, in, in->opts->eps_intra, p);
+    dcp_hypergraph_release(&g);
+    return st;
+}
+
 /* A long sequence needs no choice of rank per block: its blocks are grouped into at most
  * max(UNITS_PER_RANK x R, MIN_UNITS) units of consecutive blocks, METIS places the units,
  * and every block and computation block follows its unit. Shorter sequences keep their
@@ -305,6 +316,7 @@ dcp_status_t dcp_metis_place_with(const dcp_place_in_t *in, dcp_metis_fn_t fn, d
         const dcp_place_in_t cin = {&coarse, in->cluster, in->opts};
         DCP_CHECK_GOTO(place_blocks(&cin, fn, &cp, &found), st, out);
         if (found) DCP_CHECK_GOTO(project(b, &coarse, coarse_of, &cp, p), st, out);
+        if (found && in->opts->refine) DCP_CHECK_GOTO(refine_fine(in, p), st, out);
     }
     if (!found) { /* no valid result: lpt places the blocks within the cap or says why */
         p->fallback = 1;

@@ -64,49 +64,86 @@ static entry_t heap_pop(fm_t *f)
     return top;
 }
 
+/* What computation block c's leaving its rank saves: the nets it alone reads there. No
+ * move of c gains more, so this bounds its gain. */
+static double comp_save(const dcp_refiner_t *r, int64_t c)
+{
+    int64_t nets[2];
+    dcp_comp_nets(r->b, c, nets);
+    const int32_t from = r->exec[c];
+    double save = 0;
+    for (int k = 0; k < 2; k++) {
+        const int32_t o = r->owner[dcp_net_block(r->g, nets[k])];
+        if (from != o && *dcp_refiner_cell(r, nets[k], from) == 1)
+            save += (double)r->g->weight[nets[k]] * dcp_refiner_inv_bw(r, o, from);
+    }
+    return save;
+}
+
+static uint64_t bit_of(int32_t rank, int32_t word)
+{
+    return rank / 64 == word ? (uint64_t)1 << (rank % 64) : 0;
+}
+
 /* The best move of computation block c: the highest gain among the ranks it is connected
- * to that have room. Returns 0 when there is none. */
+ * to (owner or reader of one of its nets) that have room; 0 when there is none. Leaving its
+ * rank saves the same on every target, so targets differ only in what they add: nothing
+ * on a rank connected to both nets - the first of those with room is the best - else its
+ * missing net over the owner's link. Candidates come from the nets' reader masks, so the
+ * cost is in the ranks connected, not in all ranks. Ties go to the lowest rank. */
 static int best_comp_move(const dcp_refiner_t *r, int64_t c, double *gain, int32_t *to)
 {
     int64_t nets[2];
     dcp_comp_nets(r->b, c, nets);
     const int32_t from = r->exec[c];
-    const int32_t oq = r->owner[dcp_net_block(r->g, nets[0])],
-                  okv = r->owner[dcp_net_block(r->g, nets[1])];
+    const int32_t o[2] = {r->owner[dcp_net_block(r->g, nets[0])],
+                          r->owner[dcp_net_block(r->g, nets[1])]};
+    const uint64_t *m[2] = {dcp_refiner_mask(r, nets[0]), dcp_refiner_mask(r, nets[1])};
+    const double w[2] = {(double)r->g->weight[nets[0]], (double)r->g->weight[nets[1]]};
     const int64_t f = dcp_refiner_comp_flops(r, c);
-    int found = 0;
-    for (int32_t p = 0; p < r->nr; p++) {
-        if (p == from || (double)(r->flops[p] + f) > r->bound_flops) continue;
-        if (p != oq && p != okv && *dcp_refiner_cell(r, nets[0], p) == 0 &&
-            *dcp_refiner_cell(r, nets[1], p) == 0)
-            continue;
-        const double g = -dcp_refiner_comp_delta(r, c, p);
-        if (!found || g > *gain) {
-            *gain = g;
-            *to = p;
-            found = 1;
+    double least = INFINITY;
+    for (int both = 1; both >= 0 && least > 0; both--)
+        for (int32_t wd = 0; wd < r->words && least > 0; wd++) {
+            const uint64_t m0 = m[0][wd] | bit_of(o[0], wd), m1 = m[1][wd] | bit_of(o[1], wd);
+            for (uint64_t set = both ? m0 & m1 : (m0 | m1) & ~(m0 & m1); set && least > 0;
+                 set &= set - 1) {
+                const int32_t p = wd * 64 + __builtin_ctzll(set);
+                if (p == from || (double)(r->flops[p] + f) > r->bound_flops) continue;
+                const uint64_t b = (uint64_t)1 << (p % 64);
+                const double add = (m0 & b ? 0 : w[0] * dcp_refiner_inv_bw(r, o[0], p)) +
+                                   (m1 & b ? 0 : w[1] * dcp_refiner_inv_bw(r, o[1], p));
+                if (add < least) {
+                    least = add;
+                    *to = p;
+                }
+            }
         }
-    }
-    return found;
+    *gain = comp_save(r, c) - least;
+    return least < INFINITY;
 }
 
 /* The best move of token block t: the highest gain among the ranks that read one of its
  * nets and have room. Returns 0 when there is none. */
 static int best_blk_move(const dcp_refiner_t *r, int32_t t, double *gain, int32_t *to)
 {
-    const int32_t from = r->owner[t];
+    const int32_t from = r->owner[t], hb = r->b->head_blocks, nb = r->b->num_blocks;
     const int64_t bytes = dcp_refiner_blk_bytes(r, t);
     const double now = dcp_refiner_blk_cost(r, t, from);
     int found = 0;
-    for (int32_t p = 0; p < r->nr; p++) {
-        if (p == from || (double)(r->mem[p] + bytes) > r->bound_mem ||
-            !dcp_refiner_blk_read_by(r, t, p))
-            continue;
-        const double g = now - dcp_refiner_blk_cost(r, t, p);
-        if (!found || g > *gain) {
-            *gain = g;
-            *to = p;
-            found = 1;
+    for (int32_t wd = 0; wd < r->words; wd++) {
+        uint64_t set = 0;
+        for (int kind = 0; kind < 2; kind++)
+            for (int32_t h = 0; h < hb; h++)
+                set |= dcp_refiner_mask(r, ((int64_t)kind * nb + t) * hb + h)[wd];
+        for (; set; set &= set - 1) {
+            const int32_t p = wd * 64 + __builtin_ctzll(set);
+            if (p == from || (double)(r->mem[p] + bytes) > r->bound_mem) continue;
+            const double g = now - dcp_refiner_blk_cost(r, t, p);
+            if (!found || g > *gain) {
+                *gain = g;
+                *to = p;
+                found = 1;
+            }
         }
     }
     return found;
@@ -131,12 +168,16 @@ static void apply(fm_t *f, int64_t v, int32_t to)
         dcp_refiner_blk_move(f->r, (int32_t)(v - f->ncomp), to);
 }
 
-/* Pushes vertex v with its current best gain, unless it moved in this pass. */
+/* Pushes vertex v, unless it moved in this pass: a token block with its best gain, a
+ * computation block with the bound on its gain (comp_save), which costs no scan of the
+ * ranks; the pop finds its exact gain, and only for the vertices that reach the top. */
 static dcp_status_t refresh(fm_t *f, int64_t v)
 {
+    if (f->locked[v]) return DCP_OK;
+    if (v < f->ncomp) return heap_push(f, comp_save(f->r, v), v);
     double g;
     int32_t to;
-    if (f->locked[v] || !best_move(f, v, &g, &to)) return DCP_OK;
+    if (!best_move(f, v, &g, &to)) return DCP_OK;
     return heap_push(f, g, v);
 }
 

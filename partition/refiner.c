@@ -4,6 +4,18 @@
 
 #include <stdlib.h>
 
+static void reader_on(dcp_refiner_t *r, int64_t e, int32_t rank)
+{
+    r->readers[e]++;
+    r->rmask[e * r->words + rank / 64] |= (uint64_t)1 << (rank % 64);
+}
+
+static void reader_off(dcp_refiner_t *r, int64_t e, int32_t rank)
+{
+    r->readers[e]--;
+    r->rmask[e * r->words + rank / 64] &= ~((uint64_t)1 << (rank % 64));
+}
+
 dcp_status_t dcp_refiner_init(dcp_refiner_t *r, const dcp_blocks_t *b, const dcp_hypergraph_t *g,
                               const dcp_place_in_t *in, double tol, dcp_placement_t *p, int *ok_out)
 {
@@ -16,17 +28,21 @@ dcp_status_t dcp_refiner_init(dcp_refiner_t *r, const dcp_blocks_t *b, const dcp
                        .devs = c->devs_per_node,
                        .ib_intra = 1e-9 / c->perf.intra_gbps,
                        .ib_inter = 1e-9 / c->perf.inter_gbps,
+                       .words = (c->num_ranks + 63) / 64,
                        .owner = p->blk_owner,
                        .exec = p->comp_exec};
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&x.cnt, g->num_nets * x.nr, sizeof(int32_t), "refine"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&x.readers, g->num_nets, sizeof(int32_t), "refine"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&x.rmask, g->num_nets * x.words, sizeof(uint64_t), "refine"), st,
+                   err);
     DCP_CHECK_GOTO(dcp_place_loads(b, p, x.nr, &x.flops, &x.mem), st, err);
     for (int64_t cc = 0; cc < g->num_comps; cc++) {
         int64_t nets[2];
         dcp_comp_nets(b, cc, nets);
         for (int k = 0; k < 2; k++)
-            if ((*dcp_refiner_cell(&x, nets[k], x.exec[cc]))++ == 0) x.readers[nets[k]]++;
+            if ((*dcp_refiner_cell(&x, nets[k], x.exec[cc]))++ == 0)
+                reader_on(&x, nets[k], x.exec[cc]);
     }
     dcp_place_bounds(b, x.nr, tol, 1, &x.bound_flops, &x.bound_mem);
     const int64_t cap = in->opts->mem_cap_bytes;
@@ -43,6 +59,8 @@ void dcp_refiner_release(dcp_refiner_t *r)
 {
     free(r->cnt);
     free(r->readers);
+    free(r->rmask);
+    r->rmask = NULL;
     free(r->flops);
     free(r->mem);
     r->cnt = r->readers = NULL;
@@ -72,8 +90,8 @@ void dcp_refiner_comp_move(dcp_refiner_t *r, int64_t c, int32_t to)
     dcp_comp_nets(r->b, c, nets);
     const int32_t from = r->exec[c];
     for (int k = 0; k < 2; k++) {
-        if (--(*dcp_refiner_cell(r, nets[k], from)) == 0) r->readers[nets[k]]--;
-        if ((*dcp_refiner_cell(r, nets[k], to))++ == 0) r->readers[nets[k]]++;
+        if (--(*dcp_refiner_cell(r, nets[k], from)) == 0) reader_off(r, nets[k], from);
+        if ((*dcp_refiner_cell(r, nets[k], to))++ == 0) reader_on(r, nets[k], to);
     }
     const int64_t f = dcp_refiner_comp_flops(r, c);
     r->flops[from] -= f;
@@ -113,8 +131,9 @@ void dcp_refiner_blk_move(dcp_refiner_t *r, int32_t t, int32_t to)
 int dcp_refiner_blk_read_by(const dcp_refiner_t *r, int32_t t, int32_t rank)
 {
     const int32_t hb = r->b->head_blocks, nb = r->b->num_blocks;
+    const uint64_t bit = (uint64_t)1 << (rank % 64);
     for (int kind = 0; kind < 2; kind++)
         for (int32_t h = 0; h < hb; h++)
-            if (*dcp_refiner_cell(r, ((int64_t)kind * nb + t) * hb + h, rank) > 0) return 1;
+            if (dcp_refiner_mask(r, ((int64_t)kind * nb + t) * hb + h)[rank / 64] & bit) return 1;
     return 0;
 }

@@ -23,6 +23,8 @@ typedef struct {
     int32_t *owner, *exec;     /* the placement being changed (borrowed) */
     int32_t *cnt;              /* [net * nr + rank]: the net's members executed on rank */
     int32_t *readers;          /* [net]: ranks with cnt > 0 */
+    uint64_t *rmask;           /* [net * words + rank / 64]: bit rank % 64 set when cnt > 0 */
+    int32_t words;             /* 64-bit words per net in rmask */
     int64_t *flops, *mem;      /* [nr] */
     double bound_flops;        /* (1 + tol) x the mean */
     double bound_mem;          /* (1 + tol) x the mean, or the memory cap if lower */
@@ -46,6 +48,12 @@ static inline double dcp_refiner_inv_bw(const dcp_refiner_t *r, int32_t a, int32
 static inline int32_t *dcp_refiner_cell(const dcp_refiner_t *r, int64_t net, int32_t rank)
 {
     return &r->cnt[net * r->nr + rank];
+}
+
+/* The reader mask of net e (r->words words). */
+static inline const uint64_t *dcp_refiner_mask(const dcp_refiner_t *r, int64_t net)
+{
+    return &r->rmask[net * r->words];
 }
 
 static inline int64_t dcp_refiner_comp_flops(const dcp_refiner_t *r, int64_t c)

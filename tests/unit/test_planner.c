@@ -229,8 +229,9 @@ static void test_coarsen_maps_blocks_and_tiles(void)
     dcp_blocks_release(&f);
 }
 
-/* METIS on one sequence of 128 blocks over 8 ranks places 64 units of 2 blocks: every
- * block goes where its unit goes, and so does every computation block of a unit pair. */
+/* METIS on one sequence of 128 blocks over 8 ranks places 64 units of 2 blocks, and the
+ * blocks follow their units; the FM pass over the fine blocks then moves single blocks and
+ * computation blocks only where that lowers the link time, so nearly all stay together. */
 static void test_long_sequence_placed_by_units(void)
 {
     const int32_t len[2] = {128 * 64, 100};
@@ -251,14 +252,19 @@ static void test_long_sequence_placed_by_units(void)
         own[k] = pl.blk_owner;
         exe[k] = pl.comp_exec;
     }
-    for (int32_t t = 0; t < 128; t += 2) CU_ASSERT_EQUAL(own[0][t], own[0][t + 1]);
+    const int pairs = 64; /* units of 2 blocks */
+    int together = 0, follow = 0, comps = 0;
+    for (int32_t t = 0; t < 128; t += 2) together += own[0][t] == own[0][t + 1];
     for (int64_t t = 0; t < b.num_tiles; t++) {
         const int32_t q = b.tile_q[t], kv = b.tile_kv[t];
         if (q >= 128 || (q % 2 == 0 && kv % 2 == 0)) continue;
         const int64_t rep = dcp_blocks_find_tile(&b, q - q % 2, kv - kv % 2);
         CU_ASSERT_FATAL(rep >= 0);
-        CU_ASSERT_EQUAL(exe[0][t], exe[0][rep]);
+        follow += exe[0][t] == exe[0][rep];
+        comps++;
     }
+    CU_ASSERT(together >= pairs * 9 / 10);
+    CU_ASSERT(follow >= comps * 9 / 10);
     /* deterministic */
     CU_ASSERT_EQUAL(memcmp(own[0], own[1], (size_t)b.num_blocks * sizeof(int32_t)), 0);
     CU_ASSERT_EQUAL(memcmp(exe[0], exe[1], (size_t)b.num_tiles * sizeof(int32_t)), 0);
