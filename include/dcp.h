@@ -195,7 +195,10 @@ typedef struct {
                                   of this width instead of a full clique (default 12; 0 = never) */
     int32_t refine;            /* METIS: 1 = balance repair and traffic refinement (default 1) */
     dcp_comm_schedule_t comm_schedule; /* default DCP_COMM_DIVISIONS */
-    int32_t coalesce; /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */
+    int32_t coalesce;    /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */
+    int32_t metis_tries; /* METIS: placements tried with seeds seed, seed+1, ... in [1, 64]; the
+                            plan predicted fastest per training step is kept (default 2). One
+                            METIS run's predicted step time varies by 10-20% with its seed */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */

@@ -297,3 +297,29 @@ dcp_status_t dcp_cost_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
     *bwd_ms_out = worst[1] * 1e3;
     return DCP_OK;
 }
+
+/* The highest efficiency the curve gives any edge in [1, edge]: the log-linear curve peaks on
+ * [1, edge] at an end or at one of its points inside. */
+static double best_efficiency(const dcp_perf_model_t *m, double edge)
+{
+    double best = fmax(dcp_cost_efficiency(m, 1.0), dcp_cost_efficiency(m, edge));
+    for (int32_t i = 0; i < m->eff_n; i++)
+        if (m->eff_tokens[i] >= 1.0 && m->eff_tokens[i] <= edge) best = fmax(best, m->eff_value[i]);
+    return best;
+}
+
+double dcp_cost_chunked_floor(const dcp_plan_t *p, int32_t chunks)
+{
+    const int32_t block = p->opts.block_size;
+    const double per_pair = 4.0 * p->shape.head_dim * p->shape.num_heads;
+    double seconds = 0;
+    for (int32_t s = 0; s < p->num_seqs; s++) {
+        const dcp_seq_info_t *q = &p->seqs[s];
+        const int64_t chunk = chunks > 0 ? (q->len + chunks - 1) / chunks : q->len;
+        const double edge = (double)(chunk < block ? chunk : block);
+        const double pairs = (double)dcp_mask_pairs(&q->mask, q->len, 0, q->len, 0, q->len);
+        seconds +=
+            pairs * per_pair / (p->perf.peak_tflops * 1e12 * best_efficiency(&p->perf, edge));
+    }
+    return seconds / p->num_ranks * 1e3;
+}

@@ -61,4 +61,14 @@ dcp_status_t dcp_cost_attn_floor(const dcp_blocks_t *b, const dcp_placement_t *p
 dcp_status_t dcp_cost_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
                             const dcp_cluster_t *cluster, double *fwd_ms_out, double *bwd_ms_out);
 
+/* A lower bound of the forward time the cost model can predict for any plan of p's batch,
+ * shape, block size and cluster whose sequences are cut into `chunks` chunks each (0: not
+ * cut) and the chunks into token blocks, as ring and zigzag cut them (ms; the backward's is
+ * 2.5 times it). Every tile of sequence s then has an edge of at most E_s = min(block,
+ * ceil(L_s / chunks)) tokens, so it computes at no more than the curve's best efficiency on
+ * [1, E_s]; the busiest rank computes at least the mean of all tiles so timed. O(sequences):
+ * no blocks, tiles or placement, so the planner can rule a baseline out without building
+ * it. */
+double dcp_cost_chunked_floor(const dcp_plan_t *p, int32_t chunks);
+
 #endif

@@ -33,27 +33,33 @@ static int pair_cmp(const void *a, const void *b)
     return (x->v > y->v) - (x->v < y->v);
 }
 
-/* The local vertices of net e: its owner first (when local), then its members in order. */
+/* The distinct local vertices of net e: its owner's first (when local), then its members'
+ * in order. seen[nlocal] holds the last net each vertex was listed for, plus 1. */
 static int32_t net_vertices(const dcp_hypergraph_t *g, const int32_t *local, int64_t e, idx_t *out,
-                            int *owner_local)
+                            int *owner_local, int64_t *seen)
 {
     int32_t k = 0;
     const int32_t o = local[dcp_net_block(g, e)];
     *owner_local = o >= 0;
-    if (o >= 0) out[k++] = o;
+    if (o >= 0) {
+        out[k++] = o;
+        seen[o] = e + 1;
+    }
     for (int64_t i = g->net_off[e]; i < g->net_off[e + 1]; i++) {
         const int32_t v = local[g->num_blocks + g->members[i]];
-        if (v >= 0) out[k++] = v;
+        if (v < 0 || seen[v] == e + 1) continue;
+        seen[v] = e + 1;
+        out[k++] = v;
     }
     return k;
 }
 
 static dcp_status_t clique_pairs(const dcp_hypergraph_t *g, const int32_t *local, int32_t cap,
-                                 idx_t *vs, pairs_t *ps)
+                                 idx_t *vs, int64_t *seen, pairs_t *ps)
 {
     for (int64_t e = 0; e < g->num_nets; e++) {
         int owner_local;
-        const int32_t k = net_vertices(g, local, e, vs, &owner_local);
+        const int32_t k = net_vertices(g, local, e, vs, &owner_local, seen);
         if (k < 2) continue;
         if (cap < 2 || k <= cap) {
             const double w = (double)g->weight[e] / (k - 1);
@@ -73,11 +79,11 @@ static dcp_status_t clique_pairs(const dcp_hypergraph_t *g, const int32_t *local
 }
 
 static dcp_status_t star_pairs(const dcp_hypergraph_t *g, const int32_t *local, idx_t *vs,
-                               pairs_t *ps, double *vsize)
+                               int64_t *seen, pairs_t *ps, double *vsize)
 {
     for (int64_t e = 0; e < g->num_nets; e++) {
         int owner_local;
-        const int32_t k = net_vertices(g, local, e, vs, &owner_local);
+        const int32_t k = net_vertices(g, local, e, vs, &owner_local, seen);
         if (!owner_local || k < 2) continue;
         vsize[vs[0]] += (double)g->weight[e];
         for (int32_t i = 1; i < k; i++) DCP_CHECK(push_pair(ps, vs[0], vs[i], 1.0));
@@ -164,6 +170,7 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
     dcp_metis_graph_t m = {.nv = nlocal};
     pairs_t ps = {0};
     idx_t *vs = NULL;
+    int64_t *seen = NULL;
     double *vsize = NULL;
     int64_t longest = 0;
     for (int64_t e = 0; e < g->num_nets; e++)
@@ -172,10 +179,11 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&m.vwgt, 2 * (int64_t)nlocal, sizeof(idx_t), "metis graph"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&vs, longest + 1, sizeof(idx_t), "metis graph"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&seen, nlocal, sizeof *seen, "metis graph"), st, err);
     DCP_CHECK_GOTO(vertex_weights(b, local, &m), st, err);
     if (how == DCP_EXPAND_STAR) {
         DCP_CHECK_GOTO(dcp_calloc(&vsize, nlocal, sizeof(double), "metis graph"), st, err);
-        DCP_CHECK_GOTO(star_pairs(g, local, vs, &ps, vsize), st, err);
+        DCP_CHECK_GOTO(star_pairs(g, local, vs, seen, &ps, vsize), st, err);
         DCP_CHECK_GOTO(dcp_calloc(&m.vsize, nlocal, sizeof(idx_t), "metis graph"), st, err);
         double tot = 0;
         for (idx_t v = 0; v < m.nv; v++) tot += vsize[v];
@@ -183,17 +191,19 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
             m.vsize[v] =
                 vsize[v] > 0 ? (idx_t)fmax(1.0, llround(vsize[v] * WEIGHT_BUDGET / tot)) : 0;
     } else {
-        DCP_CHECK_GOTO(clique_pairs(g, local, cap, vs, &ps), st, err);
+        DCP_CHECK_GOTO(clique_pairs(g, local, cap, vs, seen, &ps), st, err);
     }
     DCP_CHECK_GOTO(to_csr(&ps, &m), st, err);
     free(ps.p);
     free(vs);
+    free(seen);
     free(vsize);
     *out = m;
     return DCP_OK;
 err:
     free(ps.p);
     free(vs);
+    free(seen);
     free(vsize);
     dcp_metis_graph_release(&m);
     return st;

@@ -32,7 +32,8 @@ typedef struct {
 } dcp_metis_graph_t;
 
 /* `local[v]` is the local vertex of global vertex v, or -1 when v is not in the subgraph;
- * local vertices are 0..nlocal-1. */
+ * local vertices are 0..nlocal-1. Several global vertices may share one local vertex (a
+ * coarse vertex): their weights add, and a net counts the vertex once. */
 dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
                                    const int32_t *local, int32_t nlocal, dcp_expansion_t how,
                                    int32_t cap, dcp_metis_graph_t *out);

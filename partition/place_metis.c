@@ -22,7 +22,6 @@
  * process-wide mutex. A fixed seed makes it deterministic.
  */
 #include "partition/place_metis.h"
-#include "partition/cost.h"
 #include "partition/refine.h"
 
 #include "include/base/error.h"
@@ -80,8 +79,60 @@ typedef struct {
     int refused;
 } run_t;
 
+/* The node level's METIS vertices: every vertex its own (local[v], -1 for none). */
+static int32_t each_vertex(const dcp_hypergraph_t *g, int32_t *local)
+{
+    int32_t n = 0;
+    for (int64_t v = 0; v < g->num_blocks + g->num_comps; v++) local[v] = n++;
+    return n;
+}
+
+/* Tiles per device-level vertex (row_vertices). Whole rows of a long sequence are heavy and
+ * few: they left 1M-token plans on 32x8 25% slower (predicted step, mean of 5 seeds) than
+ * fine vertices; runs of 16 tiles made them 2% faster than fine vertices at a quarter of the
+ * time, runs of 8 and 32 3% and 27% slower. */
+#define ROW_PIECE 16
+
+/* The device level's METIS vertices on node `node`. A node's share cut into 8 or so parts is
+ * where METIS's two-constraint bisection is slowest: it cannot coarsen past vertices of ~1.5%
+ * of a constraint (a token block holds ~3% of a node's memory), so it ran its random initial
+ * bisections on nearly the whole graph, 4-7 ms per node of a 4x8 128K batch. So the node's
+ * computation blocks of one query block (a row), all head groups, form one vertex per run of
+ * at most ROW_PIECE tiles, and a token block joins the last run of its row on the node (the
+ * diagonal, for causal masks) or stands alone; FM (refine.h) then moves single computation
+ * blocks. Tiles are sorted by query block, then KV block, so a row's tiles are consecutive. */
+static int32_t row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
+                            const int32_t *node_of, int32_t node, int32_t *local)
+{
+    const int32_t nb = g->num_blocks, hb = b->head_blocks;
+    int32_t n = 0, q = -1, run = 0, vertex = -1;
+    int32_t *last = local; /* local[t] of a token block holds its row's last run until the end */
+    for (int32_t t = 0; t < nb; t++) last[t] = -1;
+    for (int64_t tile = 0; tile < b->num_tiles; tile++) {
+        int on = 0;
+        for (int32_t h = 0; h < hb; h++) on |= node_of[nb + tile * hb + h] == node;
+        if (!on) {
+            for (int32_t h = 0; h < hb; h++) local[nb + tile * hb + h] = -1;
+            continue;
+        }
+        if (b->tile_q[tile] != q || run == ROW_PIECE) {
+            if (b->tile_q[tile] != q) q = b->tile_q[tile];
+            run = 0;
+            vertex = n++;
+        }
+        run++;
+        last[q] = vertex;
+        for (int32_t h = 0; h < hb; h++)
+            local[nb + tile * hb + h] = node_of[nb + tile * hb + h] == node ? vertex : -1;
+    }
+    for (int32_t t = 0; t < nb; t++)
+        local[t] = node_of[t] != node ? -1 : last[t] >= 0 ? last[t] : n++;
+    return n;
+}
+
 /* Partitions the vertices marked with `node` in node_of (all of them when node < 0) into
- * nparts with METIS method `how`, writing part + base into dest[v]. */
+ * nparts with METIS method `how`, writing part + base into dest[v]. The node level gives
+ * METIS every vertex, the device level rows (row_vertices). */
 static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
                                     dcp_metis_method_t how, const int32_t *node_of, int32_t node,
                                     int32_t nparts, double eps, int32_t base, int32_t *dest)
@@ -93,7 +144,7 @@ static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_
     dcp_metis_graph_t m = {0};
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&local, nv, sizeof *local, "metis"), st, out);
-    for (int64_t v = 0; v < nv; v++) local[v] = node < 0 || node_of[v] == node ? n++ : -1;
+    n = node < 0 ? each_vertex(g, local) : row_vertices(b, g, node_of, node, local);
     st = DCP_OK;
     if (n == 0) goto out;
     DCP_CHECK_GOTO(
@@ -165,31 +216,18 @@ static int balanced(const dcp_blocks_t *b, const dcp_place_in_t *in, const dcp_p
     return ok;
 }
 
-/* Seconds the placement's transfers occupy the links: what the methods compete on. */
-static double link_seconds(const dcp_hypergraph_t *g, const dcp_place_in_t *in,
-                           const dcp_placement_t *p)
-{
-    const dcp_cluster_t *c = in->cluster;
-    int64_t total = 0, inter = 0;
-    if (dcp_hypergraph_traffic(g, p->blk_owner, p->comp_exec, c->num_ranks, c->devs_per_node,
-                               &total, &inter) != DCP_OK)
-        return INFINITY;
-    return (double)(total - inter) / (c->perf.intra_gbps * 1e9) +
-           (double)inter / (c->perf.inter_gbps * 1e9);
-}
-
-/* One method: partition, refine, and its link time when the result is valid (inf when it is
- * not, or when METIS refused: that method just loses). Errors propagate. */
+/* One method: partition and refine; *valid when the result is within the bounds (0 when it
+ * is not, or when METIS refused: that method just has no result). Errors propagate. */
 static dcp_status_t try_method(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
-                               dcp_placement_t *p, double *seconds)
+                               dcp_placement_t *p, int *valid)
 {
     const dcp_place_in_t *in = run->in;
-    *seconds = INFINITY;
+    *valid = 0;
     run->refused = 0;
     DCP_CHECK(hierarchical(b, g, run, p));
     if (run->refused) return DCP_OK;
     if (in->opts->refine) DCP_CHECK(dcp_refine(b, g, in, in->opts->eps_intra, p));
-    if (balanced(b, in, p, in->opts->eps_intra)) *seconds = link_seconds(g, in, p);
+    *valid = balanced(b, in, p, in->opts->eps_intra);
     return DCP_OK;
 }
 
@@ -199,42 +237,23 @@ static int32_t metis_chunks(int32_t num_ranks)
     return 0;
 }
 
-/* METIS on the blocks as they are: the best valid result of the methods into p, and
- * *found = 0 when no method gives one (p is then unspecified). */
+/* METIS on the blocks as they are: k-way at the node level, or recursive bisection where
+ * k-way has no valid result, into p; *found = 0 when neither gives one (p is then
+ * unspecified). Recursive bisection as a second opinion on every batch whose transfers would
+ * not hide behind its kernels won 0 of 18 4x8 128K batches once the planner keeps the better
+ * of two seeds (options.metis_tries) and doubled the time of 1M-token plans on 32x8. */
 static dcp_status_t place_blocks(const dcp_place_in_t *in, dcp_metis_fn_t fn, dcp_placement_t *p,
                                  int *found)
 {
     const dcp_blocks_t *b = in->blocks;
-    const int64_t ncomp = b->num_tiles * b->head_blocks;
     dcp_hypergraph_t g;
-    dcp_placement_t cand = {0};
     DCP_CHECK(dcp_hypergraph_build(b, &g));
-    dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&cand.blk_owner, b->num_blocks, sizeof(int32_t), "metis"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&cand.comp_exec, ncomp, sizeof(int32_t), "metis"), st, out);
-    double best = INFINITY;
-    int clearly_good = 0;
-    for (int how = 0; how < DCP_METIS_METHODS && !clearly_good; how++) {
-        double seconds;
+    dcp_status_t st = DCP_OK;
+    *found = 0;
+    for (int how = 0; how < DCP_METIS_METHODS && !*found && st == DCP_OK; how++) {
         run_t run = {in, fn, (dcp_metis_method_t)how, 0};
-        DCP_CHECK_GOTO(try_method(b, &g, &run, &cand, &seconds), st, out);
-        if (seconds < INFINITY) {
-            double compute_ms;
-            DCP_CHECK_GOTO(dcp_cost_attn_floor(b, &cand, in->cluster->num_ranks, &in->cluster->perf,
-                                               &compute_ms),
-                           st, out);
-            clearly_good = seconds / in->cluster->num_ranks <= compute_ms * 1e-3;
-        }
-        if (seconds < best) {
-            best = seconds;
-            memcpy(p->blk_owner, cand.blk_owner, (size_t)b->num_blocks * sizeof(int32_t));
-            memcpy(p->comp_exec, cand.comp_exec, (size_t)ncomp * sizeof(int32_t));
-        }
+        st = try_method(b, &g, &run, p, found);
     }
-    *found = best < INFINITY;
-out:
-    free(cand.blk_owner);
-    free(cand.comp_exec);
     dcp_hypergraph_release(&g);
     return st;
 }

@@ -110,6 +110,9 @@ static inline int32_t dcp_plan_elem_bytes(const dcp_plan_t *p, int32_t b)
     return dcp_buf_elem_bytes(b, p->shape.dtype);
 }
 
+/* Most METIS placements one plan may try (options.metis_tries). */
+#define DCP_MAX_METIS_TRIES 64
+
 /* Most bytes of work buffers (accumulators, staging, received blocks, partials) one rank of
  * a plan may need: dcp_plan_create() refuses to make a larger plan (DCP_ERR_CAPACITY) and
  * dcp_plan_deserialize() to load one (DCP_ERR_PLAN_CORRUPT). */

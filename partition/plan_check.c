@@ -55,7 +55,8 @@ static dcp_status_t check_meta(const dcp_plan_t *p)
         o->divisions < 1 || o->divisions > 1024 || (unsigned)o->strategy >= DCP_STRATEGY_COUNT ||
         !(o->eps_inter >= 0) || !(o->eps_intra >= 0) || o->mem_cap_bytes < 0 ||
         (unsigned)o->expansion > DCP_EXPAND_STAR || o->net_cap < 0 || (o->refine & ~1) ||
-        (unsigned)o->comm_schedule > DCP_COMM_ROUNDS || o->coalesce < 1)
+        (unsigned)o->comm_schedule > DCP_COMM_ROUNDS || o->coalesce < 1 || o->metis_tries < 1 ||
+        o->metis_tries > DCP_MAX_METIS_TRIES)
         return CORRUPT("plan: options are invalid");
     if (dcp_perf_model_check(&p->perf, "plan cost model") != DCP_OK || (p->fallback & ~1))
         return CORRUPT("plan: cost model figures are invalid");

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PLAN_MAGIC        "DCPPLAN"
-#define PLAN_VERSION      2u /* 2: backward programs */
+#define PLAN_VERSION      3u /* 2: backward programs; 3: options.metis_tries */
 #define PLAN_HEADER_BYTES 32u
 
 enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS };
@@ -255,6 +255,7 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_i32(c, &o->refine);
     f_enum(c, &o->comm_schedule);
     f_i32(c, &o->coalesce);
+    f_i32(c, &o->metis_tries);
     f_i32(c, &p->num_xfers);
     f_i32(c, &p->num_phases);
     for (int k = 0; k <= DCP_PASS_COUNT; k++) {

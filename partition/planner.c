@@ -32,6 +32,7 @@ void dcp_plan_options_default(dcp_plan_options_t *opts_out)
         .refine = 1,
         .comm_schedule = DCP_COMM_DIVISIONS,
         .coalesce = 1,
+        .metis_tries = 2,
     };
 }
 
@@ -71,6 +72,9 @@ static dcp_status_t check_options(const dcp_plan_options_t *o)
     if (o->coalesce < 1 || o->coalesce > 65536)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.coalesce = %d, must be in [1, 65536]",
                              o->coalesce);
+    if (o->metis_tries < 1 || o->metis_tries > DCP_MAX_METIS_TRIES)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "options.metis_tries = %d, must be in [1, %d]",
+                             o->metis_tries, DCP_MAX_METIS_TRIES);
     return DCP_OK;
 }
 
@@ -167,8 +171,20 @@ static int no_slower(const dcp_plan_t *a, const dcp_plan_t *b)
     return a->stats.predicted_ms <= b->stats.predicted_ms && step_ms(a) <= step_ms(b);
 }
 
-/* Lower bounds of a placement's predicted forward and training-step times
- * (dcp_cost_floor). */
+/* Keeps in *best the plan predicted faster per training step, *best on a tie, and destroys
+ * the other. */
+static void keep_faster(dcp_plan_t **best, dcp_plan_t *p)
+{
+    if (!*best || step_ms(p) < step_ms(*best)) {
+        dcp_plan_destroy(*best);
+        *best = p;
+    } else {
+        dcp_plan_destroy(p);
+    }
+}
+
+/* Lower bounds of the forward and training-step times the cost model can predict for a
+ * baseline's plans (dcp_cost_chunked_floor, dcp_cost_floor). */
 typedef struct {
     double fwd, step;
 } floor_t;
@@ -182,62 +198,72 @@ static int floor_not_faster(floor_t f, const dcp_plan_t *p)
     return f.fwd * m >= p->stats.predicted_ms && f.step * m >= step_ms(p);
 }
 
-/* 1 when a placement with floor f cannot make a plan no slower than p, forward and step. */
-static int floor_slower(floor_t f, const dcp_plan_t *p)
+/* METIS's plan: options.metis_tries placements with seeds seed, seed + 1, ..., and the plan
+ * predicted fastest per training step (ties: the earlier seed). One METIS run's predicted
+ * step varies by 10-20% with its seed, and a try costs a few milliseconds once the device
+ * level partitions rows (place_metis.c), so trying two and keeping the better is the cheapest
+ * quality there is. The plan's options carry the seed that made it. */
+static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                     const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                     dcp_plan_t **plan_out)
 {
-    const double m = 1.0 - 1e-9;
-    return f.fwd * m > p->stats.predicted_ms || f.step * m > step_ms(p);
+    dcp_plan_t *best = NULL;
+    for (int32_t k = 0; k < o->metis_tries; k++) {
+        dcp_plan_options_t t = *o;
+        t.seed = o->seed + (uint64_t)k;
+        dcp_plan_t *p = NULL;
+        const dcp_status_t st = plan_one(batch, shape, &t, cluster, &p);
+        if (st != DCP_OK) {
+            dcp_plan_destroy(best);
+            return st;
+        }
+        keep_faster(&best, p);
+    }
+    *plan_out = best;
+    return DCP_OK;
 }
 
 /* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline, forward or training
  * step: METIS's plan is kept only when it is no slower than zigzag's on both, else zigzag's
- * plan is returned. Both placements are made first; their floors (the compute and link time
- * no plan on them can beat, dcp_cost_floor) order the two plannings and skip the second
- * where it cannot change the choice: zigzag's many small transfers make its floor high on
- * most batches, so its programs are rarely built. */
+ * plan is returned. Zigzag is built only where it might win, in steps of rising cost:
+ *  1. its chunked floor (dcp_cost_chunked_floor: O(sequences), from the batch alone) -
+ *     zigzag's thin chunks of short sequences compute at low efficiency, so on most batches
+ *     this alone rules it out and zigzag is never placed;
+ *  2. its placement's floor (dcp_cost_floor: compute and link time);
+ *  3. its plan.
+ * Each floor is a lower bound of what the cost model can predict for zigzag, so a skipped
+ * step could never have changed the choice. */
 static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                dcp_plan_t **plan_out)
 {
-    dcp_placed_t x[2]; /* METIS, zigzag */
-    memset(x, 0, sizeof x);
-    floor_t fl[2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
-    int have[2] = {0, 0};
-    dcp_plan_t *plan[2] = {NULL, NULL};
-    dcp_plan_options_t zo = *o;
-    zo.strategy = DCP_STRATEGY_ZIGZAG;
-    const dcp_plan_options_t *opts[2] = {o, &zo};
+    dcp_plan_t *plan[2] = {NULL, NULL}; /* METIS, zigzag */
+    DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &plan[0]));
+    const double f =
+        dcp_cost_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks));
+    floor_t fl = {f, 3.5 * f}; /* the backward's tiles: 2.5x the forward's FLOPs */
     dcp_status_t st = DCP_OK;
-    for (int k = 0; k < 2 && st == DCP_OK; k++) {
-        st = dcp_place_batch(batch, shape, opts[k], cluster, &x[k]);
-        double bwd = 0;
-        if (st == DCP_OK) st = dcp_cost_floor(&x[k].b, &x[k].pl, cluster, &fl[k].fwd, &bwd);
-        fl[k].step = fl[k].fwd + bwd;
-        if (k == 1 && st == DCP_ERR_CAPACITY)
+    if (!floor_not_faster(fl, plan[0])) {
+        dcp_plan_options_t zo = *o;
+        zo.strategy = DCP_STRATEGY_ZIGZAG;
+        dcp_placed_t x = {0};
+        double fwd = 0, bwd = 0;
+        st = dcp_place_batch(batch, shape, &zo, cluster, &x);
+        if (st == DCP_OK) st = dcp_cost_floor(&x.b, &x.pl, cluster, &fwd, &bwd);
+        if (st == DCP_OK) {
+            fl = (floor_t){fmax(fl.fwd, fwd), fmax(fl.step, fwd + bwd)};
+            if (!floor_not_faster(fl, plan[0])) st = plan_placed(&x, cluster, &plan[1]);
+        } else if (st == DCP_ERR_CAPACITY) {
             st = DCP_OK; /* zigzag does not fit the cap or the planning limit */
-        else
-            have[k] = st == DCP_OK;
-    }
-    const int first = fl[1].fwd < fl[0].fwd ? 1 : 0;
-    for (int i = 0; i < 2 && st == DCP_OK; i++) {
-        const int k = i == 0 ? first : 1 - first;
-        if (!have[k]) continue;
-        if (i == 1 && plan[1 - k]) {
-            const dcp_plan_t *done = plan[1 - k];
-            if (k == 0 && floor_slower(fl[0], done)) continue;     /* METIS cannot qualify */
-            if (k == 1 && floor_not_faster(fl[1], done)) continue; /* METIS's stands */
         }
-        st = plan_placed(&x[k], cluster, &plan[k]);
+        dcp_placed_release(&x);
     }
-    dcp_placed_release(&x[0]);
-    dcp_placed_release(&x[1]);
-    const int keep = plan[0] && (!plan[1] || no_slower(plan[0], plan[1])) ? 0 : 1;
-    if (st == DCP_OK && !plan[keep]) st = dcp_set_error(DCP_ERR_INTERNAL, "metis: no plan made");
     if (st != DCP_OK) {
         dcp_plan_destroy(plan[0]);
         dcp_plan_destroy(plan[1]);
         return st;
     }
+    const int keep = !plan[1] || no_slower(plan[0], plan[1]) ? 0 : 1;
     dcp_plan_destroy(plan[1 - keep]);
     *plan_out = plan[keep];
     return DCP_OK;
@@ -265,12 +291,7 @@ static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *
                 dcp_plan_destroy(best);
                 return st;
             }
-            if (!best || step_ms(p) < step_ms(best)) {
-                dcp_plan_destroy(best);
-                best = p;
-            } else {
-                dcp_plan_destroy(p);
-            }
+            keep_faster(&best, p);
         }
     if (!best)
         return dcp_set_error(DCP_ERR_CAPACITY,

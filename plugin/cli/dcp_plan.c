@@ -27,7 +27,7 @@ static const char *tool = "dcp-plan";
 
 typedef struct {
     int json, no_refine, per_batch, simulate;
-    int64_t repeat, net_cap, coalesce;
+    int64_t repeat, net_cap, coalesce, metis_tries;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
         *sim_kernels;
@@ -160,6 +160,7 @@ static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
     c->opts.net_cap = (int32_t)pf->net_cap;
     c->opts.refine = !pf->no_refine;
     c->opts.coalesce = (int32_t)pf->coalesce;
+    c->opts.metis_tries = (int32_t)pf->metis_tries;
     c->opts.eps_inter = pf->eps_inter;
     c->opts.eps_intra = pf->eps_intra;
     if (pf->kernel_table) read_kernel_table(pf->kernel_table, c->cluster);
@@ -359,12 +360,13 @@ int main(int argc, char **argv)
     plan_flags_t pf = {.repeat = 1,
                        .net_cap = lib.net_cap,
                        .coalesce = lib.coalesce,
+                       .metis_tries = lib.metis_tries,
                        .eps_inter = lib.eps_inter,
                        .eps_intra = lib.eps_intra,
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 21 };
+    enum { NOWN = 22 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -386,6 +388,8 @@ int main(int argc, char **argv)
         {"expansion", DCPT_ARG_STR, &pf.expansion, 0, 0, "METIS graph: clique or star", 0},
         {"net-cap", DCPT_ARG_INT, &pf.net_cap, 0, 4096,
          "clique expansion band width, 0 = full cliques", 0},
+        {"metis-tries", DCPT_ARG_INT, &pf.metis_tries, 1, 64,
+         "METIS placements tried (seeds); the plan predicted fastest is kept", 0},
         {"no-refine", DCPT_ARG_FLAG, &pf.no_refine, 0, 0,
          "skip METIS balance repair and refinement", 0},
         {"eps-inter", DCPT_ARG_DOUBLE, &pf.eps_inter, 0, 100, "METIS imbalance between nodes", 0},

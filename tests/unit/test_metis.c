@@ -88,6 +88,41 @@ static void test_clique_weights(void)
     dcp_blocks_release(&b);
 }
 
+/* The same three blocks with each row - a query block and its tiles - as one vertex, as the
+ * device level builds them: weights add, a net counts a shared vertex once (so a net whose
+ * vertices all share one vertex adds no edge), and no vertex is joined to itself. */
+static void test_shared_vertices(void)
+{
+    const int32_t len[1] = {48};
+    dcp_blocks_t b;
+    blocks_of(&b, len, 1, DCP_MASK_CAUSAL, 16);
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    /* rows: block 0 + (0,0); block 1 + (1,0) (1,1); block 2 + (2,0) (2,1) (2,2) */
+    const int32_t local[9] = {0, 1, 2, 0, 1, 1, 2, 2, 2};
+    dcp_metis_graph_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_metis_graph_build(&b, &g, local, 3, DCP_EXPAND_CLIQUE, 0, &m),
+                          DCP_OK);
+    CU_ASSERT_EQUAL(m.nv, 3);
+    CU_ASSERT_EQUAL(m.edges, 3); /* rows 0-1, 0-2, 1-2 */
+    for (idx_t v = 0; v < m.nv; v++)
+        for (idx_t i = m.xadj[v]; i < m.xadj[v + 1]; i++) CU_ASSERT(m.adjncy[i] != v);
+    /* row 2 holds 3 tiles of 16 x 16 (2 full, 1 causal) against row 0's one causal tile */
+    const double causal = 16 * 17 / 2, full = 256;
+    CU_ASSERT_DOUBLE_EQUAL((double)m.vwgt[2 * 2] / (double)m.vwgt[0], (2 * full + causal) / causal,
+                           1e-3 * (2 * full + causal) / causal);
+    CU_ASSERT_EQUAL(m.vwgt[1], m.vwgt[2 * 2 + 1]); /* one block of bytes each */
+    /* KV(0) spans rows 0, 1, 2 (three distinct vertices: weight / 2 per pair); KV(1) rows 1
+     * and 2 (weight / 1); the Q nets lie inside their rows */
+    const double w0 = (double)g.weight[3] / 2, w1 = (double)g.weight[4];
+    CU_ASSERT_DOUBLE_EQUAL((double)edge_weight(&m, 1, 2) / (double)edge_weight(&m, 0, 1),
+                           (w0 + w1) / w0, 1e-3 * (w0 + w1) / w0);
+    CU_ASSERT_EQUAL(edge_weight(&m, 0, 1), edge_weight(&m, 0, 2));
+    dcp_metis_graph_release(&m);
+    dcp_hypergraph_release(&g);
+    dcp_blocks_release(&b);
+}
+
 /* A long causal sequence: KV(0) has one member per query block. With a cap the graph has
  * O(members x cap) edges instead of a quadratic clique. */
 static void test_large_nets_are_banded(void)
@@ -308,6 +343,7 @@ int dcp_suite_metis(void)
 {
     static const dcp_test_t tests[] = {
         {"clique_weights", test_clique_weights},
+        {"shared_vertices", test_shared_vertices},
         {"large_nets_are_banded", test_large_nets_are_banded},
         {"invalid_result_falls_back_to_lpt", test_invalid_result_falls_back_to_lpt},
         {"single_part_needs_no_metis", test_single_part_needs_no_metis},

@@ -223,7 +223,7 @@ static void test_serialize_arguments(void)
 
 /* ---- hostile bytes: bounded memory, canonical form ---------------------------------------- */
 
-#define XFERS_AT 136 /* i32 transfer count: header 32, META tag, 26 fields before it */
+#define XFERS_AT 140 /* i32 transfer count: header 32, META tag, 27 fields before it */
 
 static void put_i32(uint8_t *b, size_t at, int32_t v)
 {

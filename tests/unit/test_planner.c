@@ -35,6 +35,16 @@ static void test_options_default_documented(void)
     CU_ASSERT_EQUAL(o.refine, 1);
     CU_ASSERT_EQUAL(o.comm_schedule, DCP_COMM_DIVISIONS);
     CU_ASSERT_EQUAL(o.coalesce, 1);
+    CU_ASSERT_EQUAL(o.metis_tries, 2);
+}
+
+/* p's serialized bytes (malloc'ed) and their size. */
+static uint8_t *plan_bytes(const dcp_plan_t *p, size_t *size)
+{
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, size), DCP_OK);
+    uint8_t *bytes = malloc(*size);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes, *size, size), DCP_OK);
+    return bytes;
 }
 
 static double step_ms(const dcp_plan_t *p)
@@ -163,6 +173,12 @@ static void test_attn_floor_below_prediction(void)
             /* the floor with link time holds too, and is at least the compute floor */
             CU_ASSERT(fwd_ms >= floor_ms && bwd_ms >= 2.5 * floor_ms * (1 - 1e-12));
             CU_ASSERT(fwd_ms <= p->stats.predicted_ms * (1 + 1e-9));
+            /* the baselines' chunked floor lies below their placement's compute floor */
+            if (s == DCP_STRATEGY_RING || s == DCP_STRATEGY_ZIGZAG) {
+                const double cf =
+                    dcp_cost_chunked_floor(p, dcp_strategy_ops(o.strategy)->chunks(8));
+                CU_ASSERT(cf > 0 && cf <= floor_ms * (1 + 1e-9));
+            }
             CU_ASSERT(bwd_ms <= p->stats.bwd_predicted_ms * (1 + 1e-9));
             if (p->stats.comm_bytes > 0 && s == DCP_STRATEGY_RING && k == 1)
                 CU_ASSERT(fwd_ms > floor_ms); /* ring on full masks is link-bound */
@@ -171,6 +187,95 @@ static void test_attn_floor_below_prediction(void)
             free(pl.comp_exec);
             dcp_blocks_release(&b);
         }
+    dcp_cluster_destroy(c);
+}
+
+/* dcp_cost_chunked_floor bounds every ring and zigzag plan from below on any kernel curve -
+ * one that peaks mid-way included - and on a batch of short sequences, whose zigzag chunks
+ * are thin, it is above METIS's plan: the planner rules zigzag out without placing it. */
+static void test_chunked_floor(void)
+{
+    static const char *clusters[] = {"2x4", "2x4:tflops=50"};
+    const double tokens[4] = {16, 64, 256, 1024}, peaked[4] = {0.05, 0.7, 0.2, 0.3};
+    const dcp_attn_shape_t sh = {8, 2, 128, DCP_DTYPE_BF16, 0.0f};
+    int32_t len[48];
+    for (int i = 0; i < 48; i++) len[i] = 700 + 137 * (i % 11);
+    dcp_mask_t m[48];
+    for (int i = 0; i < 48; i++)
+        m[i] = (dcp_mask_t){.kind = i % 2 ? DCP_MASK_CAUSAL : DCP_MASK_FULL};
+    const dcp_batch_t batch = {48, len, m};
+    for (int k = 0; k < 2; k++) {
+        dcp_cluster_t *c = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(clusters[k], &c), DCP_OK);
+        if (k == 1)
+            CU_ASSERT_EQUAL_FATAL(dcp_cluster_set_kernel_table(c, 4, tokens, peaked), DCP_OK);
+        dcp_plan_t *p[DCP_STRATEGY_COUNT];
+        for (int s = 0; s < DCP_STRATEGY_COUNT; s++) {
+            dcp_plan_options_t o;
+            dcp_plan_options_default(&o);
+            o.strategy = (dcp_strategy_t)s;
+            o.block_size = 1024;
+            p[s] = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &sh, &o, c, &p[s]), DCP_OK);
+        }
+        for (int s = DCP_STRATEGY_RING; s <= DCP_STRATEGY_ZIGZAG; s++) {
+            const double f =
+                dcp_cost_chunked_floor(p[s], dcp_strategy_ops((dcp_strategy_t)s)->chunks(8));
+            CU_ASSERT(f > 0);
+            CU_ASSERT(f <= p[s]->stats.predicted_ms * (1 + 1e-9));
+            CU_ASSERT(2.5 * f <= p[s]->stats.bwd_predicted_ms * (1 + 1e-9));
+        }
+        const double zf = dcp_cost_chunked_floor(p[DCP_STRATEGY_METIS], 16);
+        if (k == 0) CU_ASSERT(zf > p[DCP_STRATEGY_METIS]->stats.predicted_ms);
+        for (int s = 0; s < DCP_STRATEGY_COUNT; s++) dcp_plan_destroy(p[s]);
+        dcp_cluster_destroy(c);
+    }
+}
+
+/* options.metis_tries: out of [1, 64] refused by name; more tries never give a plan predicted
+ * slower per training step (the first try is the one-try plan), the plan names the seed of
+ * the try it came from, and it is the same plan every time. */
+static void test_metis_tries(void)
+{
+    const int32_t len[6] = {3000, 1800, 900, 500, 4100, 7};
+    dcp_mask_t m[6];
+    for (int i = 0; i < 6; i++)
+        CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("lambda:16:700", &m[i]), DCP_OK);
+    const dcp_batch_t batch = {6, len, m};
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 128;
+    o.seed = 5;
+    dcp_plan_t *p = NULL;
+    const int bad[2] = {0, 65};
+    for (int i = 0; i < 2; i++) {
+        o.metis_tries = bad[i];
+        CU_ASSERT_EQUAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NULL(p);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "options.metis_tries"));
+    }
+    double prev = 0;
+    for (int tries = 1; tries <= 3; tries++) {
+        o.metis_tries = tries;
+        uint8_t *bytes[2];
+        size_t size[2];
+        for (int k = 0; k < 2; k++) {
+            CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+            const double step = step_ms(p);
+            if (tries > 1) CU_ASSERT(step <= prev);
+            prev = step;
+            if (p->stats.strategy == DCP_STRATEGY_METIS)
+                CU_ASSERT(p->opts.seed >= 5 && p->opts.seed < 5 + (uint64_t)tries);
+            CU_ASSERT_EQUAL(p->opts.metis_tries, tries);
+            bytes[k] = plan_bytes(p, &size[k]);
+            dcp_plan_destroy(p);
+        }
+        CU_ASSERT(size[0] == size[1] && !memcmp(bytes[0], bytes[1], size[0]));
+        free(bytes[0]);
+        free(bytes[1]);
+    }
     dcp_cluster_destroy(c);
 }
 
@@ -288,9 +393,7 @@ static void test_default_deterministic_long(void)
     size_t size[2];
     for (int k = 0; k < 2; k++) {
         dcp_plan_t *p = t_plan_opts(len, 2, m, "2x4", &o);
-        CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &size[k]), DCP_OK);
-        bytes[k] = malloc(size[k]);
-        CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes[k], size[k], &size[k]), DCP_OK);
+        bytes[k] = plan_bytes(p, &size[k]);
         dcp_plan_destroy(p);
     }
     CU_ASSERT(size[0] == size[1] && !memcmp(bytes[0], bytes[1], size[0]));
@@ -306,6 +409,8 @@ int dcp_suite_planner(void)
         {"default_not_slower_histogram", test_default_not_slower_histogram},
         {"default_not_slower_shared_lengths", test_default_not_slower_shared_lengths},
         {"attn_floor_below_prediction", test_attn_floor_below_prediction},
+        {"chunked_floor", test_chunked_floor},
+        {"metis_tries", test_metis_tries},
         {"coarsen_maps_blocks_and_tiles", test_coarsen_maps_blocks_and_tiles},
         {"long_sequence_placed_by_units", test_long_sequence_placed_by_units},
         {"default_deterministic_long", test_default_deterministic_long},

@@ -57,7 +57,8 @@ class PlanOptions(C.Structure):
                 ("eps_inter", C.c_double), ("eps_intra", C.c_double),
                 ("mem_cap_bytes", C.c_int64), ("seed", C.c_uint64),
                 ("expansion", C.c_int), ("net_cap", C.c_int32), ("refine", C.c_int32),
-                ("comm_schedule", C.c_int), ("coalesce", C.c_int32)]
+                ("comm_schedule", C.c_int), ("coalesce", C.c_int32),
+                ("metis_tries", C.c_int32)]
 
 
 class PlanStats(C.Structure):
@@ -453,12 +454,12 @@ class BatchArgs:
 
 def shape_from_bytes(data):
     """The attention shape in serialized plan bytes (the META section that opens the
-    payload, plan format version 2) as a Shape, or None for another format. Read only from
+    payload, plan format version 3) as a Shape, or None for another format. Read only from
     bytes libdcp has accepted."""
     if len(data) < 32 + 4 + 32 or data[:8] != b"DCPPLAN\0":
         return None
     version, header = struct.unpack_from("<II", data, 8)
-    if version != 2 or len(data) < header + 36:
+    if version != 3 or len(data) < header + 36:
         return None
     tag, = struct.unpack_from("<I", data, header)
     if tag != 0x4154454d:  # "META"

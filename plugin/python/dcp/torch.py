@@ -165,7 +165,8 @@ def plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype, block
     "2x4" or a Context (its ranks' cluster); dtype torch.float32/bfloat16/float16.
     block_size, strategy ("ring", "zigzag", "lpt", "metis", "auto") and the other options
     (head_blocks, divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion, net_cap,
-    refine, comm_schedule, coalesce, and scale for the softmax) default to the library's."""
+    refine, comm_schedule, coalesce, metis_tries, and scale for the softmax) default to the
+    library's."""
     batch, shape, opts = _request(lengths, mask, num_heads, num_kv_heads, head_dim, dtype,
                                   block_size, strategy, options)
     cl, made = _cluster(cluster)
