@@ -2,20 +2,16 @@
  * The METIS strategy: the block hypergraph expanded to a graph (partition/metis_graph.h)
  * and partitioned with METIS 5.1 under two constraints (compute, memory), hierarchically:
  * first into nodes with imbalance eps_inter, then each node's part into its devices with
- * eps_intra; then balance repair and traffic refinement (partition/refine.h).
+ * eps_intra; then balance repair and FM refinement (partition/refine.h).
  *
- * The node level runs one of METIS's two methods, direct k-way or recursive bisection:
- * k-way first, and recursive bisection only where k-way's result is not clearly good -
- * invalid, or communication-bound (its link time - intra- and inter-node bytes over their
- * bandwidths - per rank above its busiest rank's compute, so transfers would not hide
- * behind kernels) - and the lower link time of the two is kept. The device level always
- * bisects: its graphs are small (a node's share) and cut into 8 or so parts, where k-way
- * spends nearly all of its time in its initial partitioning, which is itself 4 or 5
- * recursive bisections of the whole graph under two constraints (METIS 5.1's kmetis.c). On
- * the 18 4x8 128K batches of issue 14 bisecting the devices took the median plan from 76
- * to 25 ms with the FM refinement making up the difference: 5188 MB moved against 5384 with
- * k-way devices (6561 before FM). A result is valid when every rank is within the balance
- * bounds of place.h and the memory cap; when neither is, lpt replaces them
+ * The node level runs METIS's direct k-way on every vertex (recursive bisection only where
+ * k-way has no valid result). The device level bisects rows (row_vertices): a node's share is
+ * small and cut into 8 or so parts, where k-way spends nearly all of its time in an initial
+ * partitioning that is itself recursive bisection, and where the two-constraint bisection
+ * cannot coarsen single blocks. On the 18 4x8 128K batches of issue 14 rows took METIS from
+ * 15-25 ms to 2-4 ms a plan, the predicted step time within 2% (geometric mean over three
+ * METIS seeds); the FM pass moves single blocks afterwards. A result is valid when every rank is within the
+ * balance bounds of place.h and the memory cap; when none is, lpt replaces it
  * (stats.fallback).
  *
  * METIS is not thread-safe and installs signal handlers while it runs: every call holds one
