@@ -20,14 +20,14 @@ F="--ranks 8 --cluster 2x4 --seqlens 3000,1800,1200,900,700,400,192 --block 512 
 # caches and the memory bandwidth to itself and the simulation came out 10-20% fast.
 for i in $(seq "$(nproc)"); do
     "$B/dcp-kernel-bench" --device cpu --kernel attn,bwd,merge,copy --mask full,causal \
-        --total 2048 --tile 128,256,512 --head-dim 64 --gqa 4:2 --warmup 1 --iters 3 --json \
+        --total 2048 --tile 32,64,128,256,512 --head-dim 64 --gqa 4:2 --warmup 1 --iters 3 --json \
         >"$T/kernels.$i.json" &
 done
 wait
 cat "$T"/kernels.*.json >"$T/kernels.json"
-"$B/dcp-attn-test" $F --backward --warmup 1 --iters 3 --json >"$T/threads.json"
+"$B/dcp-attn-test" $F --backward --warmup 1 --iters 7 --json >"$T/threads.json"
 mpirun --allow-run-as-root --oversubscribe -np 8 "$B/dcp-attn-test" $F --backward --warmup 1 \
-    --iters 3 --json >"$T/mpi.json"
+    --iters 7 --json >"$T/mpi.json"
 "$B/dcp-plan" $F --dtype fp32 --json --simulate --sim-kernels "$T/kernels.json" \
     --sim-host-cores "$CORES" >"$T/sim.json"
 python3 - "$T" <<'PY'
