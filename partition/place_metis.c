@@ -5,13 +5,13 @@
  * eps_intra; then balance repair and FM refinement (partition/refine.h).
  *
  * The node level runs METIS's direct k-way on every vertex (recursive bisection only where
- * k-way has no valid result). The device level bisects rows (row_vertices): a node's share is
- * small and cut into 8 or so parts, where k-way spends nearly all of its time in an initial
- * partitioning that is itself recursive bisection, and where the two-constraint bisection
+ * k-way has no valid result). The device level bisects rows (dcp_metis_row_vertices): a node's
+ * share is small and cut into 8 or so parts, where k-way spends nearly all of its time in an
+ * initial partitioning that is itself recursive bisection, and where the two-constraint bisection
  * cannot coarsen single blocks. On the 18 4x8 128K batches of issue 14 rows took METIS from
  * 15-25 ms to 2-4 ms a plan, the predicted step time within 2% (geometric mean over three
- * METIS seeds); the FM pass moves single blocks afterwards. A result is valid when every rank is within the
- * balance bounds of place.h and the memory cap; when none is, lpt replaces it
+ * METIS seeds); the FM pass moves single blocks afterwards. A result is valid when every rank is
+ * within the balance bounds of place.h and the memory cap; when none is, lpt replaces it
  * (stats.fallback).
  *
  * METIS is not thread-safe and installs signal handlers while it runs: every call holds one
@@ -67,26 +67,31 @@ dcp_status_t dcp_metis_partition(dcp_metis_graph_t *m, int32_t nparts, double ep
     return DCP_OK;
 }
 
-/* One placement run: the partitioner, the method, and whether METIS refused some level. */
+/* One placement run: the partitioner, the node level's method, whether the device level
+ * partitions rows (else single blocks), and whether METIS refused some level. */
 typedef struct {
     const dcp_place_in_t *in;
     dcp_metis_fn_t fn;
     dcp_metis_method_t how;
+    int rows;
     int refused;
 } run_t;
 
-/* The node level's METIS vertices: every vertex its own (local[v], -1 for none). */
-static int32_t each_vertex(const dcp_hypergraph_t *g, int32_t *local)
+/* METIS vertices on node `node` (every node when node < 0), one per block: local[v], -1 for
+ * a vertex elsewhere. */
+static int32_t each_vertex(const dcp_hypergraph_t *g, const int32_t *node_of, int32_t node,
+                           int32_t *local)
 {
     int32_t n = 0;
-    for (int64_t v = 0; v < g->num_blocks + g->num_comps; v++) local[v] = n++;
+    for (int64_t v = 0; v < g->num_blocks + g->num_comps; v++)
+        local[v] = node < 0 || node_of[v] == node ? n++ : -1;
     return n;
 }
 
-/* Tiles per device-level vertex (row_vertices). Whole rows of a long sequence are heavy and
- * few: they left 1M-token plans on 32x8 25% slower (predicted step, mean of 5 seeds) than
- * fine vertices; runs of 16 tiles made them 2% faster than fine vertices at a quarter of the
- * time, runs of 8 and 32 3% and 27% slower. */
+/* Tiles per device-level vertex (dcp_metis_row_vertices). Whole rows of a long sequence are heavy
+ * and few: they left 1M-token plans on 32x8 25% slower (predicted step, mean of 5 seeds) than fine
+ * vertices; runs of 16 tiles made them 2% faster than fine vertices at a quarter of the time, runs
+ * of 8 and 32 3% and 27% slower. */
 #define ROW_PIECE 16
 
 /* The device level's METIS vertices on node `node`. A node's share cut into 8 or so parts is
@@ -97,8 +102,8 @@ static int32_t each_vertex(const dcp_hypergraph_t *g, int32_t *local)
  * at most ROW_PIECE tiles, and a token block joins the last run of its row on the node (the
  * diagonal, for causal masks) or stands alone; FM (refine.h) then moves single computation
  * blocks. Tiles are sorted by query block, then KV block, so a row's tiles are consecutive. */
-static int32_t row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
-                            const int32_t *node_of, int32_t node, int32_t *local)
+int32_t dcp_metis_row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
+                               const int32_t *node_of, int32_t node, int32_t *local)
 {
     const int32_t nb = g->num_blocks, hb = b->head_blocks;
     int32_t n = 0, q = -1, run = 0, vertex = -1;
@@ -128,7 +133,7 @@ static int32_t row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
 
 /* Partitions the vertices marked with `node` in node_of (all of them when node < 0) into
  * nparts with METIS method `how`, writing part + base into dest[v]. The node level gives
- * METIS every vertex, the device level rows (row_vertices). */
+ * METIS every vertex, the device level rows (dcp_metis_row_vertices). */
 static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
                                     dcp_metis_method_t how, const int32_t *node_of, int32_t node,
                                     int32_t nparts, double eps, int32_t base, int32_t *dest)
@@ -140,7 +145,8 @@ static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_
     dcp_metis_graph_t m = {0};
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&local, nv, sizeof *local, "metis"), st, out);
-    n = node < 0 ? each_vertex(g, local) : row_vertices(b, g, node_of, node, local);
+    n = node < 0 || !run->rows ? each_vertex(g, node_of, node, local)
+                               : dcp_metis_row_vertices(b, g, node_of, node, local);
     st = DCP_OK;
     if (n == 0) goto out;
     DCP_CHECK_GOTO(
@@ -233,21 +239,28 @@ static int32_t metis_chunks(int32_t num_ranks)
     return 0;
 }
 
-/* METIS on the blocks as they are: k-way at the node level, or recursive bisection where
- * k-way has no valid result, into p; *found = 0 when neither gives one (p is then
- * unspecified). Recursive bisection as a second opinion on every batch whose transfers would
- * not hide behind its kernels won 0 of 18 4x8 128K batches once the planner keeps the better
- * of two seeds (options.metis_tries) and doubled the time of 1M-token plans on 32x8. */
+/* METIS on the blocks as they are, into p: k-way nodes with row devices, else (no valid
+ * result) k-way nodes with single-block devices, else recursive bisection at both levels;
+ * *found = 0 when none gives a valid result (p is then unspecified). Rows can leave a small
+ * batch too coarse to balance: 16 of 30 4x8 32K-token batches fell back to lpt before the
+ * second run was there. Recursive bisection as a second opinion on every batch whose
+ * transfers would not hide behind its kernels won 0 of 18 4x8 128K batches once the planner
+ * keeps the better of two seeds (options.metis_tries) and doubled the time of 1M-token plans
+ * on 32x8. */
 static dcp_status_t place_blocks(const dcp_place_in_t *in, dcp_metis_fn_t fn, dcp_placement_t *p,
                                  int *found)
 {
+    static const struct {
+        dcp_metis_method_t how;
+        int rows;
+    } runs[] = {{DCP_METIS_KWAY, 1}, {DCP_METIS_KWAY, 0}, {DCP_METIS_RB, 0}};
     const dcp_blocks_t *b = in->blocks;
     dcp_hypergraph_t g;
     DCP_CHECK(dcp_hypergraph_build(b, &g));
     dcp_status_t st = DCP_OK;
     *found = 0;
-    for (int how = 0; how < DCP_METIS_METHODS && !*found && st == DCP_OK; how++) {
-        run_t run = {in, fn, (dcp_metis_method_t)how, 0};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs && !*found && st == DCP_OK; i++) {
+        run_t run = {in, fn, runs[i].how, runs[i].rows, 0};
         st = try_method(b, &g, &run, p, found);
     }
     dcp_hypergraph_release(&g);

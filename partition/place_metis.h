@@ -28,6 +28,14 @@ dcp_status_t dcp_metis_partition(dcp_metis_graph_t *m, int32_t nparts, double ep
                                  dcp_metis_method_t how, const dcp_plan_options_t *o, idx_t *part,
                                  int *refused);
 
+/* The device level's METIS vertices on node `node` (node_of[v]: the node of global vertex
+ * v): local[v] gets the vertex of v, -1 for a vertex on another node; returns the vertex
+ * count. A node's computation blocks of one query block, all head groups, form one vertex
+ * per run of 16 tiles; a token block joins the last run of its row on the node, or stands
+ * alone. */
+int32_t dcp_metis_row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
+                               const int32_t *node_of, int32_t node, int32_t *local);
+
 /* The METIS strategy's placement with partitioner fn (dcp_strategy_metis uses
  * dcp_metis_partition). */
 dcp_status_t dcp_metis_place_with(const dcp_place_in_t *in, dcp_metis_fn_t fn, dcp_placement_t *p);

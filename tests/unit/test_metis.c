@@ -339,6 +339,65 @@ static void test_metis_moves_less_than_lpt(void)
     }
 }
 
+/* The device level's vertices: on a node, a row's computation blocks (every head group) in
+ * runs of 16 tiles share a vertex, rows never share one, a token block joins its row's last
+ * run there (or stands alone), and nothing of another node has a vertex. */
+static void test_device_row_vertices(void)
+{
+    const int32_t len[3] = {40 * 64, 5 * 64, 70};
+    dcp_mask_t m[3] = {
+        {.kind = DCP_MASK_FULL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
+    const dcp_batch_t batch = {3, len, m};
+    dcp_blocks_t b = {0};
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(&b, &batch, &shape, 64, 2), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(&b, 0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_blocks_tiles(&b), DCP_OK);
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&b, &g), DCP_OK);
+    const int64_t nv = b.num_blocks + g.num_comps;
+    int32_t *node_of = malloc((size_t)nv * sizeof *node_of), *local = malloc((size_t)nv * 4);
+    /* node 1 holds odd token blocks, and the tiles of odd KV blocks (both head groups) */
+    for (int32_t t = 0; t < b.num_blocks; t++) node_of[t] = t % 2;
+    for (int64_t c = 0; c < g.num_comps; c++) node_of[b.num_blocks + c] = b.tile_kv[c / 2] % 2;
+    for (int32_t node = 0; node < 2; node++) {
+        const int32_t n = dcp_metis_row_vertices(&b, &g, node_of, node, local);
+        int32_t *row_of = malloc((size_t)n * sizeof *row_of);
+        for (int32_t i = 0; i < n; i++) row_of[i] = -1;
+        for (int64_t v = 0; v < nv; v++) {
+            CU_ASSERT((local[v] >= 0) == (node_of[v] == node));
+            CU_ASSERT(local[v] < n);
+        }
+        int32_t q = -1, on = 0, vertex = -1;
+        for (int64_t t = 0; t < b.num_tiles; t++) {
+            const int32_t *l = &local[b.num_blocks + t * 2];
+            if (l[0] < 0) continue;
+            CU_ASSERT_EQUAL(l[0], l[1]); /* both head groups */
+            if (b.tile_q[t] != q) q = b.tile_q[t], on = 0;
+            if (on++ % 16 == 0) { /* a new run: a vertex no other row or run has */
+                CU_ASSERT_NOT_EQUAL(l[0], vertex);
+                CU_ASSERT_EQUAL(row_of[l[0]], -1);
+                row_of[l[0]] = q;
+                vertex = l[0];
+            }
+            CU_ASSERT_EQUAL(l[0], vertex);
+        }
+        /* a token block: with its row's last run on the node, alone otherwise */
+        for (int32_t t = 0; t < b.num_blocks; t++) {
+            if (node_of[t] != node) continue;
+            const int32_t r = row_of[local[t]];
+            CU_ASSERT(r == t || r == -1);
+        }
+        free(row_of);
+    }
+    /* sequence 0's 40 full rows have 20 tiles on each node: two runs per row and node */
+    const int32_t n0 = dcp_metis_row_vertices(&b, &g, node_of, 0, local);
+    CU_ASSERT(n0 >= 40 * 2);
+    free(node_of);
+    free(local);
+    dcp_hypergraph_release(&g);
+    dcp_blocks_release(&b);
+}
+
 int dcp_suite_metis(void)
 {
     static const dcp_test_t tests[] = {
@@ -348,6 +407,7 @@ int dcp_suite_metis(void)
         {"invalid_result_falls_back_to_lpt", test_invalid_result_falls_back_to_lpt},
         {"single_part_needs_no_metis", test_single_part_needs_no_metis},
         {"metis_moves_less_than_lpt", test_metis_moves_less_than_lpt},
+        {"device_row_vertices", test_device_row_vertices},
         {"refusal_falls_back_internal_propagates", test_refusal_falls_back_internal_propagates},
         {NULL, NULL},
     };

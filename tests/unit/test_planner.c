@@ -116,6 +116,37 @@ static void test_default_not_slower_histogram(void)
     check_packed(&hist, 65536, "4x4", 512);
 }
 
+/* Small batches, where rows at the device level are too coarse to balance: METIS then
+ * partitions single blocks there, and never falls back to lpt (16 of 30 such 2x4 plans did
+ * with rows alone). */
+static void test_small_batches_place_blocks(void)
+{
+    static const char *masks[] = {"causal", "lambda:64:4096", "full"};
+    const dcpt_length_source_t hist = {NULL, 0};
+    int32_t *len = NULL, *first = NULL, nb = 0;
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 8192, 1.0, 10, 1, &len, &first, &nb), DCP_OK);
+    const dcp_attn_shape_t sh = {8, 2, 128, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.head_blocks = 2;
+    int metis = 0;
+    for (int32_t b = 0; b < nb; b++)
+        for (int k = 0; k < 3; k++) {
+            const int32_t n = first[b + 1] - first[b];
+            dcp_mask_t *m = calloc((size_t)n, sizeof *m);
+            for (int32_t i = 0; i < n; i++)
+                CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(masks[k], &m[i]), DCP_OK);
+            dcp_plan_t *p = t_plan_shape(len + first[b], n, m, "2x4", &sh, &o);
+            CU_ASSERT_EQUAL(p->stats.fallback, 0);
+            metis += p->stats.strategy == DCP_STRATEGY_METIS;
+            dcp_plan_destroy(p);
+            free(m);
+        }
+    CU_ASSERT(metis >= nb); /* METIS's own plans, not only zigzag's */
+    free(len);
+    free(first);
+}
+
 /* The WLB-LLM lengths shared beside the repository (../shared/data), where present. */
 static void test_default_not_slower_shared_lengths(void)
 {
@@ -408,6 +439,7 @@ int dcp_suite_planner(void)
         {"default_not_slower_single_sequences", test_default_not_slower_single_sequences},
         {"default_not_slower_histogram", test_default_not_slower_histogram},
         {"default_not_slower_shared_lengths", test_default_not_slower_shared_lengths},
+        {"small_batches_place_blocks", test_small_batches_place_blocks},
         {"attn_floor_below_prediction", test_attn_floor_below_prediction},
         {"chunked_floor", test_chunked_floor},
         {"metis_tries", test_metis_tries},
