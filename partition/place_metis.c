@@ -117,7 +117,7 @@ int32_t dcp_metis_row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
             continue;
         }
         if (b->tile_q[tile] != q || run == ROW_PIECE) {
-            if (b->tile_q[tile] != q) q = b->tile_q[tile];
+            q = b->tile_q[tile];
             run = 0;
             vertex = n++;
         }
@@ -133,7 +133,8 @@ int32_t dcp_metis_row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
 
 /* Partitions the vertices marked with `node` in node_of (all of them when node < 0) into
  * nparts with METIS method `how`, writing part + base into dest[v]. The node level gives
- * METIS every vertex, the device level rows (dcp_metis_row_vertices). */
+ * METIS every block, the device level rows (dcp_metis_row_vertices) in a run that asks for
+ * them, else every block. */
 static dcp_status_t partition_level(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
                                     dcp_metis_method_t how, const int32_t *node_of, int32_t node,
                                     int32_t nparts, double eps, int32_t base, int32_t *dest)
