@@ -16,6 +16,7 @@
 #include "include/base/descr.h"
 #include "topo/cluster.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef enum {
@@ -85,6 +86,9 @@ struct dcp_plan {
     uint64_t serial;      /* unique per plan object in this process (device caches key on it) */
     uint32_t fingerprint; /* hash of owners and comm ops: ranks running different plans
                              use different tags, so they fail instead of mixing blocks */
+    /* (1 << 32) | dcp_plan_checksum() once computed (at load, or at the first call that
+     * asks); 0 before. Atomic: threads sharing the plan may compute it at once. */
+    atomic_uint_fast64_t checksum_memo;
 };
 
 /* Element count of buffer b on rank r. */

@@ -188,8 +188,8 @@ static void tensors_init(tensors2_t *t, const dcp_plan_t *p)
             t->mem[r][j] = malloc((size_t)(n * w[j] + 1) * sizeof(float));
             for (int64_t i = 0; i < n * w[j]; i++) t->mem[r][j][i] = j < 3 ? 0.5f : 12345.0f;
         }
-        t->io[r] =
-            (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2], t->mem[r][3], t->mem[r][4]};
+        t->io[r] = (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2],
+                                   t->mem[r][3], t->mem[r][4], 0.0f};
     }
 }
 
@@ -439,7 +439,7 @@ static void test_context_and_executor_arguments(void)
     const dcp_context_config_t cpu = {.group = g, .device = "cpu"};
     CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cpu, &ctx), DCP_OK);
     /* a CPU context takes no stream: refused by name (and the group learns of it) */
-    const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL};
+    const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL, 0.0f};
     dcp_plan_t *two = small_plan("1x2", DCP_DTYPE_FP32);
     CU_ASSERT_EQUAL(dcp_forward(ctx, two, &none, &fake), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "stream"));

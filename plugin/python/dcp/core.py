@@ -38,7 +38,8 @@ COMM_SCHEDULES = {"divisions": 0, "rounds": 1}
 class Mask(C.Structure):
     _fields_ = [("kind", C.c_int), ("window", C.c_int32), ("sink", C.c_int32),
                 ("block", C.c_int32), ("k", C.c_int32), ("answers", C.c_int32),
-                ("question_frac", C.c_double), ("ranges", C.POINTER(C.c_int32))]
+                ("question_frac", C.c_double), ("ranges", C.POINTER(C.c_int32)),
+                ("num_rows", C.c_int32)]
 
 
 class Batch(C.Structure):
@@ -92,13 +93,15 @@ class TokenSpan(C.Structure):
 
 
 class PlannerConfig(C.Structure):
-    _fields_ = [("num_threads", C.c_int32), ("cache_entries", C.c_int32)]
+    _fields_ = [("num_threads", C.c_int32), ("cache_entries", C.c_int32),
+                ("cache_bytes", C.c_int64)]
 
 
 class PlannerStats(C.Structure):
     _fields_ = [("submitted", C.c_int64), ("planned", C.c_int64), ("cache_hits", C.c_int64),
                 ("failed", C.c_int64), ("pending", C.c_int64), ("plan_ms", C.c_double),
-                ("wait_ms", C.c_double)]
+                ("wait_ms", C.c_double), ("cached_plans", C.c_int64),
+                ("cached_bytes", C.c_int64), ("uncached", C.c_int64)]
 
 
 # dcp_status_t (*)(void *state, const void *send, void *recv, size_t bytes)
@@ -122,7 +125,7 @@ class ContextConfig(C.Structure):
 
 class Tensors(C.Structure):
     _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
-                ("o", C.c_void_p), ("lse", C.c_void_p)]
+                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float)]
 
 
 class GradTensors(C.Structure):
@@ -429,7 +432,8 @@ class CustomMask:
             raise ValueError("dcp: custom mask: %d numbers, not 4 per query" % len(flat))
         self.length = len(flat) // 4
         self.ranges = (C.c_int32 * max(len(flat), 1))(*flat)
-        self.mask = Mask(kind=MASK_CUSTOM, ranges=C.cast(self.ranges, C.POINTER(C.c_int32)))
+        self.mask = Mask(kind=MASK_CUSTOM, ranges=C.cast(self.ranges, C.POINTER(C.c_int32)),
+                         num_rows=self.length)
 
 
 class BatchArgs:
@@ -541,11 +545,11 @@ class Planner(_Handle):
     `cluster` (a Cluster) is kept alive as long as the planner."""
     _destroy_name = "dcp_planner_destroy"
 
-    def __init__(self, library, cluster, num_threads=1, cache_entries=16):
+    def __init__(self, library, cluster, num_threads=1, cache_entries=16, cache_bytes=0):
         if not library.has("dcp_planner_create"):
             raise DcpError(ERR_UNSUPPORTED, "this libdcp (%s) has no planner service"
                            % library.path, "planner")
-        cfg = PlannerConfig(num_threads, cache_entries)
+        cfg = PlannerConfig(num_threads, cache_entries, cache_bytes)
         h = C.c_void_p()
         library.check(library.lib.dcp_planner_create(C.byref(cfg), cluster._live(), C.byref(h)),
                       "planner")
