@@ -532,6 +532,12 @@ DCP_API void dcp_context_destroy(dcp_context_t *ctx);
 DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
                                          const dcp_cluster_t **cluster_out);
 
+/* DCP_OK when the context's device runs plans of this shape, else DCP_ERR_UNSUPPORTED naming
+ * the field (a CUDA context: head_dim 64 or 128, dtype bf16 or fp16; the CPU runs any). To
+ * refuse a shape before planning; dcp_forward() checks it too, before any exchange. */
+DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
+                                             const dcp_attn_shape_t *shape);
+
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 

@@ -167,6 +167,13 @@ void dcp_context_destroy(dcp_context_t *ctx)
     release(ctx);
 }
 
+dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_shape_t *shape)
+{
+    if (!ctx || !shape)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "shape" : "ctx");
+    return ctx->dev->kernels->check_shape(shape->head_dim, shape->dtype);
+}
+
 dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");

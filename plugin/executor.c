@@ -86,9 +86,7 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dc
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
     const int gpu = !ctx->dev->host_memory;
-    if (gpu && p->shape.dtype == DCP_DTYPE_FP32)
-        return dcp_set_error(DCP_ERR_UNSUPPORTED,
-                             "plan dtype: the GPU executor runs bf16 and fp16 plans");
+    DCP_CHECK(ctx->dev->kernels->check_shape(p->shape.head_dim, p->shape.dtype));
     if (p->rank_tokens[ctx->rank] == 0) return DCP_OK;
     const int nbufs = pass == DCP_PASS_FWD ? DCP_BUF_LSE + 1 : DCP_BUF_FIRST_WORK;
     for (int i = 0; i < nbufs; i++) {

@@ -195,6 +195,18 @@ static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
                                  "ucx: rank %d and peer %d posted different sizes for one tag",
                                  e->base.rank, r->peer[i]);
         if (s == UCS_ERR_CANCELED) continue;
+        /* a peer that failed on purpose sent its notice before it closed: the notice, with
+         * its reason, may be waiting behind the broken transfer */
+        for (int k = 0; k < 16 && e->failed_peer < 0; k++) progress(e);
+        if (e->failed_peer >= 0)
+            return dcp_set_error(DCP_ERR_PEER,
+                                 "ucx: rank %d failed (%s); rank %d's transfer "
+                                 "with it ended: %s",
+                                 e->failed_peer, e->failed_reason, e->base.rank,
+                                 ucs_status_string(s));
+        e->failed_peer = r->peer[i];
+        snprintf(e->failed_reason, sizeof e->failed_reason, "a transfer with it failed: %s",
+                 ucs_status_string(s));
         return dcp_set_error(DCP_ERR_PEER, "ucx: transfer with rank %d failed: %s", r->peer[i],
                              ucs_status_string(s));
     }

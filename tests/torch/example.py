@@ -8,7 +8,8 @@ dist.init_process_group("gloo")                   # torchrun gives rank and size
 rank = dist.get_rank()
 with dt.Context() as ctx:                         # dcp's bootstrap: allgathers over the group
     lengths = [3000, 500, 1200, 700]              # this batch's sequences, in tokens
-    plan = dt.plan(lengths, "causal", ctx, 8, 2, 64, torch.float32, block_size=256)
+    plan = dt.plan(lengths, "causal", ctx, q_heads=8, kv_heads=2, head_dim=64,
+                   dtype=torch.float32, block_size=256)
     idx = plan.local_indices(rank)                # this rank's tokens, in its row order
     g = torch.Generator().manual_seed(0)          # the same full batch on every rank
     q, k, v = (torch.randn(sum(lengths), h, 64, generator=g)[idx].requires_grad_()

@@ -23,7 +23,7 @@ export DCP_LIB="$lib" PYTHONPATH="$here/../../plugin/python${PYTHONPATH:+:$PYTHO
 "$py" -c 'import sys, torch; print("tests/torch: Python %s, PyTorch %s" %
           (sys.version.split()[0], torch.__version__))'
 failures=0
-for t in test_attention.py test_training.py; do
+for t in test_attention.py test_disagree.py test_training.py; do
     echo "tests/torch/$t"
     timeout 300 "$py" "$here/$t" || { echo "FAIL: tests/torch/$t"; failures=$((failures + 1)); }
 done

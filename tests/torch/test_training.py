@@ -109,8 +109,8 @@ def train_single(attn_dtype):
 
 
 def submit(planner, b):
-    return planner.submit(b["lengths"], b["mask"], HQ, HKV, HD, torch.float32,
-                          block_size=BLOCK, strategy="metis")
+    return planner.submit(b["lengths"], b["mask"], q_heads=HQ, kv_heads=HKV, head_dim=HD,
+                          dtype=torch.float32, block_size=BLOCK, strategy="metis")
 
 
 def worker(rank, rdzv, out):
