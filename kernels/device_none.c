@@ -134,6 +134,29 @@ int dcp_cuda_stream_idle(void *stream)
     return 1;
 }
 
+dcp_status_t dcp_cuda_graph_begin(void *stream)
+{
+    (void)stream;
+    return no_cuda("cuda graph");
+}
+
+dcp_status_t dcp_cuda_graph_end(void *stream, void **graph_out)
+{
+    (void)stream, (void)graph_out;
+    return no_cuda("cuda graph");
+}
+
+dcp_status_t dcp_cuda_graph_launch(void *graph, void *stream)
+{
+    (void)graph, (void)stream;
+    return no_cuda("cuda graph");
+}
+
+void dcp_cuda_graph_destroy(void *graph)
+{
+    (void)graph;
+}
+
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
 {
     (void)dst, (void)n, (void)value, (void)stream;

@@ -81,6 +81,25 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
                               int32_t iters, double timeout_s, double tol, const char *device,
                               dcpt_harness_result_t *result_out);
 
+/* The race check: `plan` run `runs` times on in-process ranks on `device`, each run on
+ * fresh contexts and fresh tensors (forward, then backward when enabled), and every run
+ * compared with the CPU executor's result for the same plan and storage type (run once
+ * here) and with the reference. A run is a mismatch when it fails the check of
+ * dcpt_harness_run (needs the reference), or when any output (O, LSE, dQ, dK, dV) is
+ * further from the CPU result than both results may be from the reference together: twice
+ * FlashAttention's bound (bf16/fp16), 2 tol relative (fp32), 2e-3 relative for LSE. */
+typedef struct {
+    int32_t runs, mismatches;
+    int32_t failed_checks;   /* runs that failed the check against the reference */
+    double max_diff[5];      /* O, LSE, dQ, dK, dV: largest |run - cpu| over every run */
+    double allowed[5];       /* the bound each is held to */
+    int32_t first_mismatch;  /* 0-based run, -1 when none */
+} dcpt_harness_repeat_t;
+
+dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t runs,
+                                 double timeout_s, double tol, const char *device,
+                                 dcpt_harness_repeat_t *result_out);
+
 /* The same for this process's rank of a job: collective over `bootstrap` (every rank calls
  * it with the same plan); each run is timed from a common start to the last rank's end, and
  * the result, reduced over the ranks, is the same on every rank. A failure before the
