@@ -4,6 +4,8 @@
 #   make run        the main job: dcp-attn-test on the built-in batch, every strategy, checked
 #   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
 #   make deps       installs the Debian packages the build needs (sudo when not root)
+#   make gpu-bundle DIR=path   one folder to run tests/perf/gpu_check.sh on a GPU machine
+#                              (default DIR: build/gpu-bundle; README "The GPU report")
 #   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
 #
 # CUDA kernels are compiled whenever nvcc is found (NVCC=... to choose, NVCC= to disable).
@@ -71,7 +73,8 @@ TEST_BIN = $(BUILD)/bin/dcp-tests
 EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
-.PHONY: all lib tools tests run test test-asan test-run test-fuzz fuzz deps install uninstall clean
+.PHONY: all lib tools tests run test test-asan test-run test-fuzz test-bundle fuzz deps install \
+	uninstall clean gpu-bundle
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
@@ -169,6 +172,25 @@ test: deps
 	$(MAKE) -j$(JOBS) tests tools
 	$(MAKE) test-run
 	$(MAKE) test-fuzz
+	$(MAKE) test-bundle
+
+# The GPU report's folder (tests/perf/gpu_bundle.sh): the build, the Python package and the
+# shared libraries a GPU machine without a package registry lacks, under 64 MiB.
+GPU_BUNDLE = $(or $(DIR),$(BUILD)/gpu-bundle)
+gpu-bundle:
+	$(MAKE) -j$(JOBS) tests tools lib
+	tests/perf/gpu_bundle.sh $(BUILD) $(GPU_BUNDLE)
+
+# The bundle proven self-contained here: made in a scratch folder, its report run with no GPU
+# (--dry-run: the CPU steps only) from the folder alone, with nothing on LD_LIBRARY_PATH but
+# the bundle and a bare environment. Not under ASan (the bundle strips a sanitized build's
+# runtime dependency on the compiler's libasan).
+test-bundle:
+	@if ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then echo "test-bundle skipped (ASan build)"; \
+	else d=$$(mktemp -d) && tests/perf/gpu_bundle.sh $(BUILD) $$d/bundle >/dev/null && \
+		env -i PATH=/usr/bin:/bin HOME=$$d $$d/bundle/gpu_check.sh --dry-run $$d/out >$$d/log 2>&1; \
+		rc=$$?; grep -E '^(step|env|bundle|cpu-|ctypes)' $$d/out/gpu_check.txt; \
+		if [ $$rc = 0 ]; then rm -rf $$d; else cat $$d/log; echo "test-bundle failed: $$d"; exit 1; fi; fi
 
 # a short libFuzzer run over the seed plans where clang exists (its log kept on failure)
 test-fuzz:
