@@ -51,14 +51,15 @@ TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.
 
 ifneq ($(NVCC),)
 CU_SRCS = $(wildcard kernels/cuda/*.cu)
-LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c,$(LIB_SRCS))
-# the NCCL engine sees the CUDA runtime and NCCL headers; libnccl is loaded at run time
-$(BUILD)/obj/transport/nccl.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
+LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cudnn_none.c,$(LIB_SRCS))
+# the NCCL engine and the cuDNN engine see the CUDA runtime's, NCCL's and cuDNN's headers;
+# libnccl and libcudnn are loaded at run time
+$(BUILD)/obj/transport/nccl.o $(BUILD)/obj/kernels/cudnn_sdpa.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
 	--Werror all-warnings -MMD -MP
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
-LIB_SRCS := $(filter-out transport/nccl.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out transport/nccl.c kernels/cudnn_sdpa.c,$(LIB_SRCS))
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)

@@ -216,6 +216,13 @@ static dcp_status_t accumulate_none(const dcp_kernel_env_t *env, const dcp_copy_
     return no_cuda("cuda accumulate");
 }
 
+static dcp_status_t delta_out_none(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
+                                   int64_t num_items)
+{
+    (void)env, (void)items, (void)num_items;
+    return no_cuda("cuda delta out");
+}
+
 const dcp_kernels_t dcp_kernels_cuda = {
     .name = "cuda",
     .attn_fwd = attn_none,
@@ -224,6 +231,7 @@ const dcp_kernels_t dcp_kernels_cuda = {
     .attn_bwd = attn_bwd_none,
     .bwd_delta = delta_none,
     .accumulate = accumulate_none,
+    .delta_out = delta_out_none,
 };
 
 static dcp_status_t set_device_none(int32_t device)

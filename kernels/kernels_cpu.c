@@ -8,4 +8,5 @@ const dcp_kernels_t dcp_kernels_cpu = {
     .attn_bwd = dcp_cpu_attn_bwd,
     .bwd_delta = dcp_cpu_bwd_delta,
     .accumulate = dcp_cpu_accumulate,
+    .delta_out = dcp_cpu_delta_out,
 };

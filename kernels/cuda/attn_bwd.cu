@@ -63,7 +63,7 @@ template <int D> struct Geom {
 };
 
 struct BwdParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_seq_info_t *seqs;
     const dcp_tile_group_t *groups;
     const dcp_tile_t *tiles;
@@ -554,7 +554,7 @@ extern "C" dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env,
                              "cuda attention backward: %lld groups, heads %d/%d, max_rows %d",
                              (long long)num_groups, env->q_heads, env->kv_heads, env->max_rows);
     BwdParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.seqs = env->seqs;
     p.groups = groups;
     p.tiles = tiles;

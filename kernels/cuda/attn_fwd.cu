@@ -42,7 +42,7 @@ template <int D> struct AttnGeom {
 };
 
 struct AttnParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_seq_info_t *seqs;
     const dcp_tile_group_t *groups;
     const dcp_tile_t *tiles;
@@ -448,7 +448,7 @@ extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,
                              "cuda attention: %lld groups x %d heads (max_rows %d) out of range",
                              (long long)num_groups, env->q_heads, env->max_rows);
     AttnParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.seqs = env->seqs;
     p.groups = groups;
     p.tiles = tiles;

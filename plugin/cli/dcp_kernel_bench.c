@@ -328,7 +328,7 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
     if (st == DCP_OK) st = to_kernels(b, tc.tiles, (size_t)tc.num_tiles * sizeof *tc.tiles, &tiles);
     if (st == DCP_OK) st = to_kernels(b, &tc.seq, sizeof tc.seq, &seqs);
     dcp_kernel_env_t env = base_env(b, hq, hkv, d, tile);
-    memcpy(env.bufs, bufs, sizeof env.bufs);
+    memcpy(env.bufs, bufs, DCP_BUF_COUNT * sizeof bufs[0]);
     env.seqs = seqs;
     row_t r = {.kernel = "attn",
                .mask = mask_name,
@@ -389,7 +389,7 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
     if (st == DCP_OK) st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
-    memcpy(env.bufs, bufs, sizeof env.bufs);
+    memcpy(env.bufs, bufs, DCP_BUF_COUNT * sizeof bufs[0]);
     row_t r = mask_free_row("merge", total, tile, d, hq);
     const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
     if (st == DCP_OK) st = measure(b, OP_MERGE, &env, di, nb, ds, 0, bytes, &r);
@@ -411,7 +411,7 @@ static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, in
     void *di = NULL;
     dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
-    memcpy(env.bufs, bufs, sizeof env.bufs);
+    memcpy(env.bufs, bufs, DCP_BUF_COUNT * sizeof bufs[0]);
     row_t r = mask_free_row("copy", total, tile, d, hq);
     const double bytes = 2.0 * total * w * dcp_buf_elem_bytes(DCP_BUF_Q, b->dtype);
     if (st == DCP_OK) st = measure(b, OP_COPY, &env, di, nb, NULL, 0, bytes, &r);
