@@ -41,6 +41,7 @@ typedef struct {
     const char *device, *dtype;
     int64_t ranks_per_process; /* under mpirun: in-process ranks (threads) per process */
     int64_t repeat;            /* the race check: runs on fresh contexts, each compared */
+    const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -70,6 +71,10 @@ typedef struct {
     /* --repeat */
     int32_t repeat_runs, mismatches, failed_checks;
     double diff_ratio, diff[5];
+    /* the attention engine (rank 0's context) */
+    const char *engine, *engine_note;
+    int64_t cudnn_version, plans_built, plan_hits, pairs[3];
+    double plan_build_ms;
 } row_t;
 
 #define F(head, width, key, kind, fmt, member)                                                     \
@@ -113,6 +118,15 @@ static const dcpt_field_t fwd_fields[] = {
     F("GFLOP/s", 8, "gflops", DCPT_F_NUM, "%.2f", gflops),
     F("max-rel-err", 11, "max_rel_err", DCPT_F_NUM, "%.2e", max_rel_err),
     F(NULL, 0, "digest", DCPT_F_STR, NULL, digest),
+    F("engine", -6, "engine", DCPT_F_STR, NULL, engine),
+    F(NULL, 0, "engine_note", DCPT_F_STR, NULL, engine_note),
+    F(NULL, 0, "cudnn_version", DCPT_F_INT, NULL, cudnn_version),
+    F(NULL, 0, "plans_built", DCPT_F_INT, NULL, plans_built),
+    F(NULL, 0, "plan_hits", DCPT_F_INT, NULL, plan_hits),
+    F(NULL, 0, "plan_build_ms", DCPT_F_NUM, NULL, plan_build_ms),
+    F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0]),
+    F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[1]),
+    F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[2]),
 };
 static const dcpt_field_t bwd_fields[] = {
     F(NULL, 0, "bwd_passed", DCPT_F_BOOL, NULL, bwd_passed),
@@ -249,6 +263,13 @@ static void print_row(const char *mask, const char *strategy, const dcp_plan_sta
         .bwd_host_us = r->bwd_host_us,
     };
     for (int g = 0; g < 3; g++) row.rel_grad[g] = ck ? r->max_rel_err_grad[g] : NAN;
+    row.engine = r->engine_name[0] ? r->engine_name : "-";
+    row.engine_note = r->engine_note;
+    row.cudnn_version = r->engine.cudnn_version;
+    row.plans_built = r->engine.plans_built;
+    row.plan_hits = r->engine.plan_hits;
+    row.plan_build_ms = r->engine.plan_build_ms;
+    for (int c = 0; c < 3; c++) row.pairs[c] = r->engine.pairs[c];
     row.repeat_runs = rep->runs;
     row.mismatches = rep->mismatches;
     row.failed_checks = rep->failed_checks;
@@ -368,6 +389,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
         dcp_status_t st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
                                 : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(h, seed);
+        if (st == DCP_OK) h->attn_engine = rf->engine;
         if (st == DCP_OK && rf->check && !job->ctx)
             st = dcpt_harness_reference(h, (int32_t)rf->threads, NULL, 0);
         free(masks);
@@ -411,8 +433,10 @@ static void *run_rank(void *arg)
 {
     rank_job_t *a = arg;
     job_t job = {.bs = a->bs};
-    const dcp_context_config_t cfg = {
-        .bootstrap = &job.bs, .timeout_s = a->rf->timeout, .device = a->rf->device};
+    const dcp_context_config_t cfg = {.bootstrap = &job.bs,
+                                      .timeout_s = a->rf->timeout,
+                                      .device = a->rf->device,
+                                      .attn_engine = a->rf->engine};
     const dcp_status_t st = dcp_context_create(&cfg, &job.ctx);
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: %s: %s\n", tool, job.bs.rank, dcp_status_string(st),
@@ -497,8 +521,8 @@ int main(int argc, char **argv)
     dcpt_common_flags_t f;
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0};
-    enum { OWN = 12 };
+    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL};
+    enum { OWN = 13 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -520,6 +544,8 @@ int main(int argc, char **argv)
          "under mpirun: ranks each process drives as threads", 0},
         {"dtype", DCPT_ARG_STR, &rf.dtype, 0, 0,
          "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
+        {"engine", DCPT_ARG_STR, &rf.engine, 0, 0,
+         "attention engine: auto, own, cudnn or twin (cpu) (default $DCP_ATTN_ENGINE or auto)", 0},
         {"repeat", DCPT_ARG_INT, &rf.repeat, 0, 100000,
          "race check (with --check): N more runs on fresh contexts, each against the CPU's result",
          0},

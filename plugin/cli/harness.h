@@ -27,6 +27,7 @@ typedef struct {
     float *dout;                      /* layout of q, representable in the plan dtype */
     double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcpt_harness_reference() */
     float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
+    const char *attn_engine;          /* the contexts' attention engine (NULL: the default) */
 } dcpt_harness_t;
 
 typedef struct {
@@ -55,6 +56,9 @@ typedef struct {
     int64_t bwd_bad_values;     /* NaN or unwritten gradient elements */
     dcpt_stats_t bwd_exec_ms;   /* wall time of one backward pass over all ranks */
     dcpt_stats_t bwd_host_us;   /* time dcp_backward takes to return */
+    /* the attention engine of rank 0's context after the runs (dcp_context_attn_engine) */
+    dcp_attn_engine_info_t engine; /* its strings point into the arrays below */
+    char engine_name[16], engine_note[512];
 } dcpt_harness_result_t;
 
 dcp_status_t dcpt_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
@@ -99,6 +103,9 @@ typedef struct {
 dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t runs,
                                  double timeout_s, double tol, const char *device,
                                  dcpt_harness_repeat_t *result_out);
+
+/* The engine of a context into res->engine (its strings copied into res). */
+void dcpt_harness_engine(const dcp_context_t *ctx, dcpt_harness_result_t *res);
 
 /* The same for this process's rank of a job: collective over `bootstrap` (every rank calls
  * it with the same plan); each run is timed from a common start to the last rank's end, and

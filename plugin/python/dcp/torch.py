@@ -398,7 +398,7 @@ class Context:
     outside the collective order could hang the job."""
 
     def __init__(self, group=None, device=None, timeout_s=0.0, transport_intra=None,
-                 transport_inter=None):
+                 transport_inter=None, attn_engine=None):
         import torch.distributed as dist
         if not dist.is_initialized():
             raise RuntimeError("dcp: torch.distributed is not initialized "
@@ -423,7 +423,8 @@ class Context:
         cfg = core.ContextConfig(
             0, None, C.pointer(self._bootstrap), timeout_s,
             transport_intra.encode() if transport_intra else None,
-            transport_inter.encode() if transport_inter else None, str(self.device).encode())
+            transport_inter.encode() if transport_inter else None, str(self.device).encode(),
+            attn_engine=attn_engine.encode() if attn_engine else None)
         h = C.c_void_p()
         st = lib.lib.dcp_context_create(C.byref(cfg), C.byref(h))
         self._raise(st, "context")
@@ -473,6 +474,12 @@ class Context:
             self._raise(lib.lib.dcp_context_cluster(self._live(), C.byref(h)), "context cluster")
             self._cluster = core.Cluster(lib, h, owned=False, owner=self)
         return self._cluster
+
+    @property
+    def attn_engine(self):
+        """The attention engine (dcp_context_attn_engine): {"requested", "engine" ("own",
+        "cudnn", "twin"), "note" (why), "cudnn_version", "plans_built", ...}."""
+        return _lib().attn_engine(self._live())
 
     def transport(self, inter_node=False):
         """The engine between ranks in a node ("ucx", "nccl", ...) or between nodes."""
