@@ -237,7 +237,7 @@ if [ $gpu = 0 ]; then
     step cpu-suites cpu 240 cpu_suites
     step cpu-attn cpu 240 "$bin/dcp-attn-test" --device cpu --dtype bf16 --heads 4 --kv-heads 2 \
         --head-dim 32 --block 128 --ranks 4 --cluster 1x4 --seqlens 300,517 \
-        --mask causal,lambda:8:128 --strategy ring,metis --engine cudnn --check --backward \
+        --mask causal,lambda:8:128 --strategy ring,metis --engine twin --check --backward \
         --repeat 2 --warmup 0 --iters 1 --json
     step ctypes cpu 120 "$py" "$tests/perf/compare_sdpa.py" --dry-run --lib "$lib/libdcp.so" --totals 4096
 fi
@@ -274,8 +274,14 @@ torch_checks() {
 export -f torch_checks
 export py tests
 step torch torch "$(q 240 400)" torch_checks
-step kernel-bench gpu "$(q 120 300)" "$bin/dcp-kernel-bench" --total "$(q 16384 16384,131072)" --tile "$(q 2048,4096 1024,2048,4096)" \
-    --head-dim 128 --gqa 8:2 --json
+kernel_benches() { # dcp's kernels, then the same tiles through cuDNN (reported, not failed, when
+    # cuDNN is missing or refused: the engine step fails for that)
+    "$bin/dcp-kernel-bench" --total "$1" --tile "$2" --head-dim 128 --gqa "$3" --json || return 1
+    "$bin/dcp-kernel-bench" --engine cudnn --kernel attn,bwd --total "$1" --tile "$2" \
+        --head-dim 128 --gqa "$3" --json || echo "kernel-bench --engine cudnn: failed (above)"
+}
+export -f kernel_benches
+step kernel-bench gpu "$(q 150 300)" kernel_benches "$(q 16384 16384,65536)" "$(q 2048,4096 1024,2048,4096)" "$(q 8:2 8:2,64:8)"
 step compare-sdpa torch "$(q 180 400)" "$py" "$tests/perf/compare_sdpa.py" --lib "$lib/libdcp.so" --json $(q "--totals 16384" "")
 report
 echo "gpu_check: report in $out/gpu_check.txt and $out/gpu_check.json, logs in $out/gpu_check_logs.tar.gz"

@@ -90,6 +90,19 @@ def summarize(steps):
             s[name] = {"rows": len(rows),
                        "failed": ["%s/%s/%s" % (r.get("engine", "-"), r.get("mask"), r.get("strategy"))
                                   for r in rows if r.get("passed") is False]}
+    if "engine" in by and by["engine"]["status"] != "skip":
+        notes = {}
+        for r in by["engine"]["records"]:
+            notes.setdefault(r.get("engine", "-"), r.get("engine_note", ""))
+        s["engine_notes"] = notes
+    if "kernel-bench" in by and by["kernel-bench"]["status"] != "skip":
+        best = {}
+        for r in by["kernel-bench"]["records"]:
+            if r.get("tflops") is None:
+                continue
+            key = "%s/%s/%s" % (r.get("engine", "-"), r.get("kernel"), r.get("mask"))
+            best[key] = max(best.get(key, 0), r["tflops"])
+        s["kernel_bench_best_tflops"] = best
     if "torch" in by and by["torch"]["status"] != "skip":
         rows = [r for r in by["torch"]["records"] if "path" in r]
         s["torch"] = {"cases": len(rows), "failed": ["%s/%s/%s" % (r["path"], r["mask"], r["dtype"])
