@@ -338,13 +338,15 @@ __device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_g
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p)
+__global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const __grid_constant__ AttnParams p)
 {
     constexpr int LD = AttnGeom<D>::LD;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
-    T *Ks[2] = {Qs + BM * LD, Qs + (BM + BN) * LD};
-    T *Vs[2] = {Qs + (BM + 2 * BN) * LD, Qs + (BM + 3 * BN) * LD};
+    /* K and V of chunk buffer b at Ks + b * KV_BUF, Vs + b * KV_BUF (arithmetic, not an
+     * array indexed at run time, which would live in local memory) */
+    constexpr int KV_BUF = BN * LD;
+    T *const Ks = Qs + BM * LD, *const Vs = Qs + (BM + 2 * BN) * LD;
 
     const dcp_tile_group_t &g = p.groups[blockIdx.x];
     const dcp_seq_info_t &seq = p.seqs[g.seq];
@@ -364,7 +366,7 @@ __global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p
         Rows R;
         bool found = find_chunk(p, g, seq, r0, row0, rows_valid, cur, R);
         if (found) {
-            load_chunk<T, D>(p, cur, kvh, Ks[0], Vs[0]);
+            load_chunk<T, D>(p, cur, kvh, Ks, Vs);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -393,14 +395,14 @@ __global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p
             Rows Rn = R;
             const bool more = find_chunk(p, g, seq, r0, row0, rows_valid, nxt, Rn);
             if (more) {
-                load_chunk<T, D>(p, nxt, kvh, Ks[buf ^ 1], Vs[buf ^ 1]);
+                load_chunk<T, D>(p, nxt, kvh, Ks + (buf ^ 1) * KV_BUF, Vs + (buf ^ 1) * KV_BUF);
                 cp_async_commit();
                 cp_async_wait<1>();
             } else {
                 cp_async_wait<0>();
             }
             __syncthreads();
-            attend_chunk<T, D>(p, cur, R, qf, Ks[buf], Vs[buf], a);
+            attend_chunk<T, D>(p, cur, R, qf, Ks + buf * KV_BUF, Vs + buf * KV_BUF, a);
             __syncthreads();
             cur = nxt;
             R = Rn;
