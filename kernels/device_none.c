@@ -157,6 +157,11 @@ void dcp_cuda_graph_destroy(void *graph)
     (void)graph;
 }
 
+int dcp_cuda_attn_warp_rows(void)
+{
+    return 16;
+}
+
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
 {
     (void)dst, (void)n, (void)value, (void)stream;

@@ -253,6 +253,10 @@ static void bench_members(dcpt_json_t *j, const void *ctx)
     const bench_t *b = ctx;
     dcpt_json_str(j, "dtype", dcpt_dtype_name(b->dtype));
     dcpt_json_str(j, "device", b->dev->name);
+    if (strcmp(b->dev->name, "cpu") != 0) /* the CUDA forward's shape (DCP_ATTN_WARP_ROWS) */
+        dcpt_json_int(j, "warp_rows", dcp_cuda_attn_warp_rows());
+    else
+        dcpt_json_null(j, "warp_rows");
 }
 
 static void print_row(const bench_t *b, row_t *r)

@@ -23,7 +23,7 @@
 # and reports every GPU step as skipped with the reason: what `make test` runs on the bundle.
 #
 # Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
-#        attn engine host-us graph torch kernel-bench compare-sdpa
+#        attn engine host-us graph torch kernel-bench warp-rows compare-sdpa
 set -uo pipefail
 mode=quick dry=0 budget=570 only= out= build=
 while [ $# -gt 0 ]; do
@@ -282,6 +282,27 @@ kernel_benches() { # dcp's kernels, then the same tiles through cuDNN (reported,
 }
 export -f kernel_benches
 step kernel-bench gpu "$(q 150 300)" kernel_benches "$(q 16384 16384,65536)" "$(q 2048,4096 1024,2048,4096)" "$(q 8:2 8:2,64:8)"
+warp_rows() { # the forward in FlashAttention-2's shape (DCP_ATTN_WARP_ROWS=32): its tests and
+    # sanitizers, then both shapes timed side by side (JSON warp_rows 16 and 32)
+    local fail=0 t wr
+    for t in attention_every_mask attention_gqa_dims_and_edges fully_masked_rows accumulate \
+        executor_on_one_gpu; do
+        echo "--- $t, 32 rows per warp"
+        DCP_ATTN_WARP_ROWS=32 "$bin/dcp-tests" -s gpu -t "$t" -v || fail=1
+    done
+    if [ -n "$sanitizer" ]; then
+        for t in memcheck racecheck synccheck; do
+            DCP_ATTN_WARP_ROWS=32 sanitize $t attention_gqa_dims_and_edges || fail=1
+        done
+    fi
+    for wr in 16 32; do
+        DCP_ATTN_WARP_ROWS=$wr "$bin/dcp-kernel-bench" --kernel attn --mask "$1" --total "$2" \
+            --tile "$3" --head-dim 64,128 --gqa 8:2 --json || fail=1
+    done
+    return $fail
+}
+export -f warp_rows
+step warp-rows gpu "$(q 150 300)" warp_rows "$(q causal,lambda,blockwise full,causal,window,lambda,blockwise,shared-question)" "$(q 16384 16384,65536)" "$(q 2048 1024,2048,4096)"
 step compare-sdpa torch "$(q 180 400)" "$py" "$tests/perf/compare_sdpa.py" --lib "$lib/libdcp.so" --json $(q "--totals 16384" "")
 report
 echo "gpu_check: report in $out/gpu_check.txt and $out/gpu_check.json, logs in $out/gpu_check_logs.tar.gz"

@@ -103,6 +103,16 @@ def summarize(steps):
             key = "%s/%s/%s" % (r.get("engine", "-"), r.get("kernel"), r.get("mask"))
             best[key] = max(best.get(key, 0), r["tflops"])
         s["kernel_bench_best_tflops"] = best
+    if "warp-rows" in by and by["warp-rows"]["status"] != "skip":
+        # the forward's two shapes, TFLOP/s per (rows per warp, mask, head dim): best over
+        # tiles and totals
+        shapes = {}
+        for r in by["warp-rows"]["records"]:
+            if r.get("tflops") is None:
+                continue
+            key = "%s/%s/d%s" % (r.get("warp_rows"), r.get("mask"), r.get("head_dim"))
+            shapes[key] = max(shapes.get(key, 0), r["tflops"])
+        s["warp_rows_best_tflops"] = shapes
     if "torch" in by and by["torch"]["status"] != "skip":
         rows = [r for r in by["torch"]["records"] if "path" in r]
         s["torch"] = {"cases": len(rows), "failed": ["%s/%s/%s" % (r["path"], r["mask"], r["dtype"])
@@ -126,7 +136,7 @@ def text_report(meta, steps, summary):
                 a = attn_row(r)
                 lines.append("  " + " ".join("%s=%s" % (k, a[k]) for k in a))
             lines.append("")
-        elif st["name"] in ("kernel-bench", "compare-sdpa", "torch", "env") and rows:
+        elif st["name"] in ("kernel-bench", "warp-rows", "compare-sdpa", "torch", "env") and rows:
             lines.append("%s:" % st["name"])
             lines += ["  " + json.dumps(r, sort_keys=True) for r in rows]
             lines.append("")
