@@ -5,6 +5,8 @@
 #                   batch, every strategy, checked
 #   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
 #   make deps       installs the Debian packages the build needs (sudo when not root)
+#   make gpu-bundle DIR=path   one folder to run tests/perf/gpu_check.sh on a GPU machine
+#                              (default DIR: build/gpu-bundle; README "The GPU report")
 #   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
 #
 # CUDA kernels are compiled whenever nvcc is found (NVCC=... to choose, NVCC= to disable).
@@ -50,14 +52,16 @@ TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.
 
 ifneq ($(NVCC),)
 CU_SRCS = $(wildcard kernels/cuda/*.cu)
-LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c,$(LIB_SRCS))
-# the NCCL engine sees the CUDA runtime and NCCL headers; libnccl is loaded at run time
-$(BUILD)/obj/transport/nccl.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
+LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cudnn_none.c,$(LIB_SRCS))
+# the NCCL engine and the cuDNN engine see the CUDA runtime's, NCCL's and cuDNN's headers;
+# libnccl and libcudnn are loaded at run time
+$(BUILD)/obj/transport/nccl.o $(BUILD)/obj/kernels/cudnn_sdpa.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
+# ptxas fails a kernel that spills or uses local memory (README "The kernels")
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
-	--Werror all-warnings -MMD -MP
+	--Werror all-warnings -Xptxas --warn-on-local-memory-usage,--warn-on-spills -MMD -MP
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
-LIB_SRCS := $(filter-out transport/nccl.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out transport/nccl.c kernels/cudnn_sdpa.c,$(LIB_SRCS))
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
@@ -72,7 +76,8 @@ TEST_BIN = $(BUILD)/bin/dcp-tests
 EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
-.PHONY: all lib tools tests run test test-asan test-run test-fuzz fuzz deps install uninstall clean
+.PHONY: all lib tools tests run test test-asan test-run test-fuzz test-bundle fuzz deps install \
+	uninstall clean gpu-bundle
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
@@ -170,6 +175,25 @@ test: deps
 	$(MAKE) -j$(JOBS) tests tools
 	$(MAKE) test-run
 	$(MAKE) test-fuzz
+	$(MAKE) test-bundle
+
+# The GPU report's folder (tests/perf/gpu_bundle.sh): the build, the Python package and the
+# shared libraries a GPU machine without a package registry lacks, under 64 MiB.
+GPU_BUNDLE = $(or $(DIR),$(BUILD)/gpu-bundle)
+gpu-bundle:
+	$(MAKE) -j$(JOBS) tests tools lib
+	tests/perf/gpu_bundle.sh $(BUILD) $(GPU_BUNDLE)
+
+# The bundle proven self-contained here: made in a scratch folder, its report run with no GPU
+# (--dry-run: the CPU steps only) from the folder alone, with nothing on LD_LIBRARY_PATH but
+# the bundle and a bare environment. Not under ASan (the bundle strips a sanitized build's
+# runtime dependency on the compiler's libasan).
+test-bundle:
+	@if ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then echo "test-bundle skipped (ASan build)"; \
+	else d=$$(mktemp -d) && tests/perf/gpu_bundle.sh $(BUILD) $$d/bundle >/dev/null && \
+		env -i PATH=/usr/bin:/bin HOME=$$d $$d/bundle/gpu_check.sh --dry-run $$d/out >$$d/log 2>&1; \
+		rc=$$?; sed -n '/^step /,/^$$/p' $$d/out/gpu_check.txt | grep -v ' skip '; \
+		if [ $$rc = 0 ]; then rm -rf $$d; else cat $$d/log; echo "test-bundle failed: $$d"; exit 1; fi; fi
 
 # a short libFuzzer run over the seed plans where clang exists (its log kept on failure)
 test-fuzz:

@@ -515,6 +515,23 @@ typedef struct {
     void *transfer_stream; /* cudaStream_t for its transfers (NCCL) and in-process copies */
     void *nccl_comm;       /* ncclComm_t over exactly the bootstrap's ranks, rank for rank
                               (process ranks whose engine is NCCL) */
+    /* What computes the dense parts of attention (README "Attention engines"): every
+     * launch's tile list is cut into full, causal and masked segments, and the engine runs the
+     * full and causal ones as packed calls while dcp's own kernels run the rest.
+     *   "auto"  cuDNN's fused attention where the context is on a GPU and a usable cuDNN
+     *           loads (libcudnn.so.9: $DCP_CUDNN_LIB, else the loader's search path), else
+     *           "own" (dcp_context_attn_engine() says why);
+     *   "own"   dcp's kernels run every tile;
+     *   "cudnn" cuDNN as in auto, and context creation fails (DCP_ERR_UNSUPPORTED, naming
+     *           why) where a GPU context cannot load a usable cuDNN; a CPU context runs
+     *           "own" and says so;
+     *   "twin"  the cuDNN data path (cut, packing, merges) with dcp's CPU reimplementation of
+     *           cuDNN's attention in place of cuDNN: CPU contexts only, for checking.
+     * NULL: $DCP_ATTN_ENGINE, else "auto". */
+    const char *attn_engine;
+    int32_t deterministic; /* 1: the backward's dense calls use engine configurations cuDNN
+                              does not mark non-deterministic (dcp's own GPU kernels still add
+                              with atomics: bitwise run-to-run equality is not promised yet) */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
@@ -540,6 +557,27 @@ DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
 
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
+
+/* The attention engine a context uses (dcp_context_config_t.attn_engine) and what it did. */
+typedef struct {
+    const char *requested; /* "auto", "own", "cudnn" or "twin" */
+    const char *engine;    /* what runs the dense segments: "own", "cudnn" or "twin" */
+    const char *note;      /* why this engine, and what it leaves to dcp's kernels ("" when
+                              nothing to say); valid while the context lives */
+    int64_t cudnn_version; /* cudnnGetVersion() of the library in use, 0 when none */
+    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit 0
+                                 full, bit 1 causal (masked segments always run on dcp's
+                                 kernels) */
+    int64_t plans_built;   /* cuDNN execution plans built by this context so far */
+    int64_t plan_hits;     /* dense calls bound to a plan built before (the cache) */
+    double plan_build_ms;  /* wall time spent building them */
+    int64_t pairs[3];      /* allowed (query, key) pairs of the full, causal and masked segments
+                              of every plan bound so far, forward (what the engine ran) */
+} dcp_attn_engine_info_t;
+
+/* Fills *info_out; the strings belong to the context. */
+DCP_API dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx,
+                                             dcp_attn_engine_info_t *info_out);
 
 /* The CUDA device ordinal the context computes on, or -1 for the CPU: where the io
  * pointers of dcp_forward()/dcp_backward() must live. Thread-safe (reads a fixed field). */

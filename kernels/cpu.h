@@ -18,9 +18,12 @@ dcp_status_t dcp_cpu_attn_bwd(const dcp_kernel_env_t *env, const dcp_tile_group_
                               int64_t num_groups, const dcp_tile_t *tiles);
 /* delta = rowsum(dO * O) over `rows` rows of head_dim elements (kernel.h). */
 dcp_status_t dcp_cpu_bwd_delta(const dcp_kernel_env_t *env, int64_t rows);
-/* fp32 dst rows += fp32 src rows for every item. */
+/* fp32 dst rows += src rows (fp32, or the plan dtype in the engine's staging). */
 dcp_status_t dcp_cpu_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                                 int64_t num_items);
+/* The engine's O from delta (kernel.h, dcp_delta_out_item_t). */
+dcp_status_t dcp_cpu_delta_out(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
+                               int64_t num_items);
 
 /* Element i of a buffer of storage type `dtype` as fp32, and a store rounded to it. */
 static inline float dcp_cpu_load(const void *base, dcp_dtype_t dtype, int64_t i)

@@ -134,6 +134,34 @@ int dcp_cuda_stream_idle(void *stream)
     return 1;
 }
 
+dcp_status_t dcp_cuda_graph_begin(void *stream)
+{
+    (void)stream;
+    return no_cuda("cuda graph");
+}
+
+dcp_status_t dcp_cuda_graph_end(void *stream, void **graph_out)
+{
+    (void)stream, (void)graph_out;
+    return no_cuda("cuda graph");
+}
+
+dcp_status_t dcp_cuda_graph_launch(void *graph, void *stream)
+{
+    (void)graph, (void)stream;
+    return no_cuda("cuda graph");
+}
+
+void dcp_cuda_graph_destroy(void *graph)
+{
+    (void)graph;
+}
+
+int dcp_cuda_attn_warp_rows(void)
+{
+    return 16;
+}
+
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
 {
     (void)dst, (void)n, (void)value, (void)stream;
@@ -193,6 +221,13 @@ static dcp_status_t accumulate_none(const dcp_kernel_env_t *env, const dcp_copy_
     return no_cuda("cuda accumulate");
 }
 
+static dcp_status_t delta_out_none(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
+                                   int64_t num_items)
+{
+    (void)env, (void)items, (void)num_items;
+    return no_cuda("cuda delta out");
+}
+
 const dcp_kernels_t dcp_kernels_cuda = {
     .name = "cuda",
     .attn_fwd = attn_none,
@@ -202,6 +237,7 @@ const dcp_kernels_t dcp_kernels_cuda = {
     .bwd_delta = delta_none,
     .accumulate = accumulate_none,
     .check_shape = dcp_cuda_shape_check,
+    .delta_out = delta_out_none,
 };
 
 static dcp_status_t set_device_none(int32_t device)

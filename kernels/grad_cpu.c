@@ -1,8 +1,11 @@
-/* The backward's row kernels on the CPU: its pre-pass delta = rowsum(dO * O) and the REDUCE
- * of partial gradients (fp32 rows added into fp32 rows). */
+/* The backward's row kernels on the CPU: its pre-pass delta = rowsum(dO * O), the REDUCE
+ * of partial gradients (fp32 rows, or the engine's plan-dtype rows, added into fp32 rows) and
+ * the attention engine's O from delta (kernel.h, dcp_delta_out_item_t). */
 #include "kernels/cpu.h"
 
 #include "include/base/error.h"
+
+#include <math.h>
 
 dcp_status_t dcp_cpu_bwd_delta(const dcp_kernel_env_t *env, int64_t rows)
 {
@@ -32,20 +35,62 @@ dcp_status_t dcp_cpu_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item
                                 int64_t num_items)
 {
     for (int64_t i = 0; i < num_items; i++)
-        if (!dcp_buf_is_fp32(items[i].src.buf) || !dcp_buf_is_fp32(items[i].dst.buf))
+        if ((!dcp_buf_is_fp32(items[i].src.buf) && items[i].src.buf != DCP_BUF_SEG) ||
+            !dcp_buf_is_fp32(items[i].dst.buf))
             return dcp_set_error(DCP_ERR_INVALID_ARG,
-                                 "cpu accumulate: item %lld adds buffer %d into %d; both must "
-                                 "be fp32 buffers",
+                                 "cpu accumulate: item %lld adds buffer %d into %d; the "
+                                 "destination must be fp32, the source fp32 or engine staging",
                                  (long long)i, items[i].src.buf, items[i].dst.buf);
     for (int64_t i = 0; i < num_items; i++) {
         const dcp_copy_item_t *c = &items[i];
-        const float *src = (const float *)env->bufs[c->src.buf] + c->src.off;
+        const dcp_dtype_t ty = dcp_buf_dtype(c->src.buf, env->dtype);
+        const void *src = env->bufs[c->src.buf];
         float *dst = (float *)env->bufs[c->dst.buf] + c->dst.off;
         for (int32_t r = 0; r < c->rows; r++) {
-            const float *s = src + (int64_t)r * c->src.stride;
+            const int64_t s = c->src.off + (int64_t)r * c->src.stride;
             float *t = dst + (int64_t)r * c->dst.stride;
-            for (int32_t x = 0; x < c->row_elems; x++) t[x] += s[x];
+            for (int32_t x = 0; x < c->row_elems; x++) t[x] += dcp_cpu_load(src, ty, s + x);
         }
+    }
+    return DCP_OK;
+}
+
+/* o = delta dO / |dO|^2 per (row, head), computed as (delta / m) u / |u|^2 with u = dO / m,
+ * m = max |dO|: no square underflows or overflows whatever dO's scale. */
+dcp_status_t dcp_cpu_delta_out(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
+                               int64_t num_items)
+{
+    if (!dcp_cpu_dtype_ok(env->dtype))
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu delta out: dtype %d", (int)env->dtype);
+    const int32_t d = env->head_dim, heads = env->q_heads;
+    for (int64_t i = 0; i < num_items; i++) {
+        const dcp_delta_out_item_t *it = &items[i];
+        const dcp_dtype_t gty = dcp_buf_dtype(it->dout.buf, env->dtype),
+                          oty = dcp_buf_dtype(it->o.buf, env->dtype);
+        const void *g = env->bufs[it->dout.buf];
+        void *o = env->bufs[it->o.buf];
+        const float *delta = (const float *)env->bufs[it->delta.buf] + it->delta.off;
+        for (int32_t r = 0; r < it->rows; r++)
+            for (int32_t h = 0; h < heads; h++) {
+                const int64_t gr = it->dout.off + (int64_t)r * it->dout.stride + (int64_t)h * d;
+                const int64_t orow = it->o.off + (int64_t)r * it->o.stride + (int64_t)h * d;
+                float m = 0.0f, n2 = 0.0f;
+                for (int32_t x = 0; x < d; x++) m = fmaxf(m, fabsf(dcp_cpu_load(g, gty, gr + x)));
+                for (int32_t x = 0; x < d; x++) {
+                    const float u = m > 0.0f ? dcp_cpu_load(g, gty, gr + x) / m : 0.0f;
+                    n2 += u * u;
+                }
+                const float dl = delta[(int64_t)r * it->delta.stride + h];
+                const float f = m > 0.0f && n2 > 0.0f ? dl / m / n2 : 0.0f;
+                for (int32_t x = 0; x < d; x++) {
+                    const float u = m > 0.0f ? dcp_cpu_load(g, gty, gr + x) / m : 0.0f;
+                    const float v = f * u;
+                    if (oty == DCP_DTYPE_FP32)
+                        ((float *)o)[orow + x] = v;
+                    else
+                        ((uint16_t *)o)[orow + x] = dcp_half_from_f32(oty, v);
+                }
+            }
     }
     return DCP_OK;
 }

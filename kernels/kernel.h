@@ -8,7 +8,9 @@
  *   attn_bwd  the backward of fused masked attention over tile groups (descr.h): dQ, dK, dV
  *             of every tile added in fp32, from the final forward LSE and delta;
  *   bwd_delta delta = rowsum(dO * O) of a rank's local rows, the backward's pre-pass;
- *   accumulate  fp32 dst rows += fp32 src rows (REDUCE of partial gradients).
+ *   accumulate  fp32 dst rows += src rows (REDUCE of partial gradients; the attention engine's
+ *             dense gradients come in the plan dtype);
+ *   delta_out the O a dense backward takes, made from delta (kernels/segment.h).
  * Descriptors (include/base/descr.h) address a rank's buffers through env->bufs; on a GPU
  * the descriptor arrays and sequence table live in device memory.
  */
@@ -25,7 +27,7 @@ extern "C" {
 #endif
 
 typedef struct {
-    void *bufs[DCP_BUF_COUNT];  /* base of each buffer of the rank (NULL if empty) */
+    void *bufs[DCP_BUF_ALL];  /* base of each buffer of the rank (NULL if empty) */
     const dcp_seq_info_t *seqs; /* masks and lengths, indexed by tile group seq */
     int32_t q_heads, kv_heads;  /* heads per head group */
     int32_t head_dim;
@@ -34,6 +36,15 @@ typedef struct {
     int32_t max_rows;  /* most rows of an item of the launch (GPU grid height) */
     void *stream;      /* CUDA stream (NULL on CPU) */
 } dcp_kernel_env_t;
+
+/* rows rows of o (plan dtype) written so that rowsum(dout * o) = delta per (row, head):
+ * o = delta x dout / |dout|^2 (0 where dout is 0), the O of a dense backward that takes O
+ * where dcp ships delta (kernels/segment.h). Views: dout, o [rows, heads, D]; delta
+ * [rows, heads] fp32. */
+typedef struct {
+    dcp_view_t dout, delta, o;
+    int32_t rows;
+} dcp_delta_out_item_t;
 
 typedef struct {
     const char *name;
@@ -53,6 +64,8 @@ typedef struct {
     /* DCP_OK when these kernels run plans of this head dim and dtype, else
      * DCP_ERR_UNSUPPORTED naming the field (checked before a call exchanges anything) */
     dcp_status_t (*check_shape)(int32_t head_dim, dcp_dtype_t dtype);
+    dcp_status_t (*delta_out)(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
+                              int64_t num_items);
 } dcp_kernels_t;
 
 /* The CUDA kernels' shapes (attn_fwd.cu, attn_bwd.cu), for builds with and without nvcc. */

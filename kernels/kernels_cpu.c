@@ -16,4 +16,5 @@ const dcp_kernels_t dcp_kernels_cpu = {
     .bwd_delta = dcp_cpu_bwd_delta,
     .accumulate = dcp_cpu_accumulate,
     .check_shape = dcp_cpu_check_shape,
+    .delta_out = dcp_cpu_delta_out,
 };

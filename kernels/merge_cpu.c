@@ -1,6 +1,7 @@
 /* n-way LSE merge of partial outputs on the CPU: for every row and head, the destination
  * (O, LSE) and each source are combined with the weights of kernels/lse.h, which keep a NaN
- * partial (a row that met NaN or Inf inputs) NaN in the result. */
+ * partial (a row that met NaN or Inf inputs) NaN in the result. Sources are fp32, or the
+ * plan dtype in the attention engine's staging (the dense engine writes O in it). */
 #include "kernels/cpu.h"
 
 #include "include/base/error.h"
@@ -40,9 +41,11 @@ dcp_status_t dcp_cpu_merge(const dcp_kernel_env_t *env, const dcp_merge_item_t *
                 for (int32_t x = 0; x < d; x++) od[x] *= w[0];
                 for (int32_t k = 0; k < m->num_src; k++) {
                     if (w[k + 1] == 0.0f) continue;
-                    const float *os = (const float *)env->bufs[src[k].o.buf] + src[k].o.off +
-                                      (size_t)r * src[k].o.stride + (size_t)h * d;
-                    for (int32_t x = 0; x < d; x++) od[x] += w[k + 1] * os[x];
+                    const dcp_dtype_t ty = dcp_buf_dtype(src[k].o.buf, env->dtype);
+                    const void *ob = env->bufs[src[k].o.buf];
+                    const int64_t os =
+                        src[k].o.off + (int64_t)r * src[k].o.stride + (int64_t)h * d;
+                    for (int32_t x = 0; x < d; x++) od[x] += w[k + 1] * dcp_cpu_load(ob, ty, os + x);
                 }
             }
     }

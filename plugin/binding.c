@@ -93,6 +93,7 @@ dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     DCP_CHECK(dcp_reserve(&bd->ops, &bd->ops_cap, most, sizeof *bd->ops, "context"));
     if (!ctx->dev->host_memory)
         DCP_CHECK(dcp_dev_plan_sync(&bd->dev_plan, p, ctx->dev, ctx->device, ctx->stream));
+    DCP_CHECK(dcp_attn_bind(ctx, p));
     bd->serial = p->serial;
     return DCP_OK;
 }

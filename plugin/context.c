@@ -142,6 +142,7 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
                            "config.%s is set on a CPU context (streams are lent to CUDA contexts)",
                            config->compute_stream ? "compute_stream" : "transfer_stream");
     if (st == DCP_OK && !ctx->dev->host_memory) st = attach_device(ctx, config);
+    if (st == DCP_OK) st = dcp_attn_init(ctx, config);
     if (st != DCP_OK) {
         dcp_engine_destroy(ctx->engine);
         release(ctx);
@@ -160,6 +161,7 @@ void dcp_context_destroy(dcp_context_t *ctx)
     if (!ctx) return;
     dcp_stamps_cancel(ctx);
     dcp_stamps_free(&ctx->stamps);
+    dcp_attn_release(ctx);
     dcp_binding_release(ctx);
     /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);

@@ -4,6 +4,7 @@
 
 #include "include/base/descr.h"
 #include "kernels/device.h"
+#include "plugin/attn_engine.h"
 #include "plugin/binding.h"
 #include "plugin/job.h"
 #include "plugin/stamp.h"
@@ -36,14 +37,16 @@ struct dcp_context {
     uint64_t calls;        /* forward and backward calls so far (the stamps' call count) */
     double wait_blocked_s; /* host time spent blocked in COMM_WAIT, summed over calls */
     int drive_progress;    /* the executor tests transfers in flight while it computes */
+    dcp_attn_state_t attn; /* what runs the dense segments (attn_engine.h) */
 };
 
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */
 double dcp_context_default_timeout(void);
 
-/* In-process ranks: a group and one context per rank on `device` (dcp_context_config_t),
- * created together and destroyed together (destroy accepts a partial set). */
-dcp_status_t dcp_inproc_contexts_create(int32_t n, double timeout_s, const char *device,
+/* In-process ranks: a group and one context per rank, each configured as `base` (timeout,
+ * device, attention engine; its rank and group are set here), created together and destroyed
+ * together (destroy accepts a partial set). */
+dcp_status_t dcp_inproc_contexts_create(int32_t n, const dcp_context_config_t *base,
                                         dcp_group_t **group_out, dcp_context_t ***ctx_out);
 void dcp_inproc_contexts_destroy(int32_t n, dcp_group_t *group, dcp_context_t **ctx);
 

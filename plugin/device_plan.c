@@ -44,35 +44,6 @@ static dcp_status_t instr_rows(dcp_dev_plan_t *d, const dcp_plan_t *p)
     return DCP_OK;
 }
 
-/* Page-locked staging of at least `total` bytes that no queued upload still reads. */
-static dcp_status_t staging(dcp_dev_plan_t *d, const dcp_device_t *dev, int32_t device,
-                            size_t total)
-{
-    if (!d->staged) DCP_CHECK(dev->event_create(device, &d->staged));
-    if (d->staging) DCP_CHECK(dev->event_sync(d->staged));
-    if (total <= d->staging_cap) return DCP_OK;
-    dev->host_free(d->staging);
-    d->staging_cap = 0;
-    if (!(d->staging = dev->host_alloc(total)))
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes of staging", total);
-    d->staging_cap = total;
-    return DCP_OK;
-}
-
-/* Device memory for `total` bytes of descriptors. The kernels queued on `stream` may still
- * read the old ones: growing waits for them (the first plans of a run, not every batch). */
-static dcp_status_t grow(dcp_dev_plan_t *d, const dcp_device_t *dev, int32_t device, size_t total,
-                         void *stream)
-{
-    DCP_CHECK(dev->stream_sync(stream));
-    dev->free(d->mem);
-    d->cap = 0;
-    if (!(d->mem = dev->alloc(device, total)))
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "device plan: %zu bytes on GPU %d", total, device);
-    d->cap = total;
-    return DCP_OK;
-}
-
 dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp_device_t *dev,
                                int32_t device, void *stream)
 {
@@ -98,15 +69,15 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp
     if (total == 0) total = ALIGN;
 
     d->serial = 0; /* until the copy below is queued */
-    DCP_CHECK(staging(d, dev, device, total));
-    char *host = d->staging;
+    DCP_CHECK(dcp_dev_blob_staging(&d->blob, dev, device, total));
+    char *host = d->blob.staging;
     memset(host, 0, total);
     for (int i = 0; i < FIXED; i++)
         if (pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
     dcp_status_t st = instr_rows(d, p);
-    if (st == DCP_OK && total > d->cap) st = grow(d, dev, device, total, stream);
+    if (st == DCP_OK) st = dcp_dev_blob_reserve(&d->blob, dev, device, total, stream);
     if (st == DCP_OK) {
-        char *mem = d->mem;
+        char *mem = d->blob.mem;
         dcp_seq_info_t *seqs = (dcp_seq_info_t *)(host + pc[SEQS].off);
         size_t at = ranges_at;
         for (int32_t s = 0; s < p->num_seqs; s++) {
@@ -116,11 +87,10 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp
             seqs[s].mask.ranges = (const int32_t *)(mem + at);
             at += up(n);
         }
-        st = dev->copy(d->mem, host, total, stream);
-        if (st == DCP_OK) st = dev->event_record(d->staged, stream);
+        st = dcp_dev_blob_send(&d->blob, dev, total, stream);
     }
     if (st == DCP_OK) {
-        char *mem = d->mem;
+        char *mem = d->blob.mem;
         d->groups = (dcp_tile_group_t *)(mem + pc[GROUPS].off);
         d->tiles = (dcp_tile_t *)(mem + pc[TILES].off);
         d->merges = (dcp_merge_item_t *)(mem + pc[MERGES].off);
@@ -134,10 +104,7 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp
 
 void dcp_dev_plan_free(dcp_dev_plan_t *d, const dcp_device_t *dev)
 {
-    if (d->staged) (void)dev->event_sync(d->staged);
-    dev->event_destroy(d->staged);
-    dev->host_free(d->staging);
-    dev->free(d->mem);
+    dcp_dev_blob_free(&d->blob, dev);
     free(d->rows);
     memset(d, 0, sizeof *d);
 }

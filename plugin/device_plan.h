@@ -7,14 +7,11 @@
 
 #include "include/base/descr.h"
 #include "kernels/device.h"
+#include "plugin/dev_blob.h"
 
 typedef struct {
-    uint64_t serial; /* the plan uploaded (dcp_plan_t.serial); 0: none */
-    void *mem;       /* one device allocation holding every array below */
-    size_t cap;
-    void *staging; /* page-locked host copy of mem's contents */
-    size_t staging_cap;
-    void *staged; /* event: the last upload has read the staging buffer */
+    uint64_t serial;     /* the plan uploaded (dcp_plan_t.serial); 0: none */
+    dcp_dev_blob_t blob; /* one device allocation holding every array below */
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;
     dcp_merge_item_t *merges;

@@ -213,10 +213,17 @@ static dcp_status_t progress(dcp_context_t *ctx, const dcp_plan_t *p)
     return DCP_OK;
 }
 
-/* An ATTN instruction, in slices with progress between them when the engine needs it. */
+/* An ATTN instruction: the attention engine's segment program where it has one (attn_engine.h),
+ * else the tile list in slices with progress between them when the transfer engine needs it. */
 static dcp_status_t attn(dcp_context_t *ctx, const dcp_plan_t *p, int fwd,
                          const dcp_kernel_env_t *env, const descr_t *d, const dcp_instr_t *in)
 {
+    const int64_t launch =
+        dcp_attn_launch(ctx, fwd ? DCP_PASS_FWD : DCP_PASS_BWD, (int64_t)(in - p->instrs));
+    if (launch >= 0) {
+        DCP_CHECK(dcp_attn_run(ctx, fwd ? DCP_PASS_FWD : DCP_PASS_BWD, launch, env));
+        return ctx->drive_progress ? progress(ctx, p) : DCP_OK;
+    }
     const dcp_kernels_t *k = ctx->dev->kernels;
     const int64_t slice = ctx->drive_progress ? DCP_PROGRESS_GROUPS : in->count;
     for (int64_t g = 0; g < in->count; g += slice) {

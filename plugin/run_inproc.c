@@ -99,7 +99,7 @@ dcp_status_t dcp_backward_group(dcp_context_t *const *ctx, int32_t n, const dcp_
     return run_group(ctx, n, plan, NULL, io, host_ms_out);
 }
 
-dcp_status_t dcp_inproc_contexts_create(int32_t n, double timeout_s, const char *device,
+dcp_status_t dcp_inproc_contexts_create(int32_t n, const dcp_context_config_t *base,
                                         dcp_group_t **group_out, dcp_context_t ***ctx_out)
 {
     dcp_group_t *group;
@@ -107,8 +107,10 @@ dcp_status_t dcp_inproc_contexts_create(int32_t n, double timeout_s, const char 
     dcp_context_t **ctx;
     dcp_status_t st = dcp_calloc(&ctx, n, sizeof *ctx, "contexts");
     for (int32_t r = 0; st == DCP_OK && r < n; r++) {
-        const dcp_context_config_t cfg = {
-            .rank = r, .group = group, .timeout_s = timeout_s, .device = device};
+        dcp_context_config_t cfg = *base;
+        cfg.rank = r;
+        cfg.group = group;
+        cfg.bootstrap = NULL;
         st = dcp_context_create(&cfg, &ctx[r]);
     }
     if (st != DCP_OK) {
@@ -134,7 +136,8 @@ static dcp_status_t run_inproc(const dcp_plan_t *plan, const dcp_tensors_t *io,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "io" : "plan");
     dcp_group_t *group;
     dcp_context_t **ctx;
-    DCP_CHECK(dcp_inproc_contexts_create(plan->num_ranks, timeout_s, device, &group, &ctx));
+    const dcp_context_config_t base = {.timeout_s = timeout_s, .device = device};
+    DCP_CHECK(dcp_inproc_contexts_create(plan->num_ranks, &base, &group, &ctx));
     const dcp_status_t st = run_group(ctx, plan->num_ranks, plan, io, gio, NULL);
     dcp_inproc_contexts_destroy(plan->num_ranks, group, ctx);
     return st;

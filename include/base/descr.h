@@ -44,11 +44,20 @@ typedef enum {
  * their sizes are planned (slots), before it they follow from the local token count. */
 #define DCP_BUF_FIRST_WORK DCP_BUF_ACC_O
 
+/* The attention engine's staging (kernels/segment.h), after the plan's buffers and never in a
+ * plan (its views and sizes are the engine's, made when a plan is bound): the packed rows of
+ * dense segments as cuDNN's ragged SDPA takes them, in the plan dtype (SEG), and their
+ * softmax statistics and the masked segments' partial outputs, fp32 (SEG32). Kernels address
+ * bufs[0, DCP_BUF_ALL). */
+#define DCP_BUF_SEG   ((int)DCP_BUF_COUNT)
+#define DCP_BUF_SEG32 ((int)DCP_BUF_COUNT + 1)
+#define DCP_BUF_ALL   ((int)DCP_BUF_COUNT + 2)
+
 /* True when buffer b holds fp32 regardless of the plan dtype. */
 DCP_HD int dcp_buf_is_fp32(int b)
 {
     return b == DCP_BUF_LSE || (b >= DCP_BUF_ACC_O && b <= DCP_BUF_ACC_DV) ||
-           b == DCP_BUF_STAGE32 || b == DCP_BUF_RSTAT || b == DCP_BUF_PART;
+           b == DCP_BUF_STAGE32 || b == DCP_BUF_RSTAT || b == DCP_BUF_PART || b == DCP_BUF_SEG32;
 }
 
 /* The element type of buffer b under a plan of `dtype`, and its size in bytes. */

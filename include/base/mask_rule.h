@@ -178,7 +178,13 @@ DCP_HD void dcp_mask_keys(const dcp_mask_t *m, int32_t len, int32_t i, int32_t r
     dcp_mask_seg_t s;
     dcp_mask_segment_at(m, len, i, &s);
     int64_t v[4] = {0, 0, 0, 0};
-    for (int32_t j = 0; j < s.n; j++) {
+    /* a constant trip count: s.iv and v stay in registers on the GPU (a loop to s.n indexes
+     * them at run time, which puts them in local memory) */
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int32_t j = 0; j < 2; j++) {
+        if (j >= s.n) break;
         int64_t lo = s.iv[j].lo_c + s.iv[j].lo_s * (int64_t)i;
         int64_t hi = s.iv[j].hi_c + s.iv[j].hi_s * (int64_t)i;
         lo = lo < 0 ? 0 : (lo > len ? len : lo);

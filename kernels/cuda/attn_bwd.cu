@@ -63,7 +63,7 @@ template <int D> struct Geom {
 };
 
 struct BwdParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_seq_info_t *seqs;
     const dcp_tile_group_t *groups;
     const dcp_tile_t *tiles;
@@ -75,28 +75,27 @@ struct BwdParams {
 };
 
 /* Shared memory of a CTA: the chunk's K and V, two buffers of a step's Q, dO, LSE, delta,
- * and the step's P and dS. */
+ * and the step's P and dS. Buffer b's pointers are computed (q(b), ...), not read from
+ * arrays indexed at run time, which would live in local memory. */
 template <typename T, int D> struct Smem {
-    T *k, *v, *q[2], *dout[2], *p, *ds;
-    float *lse[2], *delta[2];
+    static constexpr int LD = Geom<D>::LD;
+    T *k, *v, *q0, *p, *ds;
+    float *stats; /* lse[0], lse[1], delta[0], delta[1]: BM floats each */
 
     __device__ explicit Smem(unsigned char *raw)
     {
-        constexpr int LD = Geom<D>::LD;
         T *e = reinterpret_cast<T *>(raw);
         k = e;
         v = k + BN * LD;
-        q[0] = v + BN * LD;
-        q[1] = q[0] + BM * LD;
-        dout[0] = q[1] + BM * LD;
-        dout[1] = dout[0] + BM * LD;
-        p = dout[1] + BM * LD;
+        q0 = v + BN * LD; /* q[0], q[1], dout[0], dout[1]: BM rows each */
+        p = q0 + 4 * BM * LD;
         ds = p + BM * LDP;
-        lse[0] = reinterpret_cast<float *>(ds + BM * LDP);
-        lse[1] = lse[0] + BM;
-        delta[0] = lse[1] + BM;
-        delta[1] = delta[0] + BM;
+        stats = reinterpret_cast<float *>(ds + BM * LDP);
     }
+    __device__ __forceinline__ T *q(int b) const { return q0 + b * (BM * LD); }
+    __device__ __forceinline__ T *dout(int b) const { return q0 + (2 + b) * (BM * LD); }
+    __device__ __forceinline__ float *lse(int b) const { return stats + b * BM; }
+    __device__ __forceinline__ float *delta(int b) const { return stats + (2 + b) * BM; }
 };
 
 /* 4 bytes global -> shared (L1-cached); src_bytes 0 writes a zero. */
@@ -249,14 +248,14 @@ __device__ __forceinline__ void load_step(const BwdParams &p, const Chunk &c, co
     const T *q = (const T *)p.bufs[g.q.buf] + g.q.off + (int64_t)s.r0 * g.q.stride + (int64_t)h * D;
     const T *d =
         (const T *)p.bufs[g.dout.buf] + g.dout.off + (int64_t)s.r0 * g.dout.stride + (int64_t)h * D;
-    load_rows<T, D, BM>(sm.q[b], q, g.q.stride, n);
-    load_rows<T, D, BM>(sm.dout[b], d, g.dout.stride, n);
+    load_rows<T, D, BM>(sm.q(b), q, g.q.stride, n);
+    load_rows<T, D, BM>(sm.dout(b), d, g.dout.stride, n);
     const int i = threadIdx.x;
     if (i < 2 * BM) { /* one LSE or delta element per thread */
         const dcp_view_t &vw = i < BM ? g.lse : g.delta;
         const int r = i % BM;
         const float *src = (const float *)p.bufs[vw.buf] + vw.off + h;
-        float *dst = (i < BM ? sm.lse[b] : sm.delta[b]) + r;
+        float *dst = (i < BM ? sm.lse(b) : sm.delta(b)) + r;
         cp_async4(dst, r < n ? src + (int64_t)(s.r0 + r) * vw.stride : src, r < n ? 4 : 0);
     }
 }
@@ -275,7 +274,7 @@ __device__ __forceinline__ void scores(const BwdParams &p, const Chunk &c, const
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
     const int qs = warp & 3, kh = warp >> 2; /* 16 query rows, 32 keys */
     const int k0 = kh * 32;
-    const T *Q = sm.q[b], *dO = sm.dout[b];
+    const T *Q = sm.q(b), *dO = sm.dout(b);
 
     float sc[4][4], dp[4][4];
 #pragma unroll
@@ -310,7 +309,7 @@ __device__ __forceinline__ void scores(const BwdParams &p, const Chunk &c, const
 #pragma unroll
     for (int x = 0; x < 2; x++) {
         const int r = qs * 16 + (lane >> 2) + 8 * x;
-        const float lse = sm.lse[b][r], delta = sm.delta[b][r];
+        const float lse = sm.lse(b)[r], delta = sm.delta(b)[r];
         /* a row without keys (LSE -inf) has P = 0: exp2(... - inf), never inf or NaN */
         const float lse2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
 #pragma unroll
@@ -338,7 +337,7 @@ __device__ __forceinline__ void kv_grads(const Smem<T, D> &sm, int b, KVAcc<D> &
     constexpr int LD = Geom<D>::LD;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ks = warp & 3, d0 = (warp >> 2) * Geom<D>::HALF;
-    const T *Q = sm.q[b], *dO = sm.dout[b];
+    const T *Q = sm.q(b), *dO = sm.dout(b);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; kk++) {
         /* A = P^T (keys x queries): the transposed 8x8 blocks of P (queries x keys) */
@@ -496,7 +495,7 @@ __device__ __forceinline__ int find_group(const BwdParams &p, int ti)
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, 1) attn_bwd_kernel(const BwdParams p)
+__global__ void __launch_bounds__(THREADS, 1) attn_bwd_kernel(const __grid_constant__ BwdParams p)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const Smem<T, D> sm(smem_raw);
@@ -554,7 +553,7 @@ extern "C" dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env,
                              "cuda attention backward: %lld groups, heads %d/%d, max_rows %d",
                              (long long)num_groups, env->q_heads, env->kv_heads, env->max_rows);
     BwdParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.seqs = env->seqs;
     p.groups = groups;
     p.tiles = tiles;

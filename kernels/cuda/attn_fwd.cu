@@ -2,17 +2,22 @@
  * Fused blockwise masked attention forward for sm_80 and later (mma.sync, bf16/fp16 in,
  * fp32 accumulation), one launch per tile-group list.
  *
- * Grid: (tile group, query row block, query head). A CTA of 8 warps owns BM = 128 query
- * rows of one head (16 per warp) and streams the group's KV tiles through shared memory in
- * chunks of BN = 64 keys, double-buffered with cp.async: the next needed chunk loads while
- * the current one is computed. Per chunk the CTA decides, from every row's allowed key
+ * Grid: (tile group, query row block, query head). A CTA owns BM = 128 query rows of one
+ * head and streams the group's KV tiles through shared memory in chunks of BN keys,
+ * double-buffered with cp.async: the next needed chunk loads while the current one is
+ * computed. Two shapes (template MT, the 16-row m-tiles of a warp): 8 warps of 16 rows, one
+ * CTA per SM, BN = 64, Q fragments in registers (MT = 1, the default); or
+ * FlashAttention-2's, 4 warps of 32 rows, two CTAs per SM, BN = 32, each K and V fragment
+ * read from shared memory feeding both m-tiles (half the ldmatrix traffic per FLOP), Q
+ * fragments read from shared memory per chunk at head dim 128 to fit the registers (MT = 2;
+ * DCP_ATTN_WARP_ROWS=32). Per chunk the CTA decides, from every row's allowed key
  * ranges (include/base/mask_rule.h, evaluated analytically per row, or read from a custom
  * mask's range array):
  *   - skip: no row sees a key of the chunk, so its K/V are never loaded;
  *   - full: every row sees every key, so no mask arithmetic runs;
  *   - partial: scores outside a row's ranges become -inf.
  * Tiles the planner marked full skip the range evaluation altogether, and a warp whose 16
- * rows see nothing of a chunk the CTA needs skips its MMAs. The online softmax runs in the
+ * or 32 rows see nothing of a chunk the CTA needs skips its MMAs. The online softmax runs in the
  * log2 domain; the output is normalised at the end and stored in fp32 or the input type
  * (by the output buffer), merged by LSE with what is there when the group accumulates.
  *
@@ -22,6 +27,7 @@
  * (a NaN or Inf value) is (NaN, NaN). The MMAs multiply masked probabilities (0) by the
  * chunk's values, so a NaN in a masked key's value may also reach rows that share its chunk.
  */
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -30,19 +36,31 @@
 #include "kernels/lse.h"
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace dcp_cuda
 {
 
-constexpr int BM = 128, BN = 64, WARPS = 8, THREADS = WARPS * 32, PAD = 8;
+constexpr int BM = 128, PAD = 8;
+
+/* MT m-tiles of 16 rows per warp: 8 / MT warps cover BM rows; chunks of BN keys (32 with two
+ * m-tiles, as FlashAttention-2 at head dim 128 on sm_80, so S and O fit the registers). */
+template <int MT> struct Shape {
+    static constexpr int WARPS = 8 / MT, THREADS = WARPS * 32, BN = MT == 1 ? 64 : 32;
+};
 
 template <int D> struct AttnGeom {
     static constexpr int LD = D + PAD; /* padded smem row: ldmatrix rows hit distinct banks */
-    static constexpr size_t smem_bytes = (size_t)(BM + 4 * BN) * LD * 2;
+    /* Q, then K and V of two chunk buffers */
+    template <int MT> static constexpr size_t smem_bytes()
+    {
+        return (size_t)(BM + 4 * Shape<MT>::BN) * LD * 2;
+    }
 };
 
 struct AttnParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_seq_info_t *seqs;
     const dcp_tile_group_t *groups;
     const dcp_tile_t *tiles;
@@ -50,44 +68,152 @@ struct AttnParams {
     float scale_log2; /* softmax scale x log2(e) */
 };
 
-/* Allowed keys of a thread's two rows (g and g + 8 of its warp) inside one tile, tile-local
- * and clamped to [0, kv_len); a row past the group's queries sees nothing. */
-struct Rows {
-    int lo[2][2], hi[2][2];
+/* A row's allowed keys inside one tile, [lo0, hi0) u [lo1, hi1), tile-local and clamped to
+ * [0, kv_len); a row past the group's queries sees nothing. */
+struct Range {
+    int lo0, hi0, lo1, hi1;
 };
 
-__device__ __forceinline__ void tile_rows(Rows &R, const dcp_seq_info_t &seq,
-                                          const dcp_tile_group_t &g, const dcp_tile_t &t, int r0,
-                                          int row0)
+__device__ __forceinline__ bool rg_sees(const Range &r, int c0, int c1)
 {
-    for (int x = 0; x < 2; x++) {
-        const int row = r0 + row0 + 8 * x;
-        int rg[4] = {0, 0, 0, 0};
-        if (row < g.q_len) dcp_mask_keys(&seq.mask, seq.len, g.q_pos + row, rg);
-        for (int j = 0; j < 2; j++) {
-            int a = rg[2 * j] - t.kv_pos, b = rg[2 * j + 1] - t.kv_pos;
-            a = a < 0 ? 0 : (a > t.kv_len ? t.kv_len : a);
-            b = b < a ? a : (b > t.kv_len ? t.kv_len : b);
-            R.lo[x][j] = a;
-            R.hi[x][j] = b;
-        }
+    return (r.lo0 < c1 && c0 < r.hi0) || (r.lo1 < c1 && c0 < r.hi1);
+}
+
+__device__ __forceinline__ bool rg_sees_all(const Range &r, int c0, int c1)
+{
+    return (r.lo0 <= c0 && c1 <= r.hi0) || (r.lo1 <= c0 && c1 <= r.hi1);
+}
+
+__device__ __forceinline__ bool rg_allowed(const Range &r, int key)
+{
+    return (key >= r.lo0 && key < r.hi0) || (key >= r.lo1 && key < r.hi1);
+}
+
+/* Row x of a thread (x < 2 MT: rows g and g + 8 of each of its warp's m-tiles) is
+ * row0 + row_off(x). */
+__device__ __forceinline__ constexpr int row_off(int x) { return 16 * (x >> 1) + 8 * (x & 1); }
+
+/* The ranges of query row `row` of group g in tile t. */
+__device__ __forceinline__ Range row_range(const dcp_seq_info_t &seq, const dcp_tile_group_t &g,
+                                           const dcp_tile_t &t, int row)
+{
+    int rg[4] = {0, 0, 0, 0};
+    if (row < g.q_len) dcp_mask_keys(&seq.mask, seq.len, g.q_pos + row, rg);
+    int v[4];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int a = rg[2 * j] - t.kv_pos, b = rg[2 * j + 1] - t.kv_pos;
+        a = a < 0 ? 0 : (a > t.kv_len ? t.kv_len : a);
+        b = b < a ? a : (b > t.kv_len ? t.kv_len : b);
+        v[2 * j] = a;
+        v[2 * j + 1] = b;
     }
+    return Range{v[0], v[1], v[2], v[3]};
 }
 
-__device__ __forceinline__ bool sees(const Rows &R, int x, int c0, int c1)
+/* The whole tile for a valid row, nothing past the group's queries. */
+__device__ __forceinline__ Range row_full(const dcp_tile_group_t &g, const dcp_tile_t &t, int row)
 {
-    return (R.lo[x][0] < c1 && c0 < R.hi[x][0]) || (R.lo[x][1] < c1 && c0 < R.hi[x][1]);
+    const int e = row < g.q_len ? t.kv_len : 0;
+    return Range{0, e, e, e};
 }
 
-__device__ __forceinline__ bool sees_all(const Rows &R, int x, int c0, int c1)
+/* Which of a thread's keys of a chunk one row sees: ok(k) for the thread's key
+ * c0 + 2 t4 + k (k = n * 8 + e, a constant after unrolling), any: some key of the chunk. */
+struct KeysRange { /* the row's ranges, relative to the thread's first key */
+    Range r;
+    bool any;
+    __device__ __forceinline__ bool ok(int k) const { return rg_allowed(r, k); }
+};
+struct KeysBits { /* bit k: key c0 + 2 t4 + k (chunks of 32 keys) */
+    unsigned b;
+    bool any;
+    __device__ __forceinline__ bool ok(int k) const { return (b >> k) & 1u; }
+};
+
+/* Bit k set when key c0 + k (k < 32) lies in [lo, hi). */
+__device__ __forceinline__ unsigned range_bits(int lo, int hi, int c0)
 {
-    return (R.lo[x][0] <= c0 && c1 <= R.hi[x][0]) || (R.lo[x][1] <= c0 && c1 <= R.hi[x][1]);
+    lo -= c0;
+    hi -= c0;
+    lo = lo < 0 ? 0 : (lo > 32 ? 32 : lo);
+    hi = hi < lo ? lo : (hi > 32 ? 32 : hi);
+    const unsigned below_hi = hi >= 32 ? 0xffffffffu : (1u << hi) - 1u;
+    const unsigned below_lo = lo >= 32 ? 0xffffffffu : (1u << lo) - 1u;
+    return below_hi & ~below_lo;
 }
 
-__device__ __forceinline__ bool allowed(const Rows &R, int x, int key)
-{
-    return (key >= R.lo[x][0] && key < R.hi[x][0]) || (key >= R.lo[x][1] && key < R.hi[x][1]);
-}
+/* The ranges of a thread's 2 MT rows in the current tile. MT = 1: the thread holds both of
+ * its rows'. MT = 2: a thread's four rows are its quad's four rows, and lane t of the quad
+ * holds row t's (a quarter of the registers); keys(x) makes row x's keys of a chunk a 32-bit
+ * word in that lane and shuffles it, so the whole warp calls it together. own_sees and
+ * own_sees_all test the rows the thread holds: an OR or AND of them over a warp or a block
+ * covers every row. */
+template <int MT> struct Rows;
+
+template <> struct Rows<1> {
+    Range r[2];
+    __device__ __forceinline__ void tile(const dcp_seq_info_t &seq, const dcp_tile_group_t &g,
+                                         const dcp_tile_t &t, int r0, int row0)
+    {
+        r[0] = row_range(seq, g, t, r0 + row0);
+        r[1] = row_range(seq, g, t, r0 + row0 + 8);
+    }
+    __device__ __forceinline__ void full(const dcp_tile_group_t &g, const dcp_tile_t &t, int r0,
+                                         int row0)
+    {
+        r[0] = row_full(g, t, r0 + row0);
+        r[1] = row_full(g, t, r0 + row0 + 8);
+    }
+    __device__ __forceinline__ KeysRange keys(int x, int c0, int c1) const
+    {
+        const int k0 = c0 + 2 * (threadIdx.x & 3);
+        const Range &q = r[x];
+        return KeysRange{Range{q.lo0 - k0, q.hi0 - k0, q.lo1 - k0, q.hi1 - k0},
+                         rg_sees(q, c0, c1)};
+    }
+    __device__ __forceinline__ bool own_sees(int c0, int c1) const
+    {
+        return rg_sees(r[0], c0, c1) || rg_sees(r[1], c0, c1);
+    }
+    /* every row the thread holds sees all of [c0, c1) or is past q_len */
+    __device__ __forceinline__ bool own_sees_all(int c0, int c1, int rows_left) const
+    {
+        return (0 >= rows_left || rg_sees_all(r[0], c0, c1)) &&
+               (8 >= rows_left || rg_sees_all(r[1], c0, c1));
+    }
+};
+
+template <> struct Rows<2> {
+    static_assert(Shape<2>::BN == 32, "a row's keys of a chunk are one 32-bit word");
+    Range mine; /* row (lane & 3) of the thread's four */
+    __device__ __forceinline__ static int own_off() { return row_off(threadIdx.x & 3); }
+    __device__ __forceinline__ void tile(const dcp_seq_info_t &seq, const dcp_tile_group_t &g,
+                                         const dcp_tile_t &t, int r0, int row0)
+    {
+        mine = row_range(seq, g, t, r0 + row0 + own_off());
+    }
+    __device__ __forceinline__ void full(const dcp_tile_group_t &g, const dcp_tile_t &t, int r0,
+                                         int row0)
+    {
+        mine = row_full(g, t, r0 + row0 + own_off());
+    }
+    /* chunks of 32 keys: row x's keys as one word, made by its lane and shuffled */
+    __device__ __forceinline__ KeysBits keys(int x, int c0, int) const
+    {
+        const unsigned own = range_bits(mine.lo0, mine.hi0, c0) | range_bits(mine.lo1, mine.hi1, c0);
+        const unsigned b = __shfl_sync(0xffffffffu, own, ((threadIdx.x & 31) & ~3) | x);
+        return KeysBits{b >> (2 * (threadIdx.x & 3)), b != 0};
+    }
+    __device__ __forceinline__ bool own_sees(int c0, int c1) const
+    {
+        return rg_sees(mine, c0, c1);
+    }
+    __device__ __forceinline__ bool own_sees_all(int c0, int c1, int rows_left) const
+    {
+        return own_off() >= rows_left || rg_sees_all(mine, c0, c1);
+    }
+};
 
 /* A position in the group's key stream: chunk [c0, c0 + BN) of tile ti. */
 struct Cursor {
@@ -96,10 +222,12 @@ struct Cursor {
 
 /* Moves c (and R, the ranges of c's tile) forward to the first chunk some row of the CTA
  * sees; false at the end of the group's tiles. Block-uniform: every thread calls it. */
+template <int MT>
 __device__ bool find_chunk(const AttnParams &p, const dcp_tile_group_t &g,
                            const dcp_seq_info_t &seq, int r0, int row0, bool rows_valid, Cursor &c,
-                           Rows &R)
+                           Rows<MT> &R)
 {
+    constexpr int BN = Shape<MT>::BN;
     const int end = g.first_tile + g.num_tiles;
     while (c.ti < end) {
         const dcp_tile_t &t = p.tiles[c.ti];
@@ -111,22 +239,15 @@ __device__ bool find_chunk(const AttnParams &p, const dcp_tile_group_t &g,
         const int nc = min(BN, t.kv_len - c.c0);
         if (t.full) {
             c.full = nc == BN;
-            if (c.c0 == 0) { /* the whole tile for every valid row */
-                for (int x = 0; x < 2; x++) {
-                    R.lo[x][0] = 0;
-                    R.hi[x][0] = r0 + row0 + 8 * x < g.q_len ? t.kv_len : 0;
-                    R.lo[x][1] = R.hi[x][1] = R.hi[x][0];
-                }
-            }
+            if (c.c0 == 0) R.full(g, t, r0, row0); /* the whole tile for every valid row */
             return true;
         }
-        if (c.c0 == 0) tile_rows(R, seq, g, t, r0, row0);
+        if (c.c0 == 0) R.tile(seq, g, t, r0, row0);
         const int c1 = c.c0 + nc;
-        const int mine = rows_valid && (sees(R, 0, c.c0, c1) || sees(R, 1, c.c0, c1));
-        if (__syncthreads_or(mine)) {
-            const bool all0 = r0 + row0 >= g.q_len || sees_all(R, 0, c.c0, c1);
-            const bool all1 = r0 + row0 + 8 >= g.q_len || sees_all(R, 1, c.c0, c1);
-            c.full = __syncthreads_and(all0 && all1) && nc == BN;
+        const bool sees = R.own_sees(c.c0, c1);
+        if (__syncthreads_or(rows_valid && sees)) {
+            const bool all = R.own_sees_all(c.c0, c1, g.q_len - r0 - row0);
+            c.full = __syncthreads_and(all) && nc == BN;
             return true;
         }
         c.c0 += BN;
@@ -135,7 +256,7 @@ __device__ bool find_chunk(const AttnParams &p, const dcp_tile_group_t &g,
 }
 
 /* rows [0, n) of a [rows, D] view into smem [BM or BN][LD]; rows past n become zeros. */
-template <typename T, int D, int ROWS>
+template <typename T, int D, int ROWS, int THREADS>
 __device__ __forceinline__ void load_rows(T *s, const T *src, int64_t stride, int n)
 {
     constexpr int LD = AttnGeom<D>::LD, VEC = 8, PER_ROW = D / VEC;
@@ -146,68 +267,111 @@ __device__ __forceinline__ void load_rows(T *s, const T *src, int64_t stride, in
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, int MT>
 __device__ __forceinline__ void load_chunk(const AttnParams &p, const Cursor &c, int kvh, T *Ks,
                                            T *Vs)
 {
+    constexpr int BN = Shape<MT>::BN, THREADS = Shape<MT>::THREADS;
     const dcp_tile_t &t = p.tiles[c.ti];
     const int n = min(BN, t.kv_len - c.c0);
     const T *k = (const T *)p.bufs[t.k.buf] + t.k.off + (int64_t)kvh * D;
     const T *v = (const T *)p.bufs[t.v.buf] + t.v.off + (int64_t)kvh * D;
-    load_rows<T, D, BN>(Ks, k + (int64_t)c.c0 * t.k.stride, t.k.stride, n);
-    load_rows<T, D, BN>(Vs, v + (int64_t)c.c0 * t.v.stride, t.v.stride, n);
+    load_rows<T, D, BN, THREADS>(Ks, k + (int64_t)c.c0 * t.k.stride, t.k.stride, n);
+    load_rows<T, D, BN, THREADS>(Vs, v + (int64_t)c.c0 * t.v.stride, t.v.stride, n);
 }
 
-/* The per-thread state of the online softmax: two rows, D/8 output n-tiles. */
-template <int D> struct Acc {
-    float o[D / 8][4];
-    float m[2], l[2]; /* running max (log2 domain) and this thread's part of the row sum */
-    bool seen[2];     /* the row has an allowed key in some chunk */
-    bool bad[2];      /* an allowed score this thread computed was NaN or +-Inf */
+/* The per-thread state of the online softmax: 2 MT rows, D/8 output n-tiles per m-tile. */
+template <int D, int MT> struct Acc {
+    float o[MT][D / 8][4];
+    float m[2 * MT], l[2 * MT]; /* running max (log2 domain), this thread's part of the sum */
+    /* bit x: row x has an allowed key in some chunk; bit 8 + x: an allowed score this thread
+     * computed for row x was NaN or +-Inf (one register, not 4 MT predicates) */
+    unsigned flags;
+    __device__ __forceinline__ bool seen(int x) const { return (flags >> x) & 1u; }
+    __device__ __forceinline__ bool bad(int x) const { return (flags >> (8 + x)) & 1u; }
 };
 
-template <typename T, int D>
-__device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &c, const Rows &R,
-                                             const uint32_t (&qf)[D / 16][4], const T *Ks,
-                                             const T *Vs, Acc<D> &a)
+/* Q fragments of the warp's m-tiles: kept in registers for the row block (QREG), or read
+ * from shared memory at each chunk (FlashAttention-2's shape at head dim 128, where the
+ * registers hold O and S). */
+template <int D, int MT> struct QFrag {
+    static constexpr bool QREG = MT == 1 || D <= 64;
+    uint32_t f[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+};
+
+/* Fragment kk of m-tile mt of the warp's Q rows, from shared memory. */
+template <typename T, int D, int MT>
+__device__ __forceinline__ void q_frag(uint32_t (&r)[4], const T *Qs, int mt, int kk)
 {
     constexpr int LD = AttnGeom<D>::LD;
-    const int lane = threadIdx.x & 31, t4 = lane & 3;
-    if (!c.full &&
-        !__any_sync(0xffffffffu, sees(R, 0, c.c0, c.c0 + BN) || sees(R, 1, c.c0, c.c0 + BN)))
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = warp * 16 * MT + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const int col = kk * 16 + ((lane >> 4) & 1) * 8;
+    ldmatrix_x4(r, Qs + row * LD + col);
+}
+
+template <typename T, int D, int MT>
+__device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &c,
+                                             const Rows<MT> &R, const QFrag<D, MT> &qf,
+                                             const T *Qs, const T *Ks, const T *Vs,
+                                             Acc<D, MT> &a)
+{
+    constexpr int LD = AttnGeom<D>::LD, BN = Shape<MT>::BN;
+    const int lane = threadIdx.x & 31;
+    if (!c.full && !__any_sync(0xffffffffu, R.own_sees(c.c0, c.c0 + BN)))
         return; /* none of this warp's rows sees the chunk */
 
-    float s[BN / 8][4];
+    /* S = Q K^T: each K fragment feeds every m-tile */
+    float s[MT][BN / 8][4];
 #pragma unroll
-    for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < BN / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t qs[QFrag<D, MT>::QREG ? 1 : MT][4];
+        if constexpr (!QFrag<D, MT>::QREG) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) q_frag<T, D, MT>(qs[mt], Qs, mt, kk);
+        }
 #pragma unroll
         for (int np = 0; np < BN / 16; np++) {
             uint32_t b[4];
             const int key = np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
             const int col = kk * 16 + ((lane >> 3) & 1) * 8;
             ldmatrix_x4(b, Ks + key * LD + col);
-            mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
-            mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint32_t *q;
+                if constexpr (QFrag<D, MT>::QREG)
+                    q = qf.f[mt][kk];
+                else
+                    q = qs[mt];
+                mma16816<T>(s[mt][2 * np], q, b[0], b[1]);
+                mma16816<T>(s[mt][2 * np + 1], q, b[2], b[3]);
+            }
         }
     }
 
-    float alpha[2];
+    float alpha[2 * MT];
 #pragma unroll
-    for (int x = 0; x < 2; x++) {
+    for (int x = 0; x < 2 * MT; x++) {
+        const int mt = x >> 1, h = x & 1;
         float mx = -INFINITY;
-        a.seen[x] |= c.full || sees(R, x, c.c0, c.c0 + BN);
+        bool bad = false;
+        decltype(R.keys(x, 0, 0)) keys = {};
+        if (!c.full) keys = R.keys(x, c.c0, c.c0 + BN); /* c.full is block-uniform */
+        if (c.full || keys.any) a.flags |= 1u << x;
 #pragma unroll
         for (int n = 0; n < BN / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float v = s[n][2 * x + e] * p.scale_log2;
-                if (!c.full && !allowed(R, x, c.c0 + n * 8 + 2 * t4 + e))
+                float v = s[mt][n][2 * h + e] * p.scale_log2;
+                if (!c.full && !keys.ok(n * 8 + e))
                     v = -INFINITY;
                 else
-                    a.bad[x] |= !(fabsf(v) <= 3.402823466e38f); /* NaN or +-Inf */
-                s[n][2 * x + e] = v;
+                    bad |= !(fabsf(v) <= 3.402823466e38f); /* NaN or +-Inf */
+                s[mt][n][2 * h + e] = v;
                 mx = fmaxf(mx, v);
             }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -221,150 +385,171 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
         for (int n = 0; n < BN / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float pe = fast_exp2(s[n][2 * x + e] - m_use);
-                s[n][2 * x + e] = pe;
+                const float pe = fast_exp2(s[mt][n][2 * h + e] - m_use);
+                s[mt][n][2 * h + e] = pe;
                 sum += pe;
             }
         a.l[x] = a.l[x] * alpha[x] + sum;
+        if (bad) a.flags |= 1u << (8 + x);
     }
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-        a.o[n][0] *= alpha[0];
-        a.o[n][1] *= alpha[0];
-        a.o[n][2] *= alpha[1];
-        a.o[n][3] *= alpha[1];
-    }
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            a.o[mt][n][0] *= alpha[2 * mt];
+            a.o[mt][n][1] *= alpha[2 * mt];
+            a.o[mt][n][2] *= alpha[2 * mt + 1];
+            a.o[mt][n][3] *= alpha[2 * mt + 1];
+        }
 
+    /* O += P V: P from S's registers, each V fragment feeds every m-tile */
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++) {
-        const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                                pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int np = 0; np < D / 16; np++) {
             uint32_t b[4];
             const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
             const int col = np * 16 + ((lane >> 4) & 1) * 8;
             ldmatrix_x4_trans(b, Vs + key * LD + col);
-            mma16816<T>(a.o[2 * np], pa, b[0], b[1]);
-            mma16816<T>(a.o[2 * np + 1], pa, b[2], b[3]);
-        }
-    }
-}
-
-/* 1 when some output element of row x held by this thread is NaN or +-Inf. */
-template <int D> __device__ __forceinline__ bool out_nonfinite(const Acc<D> &a, int x)
-{
-    bool hit = false;
 #pragma unroll
-    for (int n = 0; n < D / 8; n++)
-        hit |= !(fabsf(a.o[n][2 * x]) <= 3.402823466e38f) |
-               !(fabsf(a.o[n][2 * x + 1]) <= 3.402823466e38f);
-    return hit;
-}
-
-/* Normalises the thread's two rows and stores them (merging with the stored partial when
- * the group accumulates); rows past the group's queries are not written. A row without an
- * allowed key adds (0, -inf); a row that met a non-finite value stores (NaN, NaN). */
-template <typename T, int D>
-__device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_group_t &g, int h,
-                                           int r0, int row0, Acc<D> &a)
-{
-    const int lane = threadIdx.x & 31, t4 = lane & 3;
-    const bool o_fp32 = dcp_buf_is_fp32(g.o.buf);
-    float w_old[2] = {0.0f, 0.0f}, w_new[2], lse[2];
-    float *lse_p[2];
-    bool poison[2];
-#pragma unroll
-    for (int x = 0; x < 2; x++) {
-        float l = a.l[x];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int bad = a.bad[x] || out_nonfinite<D>(a, x);
-        bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
-        bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
-        const int row = r0 + row0 + 8 * x;
-        float mine = -INFINITY;
-        w_new[x] = 0.0f;
-        if (a.seen[x]) { /* the quad's four threads agree: the ranges are the row's */
-            mine = (a.m[x] + log2f(l)) * 0.69314718055994531f;
-            w_new[x] = 1.0f / l;
-            if (bad || !isfinite(mine)) mine = w_new[x] = NAN;
-        }
-        poison[x] = mine != mine;
-        lse[x] = mine;
-        lse_p[x] = (float *)p.bufs[g.lse.buf] + g.lse.off + (int64_t)row * g.lse.stride + h;
-        if (g.accumulate && row < g.q_len) {
-            const float two[2] = {*lse_p[x], mine};
-            float w[2];
-            lse[x] = dcp_lse_weights(two, 2, w);
-            w_old[x] = w[0];
-            w_new[x] *= w[1];
-        }
-    }
-    __syncwarp(); /* every lane has read the stored LSE before lane t4 == 0 overwrites it */
-#pragma unroll
-    for (int x = 0; x < 2; x++) {
-        const int row = r0 + row0 + 8 * x;
-        if (row >= g.q_len) continue;
-        if (t4 == 0) *lse_p[x] = lse[x];
-        const int64_t base = g.o.off + (int64_t)row * g.o.stride + (int64_t)h * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            const int col = n * 8 + 2 * t4;
-            /* without allowed keys nothing is added, whatever 0 x NaN left in o */
-            float o0 = a.seen[x] ? a.o[n][2 * x] * w_new[x] : 0.0f;
-            float o1 = a.seen[x] ? a.o[n][2 * x + 1] * w_new[x] : 0.0f;
-            if (poison[x]) o0 = o1 = NAN;
-            if (o_fp32) {
-                float2 *dst = (float2 *)((float *)p.bufs[g.o.buf] + base + col);
-                if (g.accumulate) {
-                    const float2 old = *dst;
-                    o0 += w_old[x] * old.x;
-                    o1 += w_old[x] * old.y;
-                }
-                *dst = make_float2(o0, o1);
-            } else {
-                T *dst = (T *)p.bufs[g.o.buf] + base + col;
-                if (g.accumulate) {
-                    o0 += w_old[x] * to_f32<T>(dst[0]);
-                    o1 += w_old[x] * to_f32<T>(dst[1]);
-                }
-                *(uint32_t *)dst = pack2<T>(o0, o1);
+            for (int mt = 0; mt < MT; mt++) {
+                mma16816<T>(a.o[mt][2 * np], pa[mt], b[0], b[1]);
+                mma16816<T>(a.o[mt][2 * np + 1], pa[mt], b[2], b[3]);
             }
         }
     }
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p)
+/* 1 when some output element of row x held by this thread is NaN or +-Inf. */
+template <int D, int MT>
+__device__ __forceinline__ bool out_nonfinite(const Acc<D, MT> &a, int x)
 {
-    constexpr int LD = AttnGeom<D>::LD;
+    const int mt = x >> 1, h = x & 1;
+    bool hit = false;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        hit |= !(fabsf(a.o[mt][n][2 * h]) <= 3.402823466e38f) |
+               !(fabsf(a.o[mt][n][2 * h + 1]) <= 3.402823466e38f);
+    return hit;
+}
+
+/* Normalises the thread's 2 MT rows and stores them (merging with the stored partial when
+ * the group accumulates); rows past the group's queries are not written. A row without an
+ * allowed key adds (0, -inf); a row that met a non-finite value stores (NaN, NaN). */
+template <typename T, int D, int MT>
+__device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_group_t &g, int h,
+                                           int r0, int row0, Acc<D, MT> &a)
+{
+    const int lane = threadIdx.x & 31, t4 = lane & 3;
+    const bool o_fp32 = dcp_buf_is_fp32(g.o.buf);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) { /* one m-tile's two rows at a time: fewer registers */
+        float w_old[2], w_new[2], lse[2];
+        float *lse_p[2];
+        bool poison[2];
+#pragma unroll
+        for (int hx = 0; hx < 2; hx++) {
+            const int x = 2 * mt + hx;
+            w_old[hx] = 0.0f;
+            float l = a.l[x];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            int bad = a.bad(x) || out_nonfinite<D, MT>(a, x);
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
+            const int row = r0 + row0 + row_off(x);
+            float mine = -INFINITY;
+            w_new[hx] = 0.0f;
+            if (a.seen(x)) { /* the quad's four threads agree: the ranges are the row's */
+                mine = (a.m[x] + log2f(l)) * 0.69314718055994531f;
+                w_new[hx] = 1.0f / l;
+                if (bad || !isfinite(mine)) mine = w_new[hx] = NAN;
+            }
+            poison[hx] = mine != mine;
+            lse[hx] = mine;
+            lse_p[hx] = (float *)p.bufs[g.lse.buf] + g.lse.off + (int64_t)row * g.lse.stride + h;
+            if (g.accumulate && row < g.q_len) {
+                const float two[2] = {*lse_p[hx], mine};
+                float w[2];
+                lse[hx] = dcp_lse_weights(two, 2, w);
+                w_old[hx] = w[0];
+                w_new[hx] *= w[1];
+            }
+        }
+        __syncwarp(); /* every lane has read the stored LSE before lane t4 == 0 overwrites it */
+#pragma unroll
+        for (int hx = 0; hx < 2; hx++) {
+            const int x = 2 * mt + hx, row = r0 + row0 + row_off(x);
+            if (row >= g.q_len) continue;
+            if (t4 == 0) *lse_p[hx] = lse[hx];
+            const int64_t base = g.o.off + (int64_t)row * g.o.stride + (int64_t)h * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const int col = n * 8 + 2 * t4;
+                /* without allowed keys nothing is added, whatever 0 x NaN left in o */
+                float o0 = a.seen(x) ? a.o[mt][n][2 * hx] * w_new[hx] : 0.0f;
+                float o1 = a.seen(x) ? a.o[mt][n][2 * hx + 1] * w_new[hx] : 0.0f;
+                if (poison[hx]) o0 = o1 = NAN;
+                if (o_fp32) {
+                    float2 *dst = (float2 *)((float *)p.bufs[g.o.buf] + base + col);
+                    if (g.accumulate) {
+                        const float2 old = *dst;
+                        o0 += w_old[hx] * old.x;
+                        o1 += w_old[hx] * old.y;
+                    }
+                    *dst = make_float2(o0, o1);
+                } else {
+                    T *dst = (T *)p.bufs[g.o.buf] + base + col;
+                    if (g.accumulate) {
+                        o0 += w_old[hx] * to_f32<T>(dst[0]);
+                        o1 += w_old[hx] * to_f32<T>(dst[1]);
+                    }
+                    *(uint32_t *)dst = pack2<T>(o0, o1);
+                }
+            }
+        }
+    }
+}
+
+template <typename T, int D, int MT>
+__global__ void __launch_bounds__(Shape<MT>::THREADS, MT)
+    attn_fwd_kernel(const __grid_constant__ AttnParams p)
+{
+    constexpr int LD = AttnGeom<D>::LD, THREADS = Shape<MT>::THREADS, BN = Shape<MT>::BN;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
-    T *Ks[2] = {Qs + BM * LD, Qs + (BM + BN) * LD};
-    T *Vs[2] = {Qs + (BM + 2 * BN) * LD, Qs + (BM + 3 * BN) * LD};
+    /* K and V of chunk buffer b at Ks + b * KV_BUF, Vs + b * KV_BUF (arithmetic, not an
+     * array indexed at run time, which would live in local memory) */
+    constexpr int KV_BUF = BN * LD;
+    T *const Ks = Qs + BM * LD, *const Vs = Qs + (BM + 2 * BN) * LD;
 
     const dcp_tile_group_t &g = p.groups[blockIdx.x];
     const dcp_seq_info_t &seq = p.seqs[g.seq];
     const int h = blockIdx.z, kvh = h / p.rep;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row0 = warp * 16 + (lane >> 2);
+    const int row0 = warp * 16 * MT + (lane >> 2);
 
     for (int r0 = blockIdx.y * BM; r0 < g.q_len; r0 += gridDim.y * BM) {
         __syncthreads(); /* the previous row block is done with shared memory */
         const T *q =
             (const T *)p.bufs[g.q.buf] + g.q.off + (int64_t)r0 * g.q.stride + (int64_t)h * D;
-        load_rows<T, D, BM>(Qs, q, g.q.stride, min(BM, g.q_len - r0));
+        load_rows<T, D, BM, THREADS>(Qs, q, g.q.stride, min(BM, g.q_len - r0));
         cp_async_commit();
 
-        const bool rows_valid = r0 + warp * 16 < g.q_len;
+        const bool rows_valid = r0 + warp * 16 * MT < g.q_len;
         Cursor cur = {g.first_tile, 0, 0};
-        Rows R;
-        bool found = find_chunk(p, g, seq, r0, row0, rows_valid, cur, R);
+        Rows<MT> R;
+        bool found = find_chunk<MT>(p, g, seq, r0, row0, rows_valid, cur, R);
         if (found) {
-            load_chunk<T, D>(p, cur, kvh, Ks[0], Vs[0]);
+            load_chunk<T, D, MT>(p, cur, kvh, Ks, Vs);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -372,63 +557,88 @@ __global__ void __launch_bounds__(THREADS, 1) attn_fwd_kernel(const AttnParams p
         }
         __syncthreads();
 
-        uint32_t qf[D / 16][4];
+        QFrag<D, MT> qf;
+        if constexpr (QFrag<D, MT>::QREG) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int col = kk * 16 + ((lane >> 4) & 1) * 8;
-            ldmatrix_x4(qf[kk], Qs + row * LD + col);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) q_frag<T, D, MT>(qf.f[mt][kk], Qs, mt, kk);
         }
-        Acc<D> a;
+        Acc<D, MT> a;
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) a.o[n][0] = a.o[n][1] = a.o[n][2] = a.o[n][3] = 0.0f;
-        a.m[0] = a.m[1] = -INFINITY;
-        a.l[0] = a.l[1] = 0.0f;
-        a.seen[0] = a.seen[1] = a.bad[0] = a.bad[1] = false;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                a.o[mt][n][0] = a.o[mt][n][1] = a.o[mt][n][2] = a.o[mt][n][3] = 0.0f;
+#pragma unroll
+        for (int x = 0; x < 2 * MT; x++) {
+            a.m[x] = -INFINITY;
+            a.l[x] = 0.0f;
+        }
+        a.flags = 0;
 
         int buf = 0;
         while (found) {
             Cursor nxt = cur;
             nxt.c0 += BN;
-            Rows Rn = R;
-            const bool more = find_chunk(p, g, seq, r0, row0, rows_valid, nxt, Rn);
+            Rows<MT> Rn = R;
+            const bool more = find_chunk<MT>(p, g, seq, r0, row0, rows_valid, nxt, Rn);
             if (more) {
-                load_chunk<T, D>(p, nxt, kvh, Ks[buf ^ 1], Vs[buf ^ 1]);
+                load_chunk<T, D, MT>(p, nxt, kvh, Ks + (buf ^ 1) * KV_BUF,
+                                          Vs + (buf ^ 1) * KV_BUF);
                 cp_async_commit();
                 cp_async_wait<1>();
             } else {
                 cp_async_wait<0>();
             }
             __syncthreads();
-            attend_chunk<T, D>(p, cur, R, qf, Ks[buf], Vs[buf], a);
+            attend_chunk<T, D, MT>(p, cur, R, qf, Qs, Ks + buf * KV_BUF, Vs + buf * KV_BUF, a);
             __syncthreads();
             cur = nxt;
             R = Rn;
             found = more;
             buf ^= 1;
         }
-        store_rows<T, D>(p, g, h, r0, row0, a);
+        store_rows<T, D, MT>(p, g, h, r0, row0, a);
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, int MT>
 static cudaError_t launch(const AttnParams &p, int64_t num_groups, int32_t max_rows,
                           int32_t q_heads, cudaStream_t stream)
 {
-    const size_t smem = AttnGeom<D>::smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(attn_fwd_kernel<T, D>,
+    const size_t smem = AttnGeom<D>::template smem_bytes<MT>();
+    cudaError_t e = cudaFuncSetAttribute(attn_fwd_kernel<T, D, MT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     const int row_blocks = (max_rows + BM - 1) / BM;
     const dim3 grid((unsigned)num_groups, (unsigned)(row_blocks < 65535 ? row_blocks : 65535),
                     (unsigned)q_heads);
-    attn_fwd_kernel<T, D><<<grid, THREADS, smem, stream>>>(p);
+    attn_fwd_kernel<T, D, MT><<<grid, Shape<MT>::THREADS, smem, stream>>>(p);
     return cudaGetLastError();
+}
+
+template <typename T, int D>
+static cudaError_t launch_shape(const AttnParams &p, int64_t num_groups, int32_t max_rows,
+                                int32_t q_heads, cudaStream_t stream, int warp_rows)
+{
+    return warp_rows == 32 ? launch<T, D, 2>(p, num_groups, max_rows, q_heads, stream)
+                           : launch<T, D, 1>(p, num_groups, max_rows, q_heads, stream);
 }
 
 } // namespace dcp_cuda
 
 using namespace dcp_cuda;
+
+extern "C" int dcp_cuda_attn_warp_rows(void)
+{
+    static int rows = 0; /* read once; a race between first callers stores the same value */
+    if (rows == 0) {
+        const char *v = getenv("DCP_ATTN_WARP_ROWS");
+        rows = v && strcmp(v, "32") == 0 ? 32 : 16;
+    }
+    return rows;
+}
 
 extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,
                                           const dcp_tile_group_t *groups, int64_t num_groups,
@@ -448,7 +658,7 @@ extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,
                              "cuda attention: %lld groups x %d heads (max_rows %d) out of range",
                              (long long)num_groups, env->q_heads, env->max_rows);
     AttnParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.seqs = env->seqs;
     p.groups = groups;
     p.tiles = tiles;
@@ -456,13 +666,16 @@ extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,
     p.scale_log2 = env->scale * 1.4426950408889634f;
     cudaStream_t s = (cudaStream_t)env->stream;
     const bool bf = env->dtype == DCP_DTYPE_BF16;
+    const int wr = dcp_cuda_attn_warp_rows();
+    const int64_t ng = num_groups;
+    const int32_t mr = env->max_rows, qh = env->q_heads;
     cudaError_t e;
     if (env->head_dim == 64)
-        e = bf ? launch<__nv_bfloat16, 64>(p, num_groups, env->max_rows, env->q_heads, s)
-               : launch<__half, 64>(p, num_groups, env->max_rows, env->q_heads, s);
+        e = bf ? launch_shape<__nv_bfloat16, 64>(p, ng, mr, qh, s, wr)
+               : launch_shape<__half, 64>(p, ng, mr, qh, s, wr);
     else
-        e = bf ? launch<__nv_bfloat16, 128>(p, num_groups, env->max_rows, env->q_heads, s)
-               : launch<__half, 128>(p, num_groups, env->max_rows, env->q_heads, s);
+        e = bf ? launch_shape<__nv_bfloat16, 128>(p, ng, mr, qh, s, wr)
+               : launch_shape<__half, 128>(p, ng, mr, qh, s, wr);
     if (e != cudaSuccess)
         return dcp_set_error(DCP_ERR_SYSTEM, "cuda attention launch: %s", cudaGetErrorString(e));
     return DCP_OK;

@@ -204,6 +204,36 @@ extern "C" int dcp_cuda_stream_idle(void *stream)
     return e == cudaSuccess;
 }
 
+extern "C" dcp_status_t dcp_cuda_graph_begin(void *stream)
+{
+    const cudaError_t e =
+        cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeRelaxed);
+    return e == cudaSuccess ? DCP_OK : fail(e, "begin capture");
+}
+
+extern "C" dcp_status_t dcp_cuda_graph_end(void *stream, void **graph_out)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &g);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) return fail(e, "end capture");
+    *graph_out = x;
+    return DCP_OK;
+}
+
+extern "C" dcp_status_t dcp_cuda_graph_launch(void *graph, void *stream)
+{
+    const cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, (cudaStream_t)stream);
+    return e == cudaSuccess ? DCP_OK : fail(e, "graph launch");
+}
+
+extern "C" void dcp_cuda_graph_destroy(void *graph)
+{
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static __global__ void fill_kernel(float *dst, int64_t n, float value)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -67,6 +67,19 @@ dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)
 dcp_status_t dcp_cuda_spin(void *stream, double ms);
 int dcp_cuda_stream_idle(void *stream);
 
+/* Tests: CUDA-graph capture of the work a caller queues on `stream` (relaxed mode, so
+ * other threads may keep using CUDA meanwhile): begin, then end into an instantiated
+ * graph; launch queues one replay on a stream; destroy frees it (NULL: no-op). */
+dcp_status_t dcp_cuda_graph_begin(void *stream);
+dcp_status_t dcp_cuda_graph_end(void *stream, void **graph_out);
+dcp_status_t dcp_cuda_graph_launch(void *graph, void *stream);
+void dcp_cuda_graph_destroy(void *graph);
+
+/* The attention forward's shape: query rows per warp, 16 (8 warps per CTA, the default) or
+ * 32 (FlashAttention-2's 4 warps; $DCP_ATTN_WARP_ROWS=32), read once per process
+ * (attn_fwd.cu; 16 without CUDA). */
+int dcp_cuda_attn_warp_rows(void);
+
 /* Timing: an event pair around work queued on a stream; milliseconds between them. */
 dcp_status_t dcp_cuda_timer_start(void *stream, void **timer_out);
 dcp_status_t dcp_cuda_timer_stop(void *timer, void *stream, double *ms_out);

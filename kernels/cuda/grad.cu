@@ -71,16 +71,36 @@ __device__ __forceinline__ void atomic_add4(float *dst, float4 v)
 }
 
 struct AccParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_copy_item_t *items;
+    dcp_dtype_t dtype; /* the plan's: the type of the engine's staging (DCP_BUF_SEG) */
 };
 
-/* dst rows += src rows of one item (both fp32): 16-byte steps when both rows allow them. */
+/* dst rows (fp32) += src rows of the plan dtype (the attention engine's dense gradients). */
+template <typename T>
+__device__ __forceinline__ void accumulate_typed(const dcp_copy_item_t &c, const T *sb, float *db)
+{
+    for (int r = blockIdx.y; r < c.rows; r += gridDim.y) {
+        const T *s = sb + (int64_t)r * c.src.stride;
+        float *d = db + (int64_t)r * c.dst.stride;
+        for (int x = threadIdx.x; x < c.row_elems; x += THREADS) atomicAdd(d + x, to_f32<T>(s[x]));
+    }
+}
+
+/* dst rows += src rows of one item (fp32 destination; fp32 source, or the plan dtype for
+ * the engine's staging): 16-byte steps when both rows allow them. */
 __global__ void __launch_bounds__(THREADS) accumulate_kernel(const AccParams p)
 {
     const dcp_copy_item_t &c = p.items[blockIdx.x];
-    const float *sb = (const float *)p.bufs[c.src.buf] + c.src.off;
     float *db = (float *)p.bufs[c.dst.buf] + c.dst.off;
+    if (!dcp_buf_is_fp32(c.src.buf)) {
+        if (p.dtype == DCP_DTYPE_BF16)
+            accumulate_typed(c, (const __nv_bfloat16 *)p.bufs[c.src.buf] + c.src.off, db);
+        else
+            accumulate_typed(c, (const __half *)p.bufs[c.src.buf] + c.src.off, db);
+        return;
+    }
+    const float *sb = (const float *)p.bufs[c.src.buf] + c.src.off;
     for (int r = blockIdx.y; r < c.rows; r += gridDim.y) {
         const float *s = sb + (int64_t)r * c.src.stride;
         float *d = db + (int64_t)r * c.dst.stride;
@@ -90,6 +110,44 @@ __global__ void __launch_bounds__(THREADS) accumulate_kernel(const AccParams p)
         } else {
             for (int x = threadIdx.x; x < c.row_elems; x += THREADS) atomicAdd(d + x, s[x]);
         }
+    }
+}
+
+struct DeltaOutParams {
+    void *bufs[DCP_BUF_ALL];
+    const dcp_delta_out_item_t *items;
+    int32_t heads, d;
+};
+
+/* One warp per (row, head) of an item: o = (delta / m) u / |u|^2, u = dO / m, m = max |dO|,
+ * so that no square underflows or overflows; 0 where dO is 0 (kernel.h). */
+template <typename T> __global__ void __launch_bounds__(THREADS) delta_out_kernel(const DeltaOutParams p)
+{
+    const dcp_delta_out_item_t &it = p.items[blockIdx.x];
+    const int lane = threadIdx.x & 31;
+    const int64_t pairs = (int64_t)it.rows * p.heads;
+    for (int64_t i = (int64_t)blockIdx.y * WARPS + (threadIdx.x >> 5); i < pairs;
+         i += (int64_t)gridDim.y * WARPS) {
+        const int r = (int)(i / p.heads), h = (int)(i % p.heads);
+        const T *g = (const T *)p.bufs[it.dout.buf] + it.dout.off + (int64_t)r * it.dout.stride +
+                     (int64_t)h * p.d;
+        T *o = (T *)p.bufs[it.o.buf] + it.o.off + (int64_t)r * it.o.stride + (int64_t)h * p.d;
+        const float dl =
+            ((const float *)p.bufs[it.delta.buf])[it.delta.off + (int64_t)r * it.delta.stride + h];
+        float m = 0.0f;
+        for (int x = lane; x < p.d; x += 32) m = fmaxf(m, fabsf(to_f32<T>(g[x])));
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+        float n2 = 0.0f;
+        for (int x = lane; x < p.d; x += 32) {
+            const float u = m > 0.0f ? to_f32<T>(g[x]) / m : 0.0f;
+            n2 = fmaf(u, u, n2);
+        }
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) n2 += __shfl_xor_sync(0xffffffffu, n2, k);
+        const float f = m > 0.0f && n2 > 0.0f ? dl / m / n2 : 0.0f;
+        for (int x = lane; x < p.d; x += 32)
+            o[x] = from_f32<T>(m > 0.0f ? f * (to_f32<T>(g[x]) / m) : 0.0f);
     }
 }
 
@@ -139,10 +197,37 @@ extern "C" dcp_status_t dcp_cuda_accumulate(const dcp_kernel_env_t *env,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda accumulate: %lld items",
                              (long long)num_items);
     AccParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.items = items;
+    p.dtype = env->dtype;
     const int32_t rows = env->max_rows < 1 ? 1 : env->max_rows;
     const unsigned ys = (unsigned)(rows < 65535 ? rows : 65535);
     accumulate_kernel<<<dim3((unsigned)num_items, ys), THREADS, 0, (cudaStream_t)env->stream>>>(p);
     return launched("accumulate");
+}
+
+extern "C" dcp_status_t dcp_cuda_delta_out(const dcp_kernel_env_t *env,
+                                           const dcp_delta_out_item_t *items, int64_t num_items)
+{
+    if (num_items == 0) return DCP_OK;
+    if (num_items > 0x7fffffff)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda delta out: %lld items",
+                             (long long)num_items);
+    if (env->dtype != DCP_DTYPE_BF16 && env->dtype != DCP_DTYPE_FP16)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "cuda delta out: dtype %d, the GPU kernels run bf16 and fp16",
+                             (int)env->dtype);
+    DeltaOutParams p;
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
+    p.items = items;
+    p.heads = env->q_heads;
+    p.d = env->head_dim;
+    const int64_t want = ((int64_t)(env->max_rows < 1 ? 1 : env->max_rows) * p.heads + WARPS - 1) / WARPS;
+    const unsigned ys = (unsigned)(want < 65535 ? want : 65535);
+    cudaStream_t s = (cudaStream_t)env->stream;
+    if (env->dtype == DCP_DTYPE_BF16)
+        delta_out_kernel<__nv_bfloat16><<<dim3((unsigned)num_items, ys), THREADS, 0, s>>>(p);
+    else
+        delta_out_kernel<__half><<<dim3((unsigned)num_items, ys), THREADS, 0, s>>>(p);
+    return launched("delta out");
 }

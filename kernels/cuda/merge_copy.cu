@@ -16,11 +16,20 @@ namespace dcp_cuda
 constexpr int MC_THREADS = 256;
 
 struct MergeParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_merge_item_t *items;
     const dcp_merge_src_t *srcs;
     int32_t heads, d;
+    dcp_dtype_t dtype; /* the plan's: sources outside fp32 buffers hold it (engine staging) */
 };
+
+/* Element x of a source row: fp32, or the plan dtype in the attention engine's staging. */
+__device__ __forceinline__ float src_elem(const MergeParams &p, const dcp_view_t &v, int64_t i)
+{
+    if (dcp_buf_is_fp32(v.buf)) return ((const float *)p.bufs[v.buf])[i];
+    if (p.dtype == DCP_DTYPE_BF16) return to_f32(((const __nv_bfloat16 *)p.bufs[v.buf])[i]);
+    return to_f32(((const __half *)p.bufs[v.buf])[i]);
+}
 
 /* One warp per (row, head): the merged LSE from every source's, then the weighted O. The
  * guards of DESIGN.md: all -inf gives LSE -inf and O = 0; a -inf source weighs 0. A NaN
@@ -62,8 +71,8 @@ __global__ void __launch_bounds__(MC_THREADS) merge_kernel(const MergeParams p)
                 const float *ls = (const float *)p.bufs[src[k].lse.buf];
                 const float w = expf(ls[src[k].lse.off + (int64_t)r * src[k].lse.stride + h] - lse);
                 if (w == 0.0f) continue;
-                const float *os = (const float *)p.bufs[src[k].o.buf];
-                o += w * os[src[k].o.off + (int64_t)r * src[k].o.stride + (int64_t)h * p.d + x];
+                o += w * src_elem(p, src[k].o,
+                                  src[k].o.off + (int64_t)r * src[k].o.stride + (int64_t)h * p.d + x);
             }
             od[x] = o;
         }
@@ -72,7 +81,7 @@ __global__ void __launch_bounds__(MC_THREADS) merge_kernel(const MergeParams p)
 }
 
 struct CopyParams {
-    void *bufs[DCP_BUF_COUNT];
+    void *bufs[DCP_BUF_ALL];
     const dcp_copy_item_t *items;
     dcp_dtype_t dtype; /* the plan's: bf16 or fp16 */
 };
@@ -140,11 +149,12 @@ extern "C" dcp_status_t dcp_cuda_merge(const dcp_kernel_env_t *env, const dcp_me
     if (num_items > 0x7fffffff)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda merge: %lld items", (long long)num_items);
     MergeParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.items = items;
     p.srcs = srcs;
     p.heads = env->q_heads;
     p.d = env->head_dim;
+    p.dtype = env->dtype;
     const unsigned ys = row_slices(env->max_rows * env->q_heads, MC_THREADS / 32);
     merge_kernel<<<dim3((unsigned)num_items, ys), MC_THREADS, 0, (cudaStream_t)env->stream>>>(p);
     return launched("merge");
@@ -161,7 +171,7 @@ extern "C" dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_cop
                              "cuda copy: dtype %d, the GPU kernels run bf16 and fp16",
                              (int)env->dtype);
     CopyParams p;
-    for (int b = 0; b < DCP_BUF_COUNT; b++) p.bufs[b] = env->bufs[b];
+    for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.items = items;
     p.dtype = env->dtype;
     const unsigned ys = row_slices(env->max_rows, 1);

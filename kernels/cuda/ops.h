@@ -23,9 +23,13 @@ dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env, const dcp_tile_group
                                int64_t num_groups, const dcp_tile_t *tiles);
 /* delta = rowsum(dO * O) into bufs[DCP_BUF_DELTA] (grad.cu). */
 dcp_status_t dcp_cuda_bwd_delta(const dcp_kernel_env_t *env, int64_t rows);
-/* fp32 dst rows += fp32 src rows; items may share destination rows (atomic adds). */
+/* fp32 dst rows += src rows (fp32, or the plan dtype in the engine's staging); items may
+ * share destination rows (atomic adds). */
 dcp_status_t dcp_cuda_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                                  int64_t num_items);
+/* The engine's O from delta (kernel.h, dcp_delta_out_item_t; grad.cu). */
+dcp_status_t dcp_cuda_delta_out(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
+                                int64_t num_items);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,8 @@ typedef struct {
     double timeout, tol;
     const char *device, *dtype;
     int64_t ranks_per_process; /* under mpirun: in-process ranks (threads) per process */
+    int64_t repeat;            /* the race check: runs on fresh contexts, each compared */
+    const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -66,6 +68,13 @@ typedef struct {
     int64_t bwd_flops, bwd_comm_bytes, bwd_inter_node_bytes;
     double bwd_comm, bwd_inter, bwd_comp_imb, bwd_gflops;
     dcpt_stats_t bwd_exec_ms, bwd_host_us;
+    /* --repeat */
+    int32_t repeat_runs, mismatches, failed_checks;
+    double diff_ratio, diff[5];
+    /* the attention engine (rank 0's context) */
+    const char *engine, *engine_note;
+    int64_t cudnn_version, plans_built, plan_hits, pairs[3];
+    double plan_build_ms;
 } row_t;
 
 #define F(head, width, key, kind, fmt, member)                                                     \
@@ -109,6 +118,15 @@ static const dcpt_field_t fwd_fields[] = {
     F("GFLOP/s", 8, "gflops", DCPT_F_NUM, "%.2f", gflops),
     F("max-rel-err", 11, "max_rel_err", DCPT_F_NUM, "%.2e", max_rel_err),
     F(NULL, 0, "digest", DCPT_F_STR, NULL, digest),
+    F("engine", -6, "engine", DCPT_F_STR, NULL, engine),
+    F(NULL, 0, "engine_note", DCPT_F_STR, NULL, engine_note),
+    F(NULL, 0, "cudnn_version", DCPT_F_INT, NULL, cudnn_version),
+    F(NULL, 0, "plans_built", DCPT_F_INT, NULL, plans_built),
+    F(NULL, 0, "plan_hits", DCPT_F_INT, NULL, plan_hits),
+    F(NULL, 0, "plan_build_ms", DCPT_F_NUM, NULL, plan_build_ms),
+    F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0]),
+    F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[1]),
+    F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[2]),
 };
 static const dcpt_field_t bwd_fields[] = {
     F(NULL, 0, "bwd_passed", DCPT_F_BOOL, NULL, bwd_passed),
@@ -127,13 +145,28 @@ static const dcpt_field_t bwd_fields[] = {
     F("bwd-GFLOP/s", 11, "bwd_gflops", DCPT_F_NUM, "%.2f", bwd_gflops),
     F("bwd-rel-err", 11, NULL, DCPT_F_NUM, "%.2e", rel_grad_max),
 };
+/* --repeat N: N more runs on fresh contexts, each compared with the CPU executor's result
+ * (harness.h, dcpt_harness_repeat); diff-ratio is the worst output's distance from it over
+ * the distance allowed. */
+static const dcpt_field_t repeat_fields[] = {
+    F("runs", 5, "repeat_runs", DCPT_F_I32, NULL, repeat_runs),
+    F("mismatch", 8, "mismatches", DCPT_F_I32, NULL, mismatches),
+    F(NULL, 0, "failed_checks", DCPT_F_I32, NULL, failed_checks),
+    F("diff-ratio", 10, "max_diff_ratio", DCPT_F_NUM, "%.3f", diff_ratio),
+    F(NULL, 0, "max_diff_o", DCPT_F_NUM, NULL, diff[0]),
+    F(NULL, 0, "max_diff_lse", DCPT_F_NUM, NULL, diff[1]),
+    F(NULL, 0, "max_diff_dq", DCPT_F_NUM, NULL, diff[2]),
+    F(NULL, 0, "max_diff_dk", DCPT_F_NUM, NULL, diff[3]),
+    F(NULL, 0, "max_diff_dv", DCPT_F_NUM, NULL, diff[4]),
+};
 static const dcpt_field_t verdict_field = F("check", 5, NULL, DCPT_F_STR, NULL, check);
 #undef F
 #undef SCALED
 
 #define NFWD      ((int)(sizeof fwd_fields / sizeof fwd_fields[0]))
 #define NBWD      ((int)(sizeof bwd_fields / sizeof bwd_fields[0]))
-#define MAXFIELDS (NFWD + NBWD + 1)
+#define NREP      ((int)(sizeof repeat_fields / sizeof repeat_fields[0]))
+#define MAXFIELDS (NFWD + NBWD + NREP + 1)
 
 /* The bench's fields: the forward's, the backward's with --backward, then the verdict. */
 static dcpt_bench_t bench_of(const run_flags_t *rf, dcpt_field_t fields[MAXFIELDS])
@@ -141,6 +174,7 @@ static dcpt_bench_t bench_of(const run_flags_t *rf, dcpt_field_t fields[MAXFIELD
     int n = 0;
     for (int i = 0; i < NFWD; i++) fields[n++] = fwd_fields[i];
     for (int i = 0; rf->backward && i < NBWD; i++) fields[n++] = bwd_fields[i];
+    for (int i = 0; rf->repeat > 0 && i < NREP; i++) fields[n++] = repeat_fields[i];
     fields[n++] = verdict_field;
     return (dcpt_bench_t){tool, rf->json, rf->warmup, rf->iters, fields, n};
 }
@@ -180,7 +214,8 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
 }
 
 static void print_row(const char *mask, const char *strategy, const dcp_plan_stats_t *ps,
-                      const dcpt_harness_result_t *r, const run_flags_t *rf)
+                      const dcpt_harness_result_t *r, const dcpt_harness_repeat_t *rep,
+                      const run_flags_t *rf)
 {
     const int ck = rf->check;
     char digest[24];
@@ -190,7 +225,7 @@ static void print_row(const char *mask, const char *strategy, const dcp_plan_sta
         .mask = mask,
         .strategy = strategy,
         .digest = digest,
-        .check = ck ? (r->passed ? "PASS" : "FAIL") : "-",
+        .check = ck ? (r->passed && rep->mismatches == 0 ? "PASS" : "FAIL") : "-",
         .ranks = ps->num_ranks,
         .nodes = ps->num_nodes,
         .tokens = ps->total_tokens,
@@ -228,6 +263,23 @@ static void print_row(const char *mask, const char *strategy, const dcp_plan_sta
         .bwd_host_us = r->bwd_host_us,
     };
     for (int g = 0; g < 3; g++) row.rel_grad[g] = ck ? r->max_rel_err_grad[g] : NAN;
+    row.engine = r->engine_name[0] ? r->engine_name : "-";
+    row.engine_note = r->engine_note;
+    row.cudnn_version = r->engine.cudnn_version;
+    row.plans_built = r->engine.plans_built;
+    row.plan_hits = r->engine.plan_hits;
+    row.plan_build_ms = r->engine.plan_build_ms;
+    for (int c = 0; c < 3; c++) row.pairs[c] = r->engine.pairs[c];
+    row.repeat_runs = rep->runs;
+    row.mismatches = rep->mismatches;
+    row.failed_checks = rep->failed_checks;
+    row.diff_ratio = 0;
+    for (int k = 0; k < 5; k++) {
+        const int used = k < 2 || rf->backward;
+        row.diff[k] = used ? rep->max_diff[k] : NAN;
+        if (used && rep->allowed[k] > 0)
+            row.diff_ratio = fmax(row.diff_ratio, rep->max_diff[k] / rep->allowed[k]);
+    }
     dcpt_field_t fields[MAXFIELDS];
     const dcpt_bench_t b = bench_of(rf, fields);
     dcpt_bench_row(&b, &row, NULL, NULL);
@@ -272,6 +324,7 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     dcp_status_t st = dcp_plan_create(&batch, &h->shape, &opts, cluster, &plan);
     dcp_plan_stats_t ps;
     dcpt_harness_result_t r = {0};
+    dcpt_harness_repeat_t rep = {.first_mismatch = -1};
     int broken = 0;
     if (st == DCP_OK) st = dcp_plan_get_stats(plan, &ps);
     if (job->ctx) {
@@ -292,6 +345,9 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     } else if (st == DCP_OK) {
         st = dcpt_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout,
                               rf->tol, rf->device, &r);
+        if (st == DCP_OK && rf->repeat > 0)
+            st = dcpt_harness_repeat(h, plan, (int32_t)rf->repeat, rf->timeout, rf->tol,
+                                     rf->device, &rep);
     }
     dcp_plan_destroy(plan);
     if (st == DCP_ERR_CAPACITY) { /* the same on every rank: a configuration error, said once */
@@ -313,8 +369,9 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
         }
         return 1;
     }
-    if (!job->ctx || job->bs.rank == 0) print_row(mask, dcp_strategy_name(strategy), &ps, &r, rf);
-    return rf->check && !r.passed;
+    if (!job->ctx || job->bs.rank == 0)
+        print_row(mask, dcp_strategy_name(strategy), &ps, &r, &rep, rf);
+    return (rf->check && !r.passed) || rep.mismatches > 0;
 }
 
 /* Every (mask, strategy) pair; returns 1 when any failed, 2 when a strategy could not place
@@ -332,6 +389,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
         dcp_status_t st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
                                 : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(h, seed);
+        if (st == DCP_OK) h->attn_engine = rf->engine;
         if (st == DCP_OK && rf->check && !job->ctx)
             st = dcpt_harness_reference(h, (int32_t)rf->threads, NULL, 0);
         free(masks);
@@ -375,8 +433,10 @@ static void *run_rank(void *arg)
 {
     rank_job_t *a = arg;
     job_t job = {.bs = a->bs};
-    const dcp_context_config_t cfg = {
-        .bootstrap = &job.bs, .timeout_s = a->rf->timeout, .device = a->rf->device};
+    const dcp_context_config_t cfg = {.bootstrap = &job.bs,
+                                      .timeout_s = a->rf->timeout,
+                                      .device = a->rf->device,
+                                      .attn_engine = a->rf->engine};
     const dcp_status_t st = dcp_context_create(&cfg, &job.ctx);
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: %s: %s\n", tool, job.bs.rank, dcp_status_string(st),
@@ -461,8 +521,8 @@ int main(int argc, char **argv)
     dcpt_common_flags_t f;
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1};
-    enum { OWN = 11 };
+    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL};
+    enum { OWN = 13 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -484,6 +544,11 @@ int main(int argc, char **argv)
          "under mpirun: ranks each process drives as threads", 0},
         {"dtype", DCPT_ARG_STR, &rf.dtype, 0, 0,
          "fp32 (cpu only), bf16 or fp16 storage (default: fp32 on cpu, bf16 on cuda)", 0},
+        {"engine", DCPT_ARG_STR, &rf.engine, 0, 0,
+         "attention engine: auto, own, cudnn or twin (cpu) (default $DCP_ATTN_ENGINE or auto)", 0},
+        {"repeat", DCPT_ARG_INT, &rf.repeat, 0, 100000,
+         "race check (with --check): N more runs on fresh contexts, each against the CPU's result",
+         0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
     if (dcpt_mpi_launched()) dcpt_args_set_fail_hook(dcpt_mpi_fail_early); /* others name it */
@@ -492,6 +557,9 @@ int main(int argc, char **argv)
                     "and checks it against a single-device double-precision reference.");
     if (rf.timeout < 0) dcpt_args_fail(tool, "timeout", "must be >= 0");
     if (!(rf.tol > 0 && rf.tol <= 1)) dcpt_args_fail(tool, "tol", "%g is outside (0, 1]", rf.tol);
+    if (rf.repeat > 0 && !rf.check) dcpt_args_fail(tool, "repeat", "needs --check");
+    if (rf.repeat > 0 && dcpt_mpi_launched())
+        dcpt_args_fail(tool, "repeat", "runs in-process ranks only, not under an MPI launcher");
     int32_t ordinal; /* the contexts pick theirs; this checks the flag before any work */
     if (dcp_device_parse(rf.device, 0, "--device", &ordinal) != DCP_OK)
         dcpt_args_fail(tool, "device", "%s", dcp_last_error());

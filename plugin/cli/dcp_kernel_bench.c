@@ -11,11 +11,18 @@
  * GB/s counts bytes read plus bytes written. Each figure is the median of --iters timed
  * launches (CUDA events on a GPU) after --warmup untimed ones. --json prints one object per
  * line.
+ *
+ * --engine cudnn (a GPU) or twin (the CPU) times attn and bwd through the attention engine
+ * instead (kernels/segment.h): the tile list cut into segments, full and causal ones packed
+ * into one cuDNN call per class, masked ones on dcp's kernels, the partials merged; the
+ * dense(%) column says what share of the allowed pairs the engine's dense calls ran.
  */
 #include "include/base/error.h"
 #include "include/base/half.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cudnn.h"
 #include "kernels/device.h"
+#include "kernels/segment.h"
 #include "kernels/kernel.h"
 #include "partition/mask.h"
 #include "plugin/cli/args.h"
@@ -48,6 +55,9 @@ typedef struct {
     void *stream;
     dcpt_bench_t h;        /* the tools' bench harness: warm-up, iterations, fields, --json */
     kernel_table_t *table; /* the forward's figures per tile */
+    const char *engine;    /* "own", or the attention engine's dense engine: "cudnn", "twin" */
+    dcp_cudnn_t *cudnn;
+    int32_t dense[2]; /* classes the dense engine takes, forward and backward */
 } bench_t;
 
 static void table_add(kernel_table_t *t, int32_t tile, double tflops)
@@ -125,7 +135,16 @@ static void drop_descr(const bench_t *b, void *p)
     if (!b->dev->host_memory) b->dev->free(p);
 }
 
-typedef enum { OP_ATTN, OP_BWD, OP_MERGE, OP_COPY } op_t;
+typedef enum { OP_ATTN, OP_BWD, OP_MERGE, OP_COPY, OP_SEG } op_t;
+
+/* A launch of the attention engine: its program (one launch), the arrays where the kernels
+ * read them, the dense engine; rows > 0: a backward, delta computed first. */
+typedef struct {
+    const dcp_seg_prog_t *prog;
+    dcp_seg_arrays_t arrays;
+    dcp_dense_engine_t dense;
+    int64_t rows;
+} seg_args_t;
 
 /* What a backward launch needs beside its groups: the tiles and the rows of delta. */
 typedef struct {
@@ -152,6 +171,11 @@ static dcp_status_t launch(const bench_t *b, op_t op, const dcp_kernel_env_t *en
     }
     case OP_MERGE:
         return k->merge(env, a, n, extra);
+    case OP_SEG: {
+        const seg_args_t *sa = extra;
+        if (sa->rows > 0) DCP_CHECK(k->bwd_delta(env, sa->rows));
+        return dcp_seg_run(k, &sa->dense, env, sa->prog, &sa->arrays, 0);
+    }
     default:
         return k->copy(env, a, n);
     }
@@ -191,9 +215,9 @@ static dcp_status_t time_launch(const bench_t *b, op_t op, const dcp_kernel_env_
 }
 
 typedef struct {
-    const char *kernel, *mask;
+    const char *kernel, *mask, *engine;
     int32_t total, tile, d, hq, hkv;
-    double density;
+    double density, dense; /* dense: the share of pairs in the engine's dense calls */
     dcpt_stats_t ms;
     double tflops, gbps; /* from the median; NaN ("-", null) where they do not apply */
     const char *error;   /* the case could not run (NULL: null in JSON) */
@@ -205,6 +229,7 @@ typedef struct {
     DCPT_FIELD(head, width, key, kind, fmt, row_t, member)
 static const dcpt_field_t fields[] = {
     F("kernel", -6, "kernel", DCPT_F_STR, NULL, kernel),
+    F("engine", -6, "engine", DCPT_F_STR, NULL, engine),
     F("mask", -22, "mask", DCPT_F_STR, NULL, mask),
     F("total", 7, "total", DCPT_F_I32, NULL, total),
     F("tile", 5, "tile", DCPT_F_I32, NULL, tile),
@@ -213,6 +238,7 @@ static const dcpt_field_t fields[] = {
     F(NULL, 0, "kv_heads", DCPT_F_I32, NULL, hkv),
     {"heads", 6, NULL, DCPT_F_STR, NULL, offsetof(row_t, heads), 0},
     {"density(%)", 10, "density", DCPT_F_NUM, "%.1f", offsetof(row_t, density), 100},
+    {"dense(%)", 8, "dense_share", DCPT_F_NUM, "%.1f", offsetof(row_t, dense), 100},
     F("ms", 9, "ms", DCPT_F_STATS, "%.3f", ms),
     F("TFLOP/s", 8, "tflops", DCPT_F_NUM, "%.3f", tflops),
     F("GB/s", 8, "gbps", DCPT_F_NUM, "%.1f", gbps),
@@ -227,6 +253,10 @@ static void bench_members(dcpt_json_t *j, const void *ctx)
     const bench_t *b = ctx;
     dcpt_json_str(j, "dtype", dcpt_dtype_name(b->dtype));
     dcpt_json_str(j, "device", b->dev->name);
+    if (strcmp(b->dev->name, "cpu") != 0) /* the CUDA forward's shape (DCP_ATTN_WARP_ROWS) */
+        dcpt_json_int(j, "warp_rows", dcp_cuda_attn_warp_rows());
+    else
+        dcpt_json_null(j, "warp_rows");
 }
 
 static void print_row(const bench_t *b, row_t *r)
@@ -278,6 +308,71 @@ static dcp_status_t block_items(int32_t total, int32_t tile, int64_t w, int32_t 
     return DCP_OK;
 }
 
+/* The attention engine's program of a tile case (one launch), its staging and arrays where
+ * the kernels read them, and cuDNN's plans for it. */
+typedef struct {
+    seg_args_t args;
+    dcp_seg_prog_t prog;
+    void *arr[7];
+    void *seg, *seg32;
+} seg_case_t;
+
+static void seg_case_free(const bench_t *b, seg_case_t *c)
+{
+    (void)b->dev->stream_sync(b->stream);
+    for (int i = 0; i < 7; i++) drop_descr(b, c->arr[i]);
+    b->dev->free(c->seg);
+    b->dev->free(c->seg32);
+    dcp_seg_prog_free(&c->prog);
+    memset(c, 0, sizeof *c);
+}
+
+static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int backward,
+                             dcp_kernel_env_t *env, seg_case_t *c)
+{
+    memset(c, 0, sizeof *c);
+    DCP_CHECK(dcp_calloc(&c->prog.launches, 1, sizeof *c->prog.launches, "bench launches"));
+    const dcp_seg_shape_t shape = {tc->hq, tc->hkv, tc->d, 64, b->dense[backward], backward};
+    int64_t launch;
+    DCP_CHECK(dcp_seg_prog_add(&c->prog, &shape, &tc->seq, tc->groups, tc->num_groups, tc->tiles,
+                               &launch));
+    const dcp_seg_prog_t *g = &c->prog;
+    const size_t es = b->dtype == DCP_DTYPE_FP32 ? 4 : 2;
+    if (!(c->seg = b->dev->alloc(b->gpu, (size_t)g->seg_elems * es + 64)) ||
+        !(c->seg32 = b->dev->alloc(b->gpu, (size_t)g->seg32_elems * 4 + 64)))
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: engine staging");
+    const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
+                          g->merge_srcs, g->deltas,    g->ints};
+    const size_t bytes[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
+                             (size_t)g->n_own_tiles * sizeof *g->own_tiles,
+                             (size_t)g->n_copies * sizeof *g->copies,
+                             (size_t)g->n_merges * sizeof *g->merges,
+                             (size_t)g->n_merge_srcs * sizeof *g->merge_srcs,
+                             (size_t)g->n_deltas * sizeof *g->deltas,
+                             (size_t)g->n_ints * sizeof *g->ints};
+    for (int i = 0; i < 7; i++) DCP_CHECK(to_kernels(b, src[i], bytes[i], &c->arr[i]));
+    c->args.prog = &c->prog;
+    c->args.arrays = (dcp_seg_arrays_t){c->arr[0], c->arr[1], c->arr[2], c->arr[3],
+                                        c->arr[4], c->arr[5], c->arr[6]};
+    c->args.rows = backward ? (int64_t)tc->total * tc->hq : 0;
+    env->bufs[DCP_BUF_SEG] = c->seg;
+    env->bufs[DCP_BUF_SEG32] = c->seg32;
+    if (b->cudnn) {
+        DCP_CHECK(dcp_cudnn_prepare(b->cudnn, backward, &c->prog, env, c->args.arrays.ints));
+        c->args.dense = dcp_cudnn_engine(b->cudnn, backward);
+    } else {
+        c->args.dense = dcp_dense_cpu;
+    }
+    return DCP_OK;
+}
+
+/* The share of a program's allowed pairs in dense calls. */
+static double dense_share(const dcp_seg_prog_t *g)
+{
+    const double all = (double)(g->pairs[0] + g->pairs[1] + g->pairs[2]);
+    return all > 0 ? (double)(g->pairs[0] + g->pairs[1]) / all : 0.0;
+}
+
 /* The backward of a case: one untimed forward with O published in the dtype (as the executor
  * does), then delta and the backward timed together. A backward that fails (a device table
  * without it yet) shows "-" and is not an error of the bench. */
@@ -302,7 +397,18 @@ static dcp_status_t bench_bwd(const bench_t *b, const dcp_kernel_env_t *env,
     r.kernel = "bwd";
     r.ms = dcpt_stats(NULL, 0);
     r.tflops = r.gbps = NAN;
-    st = time_launch(b, OP_BWD, env, groups, tc->num_groups, &args, &r.ms);
+    if (strcmp(b->engine, "own") && b->dense[1]) {
+        seg_case_t sc;
+        dcp_kernel_env_t e = *env;
+        st = seg_case(b, tc, 1, &e, &sc);
+        if (st == DCP_OK) st = time_launch(b, OP_SEG, &e, NULL, 0, &sc.args, &r.ms);
+        r.dense = dense_share(&sc.prog);
+        seg_case_free(b, &sc);
+    } else {
+        r.engine = "own";
+        r.dense = 0;
+        st = time_launch(b, OP_BWD, env, groups, tc->num_groups, &args, &r.ms);
+    }
     if (st == DCP_OK) {
         r.tflops = 2.5 * dcpt_tile_case_flops(tc) / (r.ms.median * 1e9);
     } else {
@@ -328,9 +434,10 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
     if (st == DCP_OK) st = to_kernels(b, tc.tiles, (size_t)tc.num_tiles * sizeof *tc.tiles, &tiles);
     if (st == DCP_OK) st = to_kernels(b, &tc.seq, sizeof tc.seq, &seqs);
     dcp_kernel_env_t env = base_env(b, hq, hkv, d, tile);
-    memcpy(env.bufs, bufs, sizeof env.bufs);
+    memcpy(env.bufs, bufs, DCP_BUF_COUNT * sizeof bufs[0]);
     env.seqs = seqs;
     row_t r = {.kernel = "attn",
+               .engine = b->engine,
                .mask = mask_name,
                .total = total,
                .tile = tile,
@@ -338,9 +445,19 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
                .hq = hq,
                .hkv = hkv,
                .density = (double)tc.pairs / ((double)total * total)};
-    if (st == DCP_OK && fwd)
+    if (st == DCP_OK && fwd && strcmp(b->engine, "own") && b->dense[0]) {
+        seg_case_t sc;
+        dcp_kernel_env_t e = env;
+        st = seg_case(b, &tc, 0, &e, &sc);
+        r.dense = dense_share(&sc.prog);
+        if (st == DCP_OK)
+            st = measure(b, OP_SEG, &e, NULL, 0, &sc.args, dcpt_tile_case_flops(&tc), 0, &r);
+        seg_case_free(b, &sc);
+    } else if (st == DCP_OK && fwd) {
+        r.engine = "own";
         st = measure(b, OP_ATTN, &env, groups, tc.num_groups, tiles, dcpt_tile_case_flops(&tc), 0,
                      &r);
+    }
     if (st == DCP_OK && fwd) table_add(b->table, tile, r.tflops);
     if (st == DCP_OK && bwd) st = bench_bwd(b, &env, &tc, groups, tiles, r);
     drop_descr(b, groups);
@@ -354,6 +471,7 @@ static dcp_status_t bench_attn(const bench_t *b, int fwd, int bwd, const dcp_mas
 static row_t mask_free_row(const char *kernel, int32_t total, int32_t tile, int32_t d, int32_t hq)
 {
     return (row_t){.kernel = kernel,
+                   .engine = "-",
                    .mask = "-",
                    .total = total,
                    .tile = tile,
@@ -389,7 +507,7 @@ static dcp_status_t bench_merge(const bench_t *b, int32_t total, int32_t tile, i
     if (st == DCP_OK) st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     if (st == DCP_OK) st = to_kernels(b, srcs, (size_t)(nb * ns) * sizeof *srcs, &ds);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
-    memcpy(env.bufs, bufs, sizeof env.bufs);
+    memcpy(env.bufs, bufs, DCP_BUF_COUNT * sizeof bufs[0]);
     row_t r = mask_free_row("merge", total, tile, d, hq);
     const double bytes = 4.0 * total * (w + hq) * (ns + 2); /* sources + dst read + write */
     if (st == DCP_OK) st = measure(b, OP_MERGE, &env, di, nb, ds, 0, bytes, &r);
@@ -411,7 +529,7 @@ static dcp_status_t bench_copy(const bench_t *b, int32_t total, int32_t tile, in
     void *di = NULL;
     dcp_status_t st = to_kernels(b, items, (size_t)nb * sizeof *items, &di);
     dcp_kernel_env_t env = base_env(b, hq, hq, d, tile);
-    memcpy(env.bufs, bufs, sizeof env.bufs);
+    memcpy(env.bufs, bufs, DCP_BUF_COUNT * sizeof bufs[0]);
     row_t r = mask_free_row("copy", total, tile, d, hq);
     const double bytes = 2.0 * total * w * dcp_buf_elem_bytes(DCP_BUF_Q, b->dtype);
     if (st == DCP_OK) st = measure(b, OP_COPY, &env, di, nb, NULL, 0, bytes, &r);
@@ -581,6 +699,7 @@ int main(int argc, char **argv)
                            NULL,
                            "attn,bwd,merge,copy"};
     int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
+    const char *engine = "own";
     double peak = 0;
     int json = 0;
     dcpt_arg_t args[] = {
@@ -604,6 +723,8 @@ int main(int argc, char **argv)
          "write the forward's efficiency per tile for dcp-plan --kernel-table", 0},
         {"peak-tflops", DCPT_ARG_DOUBLE, &peak, 0, 0,
          "the device peak --write-table divides by (default: the cluster model's, 312)", 0},
+        {"engine", DCPT_ARG_STR, &engine, 0, 0,
+         "own, cudnn (a GPU) or twin (cpu): what runs attn and bwd (default own)", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
     dcpt_args_parse(argc, argv, args, nargs, tool,
@@ -631,10 +752,29 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
         return 1;
     }
+    b.engine = engine;
+    char engine_note[160] = "";
+    if (!strcmp(engine, "twin")) {
+        if (!cpu) dcpt_args_fail(tool, "engine", "twin runs on the CPU (--device cpu)");
+        b.dense[0] = b.dense[1] = DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL);
+    } else if (!strcmp(engine, "cudnn")) {
+        if (cpu) dcpt_args_fail(tool, "engine", "cudnn runs on a GPU (--device cuda)");
+        if (dcp_cuda_set_device(b.gpu) != DCP_OK || dcp_cudnn_open(b.gpu, 0, &b.cudnn) != DCP_OK)
+            dcpt_args_fail(tool, "engine", "%s", dcp_last_error());
+        const char *why[2];
+        for (int p = 0; p < 2; p++) b.dense[p] = dcp_cudnn_policy(dcp_cudnn_version(b.cudnn), p, &why[p]);
+        char v[24];
+        dcp_cudnn_version_string(dcp_cudnn_version(b.cudnn), v, sizeof v);
+        snprintf(engine_note, sizeof engine_note, ", engine cudnn %s%s%s", v,
+                 *why[1] ? "; backward: " : "", why[1]);
+    } else if (strcmp(engine, "own")) {
+        dcpt_args_fail(tool, "engine", "'%s': own, cudnn or twin", engine);
+    }
     dcpt_bench_header(&b.h,
                       "%s %s, merge of %lld partials; bwd: delta + backward, 2.5x the "
-                      "forward's FLOPs",
-                      cpu ? "cpu" : device, dcpt_dtype_name(b.dtype), (long long)b.sources);
+                      "forward's FLOPs%s",
+                      cpu ? "cpu" : device, dcpt_dtype_name(b.dtype), (long long)b.sources,
+                      engine_note);
     dcpt_bench_table(&b.h);
     dcp_status_t st = run_all(&b, &l, masks, (uint64_t)seed);
     char what[96];
@@ -651,6 +791,7 @@ int main(int argc, char **argv)
     }
     if (st != DCP_OK)
         fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+    dcp_cudnn_close(b.cudnn);
     b.dev->stream_destroy(b.stream);
     lists_free(&l, masks, storage);
     return st == DCP_OK ? 0 : 1;

@@ -14,6 +14,7 @@
 #include "partition/export.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/bench.h"
+#include "plugin/cli/seg_share.h"
 #include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
 
@@ -26,7 +27,7 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch, simulate;
+    int json, no_refine, per_batch, simulate, segments;
     int64_t repeat, net_cap, coalesce, metis_tries;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
@@ -40,6 +41,7 @@ typedef struct {
     double bwd_comm, bwd_inter, bwd_predicted;
     double comp_imb, mem_imb, bwd_comp_imb; /* worst batch */
     int32_t fallbacks, n;
+    double seg[3]; /* --segments: allowed pairs per class (full, causal, masked), all batches */
     double *plan_ms;
     int64_t n_ms;
     dcpt_sim_agg_t sim;
@@ -85,6 +87,7 @@ typedef struct {
     int32_t batch, block;
     dcpt_stats_t plan_ms;
     dcp_plan_stats_t s;
+    double seg[3]; /* --segments: the share of the forward's pairs per class, else NaN */
 } json_row_t;
 
 #define J(key, kind, member)                                                                       \
@@ -119,6 +122,9 @@ static const dcpt_field_t json_fields[] = {
     J("bwd_num_transfers", DCPT_F_I32, s.bwd_num_transfers),
     J("bwd_num_phases", DCPT_F_I32, s.bwd_num_phases),
     J("bwd_predicted_ms", DCPT_F_NUM, s.bwd_predicted_ms),
+    J("seg_full", DCPT_F_NUM, seg[0]),
+    J("seg_causal", DCPT_F_NUM, seg[1]),
+    J("seg_masked", DCPT_F_NUM, seg[2]),
 };
 #undef J
 #define NJSON ((int)(sizeof json_fields / sizeof json_fields[0]))
@@ -197,12 +203,14 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     dcp_plan_stats_t st = {0};
     dcpt_sim_row_t sim;
     dcp_status_t rc = DCP_OK;
+    double seg[3] = {0, 0, 0};
     for (int64_t k = 0; k < pf->repeat && rc == DCP_OK; k++) {
         dcp_plan_t *p = NULL;
         rc = dcp_plan_create(&batch, &c->shape, &o, c->cluster, &p);
         if (rc == DCP_OK) rc = dcp_plan_get_stats(p, &st);
         if (rc == DCP_OK) a->plan_ms[a->n_ms++] = st.plan_ms;
         if (rc == DCP_OK && k == 0 && pf->simulate) rc = dcpt_sim_plan(&pf->sim, p, &sim, &a->sim);
+        if (rc == DCP_OK && k == 0 && pf->segments) rc = dcpt_seg_pairs(p, 64, seg);
         if (rc == DCP_OK && k == 0 && b == 0 && pf->svg) {
             char path[1024], title[256];
             const char *dot = strrchr(pf->svg, '.');
@@ -235,12 +243,15 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         return 1;
     }
     if (pf->json) {
-        const json_row_t row = {dcp_strategy_name(st.strategy),
+        json_row_t row = {dcp_strategy_name(st.strategy),
                                 mask_name,
                                 b,
                                 c->opts.block_size,
                                 dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
-                                st};
+                                st,
+                                {NAN, NAN, NAN}};
+        const double all = seg[0] + seg[1] + seg[2];
+        for (int k = 0; pf->segments && all > 0 && k < 3; k++) row.seg[k] = seg[k] / all;
         dcpt_report_row(stdout, 1, json_fields, NJSON, &row, pf->simulate ? sim_json : NULL, &sim);
     }
     a->comm += (double)st.comm_bytes;
@@ -255,6 +266,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     a->bwd_comp_imb = fmax(a->bwd_comp_imb, st.bwd_compute_imbalance);
     a->mem_imb = fmax(a->mem_imb, st.memory_imbalance);
     a->fallbacks += st.fallback;
+    for (int k = 0; k < 3; k++) a->seg[k] += seg[k];
     a->n++;
     return 0;
 }
@@ -287,6 +299,17 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
         snprintf(r.fallback_buf, sizeof r.fallback_buf, "%d/%d", a->fallbacks, a->n);
         r.fallback = r.fallback_buf;
         dcpt_report_row(stdout, 0, table_fields, NTABLE, &r, NULL, NULL);
+    }
+    if (pf->segments) {
+        printf("\nsegments (share of the forward's allowed pairs; dense runs of 64 rows or more):\n");
+        printf("%-8s %8s %8s %8s\n", "strategy", "full(%)", "causal(%)", "masked(%)");
+        for (int32_t i = 0; i < c->num_strategies; i++) {
+            const agg_t *a = &aggs[i];
+            const double all = a->seg[0] + a->seg[1] + a->seg[2];
+            if (!a->n || !(all > 0)) continue;
+            printf("%-8s %8.1f %9.1f %9.1f\n", dcp_strategy_name(c->strategies[i]),
+                   100 * a->seg[0] / all, 100 * a->seg[1] / all, 100 * a->seg[2] / all);
+        }
     }
     if (!pf->simulate) return;
     dcpt_sim_agg_t *sim = calloc((size_t)(uint32_t)c->num_strategies, sizeof *sim);
@@ -366,7 +389,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 22 };
+    enum { NOWN = 23 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -399,6 +422,8 @@ int main(int argc, char **argv)
         {"kernel-table", DCPT_ARG_STR, &pf.kernel_table, 0, 0,
          "lines 'tile_tokens efficiency' for the cost model", 0},
         {"dtype", DCPT_ARG_STR, &pf.dtype, 0, 0, "bf16, fp16 or fp32", 0},
+        {"segments", DCPT_ARG_FLAG, &pf.segments, 0, 0,
+         "the share of the forward's pairs in full, causal and masked segments", 0},
         {"simulate", DCPT_ARG_FLAG, &pf.simulate, 0, 0,
          "step-time simulation of every plan (sim_* fields, a table per mask)", 0},
         {"sim-kernels", DCPT_ARG_STR, &pf.sim_kernels, 0, 0,

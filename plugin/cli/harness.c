@@ -10,6 +10,7 @@
 #include "transport/bootstrap.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,7 +195,7 @@ typedef struct {
 
 static void rank_io_free(rank_io_t *r)
 {
-    for (int32_t i = 0; r->store && i < NT * r->n; i++)
+    for (int32_t i = 0; r->store && r->gpu && i < NT * r->n; i++)
         dcp_device_of(r->gpu[i / NT])->free(r->store[i]);
     free(r->store);
     free(r->gpu);
@@ -475,6 +476,16 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
     res->passed &= res->bwd_passed;
 }
 
+void dcpt_harness_engine(const dcp_context_t *ctx, dcpt_harness_result_t *res)
+{
+    if (dcp_context_attn_engine(ctx, &res->engine) != DCP_OK) return;
+    snprintf(res->engine_name, sizeof res->engine_name, "%s", res->engine.engine);
+    snprintf(res->engine_note, sizeof res->engine_note, "%s", res->engine.note);
+    res->engine.engine = res->engine_name;
+    res->engine.note = res->engine_note;
+    res->engine.requested = "";
+}
+
 dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
                               int32_t iters, double timeout_s, double tol, const char *device,
                               dcpt_harness_result_t *result_out)
@@ -491,7 +502,9 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
     DCP_CHECK_GOTO(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, &r), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&times, 5 * iters, sizeof *times, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&checks, r.n, sizeof *checks, "harness"), st, out);
-    DCP_CHECK_GOTO(dcp_inproc_contexts_create(r.n, timeout_s, device, &group, &ctx), st, out);
+    const dcp_context_config_t base = {
+        .timeout_s = timeout_s, .device = device, .attn_engine = h->attn_engine};
+    DCP_CHECK_GOTO(dcp_inproc_contexts_create(r.n, &base, &group, &ctx), st, out);
     for (int32_t i = 0; i < warmup + iters; i++) {
         DCP_CHECK_GOTO(poison(&r), st, out);
         double t0 = dcp_now();
@@ -517,12 +530,111 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
     res.wait_us = dcpt_stats(times + 4 * iters, iters);
     for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
     reduce(checks, r.n, tol, h->shape.dtype, &res);
+    dcpt_harness_engine(ctx[0], &res);
     *result_out = res;
 out:
     if (group) dcp_inproc_contexts_destroy(r.n, group, ctx);
     free(checks);
     free(times);
     rank_io_free(&r);
+    return st;
+}
+
+/* One run of every rank of `plan` on fresh contexts and fresh tensors on `device`: the
+ * forward (and the backward when enabled), outputs fetched into r's host buffers. */
+static dcp_status_t run_fresh(const dcpt_harness_t *h, const dcp_plan_t *plan, double timeout_s,
+                              const char *device, const char *engine, rank_io_t *r)
+{
+    dcp_plan_stats_t ps;
+    DCP_CHECK(dcp_plan_get_stats(plan, &ps));
+    DCP_CHECK(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, r));
+    dcp_group_t *group = NULL;
+    dcp_context_t **ctx = NULL;
+    const dcp_context_config_t base = {
+        .timeout_s = timeout_s, .device = device, .attn_engine = engine};
+    DCP_CHECK(dcp_inproc_contexts_create(r->n, &base, &group, &ctx));
+    dcp_status_t st = poison(r);
+    if (st == DCP_OK) st = dcp_forward_group(ctx, r->n, plan, r->io, NULL);
+    if (st == DCP_OK && h->dout) st = dcp_backward_group(ctx, r->n, plan, r->gio, NULL);
+    if (st == DCP_OK) st = fetch(r);
+    dcp_inproc_contexts_destroy(r->n, group, ctx);
+    return st;
+}
+
+/* Largest |a - b| of output tensor j over every rank (LSE: relative to max(1, |b|)); a NaN on
+ * one side only, or an infinity that differs, counts as infinite. */
+static double output_diff(const rank_io_t *a, const rank_io_t *b, int j)
+{
+    double d = 0;
+    for (int32_t rank = 0; rank < a->n; rank++) {
+        const float *x = a->bufs[NT * rank + j], *y = b->bufs[NT * rank + j];
+        for (int64_t i = 0; i < a->ntok[rank] * a->width[j]; i++) {
+            const double u = x[i], v = y[i];
+            if (isnan(u) || isnan(v) || isinf(u) || isinf(v)) {
+                if (!(isnan(u) && isnan(v)) && u != v) d = INFINITY;
+                continue;
+            }
+            d = fmax(d, fabs(u - v) / (j == T_LSE ? fmax(1.0, fabs(v)) : 1.0));
+        }
+    }
+    return d;
+}
+
+dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t runs,
+                                 double timeout_s, double tol, const char *device,
+                                 dcpt_harness_repeat_t *result_out)
+{
+    if (!h->ref_o)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "harness repeat: the reference is not computed");
+    dcpt_harness_repeat_t res = {.first_mismatch = -1};
+    rank_io_t cpu = {0};
+    rank_check_t *checks = NULL;
+    dcp_status_t st = run_fresh(h, plan, timeout_s, "cpu", "own", &cpu);
+    if (st == DCP_OK) st = dcp_calloc(&checks, cpu.n, sizeof *checks, "harness");
+    /* the bounds, from the CPU result's own check: the reference's peaks and the plain
+     * low-precision errors */
+    if (st == DCP_OK) {
+        dcpt_harness_result_t c = {.bwd_run = h->dout != NULL};
+        double ref_max = 0, gref[3] = {0, 0, 0};
+        for (int32_t rank = 0; rank < cpu.n; rank++) {
+            check_rank(h, &cpu, rank, &checks[rank]);
+            ref_max = fmax(ref_max, checks[rank].ref_max);
+            for (int g = 0; g < 3; g++) gref[g] = fmax(gref[g], checks[rank].g_ref[g]);
+        }
+        reduce(checks, cpu.n, tol, h->shape.dtype, &c);
+        const int lowp = h->shape.dtype != DCP_DTYPE_FP32;
+        const int bits = h->shape.dtype == DCP_DTYPE_BF16 ? 8 : 11;
+        res.allowed[0] = 2 * (lowp ? 2 * c.low_abs_err + ldexp(ref_max, -bits) : tol * ref_max);
+        res.allowed[1] = lowp ? 2e-3 : 2 * tol;
+        for (int g = 0; g < 3; g++)
+            res.allowed[2 + g] =
+                2 * (lowp ? 3 * c.low_abs_err_grad[g] + ldexp(gref[g], -bits) : tol * gref[g]);
+    }
+    const int outs[5] = {T_O, T_LSE, T_DQ, T_DQ + 1, T_DQ + 2};
+    const int nout = h->dout ? 5 : 2;
+    for (int32_t i = 0; st == DCP_OK && i < runs; i++) {
+        rank_io_t r = {0};
+        st = run_fresh(h, plan, timeout_s, device, h->attn_engine, &r);
+        if (st == DCP_OK) {
+            dcpt_harness_result_t c = {.bwd_run = h->dout != NULL};
+            for (int32_t rank = 0; rank < r.n; rank++) check_rank(h, &r, rank, &checks[rank]);
+            reduce(checks, r.n, tol, h->shape.dtype, &c);
+            int bad = !c.passed;
+            res.failed_checks += !c.passed;
+            for (int k = 0; k < nout; k++) {
+                const double d = output_diff(&r, &cpu, outs[k]);
+                res.max_diff[k] = fmax(res.max_diff[k], d);
+                bad |= !(d <= res.allowed[k]);
+            }
+            res.runs++;
+            res.mismatches += bad;
+            if (bad && res.first_mismatch < 0) res.first_mismatch = i;
+        }
+        rank_io_free(&r);
+    }
+    if (st == DCP_OK) *result_out = res;
+    free(checks);
+    rank_io_free(&cpu);
     return st;
 }
 
@@ -576,6 +688,7 @@ dcp_status_t dcpt_harness_run_rank(const dcpt_harness_t *h, const dcp_plan_t *pl
     res.bwd_host_us = dcpt_stats(times + 3 * iters, h->dout ? iters : 0);
     res.wait_us = dcpt_stats(times + 4 * iters, iters); /* this rank's */
     reduce(checks, bootstrap->size, tol, h->shape.dtype, &res);
+    dcpt_harness_engine(ctx, &res);
     *result_out = res;
 out:
     free(checks);

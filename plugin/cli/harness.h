@@ -27,6 +27,7 @@ typedef struct {
     float *dout;                      /* layout of q, representable in the plan dtype */
     double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcpt_harness_reference() */
     float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
+    const char *attn_engine;          /* the contexts' attention engine (NULL: the default) */
 } dcpt_harness_t;
 
 typedef struct {
@@ -55,6 +56,9 @@ typedef struct {
     int64_t bwd_bad_values;     /* NaN or unwritten gradient elements */
     dcpt_stats_t bwd_exec_ms;   /* wall time of one backward pass over all ranks */
     dcpt_stats_t bwd_host_us;   /* time dcp_backward takes to return */
+    /* the attention engine of rank 0's context after the runs (dcp_context_attn_engine) */
+    dcp_attn_engine_info_t engine; /* its strings point into the arrays below */
+    char engine_name[16], engine_note[512];
 } dcpt_harness_result_t;
 
 dcp_status_t dcpt_harness_create(const int32_t *lengths, int32_t num_seqs, const dcp_mask_t *masks,
@@ -80,6 +84,28 @@ dcp_status_t dcpt_harness_reference(dcpt_harness_t *h, int32_t threads, const dc
 dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t warmup,
                               int32_t iters, double timeout_s, double tol, const char *device,
                               dcpt_harness_result_t *result_out);
+
+/* The race check: `plan` run `runs` times on in-process ranks on `device`, each run on
+ * fresh contexts and fresh tensors (forward, then backward when enabled), and every run
+ * compared with the CPU executor's result for the same plan and storage type (run once
+ * here) and with the reference. A run is a mismatch when it fails the check of
+ * dcpt_harness_run (needs the reference), or when any output (O, LSE, dQ, dK, dV) is
+ * further from the CPU result than both results may be from the reference together: twice
+ * FlashAttention's bound (bf16/fp16), 2 tol relative (fp32), 2e-3 relative for LSE. */
+typedef struct {
+    int32_t runs, mismatches;
+    int32_t failed_checks;   /* runs that failed the check against the reference */
+    double max_diff[5];      /* O, LSE, dQ, dK, dV: largest |run - cpu| over every run */
+    double allowed[5];       /* the bound each is held to */
+    int32_t first_mismatch;  /* 0-based run, -1 when none */
+} dcpt_harness_repeat_t;
+
+dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t runs,
+                                 double timeout_s, double tol, const char *device,
+                                 dcpt_harness_repeat_t *result_out);
+
+/* The engine of a context into res->engine (its strings copied into res). */
+void dcpt_harness_engine(const dcp_context_t *ctx, dcpt_harness_result_t *res);
 
 /* The same for this process's rank of a job: collective over `bootstrap` (every rank calls
  * it with the same plan); each run is timed from a common start to the last rank's end, and

@@ -335,10 +335,13 @@ def cpu_passes(dcp, cluster_spec, strategy):
         a = [C.addressof(b) for b in bufs]
         io[r] = Tensors(q=a[0], k=a[1], v=a[2], o=a[4], lse=a[5])
         gio[r] = GradTensors(fwd=io[r], dout=a[3], dq=a[6], dk=a[7], dv=a[8])
-    if nr == 1:
-        group, ctx = dcp.context("cpu")
+    if nr == 1:  # through the twin of cuDNN's data path: the engine fields of the mirror too
+        group, ctx = dcp.context("cpu", attn_engine="twin")
         dcp.check(dcp.lib.dcp_forward(ctx, plan.handle, C.byref(io[0]), None), "forward")
         dcp.check(dcp.lib.dcp_backward(ctx, plan.handle, C.byref(gio[0]), None), "backward")
+        engine = dcp.attn_engine(ctx)
+        if engine["engine"] != "twin" or sum(engine["pairs"]) <= 0:
+            raise RuntimeError("compare_sdpa --dry-run: attention engine %r" % engine)
         dcp.lib.dcp_context_destroy(ctx)
         group.close()
     else:
@@ -411,11 +414,15 @@ def main():
         print("compare_sdpa: no CUDA device", file=sys.stderr)
         return 1
     group, ctx = dcp.context("cuda:%d" % torch.cuda.current_device())
+    engine = dcp.attn_engine(ctx)
+    if not args.json:
+        print("dcp attention engine: %s (%s)" % (engine["engine"], engine["note"]))
     for spec in masks:
         for total in totals:
             for hq, hkv in gqas:
                 row = run_case(dcp, torch, ctx, spec, total, hq, hkv, args.head_dim, args.block,
                                args)
+                row["dcp_engine"] = dcp.attn_engine(ctx)["engine"]
                 if args.json:
                     print(json.dumps(row), flush=True)
                 else:

@@ -2,7 +2,8 @@
 # The tools as a user meets them: JSON that parses (a host name with a quote and a
 # backslash), flag errors that blame the flag that was wrong, outputs checked before any
 # work, --help defaults taken from the code, the bench harness's median [min-max], and a
-# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, and --version.
+# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, the attention
+# engine's report, and --version.
 #
 #   tests/tools/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -89,7 +90,21 @@ json_check "$work/at.json" \
 "$bin/dcp-plan" --sim-kernels "$work/kb.json" --simulate --tokens 8192 --strategy zigzag \
     >/dev/null || fail "dcp-plan --sim-kernels reads dcp-kernel-bench --json"
 
-# 8. --version on every tool: the library's version, equal to the header's
+# 8. the attention engine: the twin runs cuDNN's data path on the CPU and passes, the race
+#    check counts its runs, the pairs per class add up; a CPU context asked for cuDNN runs
+#    dcp's kernels and says why
+"$bin/dcp-attn-test" --tokens 1024 --strategy lpt --mask causal,window:300 --check --backward \
+    --engine twin --repeat 2 --warmup 0 --iters 1 --json >"$work/eng.json" ||
+    fail "dcp-attn-test --engine twin --repeat 2"
+json_check "$work/eng.json" \
+    'all(r["engine"] == "twin" and r["passed"] and r["bwd_passed"] and r["repeat_runs"] == 2
+         and r["mismatches"] == 0 and r["pairs_full"] + r["pairs_causal"] > 0 for r in rows)
+     and rows[1]["pairs_masked"] > 0'
+DCP_ATTN_ENGINE=cudnn "$bin/dcp-attn-test" --tokens 1024 --warmup 0 --iters 1 --json \
+    >"$work/eng2.json" || fail "DCP_ATTN_ENGINE=cudnn dcp-attn-test on the CPU"
+json_check "$work/eng2.json" 'all(r["engine"] == "own" and "CPU" in r["engine_note"] for r in rows)'
+
+# 9. --version on every tool: the library's version, equal to the header's
 want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)
 for t in dcp-attn-test dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
     "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"

@@ -753,6 +753,98 @@ static void test_lent_streams_outlive_the_context(void)
     }
 }
 
+/* Max |a - b| over n bf16 values, and max |b|. */
+static double bf16_max_diff(const uint16_t *a, const uint16_t *b, int64_t n, double *peak)
+{
+    double d = 0;
+    *peak = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = dcp_half_to_f32(DCP_DTYPE_BF16, a[i]),
+                     y = dcp_half_to_f32(DCP_DTYPE_BF16, b[i]);
+        d = isnan(x) != isnan(y) ? INFINITY : fmax(d, fabs(x - y));
+        *peak = fmax(*peak, fabs(y));
+    }
+    return d;
+}
+
+/* A forward and a backward captured into one CUDA graph replay what the plain calls compute:
+ * O and LSE bit for bit, dQ, dK and dV within a bf16 step (the backward adds with atomics).
+ * The plan is bound by the plain calls first (binding allocates), as a training loop that
+ * captures after its first step would. */
+static void test_graph_capture_forward_backward(void)
+{
+    enum { LEN = 2048, HQ = 8, HKV = 2, D = 128 };
+    one_gpu_rank_t g;
+    one_gpu_rank(&g, NULL, NULL);
+    const int64_t nq = (int64_t)LEN * HQ * D, nkv = (int64_t)LEN * HKV * D;
+    const int64_t n[4] = {nq, nq, nkv, nkv}; /* dO, dQ, dK, dV */
+    void *grad[4];
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_PTR_NOT_NULL_FATAL(grad[i] = dcp_cuda_alloc(0, (size_t)n[i] * 2));
+    uint16_t *host = malloc((size_t)nq * 2);
+    dcpt_rng_t rng = {21};
+    void *in[4] = {g.t[0], g.t[1], g.t[2], grad[0]}; /* q, k, v, dO */
+    const int64_t in_n[4] = {nq, nkv, nkv, nq};
+    for (int i = 0; i < 4; i++) {
+        for (int64_t j = 0; j < in_n[i]; j++)
+            host[j] = dcp_half_from_f32(DCP_DTYPE_BF16, (float)dcpt_rng_normal(&rng));
+        CU_ASSERT_EQUAL(dcp_cuda_memcpy(in[i], host, (size_t)in_n[i] * 2, NULL), DCP_OK);
+    }
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4], 0.0f};
+    const dcp_grad_tensors_t gio = {io, grad[0], grad[1], grad[2], grad[3]};
+    void *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &s), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, s), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_backward(g.ctx, g.plan, &gio, s), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(s), DCP_OK);
+    /* the plain results: O, dQ, dK, dV (bf16) and LSE (fp32) */
+    void *outs[5] = {g.t[3], grad[1], grad[2], grad[3], g.t[4]};
+    const int64_t out_n[5] = {nq, nq, nkv, nkv, (int64_t)LEN * HQ};
+    void *want[5];
+    for (int i = 0; i < 5; i++) {
+        const size_t bytes = (size_t)out_n[i] * (i == 4 ? 4 : 2);
+        want[i] = malloc(bytes);
+        CU_ASSERT_EQUAL(dcp_cuda_memcpy(want[i], outs[i], bytes, NULL), DCP_OK);
+        CU_ASSERT_EQUAL(dcp_cuda_fill_f32(outs[i], (int64_t)(bytes / 4), NAN, NULL), DCP_OK);
+    }
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
+    void *graph = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cuda_graph_begin(s), DCP_OK);
+    const dcp_status_t fst = dcp_forward(g.ctx, g.plan, &io, s);
+    const dcp_status_t bst = dcp_backward(g.ctx, g.plan, &gio, s);
+    const dcp_status_t est = dcp_cuda_graph_end(s, &graph);
+    CU_ASSERT_EQUAL(fst, DCP_OK);
+    CU_ASSERT_EQUAL(bst, DCP_OK);
+    CU_ASSERT_EQUAL(est, DCP_OK);
+    if (fst != DCP_OK || bst != DCP_OK || est != DCP_OK)
+        fprintf(stderr, "gpu graph capture: forward %s, backward %s, end %s: %s\n",
+                dcp_status_string(fst), dcp_status_string(bst), dcp_status_string(est),
+                dcp_last_error());
+    if (graph) {
+        CU_ASSERT_EQUAL(dcp_cuda_graph_launch(graph, s), DCP_OK);
+        CU_ASSERT_EQUAL(dcp_cuda_stream_sync(s), DCP_OK);
+        for (int i = 0; i < 5; i++) {
+            const size_t bytes = (size_t)out_n[i] * (i == 4 ? 4 : 2);
+            void *got = malloc(bytes);
+            CU_ASSERT_EQUAL(dcp_cuda_memcpy(got, outs[i], bytes, NULL), DCP_OK);
+            if (i == 0 || i == 4) {
+                CU_ASSERT_EQUAL(memcmp(got, want[i], bytes), 0);
+            } else {
+                double peak;
+                const double d = bf16_max_diff(got, want[i], out_n[i], &peak);
+                CU_ASSERT(peak > 0 && d <= ldexp(peak, -7));
+            }
+            free(got);
+        }
+    }
+    dcp_cuda_graph_destroy(graph);
+    for (int i = 0; i < 5; i++) free(want[i]);
+    for (int i = 0; i < 4; i++) dcp_cuda_free(grad[i]);
+    free(host);
+    dcp_cuda_stream_destroy(s);
+    one_gpu_rank_free(&g);
+}
+
 int dcp_suite_gpu(void)
 {
     const int n = dcp_cuda_device_count();
@@ -779,6 +871,7 @@ int dcp_suite_gpu(void)
         {"eight_ranks_on_one_gpu_repeated", test_eight_ranks_on_one_gpu_repeated},
         {"forward_returns_before_its_work", test_forward_returns_before_its_work},
         {"lent_streams_outlive_the_context", test_lent_streams_outlive_the_context},
+        {"graph_capture_forward_backward", test_graph_capture_forward_backward},
         {NULL, NULL},
     };
     return dcp_add_suite("gpu", tests);

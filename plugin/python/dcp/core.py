@@ -122,7 +122,15 @@ class ContextConfig(C.Structure):
                 ("bootstrap", C.POINTER(Bootstrap)), ("timeout_s", C.c_double),
                 ("transport_intra", C.c_char_p), ("transport_inter", C.c_char_p),
                 ("device", C.c_char_p), ("compute_stream", C.c_void_p),
-                ("transfer_stream", C.c_void_p), ("nccl_comm", C.c_void_p)]
+                ("transfer_stream", C.c_void_p), ("nccl_comm", C.c_void_p),
+                ("attn_engine", C.c_char_p), ("deterministic", C.c_int32)]
+
+
+class AttnEngineInfo(C.Structure):
+    _fields_ = [("requested", C.c_char_p), ("engine", C.c_char_p), ("note", C.c_char_p),
+                ("cudnn_version", C.c_int64), ("dense_classes", C.c_int32 * 2),
+                ("plans_built", C.c_int64), ("plan_hits", C.c_int64),
+                ("plan_build_ms", C.c_double), ("pairs", C.c_int64 * 3)]
 
 
 class Tensors(C.Structure):
@@ -178,6 +186,7 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_context_barrier": (C.c_int, [_P]),
     "dcp_context_abort": (C.c_int, [_P, C.c_char_p]),
     "dcp_context_check_shape": (C.c_int, [_P, C.POINTER(Shape)]),
+    "dcp_context_attn_engine": (C.c_int, [_P, C.POINTER(AttnEngineInfo)]),
     "dcp_forward": (C.c_int, [_P, _P, C.POINTER(Tensors), _P]),
     "dcp_backward": (C.c_int, [_P, _P, C.POINTER(GradTensors), _P]),
     "dcp_forward_inproc": (C.c_int, [_P, C.POINTER(Tensors), C.c_double, C.c_char_p]),
@@ -336,14 +345,25 @@ class Library:
 
     # -- in-process ranks (compare_sdpa.py's one-rank GPU context) --
 
-    def context(self, device, rank=0, group_size=1):
+    def context(self, device, rank=0, group_size=1, attn_engine=None):
         """A Group of `group_size` in-process ranks and the context of `rank` on `device`
         ("cpu", "cuda", "cuda:N"); the caller destroys both (context first)."""
         group = Group(self, group_size)
-        cfg = ContextConfig(rank, group.handle, None, 0.0, None, None, device.encode())
+        cfg = ContextConfig(rank, group.handle, None, 0.0, None, None, device.encode(),
+                            attn_engine=attn_engine.encode() if attn_engine else None)
         ctx = C.c_void_p()
         self.check(self.lib.dcp_context_create(C.byref(cfg), C.byref(ctx)), "context")
         return group, ctx
+
+    def attn_engine(self, ctx):
+        """dcp_context_attn_engine of a context handle, as a dict."""
+        i = AttnEngineInfo()
+        self.check(self.lib.dcp_context_attn_engine(ctx, C.byref(i)), "attention engine")
+        return {"requested": i.requested.decode(), "engine": i.engine.decode(),
+                "note": i.note.decode(errors="replace"), "cudnn_version": i.cudnn_version,
+                "dense_classes": list(i.dense_classes), "plans_built": i.plans_built,
+                "plan_hits": i.plan_hits, "plan_build_ms": i.plan_build_ms,
+                "pairs": list(i.pairs)}
 
 
 def _choice(table, value, what):

@@ -540,7 +540,7 @@ class Context:
     context is not collective, creating one is, as the first time."""
 
     def __init__(self, group=None, device=None, timeout_s=0.0, transport_intra=None,
-                 transport_inter=None):
+                 transport_inter=None, attn_engine=None):
         import torch.distributed as dist
         if not dist.is_initialized():
             raise RuntimeError("dcp: torch.distributed is not initialized "
@@ -565,7 +565,8 @@ class Context:
         cfg = core.ContextConfig(
             0, None, C.pointer(self._bootstrap), timeout_s,
             transport_intra.encode() if transport_intra else None,
-            transport_inter.encode() if transport_inter else None, str(self.device).encode())
+            transport_inter.encode() if transport_inter else None, str(self.device).encode(),
+            attn_engine=attn_engine.encode() if attn_engine else None)
         h = C.c_void_p()
         st = lib.lib.dcp_context_create(C.byref(cfg), C.byref(h))
         self._raise(st, "context")
@@ -628,6 +629,12 @@ class Context:
         stop naming this rank and the reason instead of waiting for it. attention() does it
         itself when its checks refuse this rank's tensors."""
         _lib().lib.dcp_context_abort(self._live(), str(reason).encode(errors="replace"))
+
+    @property
+    def attn_engine(self):
+        """The attention engine (dcp_context_attn_engine): {"requested", "engine" ("own",
+        "cudnn", "twin"), "note" (why), "cudnn_version", "plans_built", ...}."""
+        return _lib().attn_engine(self._live())
 
     def transport(self, inter_node=False):
         """The engine between ranks in a node ("ucx", "nccl", ...) or between nodes."""

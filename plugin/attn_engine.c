@@ -1,0 +1,320 @@
+/*
+ * The attention engine of a context (attn_engine.h): the choice (auto | own | cudnn | twin),
+ * the segment programs made when a plan is bound, and their runs.
+ *
+ * Everything a training step needs is made at binding: the programs of both passes (the
+ * segmenter over each ATTN instruction of the rank's programs), the staging buffers, the
+ * device copy of the programs' descriptors and, with cuDNN, its execution plans and variant
+ * packs. A call then runs the programs with the kernels of the context's device and the dense
+ * engine, and allocates nothing.
+ */
+#include "plugin/attn_engine.h"
+
+#include "include/base/error.h"
+#include "partition/plan.h"
+#include "plugin/context.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[DCP_ATTN_KINDS] = {"auto", "own", "cudnn", "twin"};
+
+const char *dcp_attn_kind_name(dcp_attn_kind_t kind)
+{
+    return kind >= 0 && kind < DCP_ATTN_KINDS ? kind_names[kind] : "?";
+}
+
+static dcp_status_t parse_kind(const char *name, const char *field, dcp_attn_kind_t *out)
+{
+    for (int k = 0; k < DCP_ATTN_KINDS; k++)
+        if (!strcmp(name, kind_names[k])) {
+            *out = (dcp_attn_kind_t)k;
+            return DCP_OK;
+        }
+    return dcp_set_error(DCP_ERR_INVALID_ARG, "%s = \"%s\": the attention engine is auto, own, "
+                                              "cudnn or twin",
+                         field, name);
+}
+
+/* The classes the active engine runs per pass, and its note. */
+static void describe(dcp_attn_state_t *a, const char *fmt, const char *detail)
+{
+    snprintf(a->note, sizeof a->note, fmt, detail);
+}
+
+dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *config)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    memset(a, 0, sizeof *a);
+    const char *env = getenv("DCP_ATTN_ENGINE");
+    if (config->attn_engine)
+        DCP_CHECK(parse_kind(config->attn_engine, "config.attn_engine", &a->requested));
+    else if (env && *env)
+        DCP_CHECK(parse_kind(env, "$DCP_ATTN_ENGINE", &a->requested));
+    a->deterministic = config->deterministic != 0;
+    a->min_rows = 64;
+    const char *rows = getenv("DCP_ATTN_MIN_ROWS");
+    if (rows && atoi(rows) >= 1) a->min_rows = atoi(rows);
+    a->active = DCP_ATTN_OWN;
+    const int gpu = !ctx->dev->host_memory;
+    switch (a->requested) {
+    case DCP_ATTN_OWN:
+        return DCP_OK;
+    case DCP_ATTN_TWIN:
+        if (gpu)
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "config.attn_engine = \"twin\": the twin of cuDNN runs on CPU "
+                                 "contexts only (this one is on GPU %d)",
+                                 ctx->device);
+        a->active = DCP_ATTN_TWIN;
+        a->dense[DCP_PASS_FWD] = a->dense[DCP_PASS_BWD] =
+            DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL);
+        describe(a, "%s", "cuDNN's data path with dcp's CPU twin of its attention");
+        return DCP_OK;
+    default:
+        break;
+    }
+    if (!gpu) {
+        describe(a, "%s", "cudnn: the context computes on the CPU; dcp's kernels run every tile");
+        return DCP_OK;
+    }
+    dcp_status_t st = dcp_cudnn_open(ctx->device, a->deterministic, &a->cudnn);
+    if (st != DCP_OK) {
+        if (a->requested == DCP_ATTN_CUDNN) return st;
+        describe(a, "%s; dcp's kernels run every tile", dcp_last_error());
+        return DCP_OK;
+    }
+    const int64_t v = dcp_cudnn_version(a->cudnn);
+    char ver[32];
+    dcp_cudnn_version_string(v, ver, sizeof ver);
+    const char *why[2];
+    for (int p = 0; p < DCP_PASS_COUNT; p++) a->dense[p] = dcp_cudnn_policy(v, p, &why[p]);
+    a->active = DCP_ATTN_CUDNN;
+    snprintf(a->note, sizeof a->note, "cudnn %s%s%s%s%s", ver, *why[0] ? "; forward: " : "",
+             why[0], *why[1] ? "; backward: " : "", why[1]);
+    return DCP_OK;
+}
+
+static void pass_free(dcp_attn_pass_t *ps, const dcp_device_t *dev)
+{
+    dcp_seg_prog_free(&ps->prog);
+    free(ps->launch_of);
+    dcp_dev_blob_free(&ps->blob, dev);
+    memset(ps, 0, sizeof *ps);
+}
+
+/* Staging buffer *buf of at least `bytes` on the context's device. */
+static dcp_status_t staging(dcp_context_t *ctx, void **buf, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap) return DCP_OK;
+    DCP_CHECK(ctx->dev->stream_sync(ctx->stream)); /* queued work may still use the old one */
+    ctx->dev->free(*buf);
+    *cap = 0;
+    const size_t size = (bytes + 63) / 64 * 64;
+    if (!(*buf = ctx->dev->alloc(ctx->device, size)))
+        return dcp_set_error(DCP_ERR_NO_MEMORY,
+                             "attention engine: %zu bytes of staging on %s of rank %d", size,
+                             ctx->dev->name, ctx->rank);
+    *cap = size;
+    return DCP_OK;
+}
+
+/* The program of one pass: one launch per ATTN instruction of the rank's program. */
+static dcp_status_t build_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass)
+{
+    dcp_attn_pass_t *ps = &ctx->attn.pass[pass];
+    pass_free(ps, ctx->dev);
+    if (!ctx->attn.dense[pass]) return DCP_OK;
+    const int64_t i0 = dcp_plan_prog_begin(p, pass, ctx->rank), i1 = dcp_plan_prog_end(p, pass, ctx->rank);
+    ps->first_instr = i0;
+    ps->ninstr = i1 - i0;
+    int64_t nattn = 0;
+    for (int64_t i = i0; i < i1; i++) nattn += p->instrs[i].op == DCP_OP_ATTN;
+    DCP_CHECK(dcp_calloc(&ps->launch_of, ps->ninstr + 1, sizeof *ps->launch_of, "engine launches"));
+    DCP_CHECK(dcp_calloc(&ps->prog.launches, nattn + 1, sizeof *ps->prog.launches,
+                         "engine launches"));
+    const dcp_seg_shape_t shape = {p->qpg, p->kvpg, p->shape.head_dim, ctx->attn.min_rows,
+                                   ctx->attn.dense[pass], pass == DCP_PASS_BWD};
+    for (int64_t i = i0; i < i1; i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        ps->launch_of[i - i0] = -1;
+        if (in->op != DCP_OP_ATTN) continue;
+        DCP_CHECK(dcp_seg_prog_add(&ps->prog, &shape, p->seqs, p->groups + in->first, in->count,
+                                   p->tiles, &ps->launch_of[i - i0]));
+    }
+    ps->arrays = dcp_seg_host_arrays(&ps->prog);
+    return DCP_OK;
+}
+
+enum { ALIGN = 256 };
+
+static size_t up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* The pass's program arrays into device memory, queued on the context's stream. */
+static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
+{
+    const dcp_seg_prog_t *g = &ps->prog;
+    const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
+                          g->merge_srcs, g->deltas,    g->ints};
+    const size_t bytes[7] = {
+        (size_t)g->n_own_groups * sizeof *g->own_groups, (size_t)g->n_own_tiles * sizeof *g->own_tiles,
+        (size_t)g->n_copies * sizeof *g->copies,         (size_t)g->n_merges * sizeof *g->merges,
+        (size_t)g->n_merge_srcs * sizeof *g->merge_srcs, (size_t)g->n_deltas * sizeof *g->deltas,
+        (size_t)g->n_ints * sizeof *g->ints};
+    size_t off[7], total = 0;
+    for (int i = 0; i < 7; i++) {
+        off[i] = total;
+        total += up(bytes[i]);
+    }
+    if (total == 0) total = ALIGN;
+    DCP_CHECK(dcp_dev_blob_staging(&ps->blob, ctx->dev, ctx->device, total));
+    char *host = ps->blob.staging;
+    memset(host, 0, total);
+    for (int i = 0; i < 7; i++)
+        if (bytes[i]) memcpy(host + off[i], src[i], bytes[i]);
+    DCP_CHECK(dcp_dev_blob_reserve(&ps->blob, ctx->dev, ctx->device, total, ctx->stream));
+    DCP_CHECK(dcp_dev_blob_send(&ps->blob, ctx->dev, total, ctx->stream));
+    char *mem = ps->blob.mem;
+    ps->arrays = (dcp_seg_arrays_t){(const dcp_tile_group_t *)(mem + off[0]),
+                                    (const dcp_tile_t *)(mem + off[1]),
+                                    (const dcp_copy_item_t *)(mem + off[2]),
+                                    (const dcp_merge_item_t *)(mem + off[3]),
+                                    (const dcp_merge_src_t *)(mem + off[4]),
+                                    (const dcp_delta_out_item_t *)(mem + off[5]),
+                                    (const int32_t *)(mem + off[6])};
+    return DCP_OK;
+}
+
+/* The kernels' view of the engine for `pass` (the executor's env, staging added). */
+static dcp_kernel_env_t engine_env(const dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    dcp_kernel_env_t env;
+    memset(&env, 0, sizeof env);
+    env.bufs[DCP_BUF_SEG] = ctx->attn.seg;
+    env.bufs[DCP_BUF_SEG32] = ctx->attn.seg32;
+    env.q_heads = p->qpg;
+    env.kv_heads = p->kvpg;
+    env.head_dim = p->shape.head_dim;
+    env.scale = p->shape.scale;
+    env.dtype = p->shape.dtype;
+    env.stream = ctx->stream;
+    return env;
+}
+
+static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    size_t seg = 0, seg32 = 0;
+    const size_t es = (size_t)dcp_plan_elem_bytes(p, DCP_BUF_Q);
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        DCP_CHECK(build_pass(ctx, p, (dcp_pass_t)pass));
+        const dcp_seg_prog_t *g = &a->pass[pass].prog;
+        if ((size_t)g->seg_elems * es > seg) seg = (size_t)g->seg_elems * es;
+        if ((size_t)g->seg32_elems * 4 > seg32) seg32 = (size_t)g->seg32_elems * 4;
+        if (pass == DCP_PASS_FWD)
+            for (int c = 0; c < DCP_SEG_CLASSES; c++) a->pairs[c] += g->pairs[c];
+    }
+    DCP_CHECK(staging(ctx, &a->seg, &a->seg_cap, seg ? seg : 64));
+    DCP_CHECK(staging(ctx, &a->seg32, &a->seg32_cap, seg32 ? seg32 : 64));
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        dcp_attn_pass_t *ps = &a->pass[pass];
+        if (!ps->launch_of) continue;
+        if (!ctx->dev->host_memory) DCP_CHECK(upload_pass(ctx, ps));
+        if (a->active == DCP_ATTN_CUDNN) {
+            const dcp_kernel_env_t env = engine_env(ctx, p);
+            DCP_CHECK(dcp_cudnn_prepare(a->cudnn, pass, &ps->prog, &env, ps->arrays.ints));
+        }
+    }
+    return DCP_OK;
+}
+
+dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    if (a->active == DCP_ATTN_OWN || a->serial == p->serial) return DCP_OK;
+    a->serial = 0;
+    if (a->active == DCP_ATTN_CUDNN &&
+        (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
+         p->shape.head_dim > 256)) { /* cuDNN's SDPA: fp16/bf16, head dim a multiple of 8 <= 256 */
+        if (a->requested == DCP_ATTN_CUDNN)
+            return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                                 "cudnn: SDPA takes bf16/fp16 and head dims that are multiples of "
+                                 "8 up to 256, not this plan's (head dim %d)",
+                                 p->shape.head_dim);
+        return DCP_OK; /* this plan runs on dcp's kernels; the next may not */
+    }
+    const dcp_status_t st = bind(ctx, p);
+    if (st == DCP_OK) {
+        a->serial = p->serial;
+        return DCP_OK;
+    }
+    if (a->requested == DCP_ATTN_CUDNN || a->active != DCP_ATTN_CUDNN) return st;
+    /* auto: cuDNN could not take a plan; dcp's kernels run from here on */
+    char why[400];
+    dcp_error_save(why, sizeof why);
+    snprintf(a->note, sizeof a->note, "%s; dcp's kernels run every tile", why);
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
+    a->active = DCP_ATTN_OWN;
+    a->dense[0] = a->dense[1] = 0;
+    return DCP_OK;
+}
+
+int64_t dcp_attn_launch(const dcp_context_t *ctx, dcp_pass_t pass, int64_t instr)
+{
+    const dcp_attn_pass_t *ps = &ctx->attn.pass[pass];
+    if (ctx->attn.active == DCP_ATTN_OWN || !ps->launch_of || instr < ps->first_instr ||
+        instr >= ps->first_instr + ps->ninstr)
+        return -1;
+    return ps->launch_of[instr - ps->first_instr];
+}
+
+dcp_status_t dcp_attn_run(dcp_context_t *ctx, dcp_pass_t pass, int64_t launch,
+                          const dcp_kernel_env_t *env_in)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    dcp_attn_pass_t *ps = &a->pass[pass];
+    dcp_kernel_env_t env = *env_in;
+    env.bufs[DCP_BUF_SEG] = a->seg;
+    env.bufs[DCP_BUF_SEG32] = a->seg32;
+    const dcp_dense_engine_t dense =
+        a->active == DCP_ATTN_CUDNN ? dcp_cudnn_engine(a->cudnn, pass) : dcp_dense_cpu;
+    return dcp_seg_run(ctx->dev->kernels, &dense, &env, &ps->prog, &ps->arrays, launch);
+}
+
+void dcp_attn_release(dcp_context_t *ctx)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    (void)ctx->dev->stream_sync(ctx->stream);
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
+    ctx->dev->free(a->seg);
+    ctx->dev->free(a->seg32);
+    dcp_cudnn_close(a->cudnn);
+    a->seg = a->seg32 = NULL;
+    a->cudnn = NULL;
+}
+
+dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx, dcp_attn_engine_info_t *info_out)
+{
+    if (!ctx || !info_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "info_out" : "ctx");
+    const dcp_attn_state_t *a = &ctx->attn;
+    dcp_cudnn_stats_t cs;
+    dcp_cudnn_stats(a->cudnn, &cs);
+    dcp_attn_engine_info_t info = {
+        .requested = dcp_attn_kind_name(a->requested),
+        .engine = dcp_attn_kind_name(a->active),
+        .note = a->note,
+        .cudnn_version = dcp_cudnn_version(a->cudnn),
+        .dense_classes = {a->dense[0], a->dense[1]},
+        .plans_built = cs.plans,
+        .plan_hits = cs.hits,
+        .plan_build_ms = cs.build_ms,
+    };
+    for (int c = 0; c < DCP_SEG_CLASSES; c++) info.pairs[c] = a->pairs[c];
+    *info_out = info;
+    return DCP_OK;
+}
