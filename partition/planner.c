@@ -2,7 +2,8 @@
  * The planning pipeline: batch -> blocks -> placement -> one schedule per pass -> programs of
  * both passes -> a finished plan (partition/plan.c). Both passes share the placement, whose
  * vertex and net weights count a whole training step, so one plan serves forward and
- * backward.
+ * backward. A batch of layer kinds (partition/kinds.h) is placed once and scheduled per kind;
+ * plans are compared by the model's step: layers x each kind's forward + backward, summed.
  */
 #include "include/base/error.h"
 #include "partition/cost.h"
@@ -85,48 +86,70 @@ static dcp_status_t copy_i32(int32_t **dst, const int32_t *src, int64_t n, const
     return DCP_OK;
 }
 
-/* Copies the inputs and the token blocks with their owners into the plan. */
-static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_blocks_t *b,
-                                     const dcp_placement_t *pl)
+/* Kind k's sequences (its masks, CUSTOM ranges copied) into its object v. */
+static dcp_status_t take_seqs(dcp_plan_t *v, const dcp_blocks_t *b)
 {
+    DCP_CHECK(dcp_calloc(&v->seqs, b->num_seqs, sizeof *v->seqs, "plan sequences"));
+    memcpy(v->seqs, b->seqs, (size_t)b->num_seqs * sizeof *v->seqs);
+    DCP_CHECK(copy_i32(&v->custom_ranges, b->custom_ranges, b->custom_ints, "plan ranges"));
+    v->custom_ints = b->custom_ints;
+    for (int32_t s = 0; s < b->num_seqs; s++)
+        if (v->seqs[s].mask.kind == DCP_MASK_CUSTOM)
+            v->seqs[s].mask.ranges = v->custom_ranges + (b->seqs[s].mask.ranges - b->custom_ranges);
+    return DCP_OK;
+}
+
+/* Copies the inputs (every kind's masks and layer count) and the token blocks with their
+ * owners into the plan. */
+static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_placed_t *x)
+{
+    const dcp_blocks_t *b = &x->b;
     p->shape = b->shape;
     p->qpg = b->qpg;
     p->kvpg = b->kvpg;
     p->num_seqs = b->num_seqs;
-    DCP_CHECK(dcp_calloc(&p->seqs, b->num_seqs, sizeof *p->seqs, "plan sequences"));
-    memcpy(p->seqs, b->seqs, (size_t)b->num_seqs * sizeof *p->seqs);
-    DCP_CHECK(copy_i32(&p->custom_ranges, b->custom_ranges, b->custom_ints, "plan ranges"));
-    p->custom_ints = b->custom_ints;
-    for (int32_t s = 0; s < p->num_seqs; s++)
-        if (p->seqs[s].mask.kind == DCP_MASK_CUSTOM)
-            p->seqs[s].mask.ranges = p->custom_ranges + (b->seqs[s].mask.ranges - b->custom_ranges);
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        dcp_plan_t *v = dcp_plan_view(p, k);
+        DCP_CHECK(take_seqs(v, dcp_placed_blocks(x, k)));
+        v->layers = p->num_kinds > 1 ? b->kind_layers[k] : 1;
+    }
     p->num_blocks = b->num_blocks;
     DCP_CHECK(copy_i32(&p->blk_seq, b->blk_seq, b->num_blocks, "plan blocks"));
     DCP_CHECK(copy_i32(&p->blk_start, b->blk_start, b->num_blocks, "plan blocks"));
     DCP_CHECK(copy_i32(&p->blk_len, b->blk_len, b->num_blocks, "plan blocks"));
-    DCP_CHECK(copy_i32(&p->blk_owner, pl->blk_owner, b->num_blocks, "plan blocks"));
+    DCP_CHECK(copy_i32(&p->blk_owner, x->pl.blk_owner, b->num_blocks, "plan blocks"));
     return DCP_OK;
 }
 
-/* The second half: schedules of both passes, programs, the finished plan. */
-static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster)
+/* Layer kind k's schedules of both passes and its programs, on its model b and placement pl
+ * (the schedule and program builders run once per kind, on the shared placement). */
+static dcp_status_t plan_kind(dcp_plan_t *p, int32_t k, const dcp_blocks_t *b,
+                              const dcp_placement_t *pl, const dcp_cluster_t *cluster)
 {
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
     dcp_status_t st;
-    for (int k = 0; k < DCP_PASS_COUNT; k++)
-        DCP_CHECK_GOTO(dcp_schedule_build(&x->b, &x->pl, cluster->num_ranks, p->opts.divisions,
-                                          p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)k,
-                                          &s[k]),
+    for (int i = 0; i < DCP_PASS_COUNT; i++)
+        DCP_CHECK_GOTO(dcp_schedule_build(b, pl, cluster->num_ranks, p->opts.divisions,
+                                          p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)i,
+                                          &s[i]),
                        st, out);
-    p->fallback = x->pl.fallback;
-    DCP_CHECK_GOTO(plan_take_inputs(p, &x->b, &x->pl), st, out);
-    DCP_CHECK_GOTO(dcp_plan_derive_rows(p), st, out);
-    DCP_CHECK_GOTO(dcp_program_emit(p, &x->b, &x->pl, sp), st, out);
-    DCP_CHECK_GOTO(dcp_plan_finish(p, 0), st, out);
+    st = dcp_program_emit(p, k, b, pl, sp);
 out:
-    for (int k = 0; k < DCP_PASS_COUNT; k++) dcp_schedule_release(&s[k]);
+    for (int i = 0; i < DCP_PASS_COUNT; i++) dcp_schedule_release(&s[i]);
     return st;
+}
+
+/* The second half: schedules and programs of every kind, the finished plan. */
+static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster)
+{
+    DCP_CHECK(dcp_plan_kinds_alloc(p, x->num_kinds > 1 ? x->num_kinds : 1));
+    p->fallback = x->pl.fallback;
+    DCP_CHECK(plan_take_inputs(p, x));
+    DCP_CHECK(dcp_plan_derive_rows(p));
+    for (int32_t k = 0; k < p->num_kinds; k++)
+        DCP_CHECK(plan_kind(p, k, dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster));
+    return dcp_plan_finish(p, 0);
 }
 
 static dcp_status_t plan_placed(const dcp_placed_t *x, const dcp_cluster_t *cluster,
@@ -159,16 +182,28 @@ static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     return st;
 }
 
-/* Predicted time of a training step's attention: the forward and the backward. */
+/* Predicted time of a training step's attention: the forward and the backward, summed over
+ * the model's layers (with one kind: the plan's forward + backward). */
 static double step_ms(const dcp_plan_t *p)
 {
-    return p->stats.predicted_ms + p->stats.bwd_predicted_ms;
+    return p->stats.model_step_ms;
+}
+
+/* Predicted forward attention time of the model: layers x forward, summed over kinds. */
+static double fwd_ms(const dcp_plan_t *p)
+{
+    double ms = 0;
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = p->views ? p->views[k] : p;
+        ms += v->layers * v->stats.predicted_ms;
+    }
+    return ms;
 }
 
 /* 1 when plan a is predicted no slower than plan b, forward and training step alike. */
 static int no_slower(const dcp_plan_t *a, const dcp_plan_t *b)
 {
-    return a->stats.predicted_ms <= b->stats.predicted_ms && step_ms(a) <= step_ms(b);
+    return fwd_ms(a) <= fwd_ms(b) && step_ms(a) <= step_ms(b);
 }
 
 /* Keeps in *best the plan predicted faster per training step, *best on a tie, and destroys
@@ -195,7 +230,34 @@ typedef struct {
 static int floor_not_faster(floor_t f, const dcp_plan_t *p)
 {
     const double m = 1.0 - 1e-9;
-    return f.fwd * m >= p->stats.predicted_ms && f.step * m >= step_ms(p);
+    return f.fwd * m >= fwd_ms(p) && f.step * m >= step_ms(p);
+}
+
+/* dcp_cost_chunked_floor of the model: layers x each kind's floor, summed over kinds. */
+static double model_chunked_floor(const dcp_plan_t *p, int32_t chunks)
+{
+    double ms = 0;
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = p->views ? p->views[k] : p;
+        ms += v->layers * dcp_cost_chunked_floor(v, chunks);
+    }
+    return ms;
+}
+
+/* dcp_cost_floor of the model on placement x: layers x each kind's floors, summed. */
+static dcp_status_t model_cost_floor(const dcp_placed_t *x, const dcp_cluster_t *cluster,
+                                     double *fwd_out, double *bwd_out)
+{
+    *fwd_out = *bwd_out = 0;
+    for (int32_t k = 0; k < dcp_blocks_kinds(&x->b); k++) {
+        double fwd, bwd;
+        DCP_CHECK(dcp_cost_floor(dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster,
+                                 &fwd, &bwd));
+        const int32_t layers = x->num_kinds > 1 ? x->b.kind_layers[k] : 1;
+        *fwd_out += layers * fwd;
+        *bwd_out += layers * bwd;
+    }
+    return DCP_OK;
 }
 
 /* METIS's plan: options.metis_tries placements with seeds seed, seed + 1, ..., and the plan
@@ -239,8 +301,7 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
 {
     dcp_plan_t *plan[2] = {NULL, NULL}; /* METIS, zigzag */
     DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &plan[0]));
-    const double f =
-        dcp_cost_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks));
+    const double f = model_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks));
     floor_t fl = {f, 3.5 * f}; /* the backward's tiles: 2.5x the forward's FLOPs */
     dcp_status_t st = DCP_OK;
     if (!floor_not_faster(fl, plan[0])) {
@@ -249,7 +310,7 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
         dcp_placed_t x = {0};
         double fwd = 0, bwd = 0;
         st = dcp_place_batch(batch, shape, &zo, cluster, &x);
-        if (st == DCP_OK) st = dcp_cost_floor(&x.b, &x.pl, cluster, &fwd, &bwd);
+        if (st == DCP_OK) st = model_cost_floor(&x, cluster, &fwd, &bwd);
         if (st == DCP_OK) {
             fl = (floor_t){fmax(fl.fwd, fwd), fmax(fl.step, fwd + bwd)};
             if (!floor_not_faster(fl, plan[0])) st = plan_placed(&x, cluster, &plan[1]);
@@ -328,7 +389,8 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
         DCP_CHECK(plan_metis(batch, shape, &o, cluster, &p));
     else
         DCP_CHECK(plan_one(batch, shape, &o, cluster, &p));
-    p->stats.plan_ms = (dcp_now() - t0) * 1e3;
+    const double ms = (dcp_now() - t0) * 1e3;
+    for (int32_t k = 0; k < p->num_kinds; k++) dcp_plan_view(p, k)->stats.plan_ms = ms;
     *plan_out = p;
     return DCP_OK;
 }

@@ -24,26 +24,29 @@ static int32_t argmin_in(const int64_t *v, int32_t lo, int32_t hi)
     return best;
 }
 
-static void repair_compute(dcp_refiner_t *r)
+/* Kind k's compute repair (the model's only kind when it has one): computation blocks with
+ * pairs in kind k leave its busiest rank for ranks where they fit every kind's bound. */
+static void repair_compute(dcp_refiner_t *r, int32_t k)
 {
     const int64_t ncomp = r->g->num_comps;
+    const int64_t *flops = r->flops + (int64_t)k * r->nr;
     for (int64_t guard = 0; guard < ncomp; guard++) {
-        const int32_t a = argmax(r->flops, r->nr);
-        if ((double)r->flops[a] <= r->bound_flops) return;
+        const int32_t a = argmax(flops, r->nr);
+        if ((double)flops[a] <= r->bound_flops[k]) return;
         const int32_t node0 = a / r->devs * r->devs;
-        const int32_t near = argmin_in(r->flops, node0, node0 + r->devs),
-                      far = argmin_in(r->flops, 0, r->nr);
+        const int32_t near = argmin_in(flops, node0, node0 + r->devs),
+                      far = argmin_in(flops, 0, r->nr);
         int64_t best_c = -1;
         int32_t best_to = -1;
         double best = INFINITY;
         for (int64_t c = 0; c < ncomp; c++) {
-            if (r->exec[c] != a) continue;
-            const int64_t t = c / r->b->head_blocks, f = dcp_refiner_comp_flops(r, c);
+            if (r->exec[c] != a || dcp_refiner_comp_flops(r, c, k) == 0) continue;
+            const int64_t t = c / r->b->head_blocks;
             const int32_t cand[4] = {r->owner[r->b->tile_q[t]], r->owner[r->b->tile_kv[t]], near,
                                      far};
             for (int i = 0; i < 4; i++) {
                 const int32_t to = cand[i];
-                if (to == a || (double)(r->flops[to] + f) > r->bound_flops) continue;
+                if (to == a || !dcp_refiner_comp_fits(r, c, to)) continue;
                 const double d = dcp_refiner_comp_delta(r, c, to);
                 if (d < best) {
                     best = d;
@@ -120,7 +123,7 @@ dcp_status_t dcp_refine(const dcp_blocks_t *b, const dcp_hypergraph_t *g, const 
     int ok;
     DCP_CHECK(dcp_refiner_init(&r, b, g, in, tol, p, &ok));
     if (!ok) return DCP_OK;
-    repair_compute(&r);
+    for (int32_t k = 0; k < r.kinds; k++) repair_compute(&r, k);
     repair_memory(&r);
     const dcp_status_t st = dcp_refine_fm(&r);
     dcp_refiner_release(&r);

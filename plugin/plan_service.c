@@ -204,7 +204,7 @@ static dcp_status_t job_create(const dcp_batch_t *batch, const dcp_attn_shape_t 
     j->hash = hash_words(w, words);
     j->shape = *shape;
     j->opts = *o;
-    j->batch = (dcp_batch_t){n, lengths, j->masks};
+    j->batch = (dcp_batch_t){.num_seqs = n, .lengths = lengths, .masks = j->masks};
     *job_out = j;
     return DCP_OK;
 err:

@@ -191,7 +191,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     const int32_t first = c->batch_first[b], n = c->batch_first[b + 1] - first;
     dcp_mask_t *masks = calloc((size_t)n, sizeof *masks);
     for (int32_t i = 0; i < n; i++) masks[i] = *mask;
-    const dcp_batch_t batch = {n, c->lengths + first, masks};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = c->lengths + first, .masks = masks};
     dcp_plan_options_t o = c->opts;
     o.strategy = s;
     dcp_plan_stats_t st = {0};
@@ -327,7 +327,7 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
         if (c->strategies[s] == DCP_STRATEGY_METIS) o.strategy = DCP_STRATEGY_METIS;
     dcp_mask_t *masks = calloc((size_t)c->batch_first[1], sizeof *masks);
     for (int32_t i = 0; i < c->batch_first[1]; i++) masks[i] = c->masks[0];
-    const dcp_batch_t batch = {c->batch_first[1], c->lengths, masks};
+    const dcp_batch_t batch = {.num_seqs = c->batch_first[1], .lengths = c->lengths, .masks = masks};
     const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
     const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths);
     free(masks);

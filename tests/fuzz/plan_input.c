@@ -135,7 +135,10 @@ static dcp_status_t plan_seed(const seed_t *s, int32_t *ranges, dcp_plan_t **pla
         {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
     const dcp_mask_t m2[2] = {{.kind = DCP_MASK_BLOCKWISE, .block = 16, .k = 1},
                               {.kind = DCP_MASK_CAUSAL}};
-    const dcp_batch_t batches[3] = {{3, len0, m0}, {4, len1, m1}, {2, len2, m2}};
+    const dcp_batch_t batches[3] = {
+        {.num_seqs = 3, .lengths = len0, .masks = m0},
+        {.num_seqs = 4, .lengths = len1, .masks = m1},
+        {.num_seqs = 2, .lengths = len2, .masks = m2}};
     const dcp_attn_shape_t shape = {4, 2, 8, s->dtype, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
