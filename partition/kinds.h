@@ -15,6 +15,7 @@
 #define DCP_PARTITION_KINDS_H
 
 #include "partition/place.h"
+#include "partition/plan.h"
 
 /* Kind k of union model u as a model of one kind: u's sequences with kind k's masks, u's token
  * blocks, and kind k's tiles. out must be zeroed; release it with dcp_blocks_release(). */
@@ -33,5 +34,19 @@ dcp_status_t dcp_kinds_tiles(dcp_blocks_t *u);
  * here (release with free). */
 dcp_status_t dcp_kinds_project(const dcp_blocks_t *u, const dcp_placement_t *pu,
                                const dcp_blocks_t *m, dcp_placement_t *out);
+
+/* The placement of plan `base` for `batch`, another batch of the same lengths (other masks,
+ * one kind or several), into x (zeroed; release with dcp_placed_release): base's options,
+ * token blocks and owners; each computation block on the rank that computes its (query
+ * block, KV block, head group) in base's forward programs, or at its query block's owner
+ * where base has no such block. */
+dcp_status_t dcp_kinds_place_on(const dcp_plan_t *base, const dcp_batch_t *batch,
+                                const dcp_cluster_t *cluster, dcp_placed_t *x);
+
+/* A plan of every kind of `batch` on base's placement (dcp_kinds_place_on): what one kind's
+ * placement gives the others, the baseline a joint plan is measured against (dcp-plan
+ * --layers --compare). batch's lengths must be base's, and cluster base's cluster. */
+dcp_status_t dcp_plan_create_on(const dcp_plan_t *base, const dcp_batch_t *batch,
+                                const dcp_cluster_t *cluster, dcp_plan_t **plan_out);
 
 #endif

@@ -7,6 +7,7 @@
  */
 #include "include/base/error.h"
 #include "partition/cost.h"
+#include "partition/kinds.h"
 #include "partition/place.h"
 #include "partition/plan.h"
 #include "partition/program.h"
@@ -389,6 +390,24 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
         DCP_CHECK(plan_metis(batch, shape, &o, cluster, &p));
     else
         DCP_CHECK(plan_one(batch, shape, &o, cluster, &p));
+    const double ms = (dcp_now() - t0) * 1e3;
+    for (int32_t k = 0; k < p->num_kinds; k++) dcp_plan_view(p, k)->stats.plan_ms = ms;
+    *plan_out = p;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_plan_create_on(const dcp_plan_t *base, const dcp_batch_t *batch,
+                                const dcp_cluster_t *cluster, dcp_plan_t **plan_out)
+{
+    const double t0 = dcp_now();
+    if (!base || !plan_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", base ? "plan_out" : "base");
+    dcp_placed_t x = {0};
+    dcp_plan_t *p = NULL;
+    dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(base), batch, cluster, &x);
+    if (st == DCP_OK) st = plan_placed(&x, cluster, &p);
+    dcp_placed_release(&x);
+    if (st != DCP_OK) return st;
     const double ms = (dcp_now() - t0) * 1e3;
     for (int32_t k = 0; k < p->num_kinds; k++) dcp_plan_view(p, k)->stats.plan_ms = ms;
     *plan_out = p;

@@ -703,8 +703,20 @@ dcp_status_t dcp_program_emit(dcp_plan_t *p, int32_t kind, const dcp_blocks_t *b
                              sizeof *p->work_elems, "program"));
         p->num_xfers = p->num_phases = 0;
     }
-    emitter_t e = {.p = p, .view = dcp_plan_view(p, kind), .prog_base = kind * nprog, .b = b,
-                   .pl = pl};
+    /* the item arrays hold the kinds before this one: capacities start at their counts, so
+     * that growing keeps them (dcp_reserve zeroes what lies past the capacity it is told) */
+    emitter_t e = {.p = p,
+                   .view = dcp_plan_view(p, kind),
+                   .prog_base = kind * nprog,
+                   .b = b,
+                   .pl = pl,
+                   .cap_instrs = p->num_instrs,
+                   .cap_groups = p->num_groups,
+                   .cap_tiles = p->num_tiles,
+                   .cap_merges = p->num_merges,
+                   .cap_srcs = p->num_merge_srcs,
+                   .cap_copies = p->num_copies,
+                   .cap_comm = p->num_comm};
     e.view->pass_xfer[0] = p->num_xfers;
     e.view->pass_phase[0] = p->num_phases;
     for (int k = 0; k < DCP_PASS_COUNT; k++) {
