@@ -3,7 +3,8 @@
 # on 3 processes, then dcp-attn-test --check --backward under mpirun with 2, 4 and 8
 # processes, over UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and
 # metis strategies, in fp32 and (4 processes) bf16 storage; and hybrid jobs of 2 processes
-# x 4 threads (--ranks-per-process 4) over shared memory and TCP.
+# x 4 threads (--ranks-per-process 4) over shared memory and TCP; a plan of three layer
+# kinds (--layers) on 4 processes and on 2 processes x 2 threads.
 # Each run must pass the reference check of both passes, and its outputs (O, LSE, dQ, dK,
 # dV) must be bit-identical (same digest) to the same plans run on in-process ranks.
 #
@@ -92,6 +93,34 @@ for tls in shm,self tcp,self; do
     slow_tcp "$tls" && continue
     run_case 2 2x4 "$tls" fp32 4
 done
+
+# layer kinds: one plan per strategy holding a program pair per kind, each kind checked (and
+# bit-identical to threads) through its view; 4 processes, then 2 x 2 threads
+layers=(--tokens 2048 --block 128 --seed 12 --layers causal:1,window:300:3,lambda:64:512:2
+        --strategy lpt,metis --check --backward --json --timeout 60 --warmup 0 --iters 1)
+run_layers() { # np rpp
+    local np=$1 rpp=$2 name="layers, np $1 x $2, cluster 2x2" out="$work/layers-$1.json"
+    local threads="$work/layers-threads.json" start secs runs want=8 # 2 x (3 kinds + model)
+    if [ ! -s "$threads" ] && ! "$tool" "${layers[@]}" --cluster 2x2 >"$threads" 2>"$work/err"; then
+        fail "layers, threads: $(cat "$work/err")"
+        return
+    fi
+    start=$(date +%s.%N)
+    if ! timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS=shm,self "$tool" "${layers[@]}" \
+        --cluster 2x2 --ranks-per-process "$rpp" >"$out" 2>"$work/err"; then
+        fail "$name: $(grep -v '^\[' "$work/err" | head -5)"
+        return
+    fi
+    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+    runs=$(grep -c '"passed": true' "$out")
+    [ "$runs" -eq "$want" ] || fail "$name: $runs of $want rows passed"
+    if ! diff <(digests "$threads") <(digests "$out") >"$work/diff"; then
+        fail "$name: outputs differ from the in-process run: $(head -4 "$work/diff")"
+    fi
+    printf 'ok   %-46s %2d rows passed, digests equal to threads (%.1f s)\n' "$name" "$runs" "$secs"
+}
+run_layers 4 1
+asan || run_layers 2 2
 
 [ "$failures" -eq 0 ] && echo "mpi: all passed" || echo "mpi: $failures failed"
 [ "$failures" -eq 0 ]
