@@ -44,21 +44,27 @@ fi
 
 # one job of np processes (each driving rpp ranks as threads: a hybrid job, the in-process
 # engine between a process's threads and UCX between processes) beside the same plans on
-# in-process ranks
-run_case() { # np cluster tls dtype [rpp]
-    local np=$1 cluster=$2 tls=$3 dtype=$4 rpp=${5:-1}
-    local name="np $np, cluster $cluster, UCX_TLS=$tls, $dtype" out="$work/mpi-$np-$rpp-$tls-$dtype.json"
-    [ "$rpp" -gt 1 ] && name="np $np x $rpp threads, cluster $cluster, UCX_TLS=$tls"
-    local threads="$work/threads-$cluster-$dtype.json"
-    if [ ! -s "$threads" ] && ! "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" \
+# in-process ranks; `set` names the flag array (flags, or layers for the layer-kind runs) and
+# ${set}_want the rows that must pass
+flags_want=18 # 6 masks x 3 strategies
+run_case() { # np cluster tls dtype [rpp] [set]
+    local np=$1 cluster=$2 tls=$3 dtype=$4 rpp=${5:-1} set=${6:-flags}
+    local -n fl=$set
+    local want_of="${set}_want" tag=""
+    [ "$set" != flags ] && tag="$set, "
+    local name="${tag}np $np, cluster $cluster, UCX_TLS=$tls, $dtype"
+    local out="$work/mpi-$set-$np-$rpp-$tls-$dtype.json"
+    [ "$rpp" -gt 1 ] && name="${tag}np $np x $rpp threads, cluster $cluster, UCX_TLS=$tls"
+    local threads="$work/threads-$set-$cluster-$dtype.json"
+    if [ ! -s "$threads" ] && ! "$tool" "${fl[@]}" --dtype "$dtype" --cluster "$cluster" \
         >"$threads" 2>"$work/err"; then
-        fail "threads, cluster $cluster, $dtype: $(cat "$work/err")"
+        fail "threads, ${tag}cluster $cluster, $dtype: $(cat "$work/err")"
         return
     fi
-    local start rc secs runs want=18 # 6 masks x 3 strategies
+    local start rc secs runs want=${!want_of}
     start=$(date +%s.%N)
     timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS="$tls" \
-        "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" --ranks-per-process "$rpp" \
+        "$tool" "${fl[@]}" --dtype "$dtype" --cluster "$cluster" --ranks-per-process "$rpp" \
         >"$out" 2>"$work/err"
     rc=$?
     if [ $rc -ne 0 ]; then
@@ -95,32 +101,12 @@ for tls in shm,self tcp,self; do
 done
 
 # layer kinds: one plan per strategy holding a program pair per kind, each kind checked (and
-# bit-identical to threads) through its view; 4 processes, then 2 x 2 threads
+# bit-identical to threads) through its view; 4 processes, then 2 processes x 2 threads
 layers=(--tokens 2048 --block 128 --seed 12 --layers causal:1,window:300:3,lambda:64:512:2
         --strategy lpt,metis --check --backward --json --timeout 60 --warmup 0 --iters 1)
-run_layers() { # np rpp
-    local np=$1 rpp=$2 name="layers, np $1 x $2, cluster 2x2" out="$work/layers-$1.json"
-    local threads="$work/layers-threads.json" start secs runs want=8 # 2 x (3 kinds + model)
-    if [ ! -s "$threads" ] && ! "$tool" "${layers[@]}" --cluster 2x2 >"$threads" 2>"$work/err"; then
-        fail "layers, threads: $(cat "$work/err")"
-        return
-    fi
-    start=$(date +%s.%N)
-    if ! timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS=shm,self "$tool" "${layers[@]}" \
-        --cluster 2x2 --ranks-per-process "$rpp" >"$out" 2>"$work/err"; then
-        fail "$name: $(grep -v '^\[' "$work/err" | head -5)"
-        return
-    fi
-    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
-    runs=$(grep -c '"passed": true' "$out")
-    [ "$runs" -eq "$want" ] || fail "$name: $runs of $want rows passed"
-    if ! diff <(digests "$threads") <(digests "$out") >"$work/diff"; then
-        fail "$name: outputs differ from the in-process run: $(head -4 "$work/diff")"
-    fi
-    printf 'ok   %-46s %2d rows passed, digests equal to threads (%.1f s)\n' "$name" "$runs" "$secs"
-}
-run_layers 4 1
-asan || run_layers 2 2
+layers_want=8 # 2 strategies x (3 kinds + the model row)
+run_case 4 2x2 shm,self fp32 1 layers
+asan || run_case 2 2x2 shm,self fp32 2 layers
 
 [ "$failures" -eq 0 ] && echo "mpi: all passed" || echo "mpi: $failures failed"
 [ "$failures" -eq 0 ]
