@@ -465,6 +465,7 @@ static dcp_status_t copy_inputs(const dcp_blocks_t *from, dcp_blocks_t *to)
                     to->kind_ranges + (from->kind_seqs[i].mask.ranges - from->kind_ranges);
         to->kind_ints = from->kind_ints;
         to->num_kinds = from->num_kinds;
+        to->free_kinds = from->free_kinds;
         memcpy(to->kind_layers, from->kind_layers, sizeof to->kind_layers);
     }
     to->num_seqs = from->num_seqs;

@@ -61,6 +61,7 @@ typedef struct {
      * allowed pair in it, kind_pairs[t * K + k] are its pairs in kind k, tile_pairs[t] the
      * most of any kind and tile_full[t] set when it is full in every kind. */
     int32_t num_kinds;
+    uint32_t free_kinds; /* kinds placement leaves unbalanced (bit k: kind k), 0: none */
     int32_t kind_layers[DCP_MAX_KINDS];
     dcp_seq_info_t *kind_seqs;
     int32_t *kind_ranges; /* every kind's CUSTOM ranges, kind by kind */
@@ -83,6 +84,12 @@ static inline const dcp_mask_t *dcp_batch_masks(const dcp_batch_t *batch, int32_
 static inline int32_t dcp_blocks_kinds(const dcp_blocks_t *b)
 {
     return b->num_kinds > 1 ? b->num_kinds : 1;
+}
+
+/* 1 when placement balances kind k's FLOPs (every kind, unless the planner frees some). */
+static inline int dcp_blocks_balances(const dcp_blocks_t *b, int32_t k)
+{
+    return !((b->free_kinds >> k) & 1u);
 }
 
 /* Validates batch and shape as dcp_blocks_init() does, without copying them. */

@@ -229,3 +229,55 @@ dcp_status_t dcp_kinds_place_on(const dcp_plan_t *base, const dcp_batch_t *batch
         DCP_CHECK(dcp_kinds_project(b, &x->pl, &x->kb[k], &x->kpl[k]));
     return DCP_OK;
 }
+
+/* The token block of plan p holding position `pos` of sequence s, from block t on (blocks are
+ * sorted by (sequence, start)). */
+static int32_t block_holding(const dcp_plan_t *p, int32_t t, int32_t s, int32_t pos)
+{
+    while (p->blk_seq[t] != s || p->blk_start[t] + p->blk_len[t] <= pos) t++;
+    return t;
+}
+
+dcp_status_t dcp_kinds_relayout_ms(const dcp_plan_t *a, const dcp_plan_t *b, int64_t row_bytes,
+                                   double *ms_out)
+{
+    a = dcp_plan_root(a), b = dcp_plan_root(b);
+    if (a->num_ranks != b->num_ranks || a->num_seqs != b->num_seqs)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "relayout: the plans are of other batches");
+    for (int32_t s = 0; s < a->num_seqs; s++)
+        if (a->seqs[s].len != b->seqs[s].len)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "relayout: sequence %d differs in length",
+                                 s);
+    const int32_t nr = a->num_ranks, devs = a->devs_per_node;
+    double *v = NULL; /* [rank][send intra, send inter, recv intra, recv inter] bytes */
+    DCP_CHECK(dcp_calloc(&v, 4 * (int64_t)nr, sizeof *v, "relayout"));
+    int moved = 0;
+    for (int32_t t = 0, u = 0; t < a->num_blocks; t++) {
+        const int32_t s = a->blk_seq[t], end = a->blk_start[t] + a->blk_len[t];
+        for (int32_t pos = a->blk_start[t]; pos < end;) {
+            u = block_holding(b, u, s, pos);
+            const int32_t stop = b->blk_start[u] + b->blk_len[u] < end
+                                     ? b->blk_start[u] + b->blk_len[u]
+                                     : end;
+            const int32_t from = a->blk_owner[t], to = b->blk_owner[u];
+            if (from != to) {
+                const double bytes = (double)(stop - pos) * (double)row_bytes;
+                const int inter = from / devs != to / devs;
+                v[4 * (int64_t)from + inter] += bytes;
+                v[4 * (int64_t)to + 2 + inter] += bytes;
+                moved = 1;
+            }
+            pos = stop;
+        }
+    }
+    const double bw[2] = {a->perf.intra_gbps * 1e9, a->perf.inter_gbps * 1e9};
+    double worst = 0;
+    for (int32_t r = 0; r < nr; r++)
+        for (int k = 0; k < 4; k++) {
+            const double sec = v[4 * (int64_t)r + k] / bw[k % 2];
+            worst = sec > worst ? sec : worst;
+        }
+    free(v);
+    *ms_out = moved ? worst * 1e3 + a->perf.lat_us * 1e-3 : 0.0;
+    return DCP_OK;
+}

@@ -49,4 +49,14 @@ dcp_status_t dcp_kinds_place_on(const dcp_plan_t *base, const dcp_batch_t *batch
 dcp_status_t dcp_plan_create_on(const dcp_plan_t *base, const dcp_batch_t *batch,
                                 const dcp_cluster_t *cluster, dcp_plan_t **plan_out);
 
+/* The cost model's time (ms) of moving every token whose owner differs between the local
+ * layouts of plans a and b (the same lengths on the same cluster) to its owner in b, row_bytes
+ * a token: each rank's bytes sent and received per link class over the cluster model's
+ * bandwidths (a device's links work in parallel, each direction apart, as dcp_cost_predict
+ * times a phase), the busiest rank's time plus one latency; 0 when nothing moves. The price of
+ * giving each layer kind its own placement: an all-to-all re-layout wherever the model goes
+ * from a layer of one kind to one of another (dcp-plan --layers --compare). */
+dcp_status_t dcp_kinds_relayout_ms(const dcp_plan_t *a, const dcp_plan_t *b, int64_t row_bytes,
+                                   double *ms_out);
+
 #endif

@@ -131,7 +131,7 @@ static dcp_status_t to_csr(pairs_t *ps, dcp_metis_graph_t *m)
     return DCP_OK;
 }
 
-/* The constraints of global vertex v: [FLOPs of each kind, 0] or [0, ..., 0, bytes]. */
+/* The constraints of global vertex v: [FLOPs of each balanced kind, 0] or [0, ..., 0, bytes]. */
 static void weights_of(const dcp_blocks_t *b, int64_t v, int32_t ncon, double *w)
 {
     for (int32_t k = 0; k < ncon; k++) w[k] = 0;
@@ -139,8 +139,17 @@ static void weights_of(const dcp_blocks_t *b, int64_t v, int32_t ncon, double *w
         w[ncon - 1] = (double)dcp_blocks_token_bytes(b, b->blk_len[v]);
         return;
     }
-    for (int32_t k = 0; k < ncon - 1; k++)
-        w[k] = (double)dcp_blocks_kind_flops(b, (v - b->num_blocks) / b->head_blocks, k);
+    for (int32_t k = 0, c = 0; k < dcp_blocks_kinds(b); k++)
+        if (dcp_blocks_balances(b, k))
+            w[c++] = (double)dcp_blocks_kind_flops(b, (v - b->num_blocks) / b->head_blocks, k);
+}
+
+/* Constraints: one per balanced kind, and memory. */
+static idx_t constraints(const dcp_blocks_t *b)
+{
+    idx_t n = 1;
+    for (int32_t k = 0; k < dcp_blocks_kinds(b); k++) n += dcp_blocks_balances(b, k);
+    return n;
 }
 
 /* The constraints of the local vertices, scaled per constraint to integers. */
@@ -171,7 +180,7 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
                                    const int32_t *local, int32_t nlocal, dcp_expansion_t how,
                                    int32_t cap, dcp_metis_graph_t *out)
 {
-    dcp_metis_graph_t m = {.nv = nlocal, .ncon = dcp_blocks_kinds(b) + 1};
+    dcp_metis_graph_t m = {.nv = nlocal, .ncon = constraints(b)};
     pairs_t ps = {0};
     idx_t *vs = NULL;
     int64_t *seen = NULL;

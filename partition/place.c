@@ -4,6 +4,7 @@
 #include "include/base/error.h"
 #include "partition/kinds.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,13 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                              dcp_placed_t *x)
 {
+    return dcp_place_batch_free(batch, shape, o, cluster, 0, x);
+}
+
+dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                  uint32_t free_kinds, dcp_placed_t *x)
+{
     const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
     if (!ops)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.strategy = %d is not a placement",
@@ -56,6 +64,7 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     x->opts = *o;
     DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
     DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
+    b->free_kinds = b->num_kinds > 1 ? free_kinds : 0;
     int64_t bound;
     DCP_CHECK(dcp_blocks_tile_bound(b, &bound));
     if (bound * b->head_blocks > DCP_MAX_COMP_BLOCKS)
@@ -136,6 +145,8 @@ void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int 
     *mem_bound = (1.0 + tol) * am;
     if (!strict && am + mm > *mem_bound) *mem_bound = am + mm;
     for (int32_t k = 0; k < dcp_blocks_kinds(b); k++) {
+        flops_bound[k] = INFINITY; /* a kind left free has no bound */
+        if (!dcp_blocks_balances(b, k)) continue;
         double tf = 0, mf = 0;
         for (int64_t t = 0; t < b->num_tiles; t++) {
             const double f = (double)dcp_blocks_kind_flops(b, t, k);

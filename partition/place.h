@@ -58,6 +58,12 @@ static inline const dcp_placement_t *dcp_placed_placement(const dcp_placed_t *x,
 dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                              dcp_placed_t *x);
+
+/* The same with the layer kinds in free_kinds (bit k: kind k) left unbalanced: the planner's
+ * candidate that balances only the kind with the most work (partition/planner.c). */
+dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                  uint32_t free_kinds, dcp_placed_t *x);
 void dcp_placed_release(dcp_placed_t *x);
 
 /* The strategy table entry, or NULL for an unknown id. */
@@ -87,7 +93,8 @@ dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, in
 void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int strict,
                       double *flops_bound, double *mem_bound);
 /* (flops_bound has one entry per kind of the model: every kind is balanced on its own, since
- * layers of different kinds run one after another.) */
+ * layers of different kinds run one after another; a kind the planner leaves free gets
+ * INFINITY.) */
 
 /* Forward FLOPs of every token block's queries over all head groups ([K x num_blocks], kind
  * k's at k x num_blocks). */

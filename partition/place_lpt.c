@@ -29,12 +29,13 @@ static int32_t lpt_chunks(int32_t num_ranks)
     return 0;
 }
 
-/* max(m/m_avg, c_k/c_avg_k over the kinds k): a block's key, or a rank's load. */
+/* max(m/m_avg, c_k/c_avg_k over the balanced kinds k): a block's key, or a rank's load. */
 static double lpt_load(double m, const int64_t *c, int64_t stride, const double *c_avg,
                        int32_t nk)
 {
     double load = m;
     for (int32_t k = 0; k < nk; k++) {
+        if (!c_avg[k]) continue; /* a kind left unbalanced */
         const double ck = (double)c[k * stride] / c_avg[k];
         load = load > ck ? load : ck;
     }
@@ -60,7 +61,7 @@ static dcp_status_t lpt_place(const dcp_place_in_t *in, dcp_placement_t *out)
     for (int32_t k = 0; k < nk; k++) {
         double c_tot = 0;
         for (int32_t t = 0; t < nb; t++) c_tot += (double)flops[(int64_t)k * nb + t];
-        c_avg[k] = c_tot > 0 ? c_tot / nr : 1;
+        c_avg[k] = !dcp_blocks_balances(b, k) ? 0 : c_tot > 0 ? c_tot / nr : 1;
     }
     const double m_avg = m_tot > 0 ? m_tot / nr : 1;
     for (int32_t t = 0; t < nb; t++) {

@@ -14,6 +14,7 @@
 #include "partition/export.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/bench.h"
+#include "plugin/cli/plan_layers.h"
 #include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
 
@@ -26,7 +27,7 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch, simulate;
+    int json, no_refine, per_batch, simulate, compare;
     int64_t repeat, net_cap, coalesce, metis_tries;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
@@ -366,7 +367,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 22 };
+    enum { NOWN = 23 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -407,6 +408,10 @@ int main(int argc, char **argv)
          0},
         {"sim-host-cores", DCPT_ARG_DOUBLE, &pf.sim_host_cores, 0, 4096,
          "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
+        {"compare", DCPT_ARG_FLAG, &pf.compare, 0, 0,
+         "with --layers: beside the joint plan, each kind's own placement for every kind, and "
+         "a placement per kind with all-to-all re-layouts between kinds",
+         0},
     };
     memcpy(args + DCPT_COMMON_NARGS, own, sizeof own);
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + NOWN, tool,
@@ -422,6 +427,14 @@ int main(int argc, char **argv)
     if (pf.hgr || pf.patoh || pf.partition) export_first_batch(&c, &pf);
     if (!pf.json) print_header(&c, pf.repeat);
     if (!pf.json && pf.simulate) dcpt_sim_header(stdout, &pf.sim);
+    if (pf.compare && !c.num_kinds) dcpt_args_fail(tool, "compare", "needs --layers");
+    if (c.num_kinds) {
+        const dcpt_layers_flags_t lf = {pf.json, pf.compare, pf.simulate, pf.repeat, pf.svg,
+                                        &pf.sim};
+        const int rc = dcpt_plan_layers(tool, &c, &lf);
+        dcpt_common_free(&c);
+        return rc;
+    }
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;
     int64_t done = 0;
