@@ -108,9 +108,13 @@ dcp_status_t dcp_kinds_project(const dcp_blocks_t *u, const dcp_placement_t *pu,
     DCP_CHECK(dcp_calloc(&out->comp_exec, m->num_tiles * hb, sizeof(int32_t),
                          "layer kind placement"));
     memcpy(out->blk_owner, pu->blk_owner, (size_t)m->num_blocks * sizeof(int32_t));
+    /* both tile lists are sorted by (q, kv) and m's are among u's: one walk finds them all */
+    int64_t ut = 0;
     for (int64_t t = 0; t < m->num_tiles; t++) {
-        const int64_t ut = dcp_blocks_find_tile(u, m->tile_q[t], m->tile_kv[t]);
-        if (ut < 0)
+        while (ut < u->num_tiles && (u->tile_q[ut] < m->tile_q[t] ||
+                                     (u->tile_q[ut] == m->tile_q[t] && u->tile_kv[ut] < m->tile_kv[t])))
+            ut++;
+        if (ut == u->num_tiles || u->tile_q[ut] != m->tile_q[t] || u->tile_kv[ut] != m->tile_kv[t])
             return dcp_set_error(DCP_ERR_INTERNAL, "layer kinds: tile %lld is in no union tile",
                                  (long long)t);
         for (int32_t h = 0; h < hb; h++) out->comp_exec[t * hb + h] = pu->comp_exec[ut * hb + h];

@@ -254,18 +254,44 @@ static double model_chunked_floor(const dcp_plan_t *p, int32_t chunks)
     return ms;
 }
 
-/* dcp_cost_floor of the model on placement x: layers x each kind's floors, summed. */
-static dcp_status_t model_cost_floor(const dcp_placed_t *x, const dcp_cluster_t *cluster,
-                                     double *fwd_out, double *bwd_out)
+/* Zigzag's placement floors (dcp_cost_floor) raise fl, the floors of the plans zigzag can
+ * make, against plan p. One kind: its placement, kept in x for the plan. Several: the model's
+ * floor, layers x each kind's, summed; each kind placed alone (zigzag's owners follow the
+ * lengths, not the masks), the chunked floor standing in for the kinds not placed yet, and
+ * no further kind placed once the floor rules zigzag out (x stays empty). */
+static dcp_status_t zigzag_floors(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *zo, const dcp_cluster_t *cluster,
+                                  const dcp_plan_t *p, floor_t *fl, dcp_placed_t *x)
 {
-    *fwd_out = *bwd_out = 0;
-    for (int32_t k = 0; k < dcp_blocks_kinds(&x->b); k++) {
-        double fwd, bwd;
-        DCP_CHECK(dcp_cost_floor(dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster,
-                                 &fwd, &bwd));
-        const int32_t layers = x->num_kinds > 1 ? x->b.kind_layers[k] : 1;
-        *fwd_out += layers * fwd;
-        *bwd_out += layers * bwd;
+    double fwd = 0, bwd = 0;
+    if (p->num_kinds == 1) {
+        DCP_CHECK(dcp_place_batch(batch, shape, zo, cluster, x));
+        DCP_CHECK(dcp_cost_floor(&x->b, &x->pl, cluster, &fwd, &bwd));
+        *fl = (floor_t){fmax(fl->fwd, fwd), fmax(fl->step, fwd + bwd)};
+        return DCP_OK;
+    }
+    double lb[DCP_MAX_KINDS][2]; /* per kind: forward and step floor, layers x */
+    const int32_t chunks = dcp_strategy_zigzag.chunks(cluster->num_ranks);
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = p->views[k];
+        const double f = dcp_cost_chunked_floor(v, chunks);
+        lb[k][0] = v->layers * f, lb[k][1] = v->layers * 3.5 * f;
+    }
+    for (int32_t k = 0; k < p->num_kinds && !floor_not_faster(*fl, p); k++) {
+        const dcp_batch_t one = {.num_seqs = batch->num_seqs,
+                                 .lengths = batch->lengths,
+                                 .masks = batch->kinds[k].masks};
+        dcp_placed_t y = {0};
+        dcp_status_t st = dcp_place_batch(&one, shape, zo, cluster, &y);
+        if (st == DCP_OK) st = dcp_cost_floor(&y.b, &y.pl, cluster, &fwd, &bwd);
+        dcp_placed_release(&y);
+        DCP_CHECK(st);
+        const int32_t layers = p->views[k]->layers;
+        lb[k][0] = fmax(lb[k][0], layers * fwd);
+        lb[k][1] = fmax(lb[k][1], layers * (fwd + bwd));
+        floor_t sum = {0, 0};
+        for (int32_t j = 0; j < p->num_kinds; j++) sum.fwd += lb[j][0], sum.step += lb[j][1];
+        *fl = (floor_t){fmax(fl->fwd, sum.fwd), fmax(fl->step, sum.step)};
     }
     return DCP_OK;
 }
@@ -345,11 +371,10 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
         dcp_plan_options_t zo = *o;
         zo.strategy = DCP_STRATEGY_ZIGZAG;
         dcp_placed_t x = {0};
-        double fwd = 0, bwd = 0;
-        st = dcp_place_batch(batch, shape, &zo, cluster, &x);
-        if (st == DCP_OK) st = model_cost_floor(&x, cluster, &fwd, &bwd);
+        st = zigzag_floors(batch, shape, &zo, cluster, plan[0], &fl, &x);
+        if (st == DCP_OK && !floor_not_faster(fl, plan[0]) && plan[0]->num_kinds > 1)
+            st = dcp_place_batch(batch, shape, &zo, cluster, &x); /* every kind, for the plan */
         if (st == DCP_OK) {
-            fl = (floor_t){fmax(fl.fwd, fwd), fmax(fl.step, fwd + bwd)};
             if (!floor_not_faster(fl, plan[0])) st = plan_placed(&x, cluster, &plan[1]);
         } else if (st == DCP_ERR_CAPACITY) {
             st = DCP_OK; /* zigzag does not fit the cap or the planning limit */

@@ -12,8 +12,9 @@
  *    global layer between runs of windows), a forward crosses min(L, 2 (L - most)) kind
  *    boundaries, L the layers and `most` the largest count; each crossing costs the mean of
  *    the re-layouts between distinct kinds (dcp_kinds_relayout_ms).
- * Tables give means over the batches (imbalance: the worst batch); JSON one line per
- * (strategy, placement, batch, kind or model).
+ * Tables give means over the batches (imbalance: the worst batch; planning time: the median,
+ * wall clock with its min-max, and CPU time, the one to compare on a shared host); JSON one
+ * line per (strategy, placement, batch, kind or model).
  */
 #include "plugin/cli/plan_layers.h"
 
@@ -25,19 +26,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Placements: the joint one, each kind's alone, and one per kind with re-layouts. */
 #define MAXV (DCP_MAX_KINDS + 2)
 
 /* One row's figures for one batch; in a model row, each kind's times its layers, summed. */
 typedef struct {
-    double comm, inter, pred, bwd, relayout, step, sim_step, comp_imb, plan_ms;
+    double comm, inter, pred, bwd, relayout, step, sim_step, comp_imb, plan_ms, plan_cpu_ms;
 } fig_t;
 
 /* A row of the table: sums over batches (imbalance the worst), plan times for the median. */
 typedef struct {
     fig_t sum;
-    double *plan_ms;
+    double *plan_ms, *plan_cpu_ms;
     int64_t n_ms;
     int32_t n;
 } cell_t;
@@ -114,6 +116,7 @@ static void json_row(const run_t *r, dcp_strategy_t s, int32_t v, int32_t b, int
     dcpt_json_num(&j, "step_ms", x->step);
     dcpt_json_num(&j, "sim_step_ms", x->sim_step);
     dcpt_json_num(&j, "plan_ms", x->plan_ms);
+    dcpt_json_num(&j, "plan_cpu_ms", x->plan_cpu_ms);
     dcpt_json_end(&j);
 }
 
@@ -129,21 +132,29 @@ static void record(run_t *r, int32_t s, int32_t v, int32_t b, int32_t k, const f
     cl->sum.step += x->step;
     cl->sum.sim_step += x->sim_step;
     cl->sum.comp_imb = fmax(cl->sum.comp_imb, x->comp_imb);
-    cl->plan_ms[cl->n_ms++] = x->plan_ms;
+    cl->plan_ms[cl->n_ms] = x->plan_ms;
+    cl->plan_cpu_ms[cl->n_ms++] = x->plan_cpu_ms;
     cl->n++;
     if (r->f->json) json_row(r, r->c->strategies[s], v, b, k, x);
 }
 
+/* Planning time, wall clock and CPU (ms, medians of --repeat): on a shared host the CPU time
+ * is the one to compare. */
+typedef struct {
+    double wall, cpu;
+} plan_time_t;
+
 /* Records every kind (views[k]) and the model row, with `relayout` ms per step and the
- * placement's planning time plan_ms (the median of --repeat). */
+ * placement's planning time. */
 static dcp_status_t record_plans(run_t *r, int32_t s, int32_t v, int32_t b,
-                                 const dcp_plan_t *const *views, double relayout, double plan_ms)
+                                 const dcp_plan_t *const *views, double relayout, plan_time_t t)
 {
-    fig_t model = {.relayout = relayout, .plan_ms = plan_ms};
+    fig_t model = {.relayout = relayout, .plan_ms = t.wall, .plan_cpu_ms = t.cpu};
     for (int32_t k = 0; k < r->nk; k++) {
         fig_t x;
         DCP_CHECK(kind_fig(r, views[k], &x));
-        x.plan_ms = plan_ms;
+        x.plan_ms = t.wall;
+        x.plan_cpu_ms = t.cpu;
         model_add(&model, &x, r->c->kind_layers[k]);
         record(r, s, v, b, k, &x);
     }
@@ -153,26 +164,35 @@ static dcp_status_t record_plans(run_t *r, int32_t s, int32_t v, int32_t b,
     return DCP_OK;
 }
 
-/* Plans `batch` f->repeat times (the last plan kept): every planning time into plan_ms[]. */
+static double cpu_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+/* Plans `batch` f->repeat times (the last plan kept); the median planning times. */
 static dcp_status_t plan_timed(const run_t *r, const dcp_batch_t *batch, dcp_strategy_t s,
-                               dcp_plan_t **plan_out, double *plan_ms_out)
+                               dcp_plan_t **plan_out, plan_time_t *time_out)
 {
     dcp_plan_options_t o = r->c->opts;
     o.strategy = s;
-    double *ms = calloc((size_t)r->f->repeat, sizeof *ms);
+    double *ms = calloc(2 * (size_t)r->f->repeat, sizeof *ms), *cpu = ms + r->f->repeat;
     if (!ms) return DCP_ERR_NO_MEMORY;
     dcp_plan_t *p = NULL;
     dcp_status_t st = DCP_OK;
     for (int64_t i = 0; i < r->f->repeat && st == DCP_OK; i++) {
         dcp_plan_destroy(p);
         p = NULL;
+        const double c0 = cpu_ms();
         st = dcp_plan_create(batch, &r->c->shape, &o, r->c->cluster, &p);
+        cpu[i] = cpu_ms() - c0;
         dcp_plan_stats_t ps;
         if (st == DCP_OK) st = dcp_plan_get_stats(p, &ps);
         if (st == DCP_OK) ms[i] = ps.plan_ms;
     }
     if (st == DCP_OK) {
-        *plan_ms_out = dcpt_median(ms, r->f->repeat);
+        *time_out = (plan_time_t){dcpt_median(ms, r->f->repeat), dcpt_median(cpu, r->f->repeat)};
         *plan_out = p;
     } else {
         dcp_plan_destroy(p);
@@ -243,7 +263,7 @@ static dcp_status_t plan_one(run_t *r, int32_t b, int32_t s)
     const dcp_batch_t all = dcpt_common_batch(c, b, 0, &masks, kinds);
     dcp_plan_t *joint = NULL, *alone[DCP_MAX_KINDS] = {NULL}, *on = NULL;
     const dcp_plan_t *views[DCP_MAX_KINDS];
-    double ms = 0, alone_ms = 0;
+    plan_time_t ms = {0, 0}, alone_ms = {0, 0};
     dcp_status_t st = plan_timed(r, &all, strategy, &joint, &ms);
     if (st == DCP_OK) {
         views_of(joint, r->nk, views);
@@ -254,7 +274,8 @@ static dcp_status_t plan_one(run_t *r, int32_t b, int32_t s)
         const dcp_batch_t one = {.num_seqs = all.num_seqs, .lengths = all.lengths,
                                  .masks = kinds[k].masks};
         st = plan_timed(r, &one, strategy, &alone[k], &ms);
-        alone_ms += ms;
+        alone_ms.wall += ms.wall;
+        alone_ms.cpu += ms.cpu;
         if (st == DCP_OK) st = dcp_plan_create_on(alone[k], &all, c->cluster, &on);
         if (st == DCP_OK) {
             views_of(on, r->nk, views);
@@ -283,6 +304,7 @@ typedef struct {
     const char *strategy, *placement, *kind;
     double comm, inter, comp_imb, pred, bwd, relayout, step, sim_step;
     dcpt_stats_t plan_ms;
+    double plan_cpu_ms; /* median */
 } table_row_t;
 static const dcpt_field_t fields[] = {
     {"strategy", -8, NULL, DCPT_F_STR, NULL, offsetof(table_row_t, strategy), 0},
@@ -297,6 +319,7 @@ static const dcpt_field_t fields[] = {
     T("step(ms)", 9, "%.3f", step, 1),
     T("sim-step", 9, "%.3f", sim_step, 1),
     {"plan(ms)", 9, NULL, DCPT_F_STATS, "%.2f", offsetof(table_row_t, plan_ms), 0},
+    {"plan-cpu", 9, NULL, DCPT_F_NUM, "%.2f", offsetof(table_row_t, plan_cpu_ms), 0},
 };
 #undef T
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -329,6 +352,7 @@ static void print_table(const run_t *r)
                     .step = cl->sum.step / n,
                     .sim_step = cl->sum.sim_step / n,
                     .plan_ms = dcpt_stats(cl->plan_ms, cl->n_ms),
+                    .plan_cpu_ms = dcpt_median(cl->plan_cpu_ms, cl->n_ms),
                 };
                 dcpt_report_row(stdout, 0, fields, NFIELDS, &row, NULL, NULL);
             }
@@ -347,8 +371,10 @@ int dcpt_plan_layers(const char *tool, const dcpt_common_t *c, const dcpt_layers
     snprintf(r.vname[r.nk + 1], sizeof r.vname[r.nk + 1], "per-kind");
     const int64_t ncells = (int64_t)c->num_strategies * MAXV * (r.nk + 1);
     r.cells = calloc((size_t)ncells, sizeof *r.cells);
-    for (int64_t i = 0; r.cells && i < ncells; i++)
+    for (int64_t i = 0; r.cells && i < ncells; i++) {
         r.cells[i].plan_ms = calloc((size_t)c->num_batches, sizeof(double));
+        r.cells[i].plan_cpu_ms = calloc((size_t)c->num_batches, sizeof(double));
+    }
     int failed = 0;
     for (int32_t b = 0; r.cells && b < c->num_batches; b++)
         for (int32_t s = 0; s < c->num_strategies; s++) {
@@ -361,7 +387,10 @@ int dcpt_plan_layers(const char *tool, const dcpt_common_t *c, const dcpt_layers
         }
     if (!r.cells) failed = 1;
     if (r.cells && !f->json) print_table(&r);
-    for (int64_t i = 0; r.cells && i < ncells; i++) free(r.cells[i].plan_ms);
+    for (int64_t i = 0; r.cells && i < ncells; i++) {
+        free(r.cells[i].plan_ms);
+        free(r.cells[i].plan_cpu_ms);
+    }
     free(r.cells);
     return failed;
 }

@@ -6,12 +6,20 @@ context whose bootstrap is an allgather over a torch.distributed process group.
     idx = plan.local_indices(rank)            # this rank's tokens, in its local row order
     o = dt.attention(ctx, plan, q[idx], k[idx], v[idx])   # [tokens, heads, head_dim]
 
+A model whose layers use different masks plans once for all of them (one placement, a
+program pair per layer kind) and names the kind at each attention call:
+
+    plan = dt.plan(lengths, {"global": "causal", "local": "window:1024"}, ctx, 8, 2, 64,
+                   torch.bfloat16, layers={"global": 1, "local": 5})
+    o = dt.attention(ctx, plan, q, k, v, kind="local")
+
 Works with PyTorch 1.13 (CPU) and 2.x (CUDA); nothing is compiled against PyTorch: tensors
 travel to libdcp as pointers (ctypes). On a GPU, dcp_forward and dcp_backward run on
 PyTorch's current stream and return once their work is queued.
 """
 import ctypes as C
 import weakref
+from collections.abc import Mapping
 
 import torch
 
@@ -55,18 +63,40 @@ def _masks(mask, num_seqs):
     return [_mask_item(m) for m in mask]
 
 
+def _kinds(mask, layers, num_seqs):
+    """A mapping of layer kind name to mask as (names, per-kind mask lists, layer counts):
+    layers maps a name to its count of model layers (default 1 each)."""
+    layers = dict(layers or {})
+    names = list(mask)
+    unknown = set(layers) - set(names)
+    if unknown:
+        raise ValueError("dcp: layers names kinds %s that the mask mapping does not" %
+                         sorted(unknown))
+    return (names, [_masks(mask[n], num_seqs) for n in names],
+            [int(layers.get(n, 1)) for n in names])
+
+
 def _request(lengths, mask, num_heads, num_kv_heads, head_dim, dtype, block_size, strategy,
              options):
-    """The C arguments of a planning request: BatchArgs, Shape, PlanOptions."""
+    """The C arguments of a planning request: BatchArgs, Shape, PlanOptions, and the layer
+    kinds' names (None for one mask per sequence)."""
     lib = _lib()
     options = dict(options)
     scale = options.pop("scale", None)
+    layers = options.pop("layers", None)
     lengths = lengths.tolist() if torch.is_tensor(lengths) else list(lengths)
-    batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
+    names = None
+    if isinstance(mask, Mapping):
+        names, masks, counts = _kinds(mask, layers, len(lengths))
+        batch = core.BatchArgs(lib, lengths, masks, counts)
+    elif layers is not None:
+        raise ValueError("dcp: layers= needs a mapping of layer kind name to mask")
+    else:
+        batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
     shape = core.Shape(num_heads, num_kv_heads, head_dim, _dtype_code(dtype),
                        0.0 if scale is None else scale)
     opts = lib.plan_options(block_size=block_size, strategy=strategy, **options)
-    return batch, shape, opts
+    return batch, shape, opts, names
 
 
 def _cluster(cluster):
@@ -83,17 +113,44 @@ def _cluster(cluster):
 
 class Plan:
     """A dcp plan: where every token block lives, one program per rank for the forward and
-    the backward pass. Immutable; one plan serves a whole training step."""
+    the backward pass. Immutable; one plan serves a whole training step. A plan of layer
+    kinds holds a program pair per kind on one placement: `kinds` lists their names (None
+    for a plan of one mask per sequence; a plan from bytes names them by index)."""
 
-    def __init__(self, plan, lengths=None):
+    def __init__(self, plan, lengths=None, kinds=None):
         self._plan = plan
         self._lengths = lengths
         self._offsets = None
         self.num_ranks = plan.num_ranks
+        self.num_kinds = plan.stats().num_kinds
+        self.kinds = list(kinds) if kinds else None
+        self._kind_handles = {}
 
     @property
     def handle(self):
         return self._plan._live()
+
+    def kind_index(self, kind):
+        """The index of layer kind `kind`: a name, an index, or None (kind 0)."""
+        if kind is None:
+            return 0
+        if isinstance(kind, str):
+            if not self.kinds or kind not in self.kinds:
+                raise ValueError("dcp: layer kind %r: the plan's kinds are %s" %
+                                 (kind, self.kinds or list(range(self.num_kinds))))
+            return self.kinds.index(kind)
+        if not 0 <= int(kind) < self.num_kinds:
+            raise ValueError("dcp: layer kind %d of a plan of %d" % (kind, self.num_kinds))
+        return int(kind)
+
+    def kind_handle(self, kind=None):
+        """The C handle that runs layer kind `kind` (the plan's own for kind 0)."""
+        i = self.kind_index(kind)
+        if i == 0:
+            return self.handle
+        if i not in self._kind_handles:
+            self._kind_handles[i] = self._plan.kind_handle(i)
+        return self._kind_handles[i]
 
     @property
     def lengths(self):
@@ -136,9 +193,10 @@ class Plan:
         idx = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         return idx if device is None else idx.to(device)
 
-    def stats(self):
-        """The plan's statistics (dcp_plan_stats_t) as a dict."""
-        return core.stats_dict(self._plan.dcp, self._plan.stats())
+    def stats(self, kind=None):
+        """The statistics (dcp_plan_stats_t) of layer kind `kind` (default the first) as a
+        dict; model_step_ms is the whole model's."""
+        return core.stats_dict(self._plan.dcp, self._plan.stats(self.kind_index(kind)))
 
     def rank_stats(self, rank):
         self._rank_ok(rank)
@@ -161,21 +219,24 @@ def plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype, block
          strategy=None, **options):
     """Plans a batch: sequences of `lengths` tokens, `mask` one spec for all of them
     ("causal", "window:W", "lambda:S:W", "blockwise:b:k", "shared-question:p:a", "full", a
-    [L, 4] custom-range tensor) or a list with one per sequence; `cluster` a spec such as
-    "2x4" or a Context (its ranks' cluster); dtype torch.float32/bfloat16/float16.
-    block_size, strategy ("ring", "zigzag", "lpt", "metis", "auto") and the other options
-    (head_blocks, divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion, net_cap,
-    refine, comm_schedule, coalesce, metis_tries, and scale for the softmax) default to the
-    library's."""
-    batch, shape, opts = _request(lengths, mask, num_heads, num_kv_heads, head_dim, dtype,
-                                  block_size, strategy, options)
+    [L, 4] custom-range tensor) or a list with one per sequence; or, for a model whose layers
+    use different masks, a mapping of layer kind name to such a mask ({"global": "causal",
+    "local": "window:1024"}, at most 4 kinds) with layers={name: count} giving how many model
+    layers use each (default 1): one placement for every kind, the kind named at attention().
+    `cluster` a spec such as "2x4" or a Context (its ranks' cluster); dtype
+    torch.float32/bfloat16/float16. block_size, strategy ("ring", "zigzag", "lpt", "metis",
+    "auto") and the other options (head_blocks, divisions, eps_inter, eps_intra,
+    mem_cap_bytes, seed, expansion, net_cap, refine, comm_schedule, coalesce, metis_tries, and
+    scale for the softmax) default to the library's."""
+    batch, shape, opts, names = _request(lengths, mask, num_heads, num_kv_heads, head_dim,
+                                         dtype, block_size, strategy, options)
     cl, made = _cluster(cluster)
     try:
         p = _lib().plan(batch, shape, opts, cl)
     finally:
         if made:
             cl.close()
-    return Plan(p, batch.lengths)
+    return Plan(p, batch.lengths, names)
 
 
 def plan_from_bytes(data):
@@ -206,21 +267,21 @@ class Planner:
                strategy=None, **options):
         """Queues a batch (arguments as plan() takes them, less the cluster); returns its
         ticket, to be collected once with wait() or try_wait()."""
-        batch, shape, opts = _request(lengths, mask, num_heads, num_kv_heads, head_dim, dtype,
-                                      block_size, strategy, options)
+        batch, shape, opts, names = _request(lengths, mask, num_heads, num_kv_heads, head_dim,
+                                             dtype, block_size, strategy, options)
         ticket = self._planner.submit(batch, shape, opts)
-        self._lengths[ticket] = batch.lengths
+        self._lengths[ticket] = (batch.lengths, names)
         return ticket
 
     def wait(self, ticket):
         """The Plan of a ticket, waiting for it."""
-        lengths = self._lengths.pop(ticket, None)  # the ticket is spent either way
-        return Plan(self._planner.wait(ticket), lengths)
+        lengths, names = self._lengths.pop(ticket, (None, None))  # spent either way
+        return Plan(self._planner.wait(ticket), lengths, names)
 
     def try_wait(self, ticket):
         """The Plan of a ticket, or None while it is being made."""
         p = self._planner.try_wait(ticket)
-        return None if p is None else Plan(p, self._lengths.pop(ticket, None))
+        return None if p is None else Plan(p, *self._lengths.pop(ticket, (None, None)))
 
     def stats(self):
         """The service's counters (dcp_planner_stats_t) as a dict: submitted, planned,
@@ -336,19 +397,20 @@ def _sync(qs):
 
 class _InprocAttention(torch.autograd.Function):
     """All ranks of a plan as threads (dcp_forward_inproc / dcp_backward_inproc); inputs
-    plan, n, then n q's, n k's, n v's; outputs n O's."""
+    plan, layer kind, n, then n q's, n k's, n v's; outputs n O's."""
 
     @staticmethod
-    def forward(ctx, plan, n, *qkv):
+    def forward(ctx, plan, kind, n, *qkv):
         lib = _lib()
         ins = [_rank_inputs(plan, r, qkv[r], qkv[n + r], qkv[2 * n + r]) for r in range(n)]
         outs = [_outputs(q) for q, _, _ in ins]
         io = (core.Tensors * n)(*[_tensors(*i, *o) for i, o in zip(ins, outs)])
         device = _inproc_device([q for q, _, _ in ins])
         _sync([q for q, _, _ in ins])  # the contexts' streams do not follow PyTorch's
-        lib.check(lib.lib.dcp_forward_inproc(plan.handle, io, 0.0, device), "forward_inproc")
+        lib.check(lib.lib.dcp_forward_inproc(plan.kind_handle(kind), io, 0.0, device),
+                  "forward_inproc")
         _sync([q for q, _, _ in ins])
-        ctx.plan, ctx.n, ctx.device = plan, n, device
+        ctx.plan, ctx.kind, ctx.n, ctx.device = plan, kind, n, device
         ctx.save_for_backward(*[t for i in ins for t in i], *[t for o in outs for t in o])
         return tuple(o for o, _ in outs)
 
@@ -366,23 +428,25 @@ class _InprocAttention(torch.autograd.Function):
             grads.append(g)
             keep.append(dout)
         _sync([q for q, _, _ in ins])
-        lib.check(lib.lib.dcp_backward_inproc(ctx.plan.handle, gio, 0.0, ctx.device),
-                  "backward_inproc")
+        lib.check(lib.lib.dcp_backward_inproc(ctx.plan.kind_handle(ctx.kind), gio, 0.0,
+                                              ctx.device), "backward_inproc")
         _sync([q for q, _, _ in ins])
-        return (None, None, *[g[0] for g in grads], *[g[1] for g in grads],
+        return (None, None, None, *[g[0] for g in grads], *[g[1] for g in grads],
                 *[g[2] for g in grads])
 
 
-def attention_inproc(plan, qs, ks, vs):
+def attention_inproc(plan, qs, ks, vs, kind=None):
     """Attention of every rank of `plan`, ranks as threads of this process: qs, ks, vs hold
     one [local_tokens, heads, head_dim] tensor per rank (rows in plan.local_indices(r)
     order; all on the CPU, fp32/bf16/fp16, or on CUDA devices, bf16/fp16); returns one O per
-    rank. Differentiable with respect to every q, k and v through dcp's backward."""
+    rank. `kind`: the layer kind of a plan of several (its name or index; default the
+    first). Differentiable with respect to every q, k and v through dcp's backward."""
     n = plan.num_ranks
     if not (len(qs) == len(ks) == len(vs) == n):
         raise ValueError("dcp: %d/%d/%d q/k/v tensors for a %d-rank plan" %
                          (len(qs), len(ks), len(vs), n))
-    return list(_InprocAttention.apply(plan, n, *qs, *ks, *vs))
+    plan.kind_index(kind)  # a bad kind fails before any work
+    return list(_InprocAttention.apply(plan, kind, n, *qs, *ks, *vs))
 
 
 # ---- one rank per process ----------------------------------------------------------------------
@@ -509,7 +573,7 @@ class Context:
 
 class _RankAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dctx, plan, q, k, v):
+    def forward(ctx, dctx, plan, kind, q, k, v):
         lib = _lib()
         q, k, v = _rank_inputs(plan, dctx.rank, q, k, v)
         if q.device.type != dctx.device.type:
@@ -517,9 +581,9 @@ class _RankAttention(torch.autograd.Function):
                              (q.device, dctx.device))
         o, lse = _outputs(q)
         io = _tensors(q, k, v, o, lse)
-        dctx._raise(lib.lib.dcp_forward(dctx._live(), plan.handle, C.byref(io), dctx.stream(q)),
-                    "forward")
-        ctx.dctx, ctx.plan = dctx, plan
+        dctx._raise(lib.lib.dcp_forward(dctx._live(), plan.kind_handle(kind), C.byref(io),
+                                        dctx.stream(q)), "forward")
+        ctx.dctx, ctx.plan, ctx.kind = dctx, plan, kind
         ctx.save_for_backward(q, k, v, o, lse)
         return o
 
@@ -529,15 +593,17 @@ class _RankAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dout = _grad_in(dout, o)
         (dq, dk, dv), g = _grads(q, k, v, o, lse, dout)
-        dctx._raise(lib.lib.dcp_backward(dctx._live(), ctx.plan.handle, C.byref(g),
-                                         dctx.stream(q)), "backward")
-        return None, None, dq, dk, dv
+        dctx._raise(lib.lib.dcp_backward(dctx._live(), ctx.plan.kind_handle(ctx.kind),
+                                         C.byref(g), dctx.stream(q)), "backward")
+        return None, None, None, dq, dk, dv
 
 
-def attention(ctx, plan, q, k, v):
+def attention(ctx, plan, q, k, v, kind=None):
     """This rank's attention under `plan`: q [local_tokens, Hq, D], k, v [local_tokens, Hkv,
-    D] with rows in plan.local_indices(ctx.rank) order; returns O like q. Every rank of the
-    context calls it with the same plan. Differentiable with respect to q, k and v (the
-    backward is collective too: every rank runs it). On a GPU it runs on PyTorch's current
-    stream."""
-    return _RankAttention.apply(ctx, plan, q, k, v)
+    D] with rows in plan.local_indices(ctx.rank) order; returns O like q. `kind`: the layer
+    kind of a plan of several (its name or index; default the first). Every rank of the
+    context calls it with the same plan and kind. Differentiable with respect to q, k and v
+    (the backward is collective too: every rank runs it). On a GPU it runs on PyTorch's
+    current stream."""
+    plan.kind_index(kind)  # a bad kind fails before the collective
+    return _RankAttention.apply(ctx, plan, kind, q, k, v)
