@@ -2,7 +2,8 @@
 # The tools as a user meets them: JSON that parses (a host name with a quote and a
 # backslash), flag errors that blame the flag that was wrong, outputs checked before any
 # work, --help defaults taken from the code, the bench harness's median [min-max], and a
-# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, and --version.
+# kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, layer kinds
+# (--layers, --compare), and --version.
 #
 #   tests/tools/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -89,7 +90,28 @@ json_check "$work/at.json" \
 "$bin/dcp-plan" --sim-kernels "$work/kb.json" --simulate --tokens 8192 --strategy zigzag \
     >/dev/null || fail "dcp-plan --sim-kernels reads dcp-kernel-bench --json"
 
-# 8. --version on every tool: the library's version, equal to the header's
+# 8. --layers: bad kinds blame --layers (and --compare without it, --compare); a joint plan
+#    prints a row per kind and a model row whose step is the kinds' sum, with --compare the
+#    alternatives beside it
+expect 2 "--layers:" "$bin/dcp-plan" --layers causal,window:64:2
+expect 2 "--layers:" "$bin/dcp-plan" --layers causal:0
+expect 2 "--layers:" "$bin/dcp-plan" --layers causal:1 --mask causal
+expect 2 "--layers:" "$bin/dcp-attn-test" --layers nope:1
+expect 2 "--compare:" "$bin/dcp-plan" --compare
+"$bin/dcp-plan" --layers causal:1,window:256:3 --tokens 8192 --block 256 --strategy metis,lpt \
+    --compare --json >"$work/layers.json" || fail "dcp-plan --layers --compare"
+json_check "$work/layers.json" \
+    'len(rows) == 2 * 4 * 3 and all(
+         abs(m["step_ms"] - m["relayout_ms"] - sum(r["layers"] * r["step_ms"] for r in rows
+             if r["kind"] is not None and (r["strategy"], r["placement"]) ==
+             (m["strategy"], m["placement"]))) < 1e-5 * m["step_ms"]
+         and (m["relayout_ms"] > 0) == (m["placement"] == "per-kind")
+         for m in rows if m["kind"] is None)'
+"$bin/dcp-attn-test" --layers causal:1,window:256:3 --tokens 2048 --block 256 --check \
+    --backward --warmup 0 --iters 1 >"$work/layers.txt" || fail "dcp-attn-test --layers"
+[ "$(grep -c PASS "$work/layers.txt")" = 3 ] || fail "dcp-attn-test --layers: $(cat "$work/layers.txt")"
+
+# 9. --version on every tool: the library's version, equal to the header's
 want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)
 for t in dcp-attn-test dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
     "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"
