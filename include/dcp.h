@@ -269,10 +269,13 @@ typedef struct dcp_plan dcp_plan_t;
  * computation blocks (tiles x head groups; a plan costs up to about 1 KB per block):
  * ring and zigzag cut every sequence into R or 2R chunks, so many sequences on many ranks
  * reach it (the built-in length histogram at 1M tokens on 32x8); the default strategy then
- * keeps METIS's plan without the zigzag comparison, and AUTO skips that candidate. */
+ * keeps METIS's plan without the zigzag comparison, and AUTO skips that candidate. With
+ * layer kinds (batch.num_kinds >= 2) the plan holds a program pair per kind on one
+ * placement, and plans are compared by the model's step (dcp_plan_stats_t.model_step_ms). */
 DCP_API dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                      const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
                                      dcp_plan_t **plan_out);
+/* Frees a plan and its layer kinds' views (a view passed here is left alone). */
 DCP_API void dcp_plan_destroy(dcp_plan_t *plan);
 
 typedef struct {
@@ -401,9 +404,9 @@ DCP_API dcp_status_t dcp_planner_create(const dcp_planner_config_t *config,
 DCP_API void dcp_planner_destroy(dcp_planner_t *planner);
 
 /* Queues `batch` for planning and returns a ticket (never 0), which must be collected once
- * with dcp_planner_wait() or dcp_planner_try(). Everything is copied: lengths, masks and
- * CUSTOM ranges may be freed on return; opts may be NULL for the defaults. Arguments are
- * checked as dcp_plan_create() checks them, here, with the same messages. */
+ * with dcp_planner_wait() or dcp_planner_try(). Everything is copied: lengths, masks (every
+ * layer kind's) and CUSTOM ranges may be freed on return; opts may be NULL for the defaults.
+ * Arguments are checked as dcp_plan_create() checks them, here, with the same messages. */
 DCP_API dcp_status_t dcp_planner_submit(dcp_planner_t *planner, const dcp_batch_t *batch,
                                         const dcp_attn_shape_t *shape,
                                         const dcp_plan_options_t *opts, uint64_t *ticket_out);
