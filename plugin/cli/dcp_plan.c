@@ -424,6 +424,11 @@ int main(int argc, char **argv)
     if (pf.simulate)
         dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
                        &pf.sim);
+    if (c.num_kinds) { /* one joint plan per batch: its rows, not these outputs */
+        const char *alone = pf.hgr ? "hgr" : pf.patoh ? "patoh" : pf.partition ? "partition"
+                            : pf.per_batch ? "per-batch" : NULL;
+        if (alone) dcpt_args_fail(tool, alone, "not with --layers");
+    }
     if (pf.hgr || pf.patoh || pf.partition) export_first_batch(&c, &pf);
     if (!pf.json) print_header(&c, pf.repeat);
     if (!pf.json && pf.simulate) dcpt_sim_header(stdout, &pf.sim);

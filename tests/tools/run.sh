@@ -98,6 +98,7 @@ expect 2 "--layers:" "$bin/dcp-plan" --layers causal:0
 expect 2 "--layers:" "$bin/dcp-plan" --layers causal:1 --mask causal
 expect 2 "--layers:" "$bin/dcp-attn-test" --layers nope:1
 expect 2 "--compare:" "$bin/dcp-plan" --compare
+expect 2 "--hgr:" "$bin/dcp-plan" --layers causal:1,window:64:2 --hgr "$work/h.hgr"
 "$bin/dcp-plan" --layers causal:1,window:256:3 --tokens 8192 --block 256 --strategy metis,lpt \
     --compare --json >"$work/layers.json" || fail "dcp-plan --layers --compare"
 json_check "$work/layers.json" \
