@@ -219,7 +219,10 @@ typedef struct {
     int32_t coalesce;    /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */
     int32_t metis_tries; /* METIS: placements tried with seeds seed, seed+1, ... in [1, 64]; the
                             plan predicted fastest per training step is kept (default 2). One
-                            METIS run's predicted step time varies by 10-20% with its seed */
+                            METIS run's predicted step time varies by 10-20% with its seed.
+                            With layer kinds every second try balances only the kind with the
+                            most work (layers x allowed pairs), the others' blocks left where
+                            their traffic is least */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */
