@@ -15,7 +15,6 @@ and gradients) and a kind the plan does not have is refused by name.
 
     PYTHONPATH=plugin/python python3 tests/torch/test_layers.py
 """
-import math
 import os
 import random
 import sys
@@ -91,10 +90,7 @@ def model():
 
 
 def sgd(m):
-    with torch.no_grad():
-        for p in m.parameters():
-            p -= LR * p.grad
-            p.grad = None
+    ref.sgd(m, LR)
 
 
 def train_single(attn_dtype):
@@ -188,10 +184,6 @@ def check_inproc():
     return ok
 
 
-def max_param_diff(a, b):
-    return max(ref.max_err(a[n], b[n]) for n in a), max(ref.peak(a[n]) for n in a)
-
-
 def main():
     ok = check_inproc()
     t_start = time.perf_counter()
@@ -213,19 +205,8 @@ def main():
                s["global"]["layers"], s["local"]["predicted_ms"] + s["local"]["bwd_predicted_ms"],
                s["local"]["layers"], s["global"]["model_step_ms"]))
         ok &= s["global"]["num_kinds"] == 2 and s["local"]["kind"] == 1
-    loss_diff = max(abs(a - b) for a, b in zip(got["losses"], want_losses))
-    loss_peak = max(abs(x) for x in want_losses)
-    f32_loss_diff = max(abs(a - b) for a, b in zip(f32_losses, want_losses))
-    param_diff, param_peak = max_param_diff(got["params"], want_params)
-    f32_param_diff, _ = max_param_diff(f32_params, want_params)
-    print("  max loss difference %.3g (plain fp32 attention: %.3g), max parameter difference "
-          "%.3g (plain fp32: %.3g)" % (loss_diff, f32_loss_diff, param_diff, f32_param_diff))
-    for what, d, d32, top in (("loss", loss_diff, f32_loss_diff, loss_peak),
-                              ("parameters", param_diff, f32_param_diff, param_peak)):
-        bound = min(TOL_REL * top, 2 * d32 + 1e-9 * top)
-        if not d <= bound or math.isnan(d):
-            print("FAIL: %s differ by %.3g, more than %.3g" % (what, d, bound))
-            ok = False
+    ok &= ref.training_agrees(got["losses"], got["params"], (want_losses, want_params),
+                              (f32_losses, f32_params), TOL_REL)
     print("layer kinds: %s (%.1f s with 4 processes)" % ("ok" if ok else "FAILED", t_dcp))
     return 0 if ok else 1
 

@@ -17,7 +17,6 @@ fp32 attention shows.
 
     PYTHONPATH=plugin/python python3 tests/torch/test_training.py
 """
-import math
 import os
 import random
 import sys
@@ -85,10 +84,7 @@ def model():
 
 
 def sgd(m):
-    with torch.no_grad():
-        for p in m.parameters():
-            p -= LR * p.grad
-            p.grad = None
+    ref.sgd(m, LR)
 
 
 def train_single(attn_dtype):
@@ -163,10 +159,6 @@ def worker(rank, rdzv, out):
     dist.destroy_process_group()
 
 
-def max_param_diff(a, b):
-    return max(ref.max_err(a[n], b[n]) for n in a), max(ref.peak(a[n]) for n in a)
-
-
 def main():
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,19 +179,14 @@ def main():
               "%.2f ms, hidden %.2f ms  step %.1f ms" %
               (step, b["mask"], len(b["lengths"]), got["losses"][step], want_losses[step],
                t["plan_ms"], t["strategy"], t["wait_ms"], hidden, t["step_ms"]))
-    loss_diff = max(abs(a - b) for a, b in zip(got["losses"], want_losses))
-    loss_peak = max(abs(x) for x in want_losses)
-    f32_loss_diff = max(abs(a - b) for a, b in zip(f32_losses, want_losses))
-    param_diff, param_peak = max_param_diff(got["params"], want_params)
-    f32_param_diff, _ = max_param_diff(f32_params, want_params)
     later = got["timing"][1:]
     hidden = [max(0.0, t["plan_ms"] - t["wait_ms"]) for t in later]
     planned = [t["plan_ms"] for t in later]
     svc = got["service"]
     same = all(c == got["crcs"][0] for c in got["crcs"])
     cached = all(c[-1] == c[0] for c in got["crcs"]) and svc["cache_hits"] >= 1
-    print("  max loss difference %.3g (plain fp32 attention: %.3g), max parameter difference "
-          "%.3g (plain fp32: %.3g)" % (loss_diff, f32_loss_diff, param_diff, f32_param_diff))
+    ok = ref.training_agrees(got["losses"], got["params"], (want_losses, want_params),
+                             (f32_losses, f32_params), TOL_REL)
     print("  planning hidden per step (steps 1..%d, batches k+1, k+2 planned during step k): "
           "%.2f of %.2f ms on average (%.0f%%)" %
           (STEPS - 1, sum(hidden) / len(hidden), sum(planned) / len(planned),
@@ -208,13 +195,6 @@ def main():
           "%.1f ms, callers waited %.1f ms; plans byte-identical on all ranks: %s" %
           (svc["submitted"], svc["planned"], svc["cache_hits"], svc["plan_ms"], svc["wait_ms"],
            same))
-    ok = True
-    for what, d, d32, top in (("loss", loss_diff, f32_loss_diff, loss_peak),
-                              ("parameters", param_diff, f32_param_diff, param_peak)):
-        bound = min(TOL_REL * top, 2 * d32 + 1e-9 * top)
-        if not d <= bound or math.isnan(d):
-            print("FAIL: %s differ by %.3g, more than %.3g" % (what, d, bound))
-            ok = False
     if not same:
         print("FAIL: the ranks' plans differ: %s" % got["crcs"])
         ok = False
