@@ -1,7 +1,8 @@
 # dcp - dynamic context-parallel attention.
 #
 #   make            library (build/lib/libdcp.{a,so}) and tools (build/bin/)
-#   make run        the main job: dcp-attn-test on the built-in batch, every strategy, checked
+#   make run        the libraries and tools, then the main job: dcp-attn-test on the built-in
+#                   batch, every strategy, checked
 #   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
 #   make deps       installs the Debian packages the build needs (sudo when not root)
 #   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
@@ -162,7 +163,7 @@ $(EXAMPLE_MPI_BIN): tests/e2e/example_mpi.c $(BUILD)/lib/libdcp.so $(BUILD)/lib/
 # The main job: a built-in long-tailed batch on 8 in-process ranks (2x4), causal and lambda
 # masks, every strategy, forward and backward, checked against the double-precision reference.
 run: deps
-	$(MAKE) -j$(JOBS) tools
+	$(MAKE) -j$(JOBS) lib tools
 	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --seed 3 --check --backward
 
 test: deps
@@ -195,9 +196,17 @@ test-run:
 	@# (a program linked against the sanitized libdcp.a would need the sanitizer flags too)
 	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/pkg/check.sh $(BUILD); \
 	else echo "tests/pkg skipped (ASan build)"; fi
-	@# the PyTorch suites (dcp.torch; they say so and pass where PyTorch is missing), not under ASan
-	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/torch/run.sh $(BUILD)/lib/libdcp.so; \
-	else echo "tests/torch skipped (ASan build)"; fi
+	@# custom range tables through dcp.core; under ASan too, its runtime preloaded into python
+	@if ! command -v python3 >/dev/null; then echo "tests/python skipped (no python3)"; \
+	elif ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \
+		LD_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
+		ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0" python3 tests/python/masks.py $(BUILD)/lib/libdcp.so; \
+	else python3 tests/python/masks.py $(BUILD)/lib/libdcp.so; fi
+	@# the PyTorch suites (dcp.torch; they say so and pass where PyTorch is missing) and the
+	@# README's commands as printed (tests/readme/check.py), not under ASan
+	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/torch/run.sh $(BUILD)/lib/libdcp.so && \
+		python3 tests/readme/check.py; \
+	else echo "tests/torch and tests/readme skipped (ASan build)"; fi
 
 test-asan: deps
 	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
@@ -222,7 +231,7 @@ $(BUILD)/bin/dcp-plan-fuzz: $(BUILD)/obj/tests/fuzz/plan_fuzz.o $(BUILD)/obj/tes
 
 # libudev-dev: hwloc's `pkg-config --static` names -ludev
 DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
-	openmpi-bin pkg-config procps python3-torch
+	openmpi-bin pkg-config procps python3-torch python3-venv
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \

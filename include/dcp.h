@@ -106,6 +106,10 @@ typedef struct {
     /* CUSTOM: 4 int32 per query, {s0, e0, s1, e1}, allowed keys [s0, e0) u [s1, e1) with
      * 0 <= s <= e <= L. Borrowed: must stay valid while the mask is used; a plan copies it. */
     const int32_t *ranges;
+    /* CUSTOM: the rows `ranges` holds (4 int32 each). It must equal the length of the
+     * sequence the mask is used for: dcp reads exactly 4 x num_rows int32 and refuses any
+     * other count by name, so a short table is never read past its end. Other kinds: 0. */
+    int32_t num_rows;
 } dcp_mask_t;
 
 /* Parses "full", "causal", "window:W", "lambda:S:W", "blockwise:b:k",
@@ -373,6 +377,15 @@ DCP_API dcp_status_t dcp_plan_kind(const dcp_plan_t *plan, int32_t kind,
 DCP_API dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capacity,
                                         size_t *size_out);
 
+/* The plan's identity: the CRC-32C of its serialized payload, the value at bytes 24-27 of
+ * dcp_plan_serialize()'s output. Equal plans have equal checksums on every rank (plans are
+ * deterministic); contexts compare them at every call (dcp_forward) and stop at once, naming
+ * both, when ranks run different plans. Computed once per plan object (about 1 ms per MB of
+ * plan bytes), then remembered. A layer kind's view (dcp_plan_kind) has its plan's checksum
+ * mixed with its kind, so ranks that run different kinds of one plan are caught too.
+ * Thread-safe. */
+DCP_API dcp_status_t dcp_plan_checksum(const dcp_plan_t *plan, uint32_t *checksum_out);
+
 /* Rebuilds a plan from bytes. Untrusted input is safe: corrupted, truncated or
  * inconsistent bytes give DCP_ERR_PLAN_CORRUPT and never a crash or an out-of-bounds read.
  * Loading allocates in proportion to `size` (every count is checked against the bytes
@@ -395,11 +408,15 @@ typedef struct dcp_planner dcp_planner_t;
 typedef struct {
     int32_t num_threads;   /* worker threads, in [0, 256] (0: 1) */
     int32_t cache_entries; /* plans kept by batch, least recently used dropped, >= 0 (0: none) */
+    int64_t cache_bytes;   /* most bytes the cache holds (serialized plans and their batches'
+                              keys), >= 0; 0: 256 MiB. Least recently used plans are dropped to
+                              make room; a plan larger than the bound alone is not cached (a
+                              zigzag plan of 256K tokens on 8x8 is about 1.4 GB) */
 } dcp_planner_config_t;
 
 /* `cluster` is borrowed: it must outlive the planner and not change while the planner exists
  * (no dcp_cluster_set_kernel_table()). config may be NULL for the defaults (1 thread, 16
- * cached plans). */
+ * cached plans, 256 MiB). */
 DCP_API dcp_status_t dcp_planner_create(const dcp_planner_config_t *config,
                                         const dcp_cluster_t *cluster, dcp_planner_t **planner_out);
 /* Waits for the plans being made, drops the batches not yet started and frees every plan
@@ -432,13 +449,16 @@ DCP_API dcp_status_t dcp_planner_try(dcp_planner_t *planner, uint64_t ticket,
 /* Counters since dcp_planner_create(). plan_ms - wait_ms bounds from below the planning
  * time hidden from callers that collect plans with dcp_planner_wait(). */
 typedef struct {
-    int64_t submitted;  /* tickets issued */
-    int64_t planned;    /* dcp_plan_create() calls the workers made (failures included) */
-    int64_t cache_hits; /* tickets served from the cache, without planning */
-    int64_t failed;     /* tickets whose planning failed */
-    int64_t pending;    /* tickets issued and not yet collected */
-    double plan_ms;     /* wall time the workers spent in dcp_plan_create(), summed */
-    double wait_ms;     /* wall time callers spent blocked in dcp_planner_wait(), summed */
+    int64_t submitted;    /* tickets issued */
+    int64_t planned;      /* dcp_plan_create() calls the workers made (failures included) */
+    int64_t cache_hits;   /* tickets served from the cache, without planning */
+    int64_t failed;       /* tickets whose planning failed */
+    int64_t pending;      /* tickets issued and not yet collected */
+    double plan_ms;       /* wall time the workers spent in dcp_plan_create(), summed */
+    double wait_ms;       /* wall time callers spent blocked in dcp_planner_wait(), summed */
+    int64_t cached_plans; /* plans in the cache now */
+    int64_t cached_bytes; /* bytes they hold now (<= cache_bytes) */
+    int64_t uncached;     /* plans not cached because they alone exceed cache_bytes */
 } dcp_planner_stats_t;
 
 DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats_t *stats_out);
@@ -472,6 +492,10 @@ typedef struct {
     const void *v;
     void *o;
     float *lse;
+    /* The softmax scale of this call, finite and >= 0; 0 (the value a zero-initialised struct
+     * has): the plan's (dcp_attn_shape_t.scale). Every rank of a call passes the same, and the
+     * backward reads it from its `fwd` tensors, so both passes use one scale. */
+    float softmax_scale;
 } dcp_tensors_t;
 
 /* How the ranks of a job (processes, possibly on many nodes) find each other: an allgather
@@ -554,6 +578,12 @@ DCP_API void dcp_context_destroy(dcp_context_t *ctx);
 DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
                                          const dcp_cluster_t **cluster_out);
 
+/* DCP_OK when the context's device runs plans of this shape, else DCP_ERR_UNSUPPORTED naming
+ * the field (a CUDA context: head_dim 64 or 128, dtype bf16 or fp16; the CPU runs any). To
+ * refuse a shape before planning; dcp_forward() checks it too, before any exchange. */
+DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
+                                             const dcp_attn_shape_t *shape);
+
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
@@ -606,6 +636,19 @@ typedef struct {
  * dV are written only on success. */
 DCP_API dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan,
                                   const dcp_grad_tensors_t *io, void *stream);
+
+/* Marks this rank failed and tells every peer at once why: their calls in flight and later
+ * return DCP_ERR_PEER within a message's latency, naming this rank and `reason` (copied; up
+ * to 255 bytes travel; NULL: none given), instead of waiting out the timeout for a rank that
+ * will not come. For a rank that fails a check of its own before a collective call (its
+ * inputs are wrong, a step raised): the dcp.torch layer calls it when its checks refuse a
+ * rank's tensors. Never blocks longer than about a second (the notices' flush).
+ *
+ * After any failure (this one, a failed call, a peer's) the context fails every later call
+ * at once with DCP_ERR_PEER; nothing on it can be resumed. To go on, every rank destroys its
+ * context (then not collective: no rank waits for a failed peer) and creates a new one
+ * (collective, as the first); a thread group's ranks make a new group too. */
+DCP_API dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason);
 
 /* Waits until every rank of the context has called it. Through the context's engine, so it
  * fails like dcp_forward (DCP_ERR_PEER, DCP_ERR_TIMEOUT) instead of hanging on a dead rank;

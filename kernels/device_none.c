@@ -201,6 +201,7 @@ const dcp_kernels_t dcp_kernels_cuda = {
     .attn_bwd = attn_bwd_none,
     .bwd_delta = delta_none,
     .accumulate = accumulate_none,
+    .check_shape = dcp_cuda_shape_check,
 };
 
 static dcp_status_t set_device_none(int32_t device)

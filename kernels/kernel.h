@@ -16,6 +16,7 @@
 #define DCP_KERNELS_KERNEL_H
 
 #include "include/base/descr.h"
+#include "include/base/error.h"
 
 #include <stdint.h>
 
@@ -49,7 +50,22 @@ typedef struct {
     dcp_status_t (*bwd_delta)(const dcp_kernel_env_t *env, int64_t rows);
     dcp_status_t (*accumulate)(const dcp_kernel_env_t *env, const dcp_copy_item_t *items,
                                int64_t num_items);
+    /* DCP_OK when these kernels run plans of this head dim and dtype, else
+     * DCP_ERR_UNSUPPORTED naming the field (checked before a call exchanges anything) */
+    dcp_status_t (*check_shape)(int32_t head_dim, dcp_dtype_t dtype);
 } dcp_kernels_t;
+
+/* The CUDA kernels' shapes (attn_fwd.cu, attn_bwd.cu), for builds with and without nvcc. */
+static inline dcp_status_t dcp_cuda_shape_check(int32_t head_dim, dcp_dtype_t dtype)
+{
+    if (dtype == DCP_DTYPE_FP32)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "plan dtype: the GPU executor runs bf16 and fp16 plans");
+    if (head_dim != 64 && head_dim != 128)
+        return dcp_set_error(DCP_ERR_UNSUPPORTED,
+                             "plan head_dim = %d: the CUDA kernels run 64 and 128", head_dim);
+    return DCP_OK;
+}
 
 /* Kernels on the calling thread: fp32 arithmetic over fp32, bf16 or fp16 storage. */
 extern const dcp_kernels_t dcp_kernels_cpu;

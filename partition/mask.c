@@ -41,6 +41,11 @@ dcp_status_t dcp_mask_validate(const dcp_mask_t *m, int32_t len, const char *fie
                                  m->answers);
         return DCP_OK;
     case DCP_MASK_CUSTOM:
+        if (m->num_rows != len)
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "%s.num_rows = %d, a custom mask needs one row of ranges per "
+                                 "query: %d",
+                                 field, m->num_rows, len);
         if (!m->ranges)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "%s.ranges is NULL for a custom mask", field);
         for (int64_t i = 0; i < len; i++) {

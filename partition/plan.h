@@ -22,6 +22,7 @@
 #include "include/base/descr.h"
 #include "topo/cluster.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef enum {
@@ -99,6 +100,10 @@ struct dcp_plan {
     int32_t layers;          /* model layers of this kind (1 in a plan of one kind) */
     dcp_plan_t **views;      /* K >= 2: [K], views[0] the plan itself; NULL with one kind */
     const dcp_plan_t *root;  /* a view's plan; NULL for a plan */
+    /* (1 << 32) | dcp_plan_checksum() once computed (at load, or at the first call that
+     * asks); 0 before. Atomic: threads sharing the plan may compute it at once. A view's is
+     * its own (its plan's, with its kind). */
+    atomic_uint_fast64_t checksum_memo;
 };
 
 /* Element count of buffer b on rank r. */

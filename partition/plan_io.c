@@ -371,6 +371,7 @@ static dcp_status_t f_seqs(codec_t *c, dcp_plan_t *p)
                                  "of order",
                                  (long long)s);
         q->mask.ranges = p->custom_ranges + off;
+        q->mask.num_rows = q->len;
         custom_next += 4 * (int64_t)q->len;
     }
     if (!c->w && c->r->bad)
@@ -476,7 +477,7 @@ dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capaci
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "size_out" : "plan");
     /* The codec only reads the plan when writing; a view writes its plan. */
     dcp_plan_t *p = (dcp_plan_t *)dcp_plan_root(plan);
-    dcp_writer_t count = {NULL, 0};
+    dcp_writer_t count = {NULL, 0, NULL};
     codec_t c = {&count, NULL, p->num_kinds > 1};
     DCP_CHECK(f_plan(&c, p));
     const size_t total = PLAN_HEADER_BYTES + count.len;
@@ -487,10 +488,10 @@ dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capaci
     if (capacity < total)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "capacity = %zu, the plan needs %zu bytes",
                              capacity, total);
-    dcp_writer_t body = {(uint8_t *)buf + PLAN_HEADER_BYTES, 0};
+    dcp_writer_t body = {(uint8_t *)buf + PLAN_HEADER_BYTES, 0, NULL};
     c.w = &body;
     DCP_CHECK(f_plan(&c, p));
-    dcp_writer_t head = {buf, 0};
+    dcp_writer_t head = {buf, 0, NULL};
     dcp_put_bytes(&head, PLAN_MAGIC, 8);
     dcp_put_u32(&head, c.kinds ? PLAN_VERSION_KINDS : PLAN_VERSION);
     dcp_put_u32(&head, PLAN_HEADER_BYTES);
@@ -498,6 +499,30 @@ dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capaci
     dcp_put_u32(&head, dcp_crc32c(body.buf, body.len));
     dcp_put_u32(&head, 0);
     *size_out = total;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_plan_checksum(const dcp_plan_t *plan, uint32_t *checksum_out)
+{
+    if (!plan || !checksum_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "checksum_out" : "plan");
+    if (plan->root) { /* a layer kind's view: its plan's identity, with its kind */
+        uint32_t mix[2] = {0, (uint32_t)plan->kind};
+        DCP_CHECK(dcp_plan_checksum(plan->root, &mix[0]));
+        *checksum_out = dcp_crc32c(mix, sizeof mix);
+        return DCP_OK;
+    }
+    dcp_plan_t *p = (dcp_plan_t *)plan; /* only the memo is written, atomically */
+    uint64_t memo = atomic_load(&p->checksum_memo);
+    if (!memo) {
+        uint32_t crc = 0;
+        dcp_writer_t sum = {NULL, 0, &crc}; /* the payload's CRC without its bytes */
+        codec_t c = {&sum, NULL, p->num_kinds > 1};
+        DCP_CHECK(f_plan(&c, p));
+        memo = (uint64_t)1 << 32 | crc;
+        atomic_store(&p->checksum_memo, memo);
+    }
+    *checksum_out = (uint32_t)memo;
     return DCP_OK;
 }
 
@@ -541,6 +566,10 @@ dcp_status_t dcp_plan_deserialize(const void *buf, size_t size, dcp_plan_t **pla
     if (st == DCP_OK && r.pos != r.len)
         st = dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: %zu trailing bytes", r.len - r.pos);
     if (st == DCP_OK) st = dcp_plan_finish(p, 1);
+    if (st == DCP_OK) { /* checked against the payload by check_header() */
+        dcp_reader_t h = {buf, size, 24, 0};
+        atomic_store(&p->checksum_memo, (uint64_t)1 << 32 | dcp_get_u32(&h));
+    }
     if (st != DCP_OK) {
         dcp_plan_destroy(p);
         /* allocation failures stay themselves; everything else is corruption */

@@ -5,10 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A writer with buf == NULL only counts bytes. */
+/* A writer with buf == NULL only counts bytes; with crc set it also folds every byte it
+ * writes (or counts) into *crc (dcp_crc32c_update), so a checksum needs no buffer. */
 typedef struct {
     uint8_t *buf;
     size_t len;
+    uint32_t *crc;
 } dcp_writer_t;
 
 void dcp_put_u32(dcp_writer_t *w, uint32_t v);
@@ -38,5 +40,7 @@ float dcp_get_f32(dcp_reader_t *r);
 int64_t dcp_get_count(dcp_reader_t *r, size_t min_elem_bytes);
 
 uint32_t dcp_crc32c(const void *data, size_t n);
+/* The CRC-32C of the concatenation, given `crc` of what came before (0 to start). */
+uint32_t dcp_crc32c_update(uint32_t crc, const void *data, size_t n);
 
 #endif

@@ -24,7 +24,7 @@ dcp_status_t dcp_context_barrier(dcp_context_t *ctx)
         st = e->ops->launch(e, ops, 2, &req);
         if (st == DCP_OK) st = e->ops->wait(e, req, ctx->timeout_s, NULL);
         if (st != DCP_OK) {
-            e->ops->abort(e);
+            e->ops->abort(e, dcp_last_error());
             e->ops->cancel(e, req);
         }
     }

@@ -158,11 +158,27 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
 void dcp_context_destroy(dcp_context_t *ctx)
 {
     if (!ctx) return;
+    dcp_stamps_cancel(ctx);
+    dcp_stamps_free(&ctx->stamps);
     dcp_binding_release(ctx);
     /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);
     dcp_binding_free_buffers(ctx);
     release(ctx);
+}
+
+dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_shape_t *shape)
+{
+    if (!ctx || !shape)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "shape" : "ctx");
+    return ctx->dev->kernels->check_shape(shape->head_dim, shape->dtype);
+}
+
+dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason)
+{
+    if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
+    ctx->engine->ops->abort(ctx->engine, reason);
+    return DCP_OK;
 }
 
 dcp_status_t dcp_context_cluster(const dcp_context_t *ctx, const dcp_cluster_t **cluster_out)

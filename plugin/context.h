@@ -6,6 +6,7 @@
 #include "kernels/device.h"
 #include "plugin/binding.h"
 #include "plugin/job.h"
+#include "plugin/stamp.h"
 #include "transport/engine.h"
 #include "transport/inproc.h"
 #include "transport/select.h"
@@ -31,6 +32,8 @@ struct dcp_context {
     double timeout_s;
     uint32_t barriers;     /* barriers so far: each one's tags differ from the last's */
     dcp_binding_t bound;   /* what the last plan run needs, kept for the next call */
+    dcp_stamps_t stamps;   /* this call's identity, exchanged with the peers */
+    uint64_t calls;        /* forward and backward calls so far (the stamps' call count) */
     double wait_blocked_s; /* host time spent blocked in COMM_WAIT, summed over calls */
     int drive_progress;    /* the executor tests transfers in flight while it computes */
 };

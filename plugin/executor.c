@@ -76,15 +76,17 @@ static const char *const buf_name[DCP_BUF_FIRST_WORK] = {
     [DCP_BUF_DQ] = "dq",   [DCP_BUF_DK] = "dk",       [DCP_BUF_DV] = "dv"};
 
 static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                               const caller_bufs_t *io)
+                               const caller_bufs_t *io, float scale)
 {
+    if (!(scale >= 0.0f) || !isfinite(scale))
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "io.softmax_scale = %g, must be finite and >= 0 (0: the plan's)",
+                             (double)scale);
     if (p->num_ranks != ctx->engine->size)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
     const int gpu = !ctx->dev->host_memory;
-    if (gpu && p->shape.dtype == DCP_DTYPE_FP32)
-        return dcp_set_error(DCP_ERR_UNSUPPORTED,
-                             "plan dtype: the GPU executor runs bf16 and fp16 plans");
+    DCP_CHECK(ctx->dev->kernels->check_shape(p->shape.head_dim, p->shape.dtype));
     if (p->rank_tokens[ctx->rank] == 0) return DCP_OK;
     const int nbufs = pass == DCP_PASS_FWD ? DCP_BUF_LSE + 1 : DCP_BUF_FIRST_WORK;
     for (int i = 0; i < nbufs; i++) {
@@ -134,7 +136,8 @@ static dcp_status_t start_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
 /* Binds the plan, orders the context's stream after the caller's, and builds the kernels'
  * view of the buffers. */
 static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                            const caller_bufs_t *io, void *caller, dcp_kernel_env_t *env)
+                            const caller_bufs_t *io, float scale, void *caller,
+                            dcp_kernel_env_t *env)
 {
     memset(env, 0, sizeof *env);
     DCP_CHECK(ctx->dev->set_device(ctx->device));
@@ -151,7 +154,7 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t 
     env->q_heads = p->qpg;
     env->kv_heads = p->kvpg;
     env->head_dim = p->shape.head_dim;
-    env->scale = p->shape.scale;
+    env->scale = scale > 0.0f ? scale : p->shape.scale;
     env->dtype = p->shape.dtype;
     return start_pass(ctx, p, pass, env);
 }
@@ -235,6 +238,7 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
     dcp_kernel_env_t launch_env = *env_in;
     const dcp_kernel_env_t *env = &launch_env;
     const int fwd = pass == DCP_PASS_FWD;
+    DCP_CHECK(dcp_stamps_launch(ctx, p, pass));
     for (int64_t i = dcp_plan_prog_begin(p, pass, ctx->rank);
          i < dcp_plan_prog_end(p, pass, ctx->rank); i++) {
         const dcp_instr_t *in = &p->instrs[i];
@@ -260,6 +264,9 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
             break;
         case DCP_OP_COMM_WAIT: {
             const double t0 = dcp_now();
+            /* the stamps came with the first launch: a peer running another plan or call
+             * is named here, before its blocks are waited for */
+            DCP_CHECK(dcp_stamps_settle(ctx));
             DCP_CHECK(ctx->engine->ops->wait(ctx->engine, reqs[in->arg], ctx->timeout_s,
                                              ctx->engine->stream_ordered ? ctx->stream : NULL));
             reqs[in->arg] = NULL;
@@ -271,6 +278,7 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
         }
         if (ctx->drive_progress && in->op != DCP_OP_ATTN) DCP_CHECK(progress(ctx, p));
     }
+    DCP_CHECK(dcp_stamps_settle(ctx)); /* a rank without transfers checks its neighbours */
     /* the caller's later work runs after the outputs are written */
     DCP_CHECK(ctx->dev->event_record(ctx->exit, ctx->stream));
     return ctx->dev->stream_wait(caller, ctx->exit);
@@ -279,14 +287,16 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
 /* Every failure of a rank, bad arguments included, is announced to its peers: they are
  * inside the same collective and would otherwise wait for this rank until the timeout. */
 static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t pass,
-                             const caller_bufs_t *io, void *caller)
+                             const caller_bufs_t *io, float scale, void *caller)
 {
     dcp_kernel_env_t env;
-    dcp_status_t st = check_call(ctx, plan, pass, io);
-    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, caller, &env);
+    dcp_status_t st = check_call(ctx, plan, pass, io, scale);
+    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, scale, caller, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, caller);
+    ctx->calls++;
     if (st != DCP_OK) {
-        ctx->engine->ops->abort(ctx->engine);
+        ctx->engine->ops->abort(ctx->engine, dcp_last_error());
+        dcp_stamps_cancel(ctx);
         /* queued work may still read the requests' regions: let it finish first */
         (void)ctx->dev->stream_sync(ctx->stream);
         (void)ctx->dev->stream_sync(ctx->xfer_stream);
@@ -308,11 +318,11 @@ static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void
     const dcp_status_t st = ctx->engine->ops->health(ctx->engine);
     if (st != DCP_OK) return st;
     if (!plan || !io) {
-        ctx->engine->ops->abort(ctx->engine);
+        ctx->engine->ops->abort(ctx->engine, !plan ? "plan is NULL" : "io is NULL");
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
     }
     if (stream && ctx->dev->host_memory) {
-        ctx->engine->ops->abort(ctx->engine);
+        ctx->engine->ops->abort(ctx->engine, "stream is not NULL on a CPU context");
         return dcp_set_error(DCP_ERR_INVALID_ARG, "stream is not NULL on a CPU context");
     }
     return DCP_OK;
@@ -323,7 +333,7 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
 {
     DCP_CHECK(enter(ctx, plan, io, stream));
     const caller_bufs_t bufs = forward_bufs(io);
-    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs, stream);
+    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs, io->softmax_scale, stream);
 }
 
 dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
@@ -331,5 +341,5 @@ dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_
 {
     DCP_CHECK(enter(ctx, plan, io, stream));
     const caller_bufs_t bufs = backward_bufs(io);
-    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs, stream);
+    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs, io->fwd.softmax_scale, stream);
 }

@@ -25,6 +25,7 @@
 
 #define SVC_MAX_THREADS   256
 #define SVC_DEFAULT_CACHE 16
+#define SVC_DEFAULT_BYTES ((int64_t)256 << 20)
 #define SVC_MSG_CAP       512
 #define SVC_MASK_WORDS    6  /* kind + up to five parameter words */
 #define SVC_HEAD_WORDS    32 /* room for put_head()'s 25 words */
@@ -83,6 +84,7 @@ struct dcp_planner {
 
     svc_entry_t *cache;
     int32_t cache_cap, cache_count;
+    int64_t bytes_cap, bytes; /* the byte bound and what the entries hold */
     uint64_t clock;
 
     dcp_planner_stats_t stats;
@@ -253,25 +255,43 @@ static svc_entry_t *cache_find(dcp_planner_t *p, const svc_job_t *j)
     return NULL;
 }
 
-static void entry_clear(svc_entry_t *e)
+/* What an entry holds against the byte bound: its plan's bytes and its key. */
+static int64_t entry_bytes(const svc_blob_t *blob, int64_t key_words)
 {
+    return (int64_t)blob->size + key_words * (int64_t)sizeof(int32_t);
+}
+
+static void entry_clear(dcp_planner_t *p, svc_entry_t *e)
+{
+    if (e->blob) p->bytes -= entry_bytes(e->blob, e->key_words);
     blob_release(e->blob);
     free(e->key);
     *e = (svc_entry_t){0};
 }
 
+/* Removes entry i (the last slot moves into its place). */
+static void cache_remove(dcp_planner_t *p, int32_t i)
+{
+    entry_clear(p, &p->cache[i]);
+    p->cache[i] = p->cache[--p->cache_count];
+    p->cache[p->cache_count] = (svc_entry_t){0};
+}
+
 /* Moves the job's key into the cache with `blob` (one reference taken), dropping the least
- * recently used entry when full. */
+ * recently used entries until it fits both bounds (serialize() kept larger plans out). */
 static void cache_insert(dcp_planner_t *p, svc_job_t *j, svc_blob_t *blob)
 {
-    svc_entry_t *e = cache_find(p, j);
-    if (!e && p->cache_count < p->cache_cap) e = &p->cache[p->cache_count++];
-    if (!e) {
-        e = &p->cache[0];
+    const int64_t size = entry_bytes(blob, j->key_words);
+    svc_entry_t *old = cache_find(p, j);
+    if (old) cache_remove(p, (int32_t)(old - p->cache));
+    while (p->cache_count > 0 &&
+           (p->cache_count == p->cache_cap || p->bytes + size > p->bytes_cap)) {
+        int32_t lru = 0;
         for (int32_t i = 1; i < p->cache_count; i++)
-            if (p->cache[i].used < e->used) e = &p->cache[i];
+            if (p->cache[i].used < p->cache[lru].used) lru = i;
+        cache_remove(p, lru);
     }
-    entry_clear(e);
+    svc_entry_t *e = &p->cache[p->cache_count++];
     e->key = j->key;
     e->key_words = j->key_words;
     e->hash = j->hash;
@@ -279,6 +299,7 @@ static void cache_insert(dcp_planner_t *p, svc_job_t *j, svc_blob_t *blob)
     e->blob = blob;
     blob->refs++;
     e->used = ++p->clock;
+    p->bytes += size;
 }
 
 /* ---- workers --------------------------------------------------------------------------- */
@@ -323,10 +344,15 @@ static svc_blob_t *claim_cached(dcp_planner_t *p, svc_job_t *j)
     return NULL;
 }
 
-static dcp_status_t serialize(const dcp_plan_t *plan, svc_blob_t **blob_out)
+/* The plan's bytes for the cache; *blob_out = NULL when they and the key would pass the
+ * cache's byte bound alone (counted before anything is allocated). */
+static dcp_status_t serialize(const dcp_plan_t *plan, int64_t key_words, int64_t bytes_cap,
+                              svc_blob_t **blob_out)
 {
     size_t n = 0;
+    *blob_out = NULL;
     DCP_CHECK(dcp_plan_serialize(plan, NULL, 0, &n));
+    if ((int64_t)n + key_words * (int64_t)sizeof(int32_t) > bytes_cap) return DCP_OK;
     svc_blob_t *b;
     DCP_CHECK(dcp_calloc(&b, 1, sizeof *b + n, "planner cache"));
     const dcp_status_t st = dcp_plan_serialize(plan, b->bytes, n, &b->size);
@@ -342,6 +368,7 @@ static dcp_status_t serialize(const dcp_plan_t *plan, svc_blob_t **blob_out)
 static void run_job(dcp_planner_t *p, svc_job_t *j)
 {
     svc_blob_t *hit = claim_cached(p, j), *fresh = NULL;
+    int too_big = 0;
     pthread_mutex_unlock(&p->mu);
     dcp_plan_t *plan = NULL;
     dcp_status_t st;
@@ -353,7 +380,10 @@ static void run_job(dcp_planner_t *p, svc_job_t *j)
         st = dcp_plan_create(&j->batch, &j->shape, &j->opts, p->cluster, &plan);
         ms = (dcp_now() - t0) * 1e3;
         /* a plan that cannot be cached is still a plan: a failed copy only skips the cache */
-        if (st == DCP_OK && p->cache_cap > 0 && serialize(plan, &fresh) != DCP_OK) fresh = NULL;
+        if (st == DCP_OK && p->cache_cap > 0 &&
+            serialize(plan, j->key_words, p->bytes_cap, &fresh) != DCP_OK)
+            fresh = NULL;
+        too_big = st == DCP_OK && p->cache_cap > 0 && !fresh;
     }
     if (st != DCP_OK) dcp_error_save(j->msg, sizeof j->msg);
     pthread_mutex_lock(&p->mu);
@@ -365,6 +395,7 @@ static void run_job(dcp_planner_t *p, svc_job_t *j)
         p->stats.plan_ms += ms;
     }
     if (fresh) cache_insert(p, j, fresh);
+    p->stats.uncached += too_big;
     if (st != DCP_OK) p->stats.failed++;
     j->status = st;
     j->plan = plan;
@@ -394,7 +425,7 @@ static void planner_free(dcp_planner_t *p)
 {
     for (int64_t i = 0; i < p->num_jobs; i++) job_free(p->jobs[i]);
     free(p->jobs);
-    for (int32_t i = 0; i < p->cache_count; i++) entry_clear(&p->cache[i]);
+    for (int32_t i = 0; i < p->cache_count; i++) entry_clear(p, &p->cache[i]);
     free(p->cache);
     free(p->threads);
     pthread_cond_destroy(&p->done);
@@ -427,7 +458,7 @@ dcp_status_t dcp_planner_create(const dcp_planner_config_t *config, const dcp_cl
     if (!cluster || !planner_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL",
                              cluster ? "planner_out" : "cluster");
-    dcp_planner_config_t c = {1, SVC_DEFAULT_CACHE};
+    dcp_planner_config_t c = {1, SVC_DEFAULT_CACHE, 0};
     if (config) c = *config;
     if (c.num_threads < 0 || c.num_threads > SVC_MAX_THREADS)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.num_threads = %d, must be in [0, %d]",
@@ -435,7 +466,11 @@ dcp_status_t dcp_planner_create(const dcp_planner_config_t *config, const dcp_cl
     if (c.cache_entries < 0)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.cache_entries = %d, must be >= 0",
                              c.cache_entries);
+    if (c.cache_bytes < 0)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "config.cache_bytes = %lld, must be >= 0",
+                             (long long)c.cache_bytes);
     if (c.num_threads == 0) c.num_threads = 1;
+    if (c.cache_bytes == 0) c.cache_bytes = SVC_DEFAULT_BYTES;
     dcp_planner_t *p;
     DCP_CHECK(dcp_calloc(&p, 1, sizeof *p, "planner"));
     dcp_status_t st = DCP_OK;
@@ -448,6 +483,7 @@ dcp_status_t dcp_planner_create(const dcp_planner_config_t *config, const dcp_cl
     p->cluster = cluster;
     p->next_ticket = 1;
     p->cache_cap = c.cache_entries;
+    p->bytes_cap = c.cache_bytes;
     DCP_CHECK_GOTO(dcp_calloc(&p->cache, c.cache_entries, sizeof *p->cache, "planner cache"), st,
                    err);
     DCP_CHECK_GOTO(dcp_calloc(&p->threads, c.num_threads, sizeof *p->threads, "planner threads"),
@@ -589,6 +625,8 @@ dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats_t *stat
     pthread_mutex_lock(&planner->mu);
     *stats_out = planner->stats;
     stats_out->pending = planner->num_jobs;
+    stats_out->cached_plans = planner->cache_count;
+    stats_out->cached_bytes = planner->bytes;
     pthread_mutex_unlock(&planner->mu);
     return DCP_OK;
 }

@@ -75,7 +75,7 @@ static dcp_status_t run_group(dcp_context_t *const *ctx, int32_t n, const dcp_pl
     if (started == n - 1)
         rank_main(&jobs[0]);
     else /* ranks that started would time out: tell them now */
-        ctx[0]->engine->ops->abort(ctx[0]->engine);
+        ctx[0]->engine->ops->abort(ctx[0]->engine, dcp_last_error());
     for (int32_t r = 1; r <= started; r++) pthread_join(tid[r], NULL);
     const rank_job_t *bad = first_failure(jobs, n);
     for (int32_t r = 0; host_ms_out && r < n; r++)

@@ -27,16 +27,26 @@
 #include <stdint.h>
 
 /* Tag spaces: bit 63 the engines' own control messages (launch() refuses it), bit 62 the
- * context's barriers, below them a plan's block transfers. */
+ * context's barriers, bit 61 call stamps (plugin/stamp.h: host memory on every engine; the
+ * sender's rank in the low 32 bits), below them a plan's block transfers. */
 #define DCP_TAG_CONTROL (1ull << 63)
 #define DCP_TAG_SYNC    (1ull << 62)
+#define DCP_TAG_STAMP   (1ull << 61)
 
-/* A block transfer's tag: 30 bits of the plan's fingerprint (ranks that run different plans
+/* A block transfer's tag: 29 bits of the plan's fingerprint (ranks that run different plans
  * do not match each other's blocks) and the transfer's index. */
 static inline uint64_t dcp_tag_data(uint32_t fingerprint, uint32_t transfer)
 {
-    return (uint64_t)(fingerprint & 0x3fffffffu) << 32 | transfer;
+    return (uint64_t)(fingerprint & 0x1fffffffu) << 32 | transfer;
 }
+
+static inline int dcp_tag_is_stamp(uint64_t tag)
+{
+    return (tag & (DCP_TAG_CONTROL | DCP_TAG_SYNC | DCP_TAG_STAMP)) == DCP_TAG_STAMP;
+}
+
+/* The longest failure reason an abort carries to the peers (bytes, with the terminator). */
+#define DCP_ABORT_REASON_CAP 256
 
 typedef struct {
     int32_t peer;
@@ -63,8 +73,10 @@ typedef struct {
      * `stream` (a stream of the rank's device) is ordered after every op's completion. */
     dcp_status_t (*wait)(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout_s, void *stream);
     void (*cancel)(dcp_engine_t *e, dcp_xfer_req_t *req);
-    /* Tells the peers that this rank has failed: their waits end with DCP_ERR_PEER. */
-    void (*abort)(dcp_engine_t *e);
+    /* Tells the peers that this rank has failed, and why (`reason`, may be NULL; the first
+     * DCP_ABORT_REASON_CAP - 1 bytes travel): their waits end with DCP_ERR_PEER naming this
+     * rank and the reason. */
+    void (*abort)(dcp_engine_t *e, const char *reason);
     /* DCP_ERR_PEER when some rank of the group has failed, else DCP_OK. */
     dcp_status_t (*health)(dcp_engine_t *e);
     void (*destroy)(dcp_engine_t *e);

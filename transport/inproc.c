@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -38,8 +39,9 @@ struct dcp_inproc_hub {
     mailbox_t *box;
     pthread_mutex_t done_mu;
     pthread_cond_t done_cv;
-    atomic_int failed_rank; /* -1 while every rank is healthy */
-    int32_t *device;        /* where each rank computes (movers' devices; -1: the host) */
+    atomic_int failed_rank;            /* -1 while every rank is healthy */
+    char reason[DCP_ABORT_REASON_CAP]; /* why it failed; written once, under done_mu */
+    int32_t *device; /* where each rank computes (movers' devices; -1: the host) */
 };
 
 typedef struct {
@@ -112,9 +114,12 @@ static int64_t find(const pending_t *list, int64_t n, int32_t src, uint64_t tag)
     return -1;
 }
 
+/* Keeps the order of the rest: operations with one (source, tag) match first posted, first
+ * matched, as UCX and NCCL match them (call stamps reuse their tag call after call). */
 static void remove_at(pending_t *list, int64_t *n, int64_t i)
 {
-    list[i] = list[--*n];
+    memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+    --*n;
 }
 
 /* Posts one operation of rank `self`: matches it against the peer's pending side, or
@@ -138,7 +143,7 @@ static dcp_status_t post(inproc_engine_t *ie, const dcp_xfer_op_t *op, dcp_xfer_
         if (!mismatch) {
             const dcp_xfer_op_t *send = op->send ? op : &m.op, *recv = op->send ? &m.op : op;
             DCP_TEST_DELAY(DCP_DELAY_COPY);
-            if (ie->mover.copy)
+            if (ie->mover.copy && !dcp_tag_is_stamp(op->tag)) /* stamps: host memory */
                 copy_failed = ie->mover.copy(ie->mover.user, send, recv,
                                              h->device[src] == h->device[dst]) != DCP_OK;
             else if (op->bytes > 0)
@@ -245,8 +250,8 @@ static dcp_status_t ip_wait(dcp_engine_t *e, dcp_xfer_req_t *req, double timeout
     while (req->remaining > 0) {
         const int failed = atomic_load(&h->failed_rank);
         if (failed >= 0) {
-            st = dcp_set_error(DCP_ERR_PEER, "inproc: rank %d failed; rank %d stops waiting",
-                               failed, e->rank);
+            st = dcp_set_error(DCP_ERR_PEER, "inproc: rank %d failed (%s); rank %d stops waiting",
+                               failed, h->reason, e->rank);
             break;
         }
         if (pthread_cond_timedwait(&h->done_cv, &h->done_mu, &deadline) == ETIMEDOUT &&
@@ -272,22 +277,27 @@ static void ip_cancel(dcp_engine_t *e, dcp_xfer_req_t *req)
     free_req(req);
 }
 
-static void ip_abort(dcp_engine_t *e)
+/* The first failure is kept with its reason (a rank that fails because of it keeps it). */
+static void ip_abort(dcp_engine_t *e, const char *reason)
 {
     dcp_inproc_hub_t *h = ((inproc_engine_t *)e)->hub;
-    int expected = -1;
-    atomic_compare_exchange_strong(&h->failed_rank, &expected, e->rank);
     pthread_mutex_lock(&h->done_mu);
+    int expected = -1;
+    if (atomic_compare_exchange_strong(&h->failed_rank, &expected, e->rank))
+        snprintf(h->reason, sizeof h->reason, "%s", reason && *reason ? reason : "no reason given");
     pthread_cond_broadcast(&h->done_cv);
     pthread_mutex_unlock(&h->done_mu);
 }
 
 static dcp_status_t ip_health(dcp_engine_t *e)
 {
-    const int failed = atomic_load(&((inproc_engine_t *)e)->hub->failed_rank);
-    if (failed >= 0)
-        return dcp_set_error(DCP_ERR_PEER, "inproc: rank %d of the group failed", failed);
-    return DCP_OK;
+    dcp_inproc_hub_t *h = ((inproc_engine_t *)e)->hub;
+    if (atomic_load(&h->failed_rank) < 0) return DCP_OK;
+    pthread_mutex_lock(&h->done_mu); /* the reason is complete once failed_rank is set */
+    const dcp_status_t st = dcp_set_error(DCP_ERR_PEER, "inproc: rank %d of the group failed (%s)",
+                                          atomic_load(&h->failed_rank), h->reason);
+    pthread_mutex_unlock(&h->done_mu);
+    return st;
 }
 
 static dcp_status_t ip_register(dcp_engine_t *e, void *ptr, size_t bytes)

@@ -1,6 +1,7 @@
 #include "transport/nccl.h"
 
 #include "include/base/error.h"
+#include "include/base/poll.h"
 #include "transport/bootstrap.h"
 #include "transport/peers.h"
 
@@ -43,7 +44,8 @@ typedef struct {
 } nccl_engine_t;
 
 struct dcp_xfer_req {
-    cudaEvent_t done; /* recorded after the group on the engine's stream */
+    cudaEvent_t done; /* recorded after the group on the engine's stream; NULL: nothing was
+                         launched (call stamps only), complete at once */
     int owns_done;    /* created here (ops without a done event: barriers, benches) */
 };
 
@@ -148,9 +150,16 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
         if (ops[k].peer < 0 || ops[k].peer >= base->size || ops[k].peer == base->rank)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: op %lld has peer %d", (long long)k,
                                  ops[k].peer);
+    int64_t moved = 0;
+    for (int64_t k = 0; k < n; k++) moved += !dcp_tag_is_stamp(ops[k].tag);
     const dcp_xfer_op_t **order = NULL;
     dcp_xfer_req_t *r = NULL;
     dcp_status_t st;
+    if (moved == 0) { /* no event: the host never waits on the engine's stream for nothing */
+        DCP_CHECK(dcp_calloc(&r, 1, sizeof *r, "nccl request"));
+        *req_out = r;
+        return DCP_OK;
+    }
     DCP_CHECK(dcp_calloc(&order, n, sizeof *order, "nccl launch"));
     DCP_CHECK_GOTO(dcp_calloc(&r, 1, sizeof *r, "nccl request"), st, out);
     for (int64_t k = 0; k < n; k++) order[k] = &ops[k];
@@ -172,10 +181,13 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     }
     ncclResult_t nr = e->api.group_start();
     for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
-        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
-                                          e->comm, e->stream)
-                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
-                                          e->comm, e->stream);
+        /* call stamps are host memory, which NCCL cannot move: they are not exchanged here
+         * (NCCL matches by order; a receive's stamp stays zero, which the executor skips) */
+        if (!dcp_tag_is_stamp(order[k]->tag))
+            nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8,
+                                              order[k]->peer, e->comm, e->stream)
+                                : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8,
+                                              order[k]->peer, e->comm, e->stream);
     const ncclResult_t end = e->api.group_end();
     if (nr == ncclSuccess || nr == ncclInProgress) nr = end;
     if (nr == ncclInProgress) {
@@ -206,6 +218,10 @@ static void free_req(dcp_xfer_req_t *r)
 
 static dcp_status_t query(nccl_engine_t *e, dcp_xfer_req_t *r, int *done)
 {
+    if (!r->done) {
+        *done = 1;
+        return DCP_OK;
+    }
     const cudaError_t q = cudaEventQuery(r->done);
     *done = q == cudaSuccess;
     if (q != cudaSuccess && q != cudaErrorNotReady) return cuda_error(q, "event query");
@@ -231,13 +247,14 @@ static dcp_status_t nccl_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double time
         int done = 0;
         if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
         DCP_CHECK(query(e, r, &done));
-        const cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, r->done, 0);
+        const cudaError_t ce =
+            r->done ? cudaStreamWaitEvent((cudaStream_t)stream, r->done, 0) : cudaSuccess;
         if (ce != cudaSuccess) return cuda_error(ce, "stream wait");
         free_req(r);
         return DCP_OK;
     }
     const double deadline = dcp_now() + timeout_s;
-    for (;;) {
+    for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
         if (e->failed) return dcp_set_error(DCP_ERR_PEER, "nccl: the communicator was aborted");
         int done = 0;
         const dcp_status_t st = query(e, r, &done);
@@ -246,7 +263,6 @@ static dcp_status_t nccl_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double time
         if (dcp_now() > deadline)
             return dcp_set_error(DCP_ERR_TIMEOUT, "nccl: rank %d waited %.1f s for a launch",
                                  base->rank, timeout_s);
-        sched_yield();
     }
     free_req(r);
     return DCP_OK;
@@ -263,8 +279,9 @@ static void nccl_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
 
 /* NCCL has no failure notice: aborting ends this rank's side, and the peers' operations
  * with it fail on their side (remote error) or time out. */
-static void nccl_abort(dcp_engine_t *base)
+static void nccl_abort(dcp_engine_t *base, const char *reason)
 {
+    (void)reason; /* nothing carries it: NCCL has no messages of its own to the peers */
     fail((nccl_engine_t *)base);
 }
 

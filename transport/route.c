@@ -1,8 +1,8 @@
 #include "transport/route.h"
 
 #include "include/base/error.h"
+#include "include/base/poll.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,7 +127,7 @@ static dcp_status_t route_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double tim
 {
     route_engine_t *e = (route_engine_t *)base;
     const double deadline = dcp_now() + timeout_s;
-    for (uint64_t spin = 0;; spin++) {
+    for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
         int32_t left = 0, last = -1;
         for (int32_t i = 0; i < e->n; i++) {
             if (!r->sub[i]) continue;
@@ -154,16 +154,15 @@ static dcp_status_t route_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double tim
         if (dcp_now() > deadline) /* the first part still in flight times out in its engine */
             for (int32_t i = 0; i < e->n; i++)
                 if (r->sub[i]) return finish(e, r, i, 0, stream);
-        if (spin >= 32) sched_yield();
     }
     free(r);
     return DCP_OK;
 }
 
-static void route_abort(dcp_engine_t *base)
+static void route_abort(dcp_engine_t *base, const char *reason)
 {
     route_engine_t *e = (route_engine_t *)base;
-    for (int32_t i = 0; i < e->n; i++) e->sub[i]->ops->abort(e->sub[i]);
+    for (int32_t i = 0; i < e->n; i++) e->sub[i]->ops->abort(e->sub[i], reason);
 }
 
 static dcp_status_t route_health(dcp_engine_t *base)

@@ -1,8 +1,8 @@
 #include "transport/staged.h"
 
 #include "include/base/error.h"
+#include "include/base/poll.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +97,7 @@ static dcp_status_t staged_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, 
     char *host = r->buf->ptr;
     int sends = 0;
     for (int64_t k = 0; k < n; k++)
-        if (ops[k].send && ops[k].bytes) {
+        if (ops[k].send && ops[k].bytes && !dcp_tag_is_stamp(ops[k].tag)) {
             DCP_CHECK_GOTO(e->st.copy(e->st.user, host + r->off[k], ops[k].ptr, ops[k].bytes), st,
                            err);
             sends = 1;
@@ -105,7 +105,7 @@ static dcp_status_t staged_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, 
     if (sends) DCP_CHECK_GOTO(e->st.sync(e->st.user), st, err);
     for (int64_t k = 0; k < n; k++) {
         dcp_xfer_op_t op = ops[k];
-        op.ptr = host + r->off[k];
+        if (!dcp_tag_is_stamp(op.tag)) op.ptr = host + r->off[k]; /* stamps: host memory */
         op.ready = op.done = NULL;
         DCP_CHECK_GOTO(e->inner->ops->launch(e->inner, &op, 1, &r->sub[k]), st, err);
     }
@@ -122,7 +122,7 @@ static dcp_status_t complete(staged_engine_t *e, dcp_xfer_req_t *r, int64_t k)
     DCP_CHECK(e->inner->ops->wait(e->inner, r->sub[k], 0, NULL));
     r->sub[k] = NULL;
     const dcp_xfer_op_t *op = &r->ops[k];
-    if (op->send || !op->bytes) return DCP_OK;
+    if (op->send || !op->bytes || dcp_tag_is_stamp(op->tag)) return DCP_OK;
     return e->st.copy(e->st.user, op->ptr, (char *)r->buf->ptr + r->off[k], op->bytes);
 }
 
@@ -157,7 +157,7 @@ static dcp_status_t staged_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double ti
     (void)stream; /* complete on the host: the copies are done when this returns */
     staged_engine_t *e = (staged_engine_t *)base;
     const double deadline = dcp_now() + timeout_s;
-    for (uint64_t spin = 0;; spin++) {
+    for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
         int64_t left = 0;
         DCP_CHECK(harvest(e, r, &left));
         if (left == 0) break;
@@ -168,7 +168,6 @@ static dcp_status_t staged_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double ti
                     DCP_CHECK(complete(e, r, k));
                     break;
                 }
-        if (spin >= 32) sched_yield();
     }
     DCP_CHECK(e->st.sync(e->st.user));
     free_req(r);
@@ -186,10 +185,10 @@ static void staged_deregister(dcp_engine_t *base, void *ptr)
     (void)base, (void)ptr;
 }
 
-static void staged_abort(dcp_engine_t *base)
+static void staged_abort(dcp_engine_t *base, const char *reason)
 {
     staged_engine_t *e = (staged_engine_t *)base;
-    e->inner->ops->abort(e->inner);
+    e->inner->ops->abort(e->inner, reason);
 }
 
 static dcp_status_t staged_health(dcp_engine_t *base)

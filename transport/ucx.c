@@ -1,12 +1,12 @@
 #include "transport/ucx.h"
 
 #include "include/base/error.h"
+#include "include/base/poll.h"
 #include "transport/bootstrap.h"
 #include "transport/peers.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +29,10 @@
 #define LIVENESS_PERIOD_S 0.1
 
 /* An abort notice: the rank whose failure it reports (the first failure its sender saw,
- * which a relaying rank passes on) and the sender. */
+ * which a relaying rank passes on), the sender, and why that rank failed. */
 typedef struct {
     int32_t origin, sender;
+    char reason[DCP_ABORT_REASON_CAP];
 } abort_msg_t;
 
 typedef struct ucx_engine ucx_engine_t;
@@ -54,7 +55,8 @@ struct ucx_engine {
     int32_t failed_peer;  /* first peer reported dead or aborted, -1 while none */
     int32_t suspect;      /* the peer a timed-out wait was waiting for, -1 while none */
     int32_t self_failed;  /* this rank announced its own failure */
-    void *abort_req;      /* the posted receive for abort notices */
+    char failed_reason[DCP_ABORT_REASON_CAP]; /* failed_peer's reason, from its notice */
+    void *abort_req;                          /* the posted receive for abort notices */
     abort_msg_t abort_in;
 };
 
@@ -72,9 +74,13 @@ static dcp_status_t ucx_error(ucs_status_t s, const char *what)
 
 static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    (void)ep, (void)status;
+    (void)ep;
     peer_ref_t *ref = arg;
-    if (ref->e->failed_peer < 0) ref->e->failed_peer = ref->peer;
+    if (ref->e->failed_peer < 0) {
+        ref->e->failed_peer = ref->peer;
+        snprintf(ref->e->failed_reason, sizeof ref->e->failed_reason, "its endpoint failed: %s",
+                 ucs_status_string(status));
+    }
 }
 
 /* A same-node peer that has exited (or is a zombie) has failed: shared-memory transports
@@ -102,7 +108,11 @@ static void check_liveness(ucx_engine_t *e)
     if (now < e->next_liveness || !e->local_pid) return;
     e->next_liveness = now + LIVENESS_PERIOD_S;
     for (int32_t p = 0; p < e->base.size && e->failed_peer < 0; p++)
-        if (e->local_pid[p] > 0 && process_gone(e->local_pid[p])) e->failed_peer = p;
+        if (e->local_pid[p] > 0 && process_gone(e->local_pid[p])) {
+            e->failed_peer = p;
+            snprintf(e->failed_reason, sizeof e->failed_reason, "its process %lld is gone",
+                     (long long)e->local_pid[p]);
+        }
 }
 
 /* UCX treats a failed single-copy (CMA) transfer on an endpoint without peer error
@@ -133,11 +143,15 @@ static void progress(ucx_engine_t *e)
         ucp_request_free(e->abort_req);
         e->abort_req = NULL;
         /* the rank that failed first, unless that is this rank (then: the sender) */
-        const abort_msg_t m = e->abort_in;
-        const int32_t blamed = m.origin >= 0 && m.origin < e->base.size && m.origin != e->base.rank
-                                   ? m.origin
-                                   : m.sender;
-        if (e->failed_peer < 0 && blamed >= 0 && blamed < e->base.size) e->failed_peer = blamed;
+        const abort_msg_t *m = &e->abort_in;
+        const int32_t blamed =
+            m->origin >= 0 && m->origin < e->base.size && m->origin != e->base.rank ? m->origin
+                                                                                    : m->sender;
+        if (e->failed_peer < 0 && blamed >= 0 && blamed < e->base.size) {
+            e->failed_peer = blamed;
+            snprintf(e->failed_reason, sizeof e->failed_reason, "%.*s", (int)sizeof m->reason - 1,
+                     m->reason);
+        }
     }
 }
 
@@ -181,6 +195,18 @@ static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
                                  "ucx: rank %d and peer %d posted different sizes for one tag",
                                  e->base.rank, r->peer[i]);
         if (s == UCS_ERR_CANCELED) continue;
+        /* a peer that failed on purpose sent its notice before it closed: the notice, with
+         * its reason, may be waiting behind the broken transfer */
+        for (int k = 0; k < 16 && e->failed_peer < 0; k++) progress(e);
+        if (e->failed_peer >= 0)
+            return dcp_set_error(DCP_ERR_PEER,
+                                 "ucx: rank %d failed (%s); rank %d's transfer "
+                                 "with it ended: %s",
+                                 e->failed_peer, e->failed_reason, e->base.rank,
+                                 ucs_status_string(s));
+        e->failed_peer = r->peer[i];
+        snprintf(e->failed_reason, sizeof e->failed_reason, "a transfer with it failed: %s",
+                 ucs_status_string(s));
         return dcp_set_error(DCP_ERR_PEER, "ucx: transfer with rank %d failed: %s", r->peer[i],
                              ucs_status_string(s));
     }
@@ -239,16 +265,16 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
     (void)stream; /* UCX completes on the host: the ops are done when this returns */
     ucx_engine_t *e = (ucx_engine_t *)base;
     const double deadline = dcp_now() + timeout_s;
-    for (uint64_t spin = 0;; spin++) {
+    for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
         progress(e);
         DCP_CHECK(harvest(e, r));
         if (r->pending == 0) break;
         check_liveness(e);
         if (e->failed_peer >= 0)
-            return dcp_set_error(DCP_ERR_PEER,
-                                 "ucx: rank %d failed; rank %d stops waiting after %.2f s",
-                                 e->failed_peer, base->rank, dcp_now() - deadline + timeout_s);
-        if ((spin & 255) == 0 && dcp_now() > deadline) {
+            return dcp_set_error(
+                DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d stops waiting after %.2f s",
+                e->failed_peer, e->failed_reason, base->rank, dcp_now() - deadline + timeout_s);
+        if ((poll.polls & 255) == 0 && dcp_now() > deadline) {
             int32_t peer = -1;
             for (int64_t i = 0; i < r->n && peer < 0; i++)
                 if (r->reqs[i]) peer = r->peer[i];
@@ -259,7 +285,6 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
                                  base->rank, timeout_s, (long long)r->pending, (long long)r->n,
                                  peer);
         }
-        if (spin >= 32) sched_yield(); /* a short spin, then let ranks sharing a core run */
     }
     free_req(r);
     return DCP_OK;
@@ -284,7 +309,7 @@ static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
 /* Tells every peer that this rank has failed, flushing the notices briefly. The notice
  * names the failure this rank saw first (a dead peer, or the peer a timed-out wait waited
  * for), so that a rank relaying a failure is not blamed for it; its own rank otherwise. */
-static void ucx_abort(dcp_engine_t *base)
+static void ucx_abort(dcp_engine_t *base, const char *reason)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
     if (e->self_failed) return;
@@ -292,6 +317,10 @@ static void ucx_abort(dcp_engine_t *base)
     const int32_t origin = e->failed_peer >= 0 ? e->failed_peer
                            : e->suspect >= 0   ? e->suspect
                                                : base->rank;
+    /* a relayed failure travels with its origin's reason */
+    const char *why = e->failed_peer >= 0 && e->failed_reason[0] ? e->failed_reason
+                      : reason && *reason                        ? reason
+                                                                 : "no reason given";
     void **reqs = calloc((size_t)base->size, sizeof *reqs);
     abort_msg_t *me = calloc((size_t)base->size, sizeof *me);
     if (!reqs || !me) {
@@ -301,7 +330,8 @@ static void ucx_abort(dcp_engine_t *base)
     }
     for (int32_t p = 0; p < base->size; p++) {
         if (p == base->rank || p == e->failed_peer) continue;
-        me[p] = (abort_msg_t){origin, base->rank};
+        me[p] = (abort_msg_t){origin, base->rank, {0}};
+        snprintf(me[p].reason, sizeof me[p].reason, "%s", why);
         ucp_request_param_t prm = {0};
         void *q = ucp_tag_send_nbx(e->eps[p], &me[p], sizeof me[p], TAG_ABORT, &prm);
         reqs[p] = UCS_PTR_IS_PTR(q) ? q : NULL;
@@ -328,9 +358,13 @@ static dcp_status_t ucx_health(dcp_engine_t *base)
     ucx_engine_t *e = (ucx_engine_t *)base;
     progress(e);
     check_liveness(e);
-    if (e->self_failed) return dcp_set_error(DCP_ERR_PEER, "ucx: this rank has failed before");
     if (e->failed_peer >= 0)
-        return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d of the job failed", e->failed_peer);
+        return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d of the job failed (%s)", e->failed_peer,
+                             e->failed_reason);
+    if (e->self_failed)
+        return dcp_set_error(DCP_ERR_PEER,
+                             "ucx: this rank failed in an earlier call; destroy the context "
+                             "and create a new one on every rank");
     return DCP_OK;
 }
 
@@ -374,12 +408,40 @@ static void close_eps(ucx_engine_t *e)
     free(reqs);
 }
 
+/* After a failure, peers' blocks may have arrived that no receive will ever take: receives
+ * them into scratch memory (for at most a second), so that the worker closes without a
+ * warning per message. */
+static void drain_unexpected(ucx_engine_t *e)
+{
+    const double deadline = dcp_now() + 1.0;
+    while (dcp_now() < deadline) {
+        ucp_worker_progress(e->worker);
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
+        if (!msg) break;
+        void *scratch = malloc(info.length ? info.length : 1);
+        if (!scratch) break;
+        ucp_request_param_t p = {0};
+        void *q = ucp_tag_msg_recv_nbx(e->worker, scratch, info.length, msg, &p);
+        while (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) == UCS_INPROGRESS &&
+               dcp_now() < deadline)
+            ucp_worker_progress(e->worker);
+        if (UCS_PTR_IS_PTR(q)) {
+            if (ucp_request_check_status(q) == UCS_INPROGRESS) ucp_request_cancel(e->worker, q);
+            ucp_request_free(q);
+        }
+        free(scratch);
+    }
+}
+
 static void ucx_destroy(dcp_engine_t *base)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
     if (e->worker) {
         /* peers may still be completing sends to this rank (a rendezvous ends with an
-         * acknowledgement): meet them before closing, unless the job has already failed */
+         * acknowledgement): meet them before closing, unless the job has failed (a failed
+         * peer may never come; every rank whose call failed skips it alike, so that the
+         * ranks' next bootstrap collective, a new context's, stays in step) */
         if (e->failed_peer < 0 && !e->self_failed && e->bs)
             dcp_bootstrap_agree(e->bs, DCP_OK, "ucx close");
         if (e->abort_req) {
@@ -387,6 +449,7 @@ static void ucx_destroy(dcp_engine_t *base)
             ucp_worker_progress(e->worker);
             ucp_request_free(e->abort_req);
         }
+        if (e->failed_peer >= 0 || e->self_failed) drain_unexpected(e);
         close_eps(e);
         ucp_worker_destroy(e->worker);
     }

@@ -9,4 +9,5 @@ extern "C" const dcp_kernels_t dcp_kernels_cuda = {
     dcp_cuda_attn_bwd,
     dcp_cuda_bwd_delta,
     dcp_cuda_accumulate,
+    dcp_cuda_shape_check,
 };

@@ -233,8 +233,8 @@ static dcp_status_t rank_io_fill(const dcpt_harness_t *h, const dcp_plan_t *plan
                 memcpy(r->bufs[NT * rank + j] + i * widths[j],
                        src[j] + r->rows[rank][i] * widths[j], (size_t)widths[j] * sizeof(float));
     r->io[rank] =
-        (dcp_tensors_t){r->bufs[NT * rank], r->bufs[NT * rank + 1], r->bufs[NT * rank + 2],
-                        r->bufs[NT * rank + 3], r->bufs[NT * rank + 4]};
+        (dcp_tensors_t){r->bufs[NT * rank],     r->bufs[NT * rank + 1], r->bufs[NT * rank + 2],
+                        r->bufs[NT * rank + 3], r->bufs[NT * rank + 4], 0.0f};
     float **b = &r->bufs[NT * rank];
     r->gio[rank] = (dcp_grad_tensors_t){r->io[rank], b[5], b[6], b[7], b[8]};
 out:
@@ -289,7 +289,7 @@ static dcp_status_t rank_io_to_store(rank_io_t *r, int32_t rank)
                                  gpu >= 0 ? "GPU" : "rank", gpu >= 0 ? gpu : rank);
         if (!is_output(j)) DCP_CHECK(move(r, rank, j, 1));
     }
-    r->io[rank] = (dcp_tensors_t){d[0], d[1], d[2], d[3], d[4]};
+    r->io[rank] = (dcp_tensors_t){d[0], d[1], d[2], d[3], d[4], 0.0f};
     r->gio[rank] = (dcp_grad_tensors_t){r->io[rank], d[5], d[6], d[7], d[8]};
     return DCP_OK;
 }

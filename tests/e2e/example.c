@@ -104,8 +104,11 @@ int main(void)
                 gather(lk, row, k, token, HKV);
                 gather(lv, row, v, token, HKV);
             }
-        io[r] = (dcp_tensors_t){lq, lk, lv, malloc((size_t)n * HQ * D * sizeof(float) + 1),
-                                malloc((size_t)n * HQ * sizeof(float) + 1)};
+        io[r] = (dcp_tensors_t){.q = lq,
+                                .k = lk,
+                                .v = lv,
+                                .o = malloc((size_t)n * HQ * D * sizeof(float) + 1),
+                                .lse = malloc((size_t)n * HQ * sizeof(float) + 1)};
     }
     const dcp_status_t s = dcp_forward_inproc(plan, io, 0 /* default timeout */, NULL /* CPU */);
     printf("forward: %s\n", dcp_status_string(s));

@@ -44,8 +44,11 @@ int main(int argc, char **argv)
         st = DCP_ERR_NO_MEMORY;
     if (st == DCP_OK) {
         for (int64_t i = 0; i < nq + 2 * nkv; i++) buf[i] = 0.01f;
-        const dcp_tensors_t io = {buf, buf + nq, buf + nq + nkv, buf + nq + 2 * nkv,
-                                  buf + 2 * nq + 2 * nkv};
+        const dcp_tensors_t io = {.q = buf,
+                                  .k = buf + nq,
+                                  .v = buf + nq + nkv,
+                                  .o = buf + nq + 2 * nkv,
+                                  .lse = buf + 2 * nq + 2 * nkv};
         st = dcp_forward(ctx, plan, &io, NULL);
     }
     /* equal inputs: every output equals V */

@@ -24,7 +24,7 @@ const char *dcpt_plan_run_anyway(const dcp_plan_t *q)
             mem[r][j] = calloc((size_t)(t * w[j]), sizeof(float));
             if (!mem[r][j]) broken = "tensors of an accepted plan could not be allocated";
         }
-        io[r] = (dcp_grad_tensors_t){{mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4]},
+        io[r] = (dcp_grad_tensors_t){{mem[r][0], mem[r][1], mem[r][2], mem[r][3], mem[r][4], 0.0f},
                                      mem[r][5],
                                      mem[r][6],
                                      mem[r][7],
@@ -137,7 +137,7 @@ static dcp_status_t plan_seed(const seed_t *s, int32_t *ranges, dcp_plan_t **pla
         {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_FULL}, {.kind = DCP_MASK_WINDOW, .window = 9}};
     const dcp_mask_t m1[4] = {
         {.kind = DCP_MASK_LAMBDA, .sink = 4, .window = 30},
-        {.kind = DCP_MASK_CUSTOM, .ranges = ranges},
+        {.kind = DCP_MASK_CUSTOM, .ranges = ranges, .num_rows = 37},
         {.kind = DCP_MASK_CAUSAL},
         {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
     const dcp_mask_t m2[2] = {{.kind = DCP_MASK_BLOCKWISE, .block = 16, .k = 1},

@@ -71,12 +71,13 @@ def random_custom(length, rng):
     return torch.tensor(rows, dtype=torch.int32)
 
 
-def attention(q, k, v, lengths, masks, scale=None):
+def attention(q, k, v, lengths, masks, scale=None, return_lse=False):
     """Masked softmax attention per sequence in q's dtype (plain PyTorch, differentiable);
-    GQA by repeating KV heads; a query with no allowed key gets 0."""
+    GQA by repeating KV heads; a query with no allowed key gets 0 (and LSE -inf). With
+    return_lse also the [tokens, heads] log-sum-exp of the scaled allowed scores."""
     hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    outs, start = [], 0
+    outs, lses, start = [], [], 0
     for length, spec in zip(lengths, masks):
         sl = slice(start, start + length)
         qs = q[sl].transpose(0, 1)                                   # [H, L, D]
@@ -88,11 +89,15 @@ def attention(q, k, v, lengths, masks, scale=None):
         # reaches the gradients
         s = (qs @ ks.transpose(1, 2)) * scale
         s = s.masked_fill(~allowed & any_key, float("-inf"))
+        lse = torch.where(any_key.squeeze(1), torch.logsumexp(s, dim=-1),
+                          torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
+        lses.append(lse.transpose(0, 1))
         p = torch.softmax(s, dim=-1)
         o = torch.where(any_key, p @ vs, torch.zeros((), dtype=q.dtype, device=q.device))
         outs.append(o.transpose(0, 1))
         start += length
-    return torch.cat(outs, 0)
+    o = torch.cat(outs, 0)
+    return (o, torch.cat(lses, 0)) if return_lse else o
 
 
 def sample_lengths(rng, tokens, scale, max_len, path=None):
@@ -157,3 +162,15 @@ def training_agrees(losses, params, want, f32, tol_rel):
             print("FAIL: %s differ by %.3g, more than %.3g" % (what, d, bound))
             ok = False
     return ok
+
+
+def train_reference(model, data, batch_loss, lr):
+    """A training test's reference run: `model` trained in one process over `data`, one SGD
+    step per batch on batch_loss(model, batch); returns (losses, {name: final parameter})."""
+    losses = []
+    for b in data:
+        loss = batch_loss(model, b)
+        loss.backward()
+        losses.append(loss.item())
+        sgd(model, lr)
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -8,6 +8,7 @@ surface: plans, layouts, bytes, errors.
 """
 import random
 import unittest
+import warnings
 
 import torch
 
@@ -16,6 +17,7 @@ import dcp
 import dcp.torch as dt
 
 HQ, HKV, D, BLOCK = 4, 2, 16, 32
+SHAPE = dict(q_heads=HQ, kv_heads=HKV, head_dim=D, dtype=torch.float32)
 LENGTHS = [150, 37, 96, 1, 64]
 MASKS = ["full", "causal", "window:24", "lambda:8:24", "blockwise:16:2",
          "shared-question:0.25:3", "custom", "mixed"]
@@ -69,8 +71,8 @@ class AttentionInproc(unittest.TestCase):
     def check(self, kind, cluster, strategy, dtype, seed):
         rng = random.Random(seed)
         masks = mask_specs(kind, LENGTHS, rng)
-        plan = dt.plan(LENGTHS, masks, cluster, HQ, HKV, D, dtype, block_size=BLOCK,
-                       strategy=strategy)
+        plan = dt.plan(LENGTHS, masks, cluster, q_heads=HQ, kv_heads=HKV, head_dim=D,
+                       dtype=dtype, block_size=BLOCK, strategy=strategy)
         q, k, v, dout = inputs(LENGTHS, dtype, seed)
         want = run_torch(*(x.double() for x in (q, k, v, dout)), LENGTHS, masks)
         got = run_dcp(plan, q, k, v, dout)
@@ -123,8 +125,8 @@ class AttentionCuda(unittest.TestCase):
             for kind in MASKS:
                 masks = mask_specs(kind, lengths, random.Random(4))
                 with self.subTest(mask=kind, dtype=dtype):
-                    plan = dt.plan(lengths, masks, "1x4", 8, 2, d, dtype, block_size=128,
-                                   strategy="metis")
+                    plan = dt.plan(lengths, masks, "1x4", q_heads=8, kv_heads=2,
+                                   head_dim=d, dtype=dtype, block_size=128, strategy="metis")
                     g = torch.Generator().manual_seed(9)
                     x = [torch.randn(sum(lengths), h, d, generator=g, dtype=torch.float64)
                          .to(dtype) for h in (8, 2, 2, 8)]
@@ -143,8 +145,8 @@ class Surface(unittest.TestCase):
     """Plans, layouts, bytes and errors as the Python package shows them."""
 
     def setUp(self):
-        self.plan = dt.plan(LENGTHS, "causal", "2x2", HQ, HKV, D, torch.float32,
-                            block_size=BLOCK, strategy="metis", seed=3)
+        self.plan = dt.plan(LENGTHS, "causal", "2x2", **SHAPE, block_size=BLOCK,
+                            strategy="metis", seed=3)
 
     def test_local_indices_partition_tokens(self):
         idx = torch.cat([self.plan.local_indices(r) for r in range(self.plan.num_ranks)])
@@ -185,16 +187,17 @@ class Surface(unittest.TestCase):
 
     def test_bad_arguments_raise_with_the_library_text(self):
         with self.assertRaises(dcp.DcpError) as e:
-            dt.plan(LENGTHS, "window:0", "1x2", HQ, HKV, D, torch.float32)
+            dt.plan(LENGTHS, "window:0", "1x2", **SHAPE)
         self.assertEqual(e.exception.status, 1)
         self.assertIn("window", e.exception.message)
         with self.assertRaises(dcp.DcpError) as e:
-            dt.plan([10, 0], "causal", "1x2", HQ, HKV, D, torch.float32)
+            dt.plan([10, 0], "causal", "1x2", **SHAPE)
         self.assertIn("lengths[1]", str(e.exception))
         with self.assertRaises(dcp.DcpError):
-            dt.plan(LENGTHS, "causal", "1x2", 3, 2, D, torch.float32)  # Hq % Hkv
+            dt.plan(LENGTHS, "causal", "1x2", q_heads=3, kv_heads=2, head_dim=D,
+                    dtype=torch.float32)  # Hq % Hkv
         with self.assertRaises(dcp.DcpError):
-            dt.plan(LENGTHS, "causal", "nonsense", HQ, HKV, D, torch.float32)
+            dt.plan(LENGTHS, "causal", "nonsense", **SHAPE)
 
     def test_wrong_tensors_refused_before_the_library(self):
         n = self.plan.num_ranks
@@ -211,29 +214,117 @@ class Surface(unittest.TestCase):
     def test_planner_service(self):
         batches = [(LENGTHS, "causal"), ([40, 300, 7], "window:24"), (LENGTHS[::-1], "full")]
         with dt.Planner("2x2", num_threads=2) as planner:
-            tickets = [planner.submit(n, m, HQ, HKV, D, torch.float32, block_size=BLOCK,
-                                      strategy="metis", seed=3) for n, m in batches]
-            again = planner.submit(LENGTHS, "causal", HQ, HKV, D, torch.float32,
-                                   block_size=BLOCK, strategy="metis", seed=3)
+            tickets = [planner.submit(n, m, **SHAPE, block_size=BLOCK, strategy="metis",
+                                      seed=3) for n, m in batches]
+            again = planner.submit(LENGTHS, "causal", **SHAPE, block_size=BLOCK,
+                                   strategy="metis", seed=3)
             plans = [planner.wait(t) for t in tickets]
             while True:  # try_wait: None until made
                 cached = planner.try_wait(again)
                 if cached is not None:
                     break
             with self.assertRaises(dcp.DcpError) as e:  # checked at submission
-                planner.submit([10, 0], "causal", HQ, HKV, D, torch.float32)
+                planner.submit([10, 0], "causal", **SHAPE)
             self.assertIn("lengths[1]", e.exception.message)
             stats = planner.stats()
         self.assertEqual(plans[0].to_bytes(), self.plan.to_bytes())
         self.assertEqual(cached.to_bytes(), self.plan.to_bytes())
         for (n, m), p in zip(batches, plans):
             self.assertEqual(p.lengths, n)
-            self.assertEqual(p.to_bytes(), dt.plan(n, m, "2x2", HQ, HKV, D, torch.float32,
-                                                   block_size=BLOCK, strategy="metis",
-                                                   seed=3).to_bytes())
+            self.assertEqual(p.to_bytes(), dt.plan(n, m, "2x2", **SHAPE, block_size=BLOCK,
+                                                   strategy="metis", seed=3).to_bytes())
         self.assertEqual((stats["submitted"], stats["pending"]), (4, 0))
         self.assertEqual(stats["planned"] + stats["cache_hits"], 4)
         self.assertGreaterEqual(stats["cache_hits"], 1)
+
+    def test_shape_from_keywords_or_example_tensors(self):
+        q, k, _, _ = inputs(LENGTHS, torch.float32, 5)
+        like = dt.plan(LENGTHS, "causal", "2x2", like=(q, k), block_size=BLOCK,
+                       strategy="metis", seed=3)
+        self.assertEqual(like.to_bytes(), self.plan.to_bytes())
+        self.assertEqual(like.checksum, self.plan.checksum)
+        with warnings.catch_warnings(record=True) as seen:  # the old positional form
+            warnings.simplefilter("always")
+            old = dt.plan(LENGTHS, "causal", "2x2", HQ, HKV, D, torch.float32,
+                          block_size=BLOCK, strategy="metis", seed=3)
+        self.assertTrue(any(issubclass(w.category, DeprecationWarning) for w in seen))
+        self.assertEqual(old.to_bytes(), self.plan.to_bytes())
+        with self.assertRaises(TypeError) as e:  # no shape at all
+            dt.plan(LENGTHS, "causal", "2x2")
+        self.assertIn("q_heads", str(e.exception))
+        with self.assertRaises(TypeError):
+            dt.plan(LENGTHS, "causal", "2x2", HQ, q_heads=HQ, kv_heads=HKV, head_dim=D,
+                    dtype=torch.float32)
+
+    def test_local_positions_are_positions_in_the_sequence(self):
+        starts = [sum(LENGTHS[:s]) for s in range(len(LENGTHS))]
+        for r in range(self.plan.num_ranks):
+            idx, pos = self.plan.local_indices(r), self.plan.local_positions(r)
+            seq = self.plan.local_sequences(r)
+            self.assertEqual(pos.shape, idx.shape)
+            want = idx - torch.tensor(starts)[seq]
+            self.assertTrue(torch.equal(pos, want))
+            self.assertTrue(bool((pos < torch.tensor(LENGTHS)[seq]).all()))
+
+    def test_gather_undoes_dispatch(self):
+        x = torch.randn(sum(LENGTHS), 3, requires_grad=True)
+        parts = [self.plan.dispatch(x, r) for r in range(self.plan.num_ranks)]
+        y = self.plan.gather(parts)
+        self.assertTrue(torch.equal(y, x))
+        y.sum().backward()  # every token once
+        self.assertTrue(torch.equal(x.grad, torch.ones_like(x)))
+        with self.assertRaises(ValueError):
+            self.plan.gather(parts[:2])
+
+    def test_lse_and_call_time_scale_match_the_reference(self):
+        masks = ["causal", "window:24", "full", "lambda:8:24", "custom"]
+        rng = random.Random(3)
+        masks = [ref.random_custom(n, rng) if m == "custom" else m
+                 for n, m in zip(LENGTHS, masks)]
+        plan = dt.plan(LENGTHS, masks, "2x2", **SHAPE, block_size=BLOCK, strategy="metis")
+        q, k, v, dout = inputs(LENGTHS, torch.float32, 11)
+        for scale in (None, 0.05):
+            n = plan.num_ranks
+            leaves = [[plan.dispatch(x, r).clone().requires_grad_() for r in range(n)]
+                      for x in (q, k, v)]
+            outs, lses = dt.attention_inproc(plan, *leaves, softmax_scale=scale,
+                                             return_lse=True)
+            torch.autograd.backward(outs, [plan.dispatch(dout, r) for r in range(n)])
+            want_leaves = [x.double().requires_grad_() for x in (q, k, v)]
+            want_o, want_lse = ref.attention(*want_leaves, LENGTHS, masks, scale=scale,
+                                             return_lse=True)
+            want_o.backward(dout.double())
+            lse = plan.gather(lses)
+            finite = torch.isfinite(want_lse)
+            self.assertTrue(torch.equal(torch.isfinite(lse), finite))  # -inf where no key
+            self.assertLessEqual(ref.max_err(lse[finite], want_lse[finite]), 1e-5)
+            self.assertLessEqual(ref.max_err(plan.gather(outs), want_o), 1e-5 * ref.peak(want_o))
+            for i, name in enumerate(("dq", "dk", "dv")):
+                got = plan.gather([x.grad for x in leaves[i]])
+                want = want_leaves[i].grad
+                self.assertLessEqual(ref.max_err(got, want), 1e-5 * ref.peak(want),
+                                     "%s, softmax_scale %s" % (name, scale))
+        with self.assertRaises(ValueError):
+            dt.attention_inproc(plan, *leaves, softmax_scale=-1.0)
+
+    def test_bad_lengths_and_custom_ranges_refused_by_name(self):
+        cases = [([10, 2.0], "causal", TypeError, "lengths[1]"),
+                 ([10, 3], [torch.zeros(9, 4, dtype=torch.int32), "causal"], ValueError,
+                  "mask[0]: custom ranges have 9 rows"),
+                 ([10, 3], [torch.zeros(11, 4, dtype=torch.int64), "causal"], ValueError,
+                  "11 rows"),
+                 ([10, 3], [torch.zeros(0, 4, dtype=torch.int32), "causal"], ValueError,
+                  "0 rows"),
+                 ([10, 3], [torch.zeros(10, 4), "causal"], TypeError, "give integers"),
+                 ([10, 3], ["causal", [(0, 1, 0, 1)] * 2 + [(0, 1.5, 0, 0)]], TypeError,
+                  "mask[1] ranges[9] = 1.5"),
+                 ([10, 3], ["causal", [(0, 1, 0)] * 3], ValueError, "row 0"),
+                 ([10, 3], "causal", TypeError, "block_size")]
+        for lengths, mask, exc, text in cases:
+            with self.subTest(text=text), self.assertRaises(exc) as e:
+                extra = {"block_size": 8.5} if text == "block_size" else {}
+                dt.plan(lengths, mask, "1x2", **SHAPE, **extra)
+            self.assertIn(text, str(e.exception))
 
     def test_reference_masks_match_the_library(self):
         lib = dcp.load()

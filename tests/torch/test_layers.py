@@ -89,30 +89,22 @@ def model():
     return Model().double()
 
 
-def sgd(m):
-    ref.sgd(m, LR)
-
-
 def train_single(attn_dtype):
     """The reference: all tokens in one process, plain PyTorch attention in attn_dtype."""
-    m = model()
-    losses = []
-    for b in batches():
+    def batch_loss(m, b):
         def attend(q, k, v, kind):
             masks = [KINDS[kind]] * len(b["lengths"])
             return ref.attention(q.to(attn_dtype), k.to(attn_dtype), v.to(attn_dtype),
                                  b["lengths"], masks).double()
-        loss = torch.nn.functional.cross_entropy(m(b["tokens"], attend), b["targets"],
+        return torch.nn.functional.cross_entropy(m(b["tokens"], attend), b["targets"],
                                                  reduction="sum") / len(b["tokens"])
-        loss.backward()
-        losses.append(loss.item())
-        sgd(m)
-    return losses, {n: p.detach().clone() for n, p in m.named_parameters()}
+    return ref.train_reference(model(), batches(), batch_loss, LR)
 
 
 def plan_of(dt, b, cluster):
-    return dt.plan(b["lengths"], KINDS, cluster, HQ, HKV, HD, torch.float32, block_size=BLOCK,
-                   strategy="metis", layers={"global": 1, "local": 3})
+    return dt.plan(b["lengths"], KINDS, cluster, q_heads=HQ, kv_heads=HKV, head_dim=HD,
+                   dtype=torch.float32, block_size=BLOCK, strategy="metis",
+                   layers={"global": 1, "local": 3})
 
 
 def worker(rank, rdzv, out):
@@ -139,7 +131,7 @@ def worker(rank, rdzv, out):
             total = loss.detach().clone()
             dist.all_reduce(total)
             losses.append(total.item())
-            sgd(m)
+            ref.sgd(m, LR)
             stats.append({k: plan.stats(k) for k in KINDS})
     if rank == 0:
         torch.save({"losses": losses, "stats": stats,

@@ -2,6 +2,7 @@
  * failing rank that ends its peers' waits instead of hanging them. */
 #include "include/dcp.h"
 #include "kernels/cuda/device.h"
+#include "kernels/device.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>
@@ -188,8 +189,8 @@ static void tensors_init(tensors2_t *t, const dcp_plan_t *p)
             t->mem[r][j] = malloc((size_t)(n * w[j] + 1) * sizeof(float));
             for (int64_t i = 0; i < n * w[j]; i++) t->mem[r][j][i] = j < 3 ? 0.5f : 12345.0f;
         }
-        t->io[r] =
-            (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2], t->mem[r][3], t->mem[r][4]};
+        t->io[r] = (dcp_tensors_t){t->mem[r][0], t->mem[r][1], t->mem[r][2],
+                                   t->mem[r][3], t->mem[r][4], 0.0f};
     }
 }
 
@@ -438,8 +439,17 @@ static void test_context_and_executor_arguments(void)
     CU_ASSERT_PTR_NULL(ctx);
     const dcp_context_config_t cpu = {.group = g, .device = "cpu"};
     CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cpu, &ctx), DCP_OK);
+    /* shapes: the CPU runs any; the CUDA kernels' rule names head_dim and dtype */
+    const dcp_attn_shape_t d100 = {4, 2, 100, DCP_DTYPE_BF16, 0.0f};
+    CU_ASSERT_EQUAL(dcp_context_check_shape(ctx, &d100), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_context_check_shape(ctx, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(100, DCP_DTYPE_BF16), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim = 100"));
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(256, DCP_DTYPE_FP16), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(128, DCP_DTYPE_FP32), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(64, DCP_DTYPE_BF16), DCP_OK);
     /* a CPU context takes no stream: refused by name (and the group learns of it) */
-    const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL};
+    const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL, 0.0f};
     dcp_plan_t *two = small_plan("1x2", DCP_DTYPE_FP32);
     CU_ASSERT_EQUAL(dcp_forward(ctx, two, &none, &fake), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "stream"));

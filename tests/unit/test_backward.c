@@ -380,7 +380,7 @@ static void test_fully_masked_rows(void)
     const int32_t len = 90;
     int32_t *r = calloc(4 * len, sizeof *r);
     for (int32_t i = 0; i < len; i += 2) r[4 * i + 1] = i + 1;
-    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = len};
     const dcp_dtype_t types[2] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16};
     for (int t = 0; t < 2; t++) {
         bcase_t c;

@@ -213,7 +213,7 @@ static void test_fully_masked_rows(void)
     const int32_t len = 300;
     int32_t *r = calloc(4 * len, sizeof *r);
     for (int32_t i = 0; i < len; i += 2) r[4 * i + 1] = i + 1;
-    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = len};
     attn_case(&m, len, 128, 8, 2, 64, DCP_DTYPE_BF16, 7);
     free(r);
 }
@@ -463,7 +463,7 @@ static void test_backward_fully_masked_rows(void)
     const int32_t len = 300;
     int32_t *r = calloc(4 * len, sizeof *r);
     for (int32_t i = 0; i < len; i += 2) r[4 * i + 1] = i + 1;
-    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = len};
     bwd_case(&m, len, 128, 8, 2, 64, DCP_DTYPE_BF16, 7);
     bwd_case(&m, len, 128, 4, 4, 128, DCP_DTYPE_FP16, 8);
     free(r);
@@ -625,7 +625,7 @@ static void test_executor_refuses_bad_input(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(pb);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pf);
     float *host = calloc((size_t)len * 4 * 64, sizeof(float));
-    const dcp_tensors_t io = {host, host, host, host, host};
+    const dcp_tensors_t io = {host, host, host, host, host, 0.0f};
     CU_ASSERT_EQUAL(dcp_forward_inproc(pf, &io, 5.0, "cuda"), DCP_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "dtype"));
     CU_ASSERT_EQUAL(dcp_forward_inproc(pb, &io, 5.0, "cuda"), DCP_ERR_INVALID_ARG);
@@ -719,7 +719,7 @@ static void test_forward_returns_before_its_work(void)
     CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &caller), DCP_OK);
     one_gpu_rank_t g;
     one_gpu_rank(&g, NULL, NULL);
-    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4]};
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4], 0.0f};
     CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK); /* binds the plan */
     CU_ASSERT_EQUAL(dcp_cuda_stream_sync(caller), DCP_OK);
     CU_ASSERT_EQUAL(dcp_cuda_fill_f32(g.t[4], 2048 * 8, 1.0f, caller), DCP_OK); /* stale LSE */
@@ -742,7 +742,7 @@ static void test_lent_streams_outlive_the_context(void)
     for (int i = 0; i < 2; i++) CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &s[i]), DCP_OK);
     one_gpu_rank_t g;
     one_gpu_rank(&g, s[0], s[1]);
-    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4]};
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4], 0.0f};
     CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, NULL), DCP_OK);
     CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
     one_gpu_rank_free(&g);

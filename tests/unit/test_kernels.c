@@ -185,7 +185,7 @@ static void test_fully_masked_rows(void)
     const int32_t len = 40;
     int32_t *r = calloc(4 * len, sizeof *r);
     for (int32_t i = 0; i < len; i += 2) r[4 * i + 1] = i + 1;
-    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = len};
     run_case(len, 4, 2, 16, 1, m, 16, 16, 7);
     run_case(len, 4, 2, 16, 1, m, 1, 7, 8);
     free(r);
@@ -468,7 +468,7 @@ static void test_nonfinite_inputs_propagate(void)
     for (int32_t i = 0; i < 70; i += 2) r[4 * i + 1] = i + 1;
     const dcp_mask_t masks[3] = {{.kind = DCP_MASK_CAUSAL},
                                  {.kind = DCP_MASK_WINDOW, .window = 9},
-                                 {.kind = DCP_MASK_CUSTOM, .ranges = r}};
+                                 {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = 70}};
     for (int m = 0; m < 3; m++)
         for (int input = 0; input < 3; input++)
             for (int vi = 0; vi < 3; vi++) {
@@ -507,7 +507,8 @@ static void test_nonfinite_not_taken_for_masked(void)
     kcase_free(&c);
     int32_t *r = calloc(4 * 40, sizeof *r);
     for (int32_t i = 0; i < 40; i += 2) r[4 * i + 1] = i + 1;
-    kcase_init(&c, 40, 2, 1, 8, 1, (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = r}, 71);
+    kcase_init(&c, 40, 2, 1, 8, 1,
+               (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = 40}, 71);
     for (int64_t i = 0; i < 40 * 8; i++) c.v[i] = NAN;
     run_all_tiles(&c, 16, 16);
     int wrong = 0;

@@ -54,7 +54,7 @@ static dcp_plan_t *fixture_plan(size_t i, int as_kind)
         r[0] = q / 2, r[1] = q + 1, r[2] = q + 1, r[3] = q + 1;
     }
     if (fixtures[i].custom)
-        masks[4] = (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = fixture_ranges};
+        masks[4] = (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = fixture_ranges, .num_rows = 900};
     /* as a kind: the same masks as the one kind of batch.kinds, its layer count ignored */
     const dcp_layer_kind_t kind = {masks, 7};
     const dcp_batch_t batch = {.num_seqs = 5,
@@ -439,6 +439,57 @@ static void test_relayout_cost(void)
     dcp_plan_destroy(zz);
 }
 
+/* The README's example, as printed there (its lines are an excerpt of these): a plan of a
+ * global and a window kind, each kind run on the same local rows. */
+static void test_readme_example(void)
+{
+    const int32_t lengths[3] = {3000, 700, 1};
+    const dcp_attn_shape_t shape = {
+        .num_heads = 8, .num_kv_heads = 2, .head_dim = 64, .dtype = DCP_DTYPE_FP32};
+    dcp_plan_options_t opts;
+    dcp_plan_options_default(&opts);
+    opts.block_size = 256;
+    dcp_cluster_t *cluster = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &cluster), DCP_OK);
+    dcp_plan_t *plan = NULL;
+    dcp_tensors_t io[8];
+    float *mem[8][5];
+    dcpt_rng_t rng = {3};
+    dcp_status_t st[3];
+
+    dcp_mask_t global[3], local[3];
+    for (int i = 0; i < 3; i++) {
+        dcp_mask_parse("causal", &global[i]);
+        dcp_mask_parse("window:1024", &local[i]);
+    }
+    const dcp_layer_kind_t kinds[2] = {{global, 1}, {local, 5}}; /* masks, layers */
+    const dcp_batch_t batch = {.num_seqs = 3, .lengths = lengths, .num_kinds = 2, .kinds = kinds};
+    st[0] = dcp_plan_create(&batch, &shape, &opts, cluster, &plan);
+    const dcp_plan_t *window = NULL;
+    dcp_plan_kind(plan, 1, &window); /* kind 1 as a plan of its own; kind 0 is `plan` */
+
+    CU_ASSERT_EQUAL_FATAL(st[0], DCP_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(window);
+    for (int32_t r = 0; r < 8; r++) { /* rank r's local rows: Q, K, V random, O, LSE */
+        int64_t t;
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_local_layout(plan, r, NULL, 0, NULL, &t), DCP_OK);
+        const int64_t n[5] = {t * 8 * 64, t * 2 * 64, t * 2 * 64, t * 8 * 64, t * 8};
+        for (int j = 0; j < 5; j++) {
+            mem[r][j] = calloc((size_t)n[j] + 1, sizeof(float));
+            for (int64_t i = 0; j < 3 && i < n[j]; i++) mem[r][j][i] = (float)dcpt_rng_normal(&rng);
+        }
+        io[r] = (dcp_tensors_t){
+            .q = mem[r][0], .k = mem[r][1], .v = mem[r][2], .o = mem[r][3], .lse = mem[r][4]};
+    }
+    st[1] = dcp_forward_inproc(window, io, 0, NULL); /* a window layer: the same local rows */
+    st[2] = dcp_forward_inproc(plan, io, 0, NULL);   /* a global layer */
+    CU_ASSERT(st[1] == DCP_OK && st[2] == DCP_OK);
+    for (int32_t r = 0; r < 8; r++)
+        for (int j = 0; j < 5; j++) free(mem[r][j]);
+    dcp_plan_destroy(plan);
+    dcp_cluster_destroy(cluster);
+}
+
 /* ---- bytes and arguments ------------------------------------------------------------------ */
 
 /* Version-4 bytes altered in their KINDS section (and resealed, so that only the validator
@@ -613,6 +664,7 @@ int dcp_suite_kinds(void)
         {"views_and_stats", test_views_and_stats},
         {"joint_beats_one_kinds_placement", test_joint_beats_one_kinds_placement},
         {"relayout_cost", test_relayout_cost},
+        {"readme_example", test_readme_example},
         {"kinds_bytes_rejected", test_kinds_bytes_rejected},
         {"bad_kinds_named", test_bad_kinds_named},
         {"planner_service_kinds", test_planner_service_kinds},

@@ -6,6 +6,7 @@
 #include "tests/unit/testlib.h"
 
 #include <CUnit/CUnit.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,7 +220,7 @@ static void test_validation_names_the_field(void)
     CU_ASSERT_EQUAL(dcp_mask_validate(&w, 10, "batch.masks[2]"), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "batch.masks[2].window"));
     const int32_t r[8] = {0, 1, 0, 0, 1, 5, 0, 0}; /* query 1: [1, 5) beyond L = 2 */
-    const dcp_mask_t c = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    const dcp_mask_t c = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = 2};
     CU_ASSERT_EQUAL(dcp_mask_validate(&c, 2, "m"), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "m.ranges[4]"));
     const dcp_mask_t nan = {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = NAN, .answers = 1};
@@ -234,12 +235,52 @@ static void test_validation_names_the_field(void)
     CU_ASSERT_EQUAL(dcp_mask_count_pairs(&causal, 10, 3, 2, 0, 1, &n), DCP_ERR_INVALID_ARG);
 }
 
+/* A custom table's row count is checked against the sequence before a range is read:
+ * tables of exactly num_rows rows (heap, so ASan sees a read past them) that are short,
+ * long or empty are refused by name from every entry point. */
+static void test_custom_row_count_checked(void)
+{
+    const int32_t len = 3000;
+    const int32_t rows[3] = {len - 1, len + 1, 0};
+    for (int c = 0; c < 3; c++) {
+        int32_t *r = rows[c] ? malloc((size_t)rows[c] * 4 * sizeof *r) : NULL;
+        for (int32_t i = 0; i < rows[c]; i++)
+            r[4 * i] = 0, r[4 * i + 1] = i < len ? i + 1 : len, r[4 * i + 2] = r[4 * i + 3] = 0;
+        const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = rows[c]};
+        char want[64];
+        snprintf(want, sizeof want, "batch.masks[1].num_rows = %d", rows[c]);
+        const int32_t lengths[2] = {10, len};
+        const dcp_mask_t masks[2] = {{.kind = DCP_MASK_CAUSAL}, m};
+        const dcp_batch_t batch = {.num_seqs = 2, .lengths = lengths, .masks = masks};
+        const dcp_attn_shape_t shape = {2, 1, 8, DCP_DTYPE_FP32, 0.0f};
+        dcp_cluster_t *cl = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &cl), DCP_OK);
+        dcp_plan_t *plan = NULL;
+        CU_ASSERT_EQUAL(dcp_plan_create(&batch, &shape, NULL, cl, &plan), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NULL(plan);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), want));
+        dcp_planner_t *pl = NULL;
+        uint64_t t = 0;
+        CU_ASSERT_EQUAL_FATAL(dcp_planner_create(NULL, cl, &pl), DCP_OK);
+        CU_ASSERT_EQUAL(dcp_planner_submit(pl, &batch, &shape, NULL, &t), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), want));
+        dcp_planner_destroy(pl);
+        int32_t out[4];
+        int64_t n;
+        CU_ASSERT_EQUAL(dcp_mask_allowed(&m, len, len - 1, out), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "num_rows"));
+        CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, len, 0, len, 0, len, &n), DCP_ERR_INVALID_ARG);
+        dcp_cluster_destroy(cl);
+        free(r);
+    }
+}
+
 /* Overlapping, touching, reversed and empty custom ranges count each key once. */
 static void test_custom_ranges_normalised(void)
 {
     const int32_t r[40] = {2, 6, 4, 9, /* overlap -> [2, 9) */ 5, 7, 0, 2, /* reversed order */
                            3, 3, 1, 4, /* first empty */ 0,       5, 5, 8 /* touching -> [0, 8) */};
-    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r};
+    const dcp_mask_t m = {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = 10};
     int64_t n;
     CU_ASSERT_EQUAL(dcp_mask_count_pairs(&m, 10, 0, 4, 0, 10, &n), DCP_OK);
     CU_ASSERT_EQUAL(n, 7 + 4 + 3 + 8);
@@ -259,6 +300,7 @@ int dcp_suite_mask(void)
         {"parse_and_format", test_parse_and_format},
         {"validation_names_the_field", test_validation_names_the_field},
         {"custom_ranges_normalised", test_custom_ranges_normalised},
+        {"custom_row_count_checked", test_custom_row_count_checked},
         {NULL, NULL},
     };
     return dcp_add_suite("mask", tests);

@@ -67,7 +67,7 @@ static void run_plan(const dcp_plan_t *p, batch_t *b)
                        (size_t)sp->len * width[j] * sizeof(float));
             row += sp->len;
         }
-        fwd[r] = (dcp_tensors_t){mem[r][0], mem[r][1], mem[r][2], mem[r][4], mem[r][5]};
+        fwd[r] = (dcp_tensors_t){mem[r][0], mem[r][1], mem[r][2], mem[r][4], mem[r][5], 0.0f};
         bwd[r] = (dcp_grad_tensors_t){fwd[r], mem[r][3], mem[r][6], mem[r][7], mem[r][8]};
     }
     CU_ASSERT_EQUAL(dcp_forward_inproc(p, fwd, 30.0, NULL), DCP_OK);

@@ -60,7 +60,8 @@ static void tensors_make(const dcp_plan_t *p, const dcp_attn_shape_t *sh, rank_t
             }
         }
         void **t = rt->t[r];
-        rt->io[r] = (dcp_grad_tensors_t){{t[0], t[1], t[2], t[3], t[4]}, t[5], t[6], t[7], t[8]};
+        rt->io[r] =
+            (dcp_grad_tensors_t){{t[0], t[1], t[2], t[3], t[4], 0.0f}, t[5], t[6], t[7], t[8]};
     }
 }
 

@@ -32,7 +32,7 @@ static dcp_plan_t *sample_plan(void)
     const dcp_mask_t m[4] = {
         {.kind = DCP_MASK_LAMBDA, .sink = 4, .window = 30},
         {.kind = DCP_MASK_CAUSAL},
-        {.kind = DCP_MASK_CUSTOM, .ranges = ranges},
+        {.kind = DCP_MASK_CUSTOM, .ranges = ranges, .num_rows = 37},
         {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
     const dcp_batch_t batch = {.num_seqs = 4, .lengths = len, .masks = m};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};

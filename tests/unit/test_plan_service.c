@@ -47,7 +47,7 @@ static dcp_cluster_t *cluster(const char *spec)
 
 static dcp_planner_t *planner(int32_t threads, int32_t cache, const dcp_cluster_t *c)
 {
-    const dcp_planner_config_t cfg = {threads, cache};
+    const dcp_planner_config_t cfg = {threads, cache, 0};
     dcp_planner_t *p = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_planner_create(&cfg, c, &p), DCP_OK);
     return p;
@@ -94,6 +94,7 @@ static void sample(int i, sample_t *s)
                 r[0] = 0, r[1] = q / 3 + 1, r[2] = q, r[3] = q + 1;
             }
             s->masks[k].ranges = s->ranges;
+            s->masks[k].num_rows = 50;
             for (int32_t m = k + 1; m < n; m++)
                 if (s->masks[m].kind == DCP_MASK_CUSTOM) s->masks[m].kind = DCP_MASK_CAUSAL;
             break;
@@ -333,6 +334,64 @@ static void test_cache_lru_and_disabled(void)
     dcp_cluster_destroy(c);
 }
 
+/* Zigzag plans of k x 1500-token sequences on 2x4 (block 32): large plans, quickly made. */
+static void big_batch(int32_t k, int32_t *len, dcp_mask_t *m, dcp_batch_t *batch,
+                      dcp_plan_options_t *o)
+{
+    for (int32_t i = 0; i < k; i++) len[i] = 1500 + i, m[i] = (dcp_mask_t){.kind = DCP_MASK_FULL};
+    *batch = (dcp_batch_t){.num_seqs = k, .lengths = len, .masks = m};
+    dcp_plan_options_default(o);
+    o->strategy = DCP_STRATEGY_ZIGZAG;
+    o->block_size = 32;
+}
+
+/* The cache holds at most cache_bytes: filling it with large plans drops the least recently
+ * used ones to stay under the bound, and a plan larger than the bound alone is planned and
+ * handed out but never cached. */
+static void test_cache_bound_in_bytes(void)
+{
+    dcp_cluster_t *c = cluster("2x4");
+    int32_t len[8];
+    dcp_mask_t m[8];
+    dcp_batch_t batch;
+    dcp_plan_options_t o;
+    big_batch(2, len, m, &batch, &o);
+    dcp_plan_t *one = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &one), DCP_OK);
+    const bytes_t b = bytes_of(one);
+    dcp_plan_destroy(one);
+    free(b.b);
+    const int64_t cap = (int64_t)(2.5 * (double)b.n); /* two 2-sequence plans and keys */
+    const dcp_planner_config_t cfg = {1, 16, cap};
+    dcp_planner_t *pl = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_planner_create(&cfg, c, &pl), DCP_OK);
+    for (int round = 0; round < 6; round++) {
+        big_batch(2, len, m, &batch, &o);
+        len[1] += round; /* six distinct batches of about one size */
+        uint64_t t;
+        CU_ASSERT_EQUAL_FATAL(dcp_planner_submit(pl, &batch, &shape, &o, &t), DCP_OK);
+        free(wait_bytes(pl, t).b);
+        const dcp_planner_stats_t st = stats_of(pl);
+        CU_ASSERT(st.cached_bytes <= cap);
+        CU_ASSERT(st.cached_plans >= 1 && st.cached_plans <= 2);
+    }
+    big_batch(8, len, m, &batch, &o); /* about 4x the bound's share: never cached */
+    for (int i = 0; i < 2; i++) {
+        uint64_t t;
+        CU_ASSERT_EQUAL_FATAL(dcp_planner_submit(pl, &batch, &shape, &o, &t), DCP_OK);
+        bytes_t got = wait_bytes(pl, t);
+        CU_ASSERT((int64_t)got.n > cap);
+        free(got.b);
+    }
+    const dcp_planner_stats_t st = stats_of(pl);
+    CU_ASSERT_EQUAL(st.uncached, 2);
+    CU_ASSERT_EQUAL(st.planned, 8); /* the large batch was planned twice: no hit */
+    CU_ASSERT_EQUAL(st.cache_hits, 0);
+    CU_ASSERT(st.cached_bytes <= cap);
+    dcp_planner_destroy(pl);
+    dcp_cluster_destroy(c);
+}
+
 /* Identical batches in flight at once are planned once, whatever the worker count. */
 static void test_identical_in_flight_planned_once(void)
 {
@@ -374,7 +433,7 @@ static void test_bad_batch_refused_at_submit(void)
     m[1] = (dcp_mask_t){.kind = DCP_MASK_WINDOW, .window = 0};
     CU_ASSERT_EQUAL(dcp_planner_submit(pl, &batch, &shape, NULL, &t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "batch.masks[1].window"));
-    m[1] = (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = NULL};
+    m[1] = (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = NULL, .num_rows = 10};
     CU_ASSERT_EQUAL(dcp_planner_submit(pl, &batch, &shape, NULL, &t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "batch.masks[1].ranges"));
     m[1] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
@@ -405,10 +464,10 @@ static void test_bad_config(void)
 {
     dcp_cluster_t *c = cluster("1x2");
     dcp_planner_t *pl = (dcp_planner_t *)c; /* any non-NULL value: must stay untouched */
-    dcp_planner_config_t cfg = {-1, 4};
+    dcp_planner_config_t cfg = {-1, 4, 0};
     CU_ASSERT_EQUAL(dcp_planner_create(&cfg, c, &pl), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.num_threads"));
-    cfg = (dcp_planner_config_t){1, -2};
+    cfg = (dcp_planner_config_t){1, -2, 0};
     CU_ASSERT_EQUAL(dcp_planner_create(&cfg, c, &pl), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.cache_entries"));
     CU_ASSERT_EQUAL(dcp_planner_create(NULL, NULL, &pl), DCP_ERR_INVALID_ARG);
@@ -417,7 +476,10 @@ static void test_bad_config(void)
     /* NULL config: the defaults; 0 threads: one */
     CU_ASSERT_EQUAL(dcp_planner_create(NULL, c, &pl), DCP_OK);
     dcp_planner_destroy(pl);
-    cfg = (dcp_planner_config_t){0, 0};
+    cfg = (dcp_planner_config_t){1, 4, -1};
+    CU_ASSERT_EQUAL(dcp_planner_create(&cfg, c, &pl), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.cache_bytes"));
+    cfg = (dcp_planner_config_t){0, 0, 0};
     CU_ASSERT_EQUAL(dcp_planner_create(&cfg, c, &pl), DCP_OK);
     dcp_planner_destroy(pl);
     dcp_planner_destroy(NULL);
@@ -586,6 +648,7 @@ int dcp_suite_plan_service(void)
         {"cache_hit_identical_without_planning", test_cache_hit_identical_without_planning},
         {"cache_default_options_same_key", test_cache_default_options_same_key},
         {"cache_lru_and_disabled", test_cache_lru_and_disabled},
+        {"cache_bound_in_bytes", test_cache_bound_in_bytes},
         {"identical_in_flight_planned_once", test_identical_in_flight_planned_once},
         {"bad_batch_refused_at_submit", test_bad_batch_refused_at_submit},
         {"bad_config", test_bad_config},

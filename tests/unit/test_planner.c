@@ -330,7 +330,7 @@ static void test_coarsen_maps_blocks_and_tiles(void)
         r[4 * i] = 0, r[4 * i + 1] = i / 5 + 1, r[4 * i + 2] = i, r[4 * i + 3] = i + 1;
     const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL},
                              {.kind = DCP_MASK_WINDOW, .window = 40},
-                             {.kind = DCP_MASK_CUSTOM, .ranges = r}};
+                             {.kind = DCP_MASK_CUSTOM, .ranges = r, .num_rows = 777}};
     dcp_blocks_t f, c = {0};
     fine_blocks(&f, len, m, 3, 32); /* 32 + 5 + 25 blocks */
     const int32_t factor[3] = {5, 1, 3};

@@ -61,9 +61,9 @@ static void fake_cancel(dcp_engine_t *e, dcp_xfer_req_t *r)
 {
     inner(e)->ops->cancel(inner(e), r);
 }
-static void fake_abort(dcp_engine_t *e)
+static void fake_abort(dcp_engine_t *e, const char *reason)
 {
-    inner(e)->ops->abort(inner(e));
+    inner(e)->ops->abort(inner(e), reason);
 }
 static dcp_status_t fake_health(dcp_engine_t *e)
 {
@@ -150,7 +150,7 @@ static void *run_rank(void *arg)
             p, 0, (uint64_t)(p * N + a->rank), a->recv[p], sizeof a->recv[p], NULL, NULL};
     }
     if (a->rank == a->abort_rank) {
-        e->ops->abort(e);
+        e->ops->abort(e, "test abort");
         a->st = DCP_OK;
     } else {
         dcp_xfer_req_t *req = NULL;

@@ -237,7 +237,7 @@ static void test_peer_failure_ends_waits(void)
     one_t r = {e0, {1, 0, 3, buf, 8, NULL, NULL}, 30.0, DCP_OK};
     pthread_t t;
     pthread_create(&t, NULL, one_op, &r);
-    e1->ops->abort(e1); /* the waiter ends long before its 30 s timeout */
+    e1->ops->abort(e1, "test abort"); /* the waiter ends long before its 30 s timeout */
     pthread_join(t, NULL);
     CU_ASSERT_EQUAL(r.st, DCP_ERR_PEER);
     CU_ASSERT_EQUAL(e0->ops->health(e0), DCP_ERR_PEER);

@@ -154,7 +154,7 @@ static void test_size_mismatch_is_an_error(void)
 static void aborting(scenario_t *s, dcp_engine_t *e, int32_t r)
 {
     if (r == 1) {
-        e->ops->abort(e);
+        e->ops->abort(e, "test abort");
         s->st[r] = e->ops->health(e);
         return;
     }

@@ -35,6 +35,7 @@ dcp_mask_t t_random_mask(dcpt_rng_t *rng, dcp_mask_kind_t kind, int32_t len, int
                 r[4 * i + 2 * j + 1] = a < b ? b : a;
             }
         m.ranges = r;
+        m.num_rows = len;
         *ranges_out = r;
         break;
     }

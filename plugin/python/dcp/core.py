@@ -4,8 +4,10 @@ Every struct below mirrors its C twin field for field; `make test` runs
 tests/perf/compare_sdpa.py --dry-run, which plans and runs forward and backward passes
 through them against a double reference, so a drift from dcp.h shows there.
 
-The library is found, in order, at $DCP_LIB, at build/lib/libdcp.so of the repository this
-package lives in (plugin/python/dcp -> ../../..), and as the installed libdcp.so.
+The library is found, in order, at $DCP_LIB, as the libdcp.so installed with this package
+(`pip install ./plugin/python` copies the build's into dcp/lib/), at build/lib/libdcp.so of
+the repository this package lives in (plugin/python/dcp -> ../../..), and as the system's
+libdcp.so (make install).
 
 Objects that own a C handle (Cluster, Plan, Planner, Group) free it when collected or on
 close(); contexts of process ranks are collective and must be closed explicitly (see
@@ -38,7 +40,8 @@ COMM_SCHEDULES = {"divisions": 0, "rounds": 1}
 class Mask(C.Structure):
     _fields_ = [("kind", C.c_int), ("window", C.c_int32), ("sink", C.c_int32),
                 ("block", C.c_int32), ("k", C.c_int32), ("answers", C.c_int32),
-                ("question_frac", C.c_double), ("ranges", C.POINTER(C.c_int32))]
+                ("question_frac", C.c_double), ("ranges", C.POINTER(C.c_int32)),
+                ("num_rows", C.c_int32)]
 
 
 class LayerKind(C.Structure):
@@ -102,13 +105,15 @@ class TokenSpan(C.Structure):
 
 
 class PlannerConfig(C.Structure):
-    _fields_ = [("num_threads", C.c_int32), ("cache_entries", C.c_int32)]
+    _fields_ = [("num_threads", C.c_int32), ("cache_entries", C.c_int32),
+                ("cache_bytes", C.c_int64)]
 
 
 class PlannerStats(C.Structure):
     _fields_ = [("submitted", C.c_int64), ("planned", C.c_int64), ("cache_hits", C.c_int64),
                 ("failed", C.c_int64), ("pending", C.c_int64), ("plan_ms", C.c_double),
-                ("wait_ms", C.c_double)]
+                ("wait_ms", C.c_double), ("cached_plans", C.c_int64),
+                ("cached_bytes", C.c_int64), ("uncached", C.c_int64)]
 
 
 # dcp_status_t (*)(void *state, const void *send, void *recv, size_t bytes)
@@ -132,7 +137,7 @@ class ContextConfig(C.Structure):
 
 class Tensors(C.Structure):
     _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
-                ("o", C.c_void_p), ("lse", C.c_void_p)]
+                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float)]
 
 
 class GradTensors(C.Structure):
@@ -166,6 +171,7 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_plan_local_layout": (C.c_int, [_P, C.c_int32, C.POINTER(TokenSpan), C.c_int32,
                                         C.POINTER(C.c_int32), C.POINTER(C.c_int64)]),
     "dcp_plan_serialize": (C.c_int, [_P, _P, C.c_size_t, C.POINTER(C.c_size_t)]),
+    "dcp_plan_checksum": (C.c_int, [_P, C.POINTER(C.c_uint32)]),
     "dcp_plan_deserialize": (C.c_int, [C.c_char_p, C.c_size_t, C.POINTER(_P)]),
     "dcp_planner_create": (C.c_int, [C.POINTER(PlannerConfig), _P, C.POINTER(_P)]),
     "dcp_planner_destroy": (None, [_P]),
@@ -181,6 +187,8 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_context_cluster": (C.c_int, [_P, C.POINTER(_P)]),
     "dcp_context_transport": (C.c_char_p, [_P, C.c_int]),
     "dcp_context_barrier": (C.c_int, [_P]),
+    "dcp_context_abort": (C.c_int, [_P, C.c_char_p]),
+    "dcp_context_check_shape": (C.c_int, [_P, C.POINTER(Shape)]),
     "dcp_forward": (C.c_int, [_P, _P, C.POINTER(Tensors), _P]),
     "dcp_backward": (C.c_int, [_P, _P, C.POINTER(GradTensors), _P]),
     "dcp_forward_inproc": (C.c_int, [_P, C.POINTER(Tensors), C.c_double, C.c_char_p]),
@@ -207,14 +215,17 @@ class DcpError(RuntimeError):
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
+_BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libdcp.so")
+
+
 def find_library():
     """The path (or bare name for the default loader) of libdcp.so this package loads."""
     env = os.environ.get("DCP_LIB")
     if env:
         return env
-    built = os.path.join(_REPO, "build", "lib", "libdcp.so")
-    if os.path.exists(built):
-        return built
+    for path in (_BUNDLED, os.path.join(_REPO, "build", "lib", "libdcp.so")):
+        if os.path.exists(path):
+            return path
     return ctypes.util.find_library("dcp") or "libdcp.so"
 
 
@@ -227,8 +238,8 @@ class Library:
         try:
             self.lib = C.CDLL(path)
         except OSError as e:
-            raise OSError("dcp: cannot load libdcp (%s): %s; build it with `make lib` or set "
-                          "$DCP_LIB" % (path, e)) from e
+            raise OSError("dcp: cannot load libdcp (%s): %s; build it with `make lib` (then "
+                          "`pip install ./plugin/python`), or set $DCP_LIB" % (path, e)) from e
         for name, (res, args) in _PROTOTYPES.items():
             fn = getattr(self.lib, name, None)
             if fn is None:  # an older library: the call fails when used, not at load
@@ -299,7 +310,8 @@ class Library:
         and comm_schedule may be names ("metis", "star", "rounds")."""
         opts = PlanOptions()
         self.lib.dcp_plan_options_default(C.byref(opts))
-        names = {f for f, _ in PlanOptions._fields_}
+        types = dict(PlanOptions._fields_)
+        names = set(types)
         for key, value in kw.items():
             if value is None:
                 continue
@@ -312,6 +324,10 @@ class Library:
                 value = _choice(EXPANSIONS, value, key)
             elif key == "comm_schedule" and isinstance(value, str):
                 value = _choice(COMM_SCHEDULES, value, key)
+            elif types[key] is C.c_double:
+                value = float(value)
+            else:
+                value = check_int(value, key)
             setattr(opts, key, value)
         return opts
 
@@ -428,19 +444,50 @@ class Group(_Handle):
         super().__init__(library, h)
 
 
+def check_int(value, what):
+    """value as an int, or TypeError naming `what`: ints (and numpy or torch integer
+    scalars) only; a float, even 3.0, is refused rather than truncated."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("dcp: %s = %r is not an integer" % (what, value))
+    return int(value.__index__())
+
+
+def int_list(values, what):
+    """A list of ints from any sequence, each checked by check_int as what[i]."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError("dcp: %s is a string, not a sequence of integers" % what)
+    return [check_int(x, "%s[%d]" % (what, i)) for i, x in enumerate(values)]
+
+
+def _is_float_tensor(x):
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and getattr(dtype, "is_floating_point", False)
+
+
 class CustomMask:
     """A caller-given mask: ranges is a sequence of (s0, e0, s1, e1) per query (allowed keys
-    [s0, e0) u [s1, e1)), flattened or not; anything with .tolist() (a tensor) works too."""
+    [s0, e0) u [s1, e1)), one row per query of its sequence, flattened or not; an integer
+    tensor or array works too. Floats are refused, not truncated; the row count is checked
+    against the sequence's length when the mask is planned."""
 
-    def __init__(self, ranges):
+    def __init__(self, ranges, what="mask"):
+        if _is_float_tensor(ranges):
+            raise TypeError("dcp: %s: custom ranges are %s, give integers" %
+                            (what, ranges.dtype))
         flat = ranges.tolist() if hasattr(ranges, "tolist") else list(ranges)
         if flat and isinstance(flat[0], (list, tuple)):
-            flat = [int(x) for row in flat for x in row]
+            if any(len(row) != 4 for row in flat):
+                bad = next(i for i, row in enumerate(flat) if len(row) != 4)
+                raise ValueError("dcp: %s: row %d of the custom ranges has %d numbers, not 4"
+                                 % (what, bad, len(flat[bad])))
+            flat = [x for row in flat for x in row]
+        flat = int_list(flat, what + " ranges")
         if len(flat) % 4:
-            raise ValueError("dcp: custom mask: %d numbers, not 4 per query" % len(flat))
+            raise ValueError("dcp: %s: %d numbers, not 4 per query" % (what, len(flat)))
         self.length = len(flat) // 4
         self.ranges = (C.c_int32 * max(len(flat), 1))(*flat)
-        self.mask = Mask(kind=MASK_CUSTOM, ranges=C.cast(self.ranges, C.POINTER(C.c_int32)))
+        self.mask = Mask(kind=MASK_CUSTOM, ranges=C.cast(self.ranges, C.POINTER(C.c_int32)),
+                         num_rows=self.length)
 
 
 class BatchArgs:
@@ -449,7 +496,7 @@ class BatchArgs:
     item per layer kind (dcp_layer_kind_t)."""
 
     def __init__(self, library, lengths, masks, layers=None):
-        lengths = [int(x) for x in lengths]
+        lengths = int_list(lengths, "lengths")
         n = len(lengths)
         self.lengths = lengths
         self._lengths = (C.c_int32 * max(n, 1))(*lengths)
@@ -475,6 +522,10 @@ class BatchArgs:
         if len(masks) != n:
             raise ValueError("dcp: %d masks for %d sequences (give one, or one per sequence)"
                              % (len(masks), n))
+        for i, (m, length) in enumerate(zip(masks, self.lengths)):
+            if isinstance(m, CustomMask) and m.length != length:
+                raise ValueError("dcp: mask[%d]: custom ranges have %d rows, sequence %d has "
+                                 "%d tokens (one row per query)" % (i, m.length, i, length))
         self._keep += [m for m in masks if isinstance(m, CustomMask)]
         return [library.mask(m) for m in masks]
 
@@ -554,6 +605,12 @@ class Plan(_Handle):
                 total[s] = total.get(s, 0) + n
         return [total[s] for s in range(len(total))]
 
+    def checksum(self):
+        """dcp_plan_checksum: the CRC-32C of the plan's bytes, its identity on every rank."""
+        c = C.c_uint32()
+        self.dcp.check(self.dcp.lib.dcp_plan_checksum(self._live(), C.byref(c)), "checksum")
+        return c.value
+
     def to_bytes(self):
         size = C.c_size_t()
         L = self.dcp.lib
@@ -577,11 +634,11 @@ class Planner(_Handle):
     `cluster` (a Cluster) is kept alive as long as the planner."""
     _destroy_name = "dcp_planner_destroy"
 
-    def __init__(self, library, cluster, num_threads=1, cache_entries=16):
+    def __init__(self, library, cluster, num_threads=1, cache_entries=16, cache_bytes=0):
         if not library.has("dcp_planner_create"):
             raise DcpError(ERR_UNSUPPORTED, "this libdcp (%s) has no planner service"
                            % library.path, "planner")
-        cfg = PlannerConfig(num_threads, cache_entries)
+        cfg = PlannerConfig(num_threads, cache_entries, cache_bytes)
         h = C.c_void_p()
         library.check(library.lib.dcp_planner_create(C.byref(cfg), cluster._live(), C.byref(h)),
                       "planner")

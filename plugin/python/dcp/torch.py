@@ -2,22 +2,31 @@
 context whose bootstrap is an allgather over a torch.distributed process group.
 
     import dcp.torch as dt
-    plan = dt.plan([3000, 500, 12000], "causal", "1x4", 8, 2, 64, torch.bfloat16)
-    idx = plan.local_indices(rank)            # this rank's tokens, in its local row order
-    o = dt.attention(ctx, plan, q[idx], k[idx], v[idx])   # [tokens, heads, head_dim]
+    with dt.Context() as ctx:                                  # one rank per process
+        plan = dt.plan(lengths, "causal", ctx, like=(q, k))    # shapes and dtype from q, k
+        idx = plan.local_indices(ctx.rank)                     # this rank's tokens, in order
+        pos = plan.local_positions(ctx.rank)                   # their positions (RoPE)
+        o = dt.attention(ctx, plan, q[idx], k[idx], v[idx])    # [tokens, heads, head_dim]
+        full = plan.undispatch(o, ctx)                         # back to the global order
 
 A model whose layers use different masks plans once for all of them (one placement, a
-program pair per layer kind) and names the kind at each attention call:
+program pair per layer kind) and names the kind at each call:
 
-    plan = dt.plan(lengths, {"global": "causal", "local": "window:1024"}, ctx, 8, 2, 64,
-                   torch.bfloat16, layers={"global": 1, "local": 5})
-    o = dt.attention(ctx, plan, q, k, v, kind="local")
+        plan = dt.plan(lengths, {"global": "causal", "local": "window:1024"}, ctx,
+                       like=(q, k), layers={"global": 1, "local": 5})
+        o = dt.attention(ctx, plan, q[idx], k[idx], v[idx], kind="local")
 
 Works with PyTorch 1.13 (CPU) and 2.x (CUDA); nothing is compiled against PyTorch: tensors
 travel to libdcp as pointers (ctypes). On a GPU, dcp_forward and dcp_backward run on
 PyTorch's current stream and return once their work is queued.
+
+A rank whose tensors fail a check here tells its peers before raising (dcp_context_abort):
+the other ranks' calls stop at once naming it and the reason, instead of waiting out the
+timeout. After any failure the context is spent: close it on every rank and make a new one
+(see Context).
 """
 import ctypes as C
+import warnings
 import weakref
 from collections.abc import Mapping
 
@@ -27,7 +36,7 @@ from . import core
 from .core import CustomMask, DcpError
 
 __all__ = ["Context", "CustomMask", "DcpError", "Plan", "Planner", "attention",
-           "attention_inproc", "plan", "plan_from_bytes"]
+           "attention_inproc", "library_path", "plan", "plan_from_bytes"]
 
 _TO_DCP = {torch.float32: core.DTYPE_FP32, torch.bfloat16: core.DTYPE_BF16,
            torch.float16: core.DTYPE_FP16}
@@ -36,6 +45,12 @@ _TO_TORCH = {v: k for k, v in _TO_DCP.items()}
 
 def _lib():
     return core.load()
+
+
+def library_path():
+    """The libdcp.so this package loads ($DCP_LIB, the one it was installed with, or the
+    repository's build)."""
+    return _lib().path
 
 
 def _dtype_code(dtype):
@@ -48,19 +63,61 @@ def _dtype_code(dtype):
     return _TO_DCP[dtype]
 
 
-def _mask_item(m):
+def _mask_item(m, what):
     """A mask spec as core takes it: strings and CustomMask as they are, a [L, 4] tensor or
     nested list of (s0, e0, s1, e1) rows as a custom mask."""
     if isinstance(m, (str, CustomMask, core.Mask)):
         return m
-    return CustomMask(m)
+    return CustomMask(m, what=what)
 
 
 def _masks(mask, num_seqs):
     one = isinstance(mask, (str, CustomMask, core.Mask)) or torch.is_tensor(mask)
     if one:
-        return [_mask_item(mask)] * num_seqs
-    return [_mask_item(m) for m in mask]
+        return [_mask_item(mask, "mask")] * num_seqs
+    return [_mask_item(m, "mask[%d]" % i) for i, m in enumerate(mask)]
+
+
+_LEGACY = ("num_heads", "num_kv_heads", "head_dim", "dtype")
+
+
+def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where):
+    """(q_heads, kv_heads, head_dim, dtype) from the keywords, from example tensors `like`
+    ((q, k) or q alone: [tokens, heads, head_dim]) or from the deprecated positional form."""
+    if legacy:
+        if len(legacy) > len(_LEGACY):
+            raise TypeError("dcp: %s takes at most %d shape arguments after the cluster, got %d"
+                            % (where, len(_LEGACY), len(legacy)))
+        warnings.warn("dcp: %s(..., num_heads, num_kv_heads, head_dim, dtype) is deprecated "
+                      "(query and KV head counts are easy to swap): pass q_heads=, kv_heads=, "
+                      "head_dim=, dtype= or like=(q, k)" % where, DeprecationWarning,
+                      stacklevel=4)
+        given = dict(zip(("q_heads", "kv_heads", "head_dim", "dtype"), legacy))
+        for name, value in (("q_heads", q_heads), ("kv_heads", kv_heads),
+                            ("head_dim", head_dim), ("dtype", dtype)):
+            if name in given and value is not None:
+                raise TypeError("dcp: %s given both by position and as %s=" % (name, name))
+        q_heads = given.get("q_heads", q_heads)
+        kv_heads = given.get("kv_heads", kv_heads)
+        head_dim = given.get("head_dim", head_dim)
+        dtype = given.get("dtype", dtype)
+    if like is not None:
+        q, k = (like if isinstance(like, (tuple, list)) else (like, None))[:2]
+        for name, t in (("like[0] (q)", q), ("like[1] (k)", k)):
+            if t is not None and (not torch.is_tensor(t) or t.dim() != 3):
+                raise ValueError("dcp: %s must be a [tokens, heads, head_dim] tensor" % name)
+        q_heads = q.shape[1] if q_heads is None else q_heads
+        head_dim = q.shape[2] if head_dim is None else head_dim
+        dtype = q.dtype if dtype is None else dtype
+        if k is not None:
+            kv_heads = k.shape[1] if kv_heads is None else kv_heads
+    kv_heads = q_heads if kv_heads is None else kv_heads
+    for name, value in (("q_heads", q_heads), ("head_dim", head_dim), ("dtype", dtype)):
+        if value is None:
+            raise TypeError("dcp: %s needs %s= (or like=(q, k), example tensors)" % (where, name))
+    for name, value in (("q_heads", q_heads), ("kv_heads", kv_heads), ("head_dim", head_dim)):
+        core.check_int(value, name)
+    return q_heads, kv_heads, head_dim, dtype
 
 
 def _kinds(mask, layers, num_seqs):
@@ -73,18 +130,23 @@ def _kinds(mask, layers, num_seqs):
         raise ValueError("dcp: layers names kinds %s that the mask mapping does not" %
                          sorted(unknown))
     return (names, [_masks(mask[n], num_seqs) for n in names],
-            [int(layers.get(n, 1)) for n in names])
+            [core.check_int(layers.get(n, 1), "layers[%r]" % n) for n in names])
 
 
-def _request(lengths, mask, num_heads, num_kv_heads, head_dim, dtype, block_size, strategy,
-             options):
+def _request(where, lengths, mask, legacy, q_heads, kv_heads, head_dim, dtype, like,
+             softmax_scale, options):
     """The C arguments of a planning request: BatchArgs, Shape, PlanOptions, and the layer
     kinds' names (None for one mask per sequence)."""
     lib = _lib()
     options = dict(options)
-    scale = options.pop("scale", None)
     layers = options.pop("layers", None)
-    lengths = lengths.tolist() if torch.is_tensor(lengths) else list(lengths)
+    scale = options.pop("scale", None)  # the old name of softmax_scale
+    if softmax_scale is None:
+        softmax_scale = scale
+    q_heads, kv_heads, head_dim, dtype = _shape_args(legacy, q_heads, kv_heads, head_dim,
+                                                     dtype, like, where)
+    lengths = core.int_list(lengths.tolist() if torch.is_tensor(lengths) else lengths,
+                            "lengths")
     names = None
     if isinstance(mask, Mapping):
         names, masks, counts = _kinds(mask, layers, len(lengths))
@@ -93,9 +155,9 @@ def _request(lengths, mask, num_heads, num_kv_heads, head_dim, dtype, block_size
         raise ValueError("dcp: layers= needs a mapping of layer kind name to mask")
     else:
         batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
-    shape = core.Shape(num_heads, num_kv_heads, head_dim, _dtype_code(dtype),
-                       0.0 if scale is None else scale)
-    opts = lib.plan_options(block_size=block_size, strategy=strategy, **options)
+    shape = core.Shape(q_heads, kv_heads, head_dim, _dtype_code(dtype),
+                       0.0 if softmax_scale is None else softmax_scale)
+    opts = lib.plan_options(**options)
     return batch, shape, opts, names
 
 
@@ -113,16 +175,16 @@ def _cluster(cluster):
 
 class Plan:
     """A dcp plan: where every token block lives, one program per rank for the forward and
-    the backward pass. Immutable; one plan serves a whole training step. A plan of layer
-    kinds holds a program pair per kind on one placement: `kinds` lists their names (None
-    for a plan of one mask per sequence; a plan from bytes names them by index)."""
+    the backward pass. Immutable; one plan serves a whole training step (every layer). A plan
+    of layer kinds holds a program pair per kind on one placement: `kinds` lists their names
+    (None for a plan of one mask per sequence; a plan from bytes names them by index)."""
 
     def __init__(self, plan, lengths=None, kinds=None):
         self._plan = plan
         self._lengths = lengths
         self._offsets = None
         self.num_ranks = plan.num_ranks
-        self.num_kinds = plan.stats().num_kinds
+        self.num_kinds = max(1, plan.stats().num_kinds)
         self.kinds = list(kinds) if kinds else None
         self._kind_handles = {}
 
@@ -167,9 +229,15 @@ class Plan:
 
     @property
     def shape(self):
-        """(num_heads, num_kv_heads, head_dim), or None when unknown."""
+        """(q_heads, kv_heads, head_dim), or None when unknown."""
         s = self._plan.shape
         return None if s is None else (s.num_heads, s.num_kv_heads, s.head_dim)
+
+    @property
+    def checksum(self):
+        """The plan's identity (dcp_plan_checksum): equal on every rank that planned the same
+        batch; the number a "plans differ" error names."""
+        return self._plan.checksum()
 
     def layout(self, rank):
         """The rank's local rows as (sequence, start, length) spans, in local order."""
@@ -180,6 +248,11 @@ class Plan:
         self._rank_ok(rank)
         return self._plan.local_tokens(rank)
 
+    def _spans(self, rank, fn, device):
+        parts = [fn(s, start, n) for s, start, n in self.layout(rank)]
+        out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        return out if device is None else out.to(device)
+
     def local_indices(self, rank, device=None):
         """A LongTensor of the global token indices (positions in the concatenation of the
         sequences) that `rank` owns, in its local row order: x[plan.local_indices(r)] are
@@ -188,10 +261,44 @@ class Plan:
             self._offsets = [0]
             for n in self.lengths:
                 self._offsets.append(self._offsets[-1] + n)
-        parts = [torch.arange(self._offsets[s] + start, self._offsets[s] + start + n)
-                 for s, start, n in self.layout(rank)]
-        idx = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
-        return idx if device is None else idx.to(device)
+        off = self._offsets
+        return self._spans(rank, lambda s, start, n: torch.arange(off[s] + start,
+                                                                  off[s] + start + n), device)
+
+    def local_positions(self, rank, device=None):
+        """A LongTensor of each local row's position within its own sequence (0-based), in
+        local row order: the positions rotary embeddings (RoPE) take."""
+        return self._spans(rank, lambda s, start, n: torch.arange(start, start + n), device)
+
+    def local_sequences(self, rank, device=None):
+        """A LongTensor of each local row's sequence index, in local row order."""
+        return self._spans(rank, lambda s, start, n: torch.full((n,), s, dtype=torch.long),
+                           device)
+
+    def dispatch(self, x, rank):
+        """Rank `rank`'s rows of a global [total_tokens, ...] tensor, in its local order."""
+        return x[self.local_indices(rank, device=x.device)]
+
+    def gather(self, locals_):
+        """The global [total_tokens, ...] tensor from every rank's local rows (a list, rank
+        r's rows in plan.local_indices(r) order): the inverse of dispatch over all ranks of
+        this process. Differentiable."""
+        if len(locals_) != self.num_ranks:
+            raise ValueError("dcp: gather: %d tensors for a %d-rank plan" %
+                             (len(locals_), self.num_ranks))
+        idx = torch.cat([self.local_indices(r, device=locals_[0].device)
+                         for r in range(self.num_ranks)])
+        flat = torch.cat(list(locals_))
+        if flat.shape[0] != idx.shape[0]:
+            raise ValueError("dcp: gather: %d rows for %d tokens" % (flat.shape[0], idx.shape[0]))
+        return flat.new_zeros(flat.shape).index_copy(0, idx, flat)
+
+    def undispatch(self, local, ctx):
+        """The global [total_tokens, ...] tensor on every rank from each rank's local rows
+        (a collective over the context's process group: every rank calls it). Its gradient
+        is the gradient of this rank's rows of the global result, so that a loss computed
+        alike on every rank trains every rank's rows once."""
+        return _Undispatch.apply(local, self, ctx)
 
     def stats(self, kind=None):
         """The statistics (dcp_plan_stats_t) of layer kind `kind` (default the first) as a
@@ -215,21 +322,34 @@ class Plan:
             raise ValueError("dcp: rank %d of a %d-rank plan" % (rank, self.num_ranks))
 
 
-def plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype, block_size=None,
-         strategy=None, **options):
-    """Plans a batch: sequences of `lengths` tokens, `mask` one spec for all of them
+def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=None,
+         dtype=None, like=None, softmax_scale=None, **options):
+    """Plans a batch: sequences of `lengths` tokens (ints), `mask` one spec for all of them
     ("causal", "window:W", "lambda:S:W", "blockwise:b:k", "shared-question:p:a", "full", a
-    [L, 4] custom-range tensor) or a list with one per sequence; or, for a model whose layers
-    use different masks, a mapping of layer kind name to such a mask ({"global": "causal",
-    "local": "window:1024"}, at most 4 kinds) with layers={name: count} giving how many model
-    layers use each (default 1): one placement for every kind, the kind named at attention().
-    `cluster` a spec such as "2x4" or a Context (its ranks' cluster); dtype
-    torch.float32/bfloat16/float16. block_size, strategy ("ring", "zigzag", "lpt", "metis",
-    "auto") and the other options (head_blocks, divisions, eps_inter, eps_intra,
-    mem_cap_bytes, seed, expansion, net_cap, refine, comm_schedule, coalesce, metis_tries, and
-    scale for the softmax) default to the library's."""
-    batch, shape, opts, names = _request(lengths, mask, num_heads, num_kv_heads, head_dim,
-                                         dtype, block_size, strategy, options)
+    [L, 4] integer tensor of custom ranges) or a list with one per sequence; `cluster` a
+    Context (its ranks' cluster; the plan's shape is checked against its device) or a spec
+    such as "2x4".
+
+    The attention shape is keyword-only: q_heads, kv_heads (default q_heads), head_dim and
+    dtype (torch.float32/bfloat16/float16), or like=(q, k) to read them from example tensors
+    ([tokens, heads, head_dim]). softmax_scale is the plan's default scale (1/sqrt(head_dim)
+    when None; attention() may give another per call).
+
+    A model whose layers use different masks: `mask` a mapping of layer kind name to such a
+    mask ({"global": "causal", "local": "window:1024"}, at most 4 kinds) and layers={name:
+    count}, how many model layers use each (default 1): one placement for every kind, the
+    planner minimising the model's step; the kind is named at attention(). The other
+    keywords are
+    dcp_plan_options_t fields: block_size, strategy ("ring", "zigzag", "lpt", "metis",
+    "auto"), head_blocks, divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion,
+    net_cap, refine, comm_schedule, coalesce, metis_tries.
+
+    The old form plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype)
+    still works this release, with a DeprecationWarning."""
+    batch, shape, opts, names = _request("plan", lengths, mask, legacy, q_heads, kv_heads,
+                                         head_dim, dtype, like, softmax_scale, options)
+    if isinstance(cluster, Context):
+        cluster.check_shape(shape)
     cl, made = _cluster(cluster)
     try:
         p = _lib().plan(batch, shape, opts, cl)
@@ -246,29 +366,34 @@ def plan_from_bytes(data):
 
 class Planner:
     """The planner service: `num_threads` workers plan submitted batches while the current
-    one trains; an identical batch is served from a cache of `cache_entries` plans.
+    one trains; an identical batch is served from a cache of at most `cache_entries` plans
+    and `cache_bytes` bytes (0: 256 MiB).
 
         planner = dt.Planner(ctx)                       # or a spec such as "2x4"
-        t = planner.submit(lengths, "causal", 8, 2, 64, torch.bfloat16, block_size=1024)
+        t = planner.submit(lengths, "causal", like=(q, k), block_size=1024)
         ...                                             # train the current batch
         plan = planner.wait(t)
 
     Close it (or let it be collected) before its Context."""
 
-    def __init__(self, cluster, num_threads=1, cache_entries=16):
+    def __init__(self, cluster, num_threads=1, cache_entries=16, cache_bytes=0):
         cl, made = _cluster(cluster)
         self._owned = cl if made else None
-        self._planner = core.Planner(_lib(), cl, num_threads, cache_entries)
+        self._context = cluster if isinstance(cluster, Context) else None
+        self._planner = core.Planner(_lib(), cl, num_threads, cache_entries, cache_bytes)
         self._lengths = {}
-        if isinstance(cluster, Context):
-            cluster._dependents.append(weakref.ref(self))
+        if self._context is not None:
+            self._context._dependents.append(weakref.ref(self))
 
-    def submit(self, lengths, mask, num_heads, num_kv_heads, head_dim, dtype, block_size=None,
-               strategy=None, **options):
+    def submit(self, lengths, mask, *legacy, q_heads=None, kv_heads=None, head_dim=None,
+               dtype=None, like=None, softmax_scale=None, **options):
         """Queues a batch (arguments as plan() takes them, less the cluster); returns its
         ticket, to be collected once with wait() or try_wait()."""
-        batch, shape, opts, names = _request(lengths, mask, num_heads, num_kv_heads, head_dim,
-                                             dtype, block_size, strategy, options)
+        batch, shape, opts, names = _request("Planner.submit", lengths, mask, legacy, q_heads,
+                                             kv_heads, head_dim, dtype, like, softmax_scale,
+                                             options)
+        if self._context is not None:
+            self._context.check_shape(shape)
         ticket = self._planner.submit(batch, shape, opts)
         self._lengths[ticket] = (batch.lengths, names)
         return ticket
@@ -285,8 +410,8 @@ class Planner:
 
     def stats(self):
         """The service's counters (dcp_planner_stats_t) as a dict: submitted, planned,
-        cache_hits, failed, pending, plan_ms (workers' planning time, summed) and wait_ms
-        (time callers were blocked in wait, summed)."""
+        cache_hits, failed, pending, plan_ms (workers' planning time, summed), wait_ms (time
+        callers were blocked in wait, summed), cached_plans, cached_bytes, uncached."""
         return core.stats_dict(self._planner.dcp, self._planner.stats())
 
     def close(self):
@@ -333,7 +458,7 @@ def _rank_inputs(plan, rank, q, k, v):
     rows = plan.local_tokens(rank)
     shape, dtype = plan.shape, plan.dtype
     hq, hkv, d = shape if shape else (None, None, None)
-    tag = "rank %d " % rank
+    tag = "rank %d's " % rank
     q = _ready(q, dtype, rows, hq, d, tag + "q")
     hq, d = q.shape[1], q.shape[2]
     k = _ready(k, q.dtype, rows, hkv, d, tag + "k")
@@ -345,14 +470,24 @@ def _rank_inputs(plan, rank, q, k, v):
     return q, k, v
 
 
+def _scale(softmax_scale):
+    """The call's dcp_tensors_t.softmax_scale (0: the plan's)."""
+    if softmax_scale is None:
+        return 0.0
+    s = float(softmax_scale)
+    if not s > 0 or s == float("inf"):
+        raise ValueError("dcp: softmax_scale = %r, must be finite and > 0" % softmax_scale)
+    return s
+
+
 def _outputs(q):
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
     return o, lse
 
 
-def _tensors(q, k, v, o, lse):
-    return core.Tensors(_ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse))
+def _tensors(q, k, v, o, lse, scale):
+    return core.Tensors(_ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse), scale)
 
 
 def _grad_in(g, like):
@@ -363,10 +498,11 @@ def _grad_in(g, like):
                   "dO")
 
 
-def _grads(q, k, v, o, lse, dout):
+def _grads(q, k, v, o, lse, dout, scale):
     """Gradient buffers of one rank and the dcp_grad_tensors_t over them."""
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    g = core.GradTensors(_tensors(q, k, v, o, lse), _ptr(dout), _ptr(dq), _ptr(dk), _ptr(dv))
+    g = core.GradTensors(_tensors(q, k, v, o, lse, scale), _ptr(dout), _ptr(dq), _ptr(dk),
+                         _ptr(dv))
     return (dq, dk, dv), g
 
 
@@ -397,56 +533,61 @@ def _sync(qs):
 
 class _InprocAttention(torch.autograd.Function):
     """All ranks of a plan as threads (dcp_forward_inproc / dcp_backward_inproc); inputs
-    plan, layer kind, n, then n q's, n k's, n v's; outputs n O's."""
+    plan, layer kind, n, scale, then n q's, n k's, n v's; outputs n O's and n LSEs."""
 
     @staticmethod
-    def forward(ctx, plan, kind, n, *qkv):
+    def forward(ctx, plan, kind, n, scale, *qkv):
         lib = _lib()
         ins = [_rank_inputs(plan, r, qkv[r], qkv[n + r], qkv[2 * n + r]) for r in range(n)]
         outs = [_outputs(q) for q, _, _ in ins]
-        io = (core.Tensors * n)(*[_tensors(*i, *o) for i, o in zip(ins, outs)])
+        io = (core.Tensors * n)(*[_tensors(*i, *o, scale) for i, o in zip(ins, outs)])
         device = _inproc_device([q for q, _, _ in ins])
         _sync([q for q, _, _ in ins])  # the contexts' streams do not follow PyTorch's
         lib.check(lib.lib.dcp_forward_inproc(plan.kind_handle(kind), io, 0.0, device),
                   "forward_inproc")
         _sync([q for q, _, _ in ins])
-        ctx.plan, ctx.kind, ctx.n, ctx.device = plan, kind, n, device
+        ctx.plan, ctx.kind, ctx.n, ctx.device, ctx.scale = plan, kind, n, device, scale
         ctx.save_for_backward(*[t for i in ins for t in i], *[t for o in outs for t in o])
-        return tuple(o for o, _ in outs)
+        ctx.mark_non_differentiable(*[lse for _, lse in outs])
+        return tuple(o for o, _ in outs) + tuple(lse for _, lse in outs)
 
     @staticmethod
-    def backward(ctx, *douts):
+    def backward(ctx, *grads):
         lib, n = _lib(), ctx.n
+        douts = grads[:n]
         saved = ctx.saved_tensors
         ins = [saved[3 * r:3 * r + 3] for r in range(n)]
         outs = [saved[3 * n + 2 * r:3 * n + 2 * r + 2] for r in range(n)]
-        grads, gio = [], (core.GradTensors * n)()
-        keep = []
+        result, gio = [], (core.GradTensors * n)()
         for r in range(n):
             dout = _grad_in(douts[r], outs[r][0])
-            g, gio[r] = _grads(*ins[r], *outs[r], dout)
-            grads.append(g)
-            keep.append(dout)
+            g, gio[r] = _grads(*ins[r], *outs[r], dout, ctx.scale)
+            result.append((g, dout))
         _sync([q for q, _, _ in ins])
         lib.check(lib.lib.dcp_backward_inproc(ctx.plan.kind_handle(ctx.kind), gio, 0.0,
                                               ctx.device), "backward_inproc")
         _sync([q for q, _, _ in ins])
-        return (None, None, None, *[g[0] for g in grads], *[g[1] for g in grads],
-                *[g[2] for g in grads])
+        grads_of = [g for g, _ in result]
+        return (None, None, None, None, *[g[0] for g in grads_of], *[g[1] for g in grads_of],
+                *[g[2] for g in grads_of])
 
 
-def attention_inproc(plan, qs, ks, vs, kind=None):
+def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False, kind=None):
     """Attention of every rank of `plan`, ranks as threads of this process: qs, ks, vs hold
     one [local_tokens, heads, head_dim] tensor per rank (rows in plan.local_indices(r)
     order; all on the CPU, fp32/bf16/fp16, or on CUDA devices, bf16/fp16); returns one O per
-    rank. `kind`: the layer kind of a plan of several (its name or index; default the
-    first). Differentiable with respect to every q, k and v through dcp's backward."""
+    rank (and, with return_lse, the list of their [local_tokens, heads] fp32 LSEs, natural
+    log, -inf for a query with no allowed key). Differentiable with respect to every q, k
+    and v through dcp's backward; softmax_scale overrides the plan's for this call. `kind`:
+    the layer kind of a plan of several (its name or index; default the first)."""
     n = plan.num_ranks
     if not (len(qs) == len(ks) == len(vs) == n):
         raise ValueError("dcp: %d/%d/%d q/k/v tensors for a %d-rank plan" %
                          (len(qs), len(ks), len(vs), n))
     plan.kind_index(kind)  # a bad kind fails before any work
-    return list(_InprocAttention.apply(plan, kind, n, *qs, *ks, *vs))
+    out = _InprocAttention.apply(plan, kind, n, _scale(softmax_scale), *qs, *ks, *vs)
+    os_, lses = list(out[:n]), list(out[n:])
+    return (os_, lses) if return_lse else os_
 
 
 # ---- one rank per process ----------------------------------------------------------------------
@@ -459,7 +600,12 @@ class Context:
     gloo, the current CUDA device otherwise. Creating and closing are collective: every rank
     of the group does both, in the same order as its other collectives. Close it explicitly
     (or use `with`): a context left to the collector is not destroyed, since a destroy
-    outside the collective order could hang the job."""
+    outside the collective order could hang the job.
+
+    After any failure (a DcpError from attention() on any rank: a peer failed or stopped,
+    plans differ, a rank's tensors were refused) the context is spent and every later call
+    raises at once. To go on, every rank closes it and creates a new one: closing a failed
+    context is not collective, creating one is, as the first time."""
 
     def __init__(self, group=None, device=None, timeout_s=0.0, transport_intra=None,
                  transport_inter=None):
@@ -538,6 +684,19 @@ class Context:
             self._cluster = core.Cluster(lib, h, owned=False, owner=self)
         return self._cluster
 
+    def check_shape(self, shape):
+        """Raises DcpError (DCP_ERR_UNSUPPORTED, naming the field) when this context's device
+        cannot run plans of `shape` (a core.Shape): head dims other than 64 and 128 on a
+        GPU, for one."""
+        self._raise(_lib().lib.dcp_context_check_shape(self._live(), C.byref(shape)),
+                    "plan shape on %s" % self.device)
+
+    def abort(self, reason):
+        """Marks this rank failed and tells every peer at once, with `reason`: their calls
+        stop naming this rank and the reason instead of waiting for it. attention() does it
+        itself when its checks refuse this rank's tensors."""
+        _lib().lib.dcp_context_abort(self._live(), str(reason).encode(errors="replace"))
+
     def transport(self, inter_node=False):
         """The engine between ranks in a node ("ucx", "nccl", ...) or between nodes."""
         return _lib().lib.dcp_context_transport(self._live(), int(inter_node)).decode()
@@ -546,7 +705,8 @@ class Context:
         self._raise(_lib().lib.dcp_context_barrier(self._live()), "barrier")
 
     def close(self):
-        """Destroys the context (collective). Planners made on it are closed first."""
+        """Destroys the context (collective unless it failed). Planners made on it are closed
+        first."""
         for ref in self._dependents:
             dep = ref()
             if dep is not None:
@@ -571,39 +731,87 @@ class Context:
         return torch.cuda.current_stream(t.device).cuda_stream or None
 
 
+def _checked(dctx, fn, *args):
+    """fn(*args); a ValueError or TypeError it raises (this rank's inputs are wrong) is told
+    to the peers first, so that they stop now instead of waiting for this rank."""
+    try:
+        return fn(*args)
+    except (ValueError, TypeError) as e:
+        if dctx.handle:
+            dctx.abort("rank %d refused its own inputs: %s" % (dctx.rank, e))
+        raise
+
+
 class _RankAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dctx, plan, kind, q, k, v):
+    def forward(ctx, dctx, plan, kind, scale, q, k, v):
         lib = _lib()
-        q, k, v = _rank_inputs(plan, dctx.rank, q, k, v)
-        if q.device.type != dctx.device.type:
-            raise ValueError("dcp: tensors on %s, the context computes on %s" %
-                             (q.device, dctx.device))
-        o, lse = _outputs(q)
-        io = _tensors(q, k, v, o, lse)
+
+        def check():
+            qkv = _rank_inputs(plan, dctx.rank, q, k, v)
+            if qkv[0].device.type != dctx.device.type:
+                raise ValueError("dcp: tensors on %s, the context computes on %s" %
+                                 (qkv[0].device, dctx.device))
+            return qkv
+        q2, k2, v2 = _checked(dctx, check)
+        o, lse = _outputs(q2)
+        io = _tensors(q2, k2, v2, o, lse, scale)
         dctx._raise(lib.lib.dcp_forward(dctx._live(), plan.kind_handle(kind), C.byref(io),
-                                        dctx.stream(q)), "forward")
-        ctx.dctx, ctx.plan, ctx.kind = dctx, plan, kind
-        ctx.save_for_backward(q, k, v, o, lse)
-        return o
+                                        dctx.stream(q2)), "forward")
+        ctx.dctx, ctx.plan, ctx.kind, ctx.scale = dctx, plan, kind, scale
+        ctx.save_for_backward(q2, k2, v2, o, lse)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dout, _dlse):
         lib, dctx = _lib(), ctx.dctx
         q, k, v, o, lse = ctx.saved_tensors
-        dout = _grad_in(dout, o)
-        (dq, dk, dv), g = _grads(q, k, v, o, lse, dout)
+        dout = _checked(dctx, _grad_in, dout, o)
+        (dq, dk, dv), g = _grads(q, k, v, o, lse, dout, ctx.scale)
         dctx._raise(lib.lib.dcp_backward(dctx._live(), ctx.plan.kind_handle(ctx.kind),
                                          C.byref(g), dctx.stream(q)), "backward")
-        return None, None, None, dq, dk, dv
+        return None, None, None, None, dq, dk, dv
 
 
-def attention(ctx, plan, q, k, v, kind=None):
+def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=None):
     """This rank's attention under `plan`: q [local_tokens, Hq, D], k, v [local_tokens, Hkv,
-    D] with rows in plan.local_indices(ctx.rank) order; returns O like q. `kind`: the layer
-    kind of a plan of several (its name or index; default the first). Every rank of the
-    context calls it with the same plan and kind. Differentiable with respect to q, k and v
-    (the backward is collective too: every rank runs it). On a GPU it runs on PyTorch's
-    current stream."""
-    plan.kind_index(kind)  # a bad kind fails before the collective
-    return _RankAttention.apply(ctx, plan, kind, q, k, v)
+    D] with rows in plan.local_indices(ctx.rank) order; returns O like q (and, with
+    return_lse, its [local_tokens, Hq] fp32 LSE, natural log of the scaled scores'
+    normaliser, -inf for a query with no allowed key; not differentiable). softmax_scale
+    overrides the plan's scale for this call and its backward. `kind`: the layer kind of a
+    plan of several (its name or index; default the first). Every rank of the context calls
+    it with the same plan and kind. Differentiable with respect to q, k and v (the backward
+    is collective too: every rank runs it). On a GPU it runs on PyTorch's current stream."""
+    scale = _checked(ctx, _scale, softmax_scale)
+    _checked(ctx, plan.kind_index, kind)  # a bad kind: the peers hear of it at once
+    o, lse = _RankAttention.apply(ctx, plan, kind, scale, q, k, v)
+    return (o, lse) if return_lse else o
+
+
+class _Undispatch(torch.autograd.Function):
+    """Every rank's local rows all-gathered into the global order (rows padded to the
+    longest rank's for the collective)."""
+
+    @staticmethod
+    def forward(ctx, local, plan, dctx):
+        dist, group = dctx._dist, dctx._group
+        rank = dctx.rank
+        if local.shape[0] != plan.local_tokens(rank):
+            err = ValueError("dcp: undispatch: rank %d has %d rows, the plan gives it %d" %
+                             (rank, local.shape[0], plan.local_tokens(rank)))
+            dctx.abort(str(err))
+            raise err
+        most = max(plan.local_tokens(r) for r in range(plan.num_ranks))
+        dev = dctx._comm_device
+        pad = local.detach().new_zeros((most,) + tuple(local.shape[1:]), device=dev)
+        pad[:local.shape[0]] = local.detach().to(dev)
+        parts = [torch.empty_like(pad) for _ in range(plan.num_ranks)]
+        dist.all_gather(parts, pad, group=group)
+        locals_ = [p[:plan.local_tokens(r)].to(local.device) for r, p in enumerate(parts)]
+        ctx.plan, ctx.rank = plan, rank
+        return plan.gather(locals_)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.plan.dispatch(grad, ctx.rank), None, None
