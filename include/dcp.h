@@ -136,10 +136,31 @@ DCP_API dcp_status_t dcp_mask_count_pairs(const dcp_mask_t *mask, int32_t len, i
  * Batch, attention shape, options, cluster
  * ------------------------------------------------------------------------------------- */
 
+/* Most layer kinds one batch may name (dcp_batch_t.num_kinds). */
+#define DCP_MAX_KINDS 4
+
+/* One kind of attention layer of the model: the mask every sequence gets in the layers of this
+ * kind, and how many layers use it. Models interleave kinds (Gemma 3: five sliding-window
+ * layers per global one; GPT-OSS: 128-token windows alternating with causal layers), and Q, K,
+ * V of every layer live where the batch's tokens were placed, so one plan places the tokens
+ * once and holds a forward and a backward program per kind on that placement. */
+typedef struct {
+    const dcp_mask_t *masks; /* [num_seqs]: this kind's mask of every sequence */
+    int32_t layers;          /* layers of the model of this kind, in [1, 1024]: the planner
+                                minimises the sum over kinds of layers x the kind's predicted
+                                step (forward + backward) */
+} dcp_layer_kind_t;
+
 typedef struct {
     int32_t num_seqs;        /* >= 1 */
     const int32_t *lengths;  /* [num_seqs], each >= 1 token */
-    const dcp_mask_t *masks; /* [num_seqs], one mask per sequence */
+    const dcp_mask_t *masks; /* [num_seqs], one mask per sequence; NULL when num_kinds > 0 */
+    /* Layer kinds: 0 for one kind of layer (masks); K in [1, DCP_MAX_KINDS] for the kinds in
+     * kinds[K] (masks must then be NULL). A plan of one kind is the plan of its masks, byte
+     * for byte (its layer count is not kept); a plan of K >= 2 kinds has one program pair per
+     * kind (dcp_plan_kind). */
+    int32_t num_kinds;
+    const dcp_layer_kind_t *kinds;
 } dcp_batch_t;
 
 typedef enum { DCP_DTYPE_FP32 = 0, DCP_DTYPE_BF16 = 1, DCP_DTYPE_FP16 = 2 } dcp_dtype_t;
@@ -202,7 +223,10 @@ typedef struct {
     int32_t coalesce;    /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */
     int32_t metis_tries; /* METIS: placements tried with seeds seed, seed+1, ... in [1, 64]; the
                             plan predicted fastest per training step is kept (default 2). One
-                            METIS run's predicted step time varies by 10-20% with its seed */
+                            METIS run's predicted step time varies by 10-20% with its seed.
+                            With layer kinds every second try balances only the kind with the
+                            most work (layers x allowed pairs), the others' blocks left where
+                            their traffic is least */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */
@@ -252,10 +276,13 @@ typedef struct dcp_plan dcp_plan_t;
  * computation blocks (tiles x head groups; a plan costs up to about 1 KB per block):
  * ring and zigzag cut every sequence into R or 2R chunks, so many sequences on many ranks
  * reach it (the built-in length histogram at 1M tokens on 32x8); the default strategy then
- * keeps METIS's plan without the zigzag comparison, and AUTO skips that candidate. */
+ * keeps METIS's plan without the zigzag comparison, and AUTO skips that candidate. With
+ * layer kinds (batch.num_kinds >= 2) the plan holds a program pair per kind on one
+ * placement, and plans are compared by the model's step (dcp_plan_stats_t.model_step_ms). */
 DCP_API dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                      const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
                                      dcp_plan_t **plan_out);
+/* Frees a plan and its layer kinds' views (a view passed here is left alone). */
 DCP_API void dcp_plan_destroy(dcp_plan_t *plan);
 
 typedef struct {
@@ -286,6 +313,13 @@ typedef struct {
     int32_t bwd_num_transfers;
     int32_t bwd_num_phases;
     double bwd_predicted_ms; /* cost model: backward time of the slowest rank */
+    /* layer kinds: the figures above are this kind's (the plan's own stats are kind 0's) */
+    int32_t num_kinds;    /* kinds the plan holds (1 for a plan of one mask per sequence) */
+    int32_t kind;         /* the kind these stats describe */
+    int32_t layers;       /* layers of that kind (1 when num_kinds == 1) */
+    double model_step_ms; /* the whole model's attention per training step: the sum over kinds
+                             of layers x (predicted_ms + bwd_predicted_ms); the same in every
+                             kind's stats */
 } dcp_plan_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
@@ -328,6 +362,16 @@ DCP_API dcp_status_t dcp_plan_local_layout(const dcp_plan_t *plan, int32_t rank,
 /* A plan holds both programs: dcp_forward() and dcp_backward() run on the same plan object,
  * so a training step plans once per batch. */
 
+/* Kind `kind` of a plan of layer kinds (dcp_batch_t.kinds), as a plan of its own: a view that
+ * runs that kind's programs with dcp_forward()/dcp_backward() (and the _inproc forms), on the
+ * plan's placement, so its local layout is the plan's. Its stats are the kind's; serializing
+ * it writes the whole plan. Kind 0 is the plan itself. The view is owned by the plan: valid
+ * while the plan lives, never destroyed by the caller (dcp_plan_destroy() on a view does
+ * nothing). Every rank must run the same kind in the same call; the kinds of one plan share a
+ * context's buffers, so a training loop alternates them without allocating. Thread-safe. */
+DCP_API dcp_status_t dcp_plan_kind(const dcp_plan_t *plan, int32_t kind,
+                                   const dcp_plan_t **view_out);
+
 /* Serializes a plan: versioned, little-endian, length-prefixed, CRC-32C checksummed.
  * With buf == NULL only *size_out is set. Otherwise capacity must hold the whole plan. */
 DCP_API dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capacity,
@@ -337,7 +381,9 @@ DCP_API dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_
  * dcp_plan_serialize()'s output. Equal plans have equal checksums on every rank (plans are
  * deterministic); contexts compare them at every call (dcp_forward) and stop at once, naming
  * both, when ranks run different plans. Computed once per plan object (about 1 ms per MB of
- * plan bytes), then remembered. Thread-safe. */
+ * plan bytes), then remembered. A layer kind's view (dcp_plan_kind) has its plan's checksum
+ * mixed with its kind, so ranks that run different kinds of one plan are caught too.
+ * Thread-safe. */
 DCP_API dcp_status_t dcp_plan_checksum(const dcp_plan_t *plan, uint32_t *checksum_out);
 
 /* Rebuilds a plan from bytes. Untrusted input is safe: corrupted, truncated or
@@ -378,9 +424,9 @@ DCP_API dcp_status_t dcp_planner_create(const dcp_planner_config_t *config,
 DCP_API void dcp_planner_destroy(dcp_planner_t *planner);
 
 /* Queues `batch` for planning and returns a ticket (never 0), which must be collected once
- * with dcp_planner_wait() or dcp_planner_try(). Everything is copied: lengths, masks and
- * CUSTOM ranges may be freed on return; opts may be NULL for the defaults. Arguments are
- * checked as dcp_plan_create() checks them, here, with the same messages. */
+ * with dcp_planner_wait() or dcp_planner_try(). Everything is copied: lengths, masks (every
+ * layer kind's) and CUSTOM ranges may be freed on return; opts may be NULL for the defaults.
+ * Arguments are checked as dcp_plan_create() checks them, here, with the same messages. */
 DCP_API dcp_status_t dcp_planner_submit(dcp_planner_t *planner, const dcp_batch_t *batch,
                                         const dcp_attn_shape_t *shape,
                                         const dcp_plan_options_t *opts, uint64_t *ticket_out);

@@ -3,6 +3,7 @@
 #include "partition/blocks.h"
 
 #include "include/base/error.h"
+#include "partition/kinds.h"
 #include "partition/mask.h"
 
 #include <math.h>
@@ -39,14 +40,61 @@ static dcp_status_t check_shape(const dcp_attn_shape_t *s, int32_t head_blocks)
     return DCP_OK;
 }
 
+/* Most layers of one kind (dcp_layer_kind_t.layers): weights stay far inside int64. */
+#define DCP_MAX_KIND_LAYERS 1024
+
+/* The layer kinds of a batch: the masks field and the kinds agree, counts are in range. */
+static dcp_status_t check_kinds(const dcp_batch_t *batch)
+{
+    if (batch->num_kinds == 0) {
+        if (!batch->masks) return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.masks is NULL");
+        return DCP_OK;
+    }
+    if (batch->num_kinds < 0 || batch->num_kinds > DCP_MAX_KINDS)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.num_kinds = %d, must be in [0, %d]",
+                             batch->num_kinds, DCP_MAX_KINDS);
+    if (batch->masks)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "batch.masks is set with batch.num_kinds = %d: the kinds carry the "
+                             "masks, so masks must be NULL",
+                             batch->num_kinds);
+    if (!batch->kinds) return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.kinds is NULL");
+    for (int32_t k = 0; k < batch->num_kinds; k++) {
+        if (!batch->kinds[k].masks)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.kinds[%d].masks is NULL", k);
+        if (batch->kinds[k].layers < 1 || batch->kinds[k].layers > DCP_MAX_KIND_LAYERS)
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "batch.kinds[%d].layers = %d, must be in [1, %d]", k,
+                                 batch->kinds[k].layers, DCP_MAX_KIND_LAYERS);
+    }
+    return DCP_OK;
+}
+
+/* The masks of every kind, for sequence s of length len; CUSTOM ranges counted into *custom. */
+static dcp_status_t check_seq_masks(const dcp_batch_t *batch, int32_t s, int32_t len,
+                                    int64_t *custom)
+{
+    for (int32_t k = 0; k < dcp_batch_kinds(batch); k++) {
+        const dcp_mask_t *m = &dcp_batch_masks(batch, k)[s];
+        char field[64];
+        if (batch->num_kinds > 0)
+            snprintf(field, sizeof field, "batch.kinds[%d].masks[%d]", k, s);
+        else
+            snprintf(field, sizeof field, "batch.masks[%d]", s);
+        DCP_CHECK(dcp_mask_validate(m, len, field));
+        if (m->kind == DCP_MASK_CUSTOM) *custom += 4 * (int64_t)len;
+    }
+    return DCP_OK;
+}
+
+/* *custom_out: the CUSTOM range values of every kind. */
 static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, int64_t *custom_out)
 {
     if (batch->num_seqs < 1)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.num_seqs = %d, must be >= 1",
                              batch->num_seqs);
-    if (!batch->lengths || !batch->masks)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.%s is NULL",
-                             batch->lengths ? "masks" : "lengths");
+    if (!batch->lengths) return dcp_set_error(DCP_ERR_INVALID_ARG, "batch.lengths is NULL");
+    DCP_CHECK(check_kinds(batch));
     int64_t total = 0, custom = 0;
     for (int32_t s = 0; s < batch->num_seqs; s++) {
         const int32_t len = batch->lengths[s];
@@ -58,10 +106,7 @@ static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, in
             return dcp_set_error(DCP_ERR_INVALID_ARG,
                                  "batch: %lld tokens up to sequence %d exceed the limit %d",
                                  (long long)total, s, DCP_MAX_TOKENS);
-        char field[48];
-        snprintf(field, sizeof field, "batch.masks[%d]", s);
-        DCP_CHECK(dcp_mask_validate(&batch->masks[s], len, field));
-        if (batch->masks[s].kind == DCP_MASK_CUSTOM) custom += 4 * (int64_t)len;
+        DCP_CHECK(check_seq_masks(batch, s, len, &custom));
     }
     *total_out = total;
     *custom_out = custom;
@@ -112,31 +157,61 @@ dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *
     return check_args(batch, shape, block_size, head_blocks, &total, &custom);
 }
 
+/* Kind k's masks of the batch into seqs[num_seqs], CUSTOM ranges copied to ranges + *used. */
+static void copy_masks(const dcp_batch_t *batch, int32_t k, dcp_seq_info_t *seqs, int32_t *ranges,
+                       int64_t *used)
+{
+    const dcp_mask_t *masks = dcp_batch_masks(batch, k);
+    for (int32_t s = 0; s < batch->num_seqs; s++) {
+        seqs[s].len = batch->lengths[s];
+        seqs[s].mask = masks[s];
+        if (masks[s].kind == DCP_MASK_CUSTOM) {
+            const int64_t n = 4 * (int64_t)batch->lengths[s];
+            memcpy(ranges + *used, masks[s].ranges, (size_t)n * sizeof(int32_t));
+            seqs[s].mask.ranges = ranges + *used;
+            *used += n;
+        } else {
+            seqs[s].mask.ranges = NULL;
+        }
+    }
+}
+
+/* A batch of K >= 2 kinds: every kind's sequences and ranges, and the layer counts. */
+static dcp_status_t copy_kinds(dcp_blocks_t *b, const dcp_batch_t *batch, int64_t custom)
+{
+    const int32_t nk = batch->num_kinds, n = batch->num_seqs;
+    DCP_CHECK(dcp_calloc(&b->kind_seqs, (int64_t)nk * n, sizeof *b->kind_seqs, "layer kinds"));
+    DCP_CHECK(dcp_calloc(&b->kind_ranges, custom, sizeof(int32_t), "layer kinds"));
+    int64_t used = 0;
+    for (int32_t k = 0; k < nk; k++) {
+        copy_masks(batch, k, b->kind_seqs + (int64_t)k * n, b->kind_ranges, &used);
+        b->kind_layers[k] = batch->kinds[k].layers;
+    }
+    b->kind_ints = used;
+    b->num_kinds = nk;
+    return DCP_OK;
+}
+
 dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
                              const dcp_attn_shape_t *shape, int32_t block_size, int32_t head_blocks)
 {
     int64_t total = 0, custom = 0;
     DCP_CHECK(check_args(batch, shape, block_size, head_blocks, &total, &custom));
 
+    /* seqs hold kind 0's masks: the only ones of a batch of one kind */
+    int64_t custom0 = 0;
+    const dcp_mask_t *masks0 = dcp_batch_masks(batch, 0);
+    for (int32_t s = 0; s < batch->num_seqs; s++)
+        if (masks0[s].kind == DCP_MASK_CUSTOM) custom0 += 4 * (int64_t)batch->lengths[s];
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&b->seqs, batch->num_seqs, sizeof *b->seqs, "batch copy"), st, err);
-    DCP_CHECK_GOTO(dcp_calloc(&b->custom_ranges, custom, sizeof(int32_t), "custom ranges"), st,
+    DCP_CHECK_GOTO(dcp_calloc(&b->custom_ranges, custom0, sizeof(int32_t), "custom ranges"), st,
                    err);
     int64_t used = 0;
-    for (int32_t s = 0; s < batch->num_seqs; s++) {
-        b->seqs[s].len = batch->lengths[s];
-        b->seqs[s].mask = batch->masks[s];
-        if (batch->masks[s].kind == DCP_MASK_CUSTOM) {
-            const int64_t n = 4 * (int64_t)batch->lengths[s];
-            memcpy(b->custom_ranges + used, batch->masks[s].ranges, (size_t)n * sizeof(int32_t));
-            b->seqs[s].mask.ranges = b->custom_ranges + used;
-            used += n;
-        } else {
-            b->seqs[s].mask.ranges = NULL;
-        }
-    }
+    copy_masks(batch, 0, b->seqs, b->custom_ranges, &used);
+    if (dcp_batch_kinds(batch) > 1) DCP_CHECK_GOTO(copy_kinds(b, batch, custom), st, err);
     b->num_seqs = batch->num_seqs;
-    b->custom_ints = custom;
+    b->custom_ints = custom0;
     b->total_tokens = total;
     b->shape = *shape;
     if (b->shape.scale == 0.0f) b->shape.scale = (float)(1.0 / sqrt((double)shape->head_dim));
@@ -210,6 +285,9 @@ void dcp_blocks_release(dcp_blocks_t *b)
     free(b->tile_kv);
     free(b->tile_pairs);
     free(b->tile_full);
+    free(b->kind_seqs);
+    free(b->kind_ranges);
+    free(b->kind_pairs);
     *b = (dcp_blocks_t){0};
 }
 
@@ -274,7 +352,7 @@ static int32_t block_at(const dcp_blocks_t *b, int32_t s, int32_t pos)
     return lo;
 }
 
-static dcp_status_t push_tile(dcp_blocks_t *b, int32_t q, int32_t kv, int64_t pairs, int full)
+dcp_status_t dcp_blocks_push_tile(dcp_blocks_t *b, int32_t q, int32_t kv, int64_t pairs, int full)
 {
     if (b->num_tiles >= b->tile_cap) {
         int64_t cap = b->tile_cap;
@@ -297,6 +375,7 @@ static dcp_status_t push_tile(dcp_blocks_t *b, int32_t q, int32_t kv, int64_t pa
 
 dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b)
 {
+    if (b->num_kinds > 1) return dcp_kinds_tiles(b);
     dcp_range_t *env = NULL;
     int64_t env_cap = 0, env_n = 0;
     dcp_status_t st = DCP_OK;
@@ -319,7 +398,8 @@ dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b)
                     const dcp_tile_class_t cls =
                         dcp_mask_classify(&seq->mask, seq->len, q0, q1, k0, k1, &pairs);
                     if (cls == DCP_TILE_EMPTY) continue;
-                    DCP_CHECK_GOTO(push_tile(b, tq, tk, pairs, cls == DCP_TILE_FULL), st, out);
+                    DCP_CHECK_GOTO(dcp_blocks_push_tile(b, tq, tk, pairs, cls == DCP_TILE_FULL), st,
+                                   out);
                 }
             }
         }
@@ -329,13 +409,14 @@ out:
     return st;
 }
 
-dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out)
+/* The bound of dcp_blocks_tile_bound for the masks of seqs[num_seqs], added to *tiles. */
+static dcp_status_t tile_bound(const dcp_blocks_t *b, const dcp_seq_info_t *seqs, int64_t *tiles_io)
 {
     dcp_range_t *env = NULL;
     int64_t env_cap = 0, env_n = 0, tiles = 0;
     dcp_status_t st = DCP_OK;
     for (int32_t s = 0; s < b->num_seqs && st == DCP_OK; s++) {
-        const dcp_seq_info_t *seq = &b->seqs[s];
+        const dcp_seq_info_t *seq = &seqs[s];
         for (int32_t tq = b->seq_blk[s]; tq < b->seq_blk[s + 1] && st == DCP_OK; tq++) {
             const int32_t q0 = b->blk_start[tq], q1 = q0 + b->blk_len[tq];
             st = dcp_mask_envelope(&seq->mask, seq->len, q0, q1, &env, &env_cap, &env_n);
@@ -345,8 +426,18 @@ dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out)
         }
     }
     free(env);
-    if (st == DCP_OK) *tiles_out = tiles;
+    if (st == DCP_OK) *tiles_io += tiles;
     return st;
+}
+
+dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out)
+{
+    int64_t tiles = 0;
+    if (b->num_kinds <= 1) DCP_CHECK(tile_bound(b, b->seqs, &tiles));
+    for (int32_t k = 0; k < b->num_kinds && b->num_kinds > 1; k++)
+        DCP_CHECK(tile_bound(b, b->kind_seqs + (int64_t)k * b->num_seqs, &tiles));
+    *tiles_out = tiles;
+    return DCP_OK;
 }
 
 /* The sequences, shape and sizes of `from`, copied (CUSTOM ranges included). */
@@ -361,6 +452,22 @@ static dcp_status_t copy_inputs(const dcp_blocks_t *from, dcp_blocks_t *to)
         if (from->seqs[s].mask.kind == DCP_MASK_CUSTOM)
             to->seqs[s].mask.ranges =
                 to->custom_ranges + (from->seqs[s].mask.ranges - from->custom_ranges);
+    if (from->num_kinds > 1) {
+        const int64_t n = (int64_t)from->num_kinds * from->num_seqs;
+        DCP_CHECK(dcp_calloc(&to->kind_seqs, n, sizeof *to->kind_seqs, "coarse blocks"));
+        memcpy(to->kind_seqs, from->kind_seqs, (size_t)n * sizeof *to->kind_seqs);
+        DCP_CHECK(dcp_calloc(&to->kind_ranges, from->kind_ints, sizeof(int32_t), "coarse blocks"));
+        if (from->kind_ints > 0)
+            memcpy(to->kind_ranges, from->kind_ranges, (size_t)from->kind_ints * sizeof(int32_t));
+        for (int64_t i = 0; i < n; i++)
+            if (from->kind_seqs[i].mask.kind == DCP_MASK_CUSTOM)
+                to->kind_seqs[i].mask.ranges =
+                    to->kind_ranges + (from->kind_seqs[i].mask.ranges - from->kind_ranges);
+        to->kind_ints = from->kind_ints;
+        to->num_kinds = from->num_kinds;
+        to->free_kinds = from->free_kinds;
+        memcpy(to->kind_layers, from->kind_layers, sizeof to->kind_layers);
+    }
     to->num_seqs = from->num_seqs;
     to->custom_ints = from->custom_ints;
     to->total_tokens = from->total_tokens;

@@ -54,13 +54,50 @@ typedef struct {
     int64_t *tile_pairs;
     uint8_t *tile_full;
     int64_t tile_cap;
+
+    /* Layer kinds (partition/kinds.h). num_kinds <= 1: one kind, seqs' masks, and nothing
+     * below is set. K >= 2: a union model that placement sees - kind_seqs[k * num_seqs + s] is
+     * sequence s in kind k (seqs is kind 0's), a tile is in the model when some kind has an
+     * allowed pair in it, kind_pairs[t * K + k] are its pairs in kind k, tile_pairs[t] the
+     * most of any kind and tile_full[t] set when it is full in every kind. */
+    int32_t num_kinds;
+    uint32_t free_kinds; /* kinds placement leaves unbalanced (bit k: kind k), 0: none */
+    int32_t kind_layers[DCP_MAX_KINDS];
+    dcp_seq_info_t *kind_seqs;
+    int32_t *kind_ranges; /* every kind's CUSTOM ranges, kind by kind */
+    int64_t kind_ints;
+    int64_t *kind_pairs;
 } dcp_blocks_t;
+
+/* The kinds of a batch (1 when it names none) and the masks of kind k. */
+static inline int32_t dcp_batch_kinds(const dcp_batch_t *batch)
+{
+    return batch->num_kinds > 1 ? batch->num_kinds : 1;
+}
+
+static inline const dcp_mask_t *dcp_batch_masks(const dcp_batch_t *batch, int32_t k)
+{
+    return batch->num_kinds > 0 ? batch->kinds[k].masks : batch->masks;
+}
+
+/* The kinds of a block model (1 for a model of one kind). */
+static inline int32_t dcp_blocks_kinds(const dcp_blocks_t *b)
+{
+    return b->num_kinds > 1 ? b->num_kinds : 1;
+}
+
+/* 1 when placement balances kind k's FLOPs (every kind, unless the planner frees some). */
+static inline int dcp_blocks_balances(const dcp_blocks_t *b, int32_t k)
+{
+    return !((b->free_kinds >> k) & 1u);
+}
 
 /* Validates batch and shape as dcp_blocks_init() does, without copying them. */
 dcp_status_t dcp_blocks_check(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               int32_t block_size, int32_t head_blocks);
 
-/* Validates batch and shape and copies them into b (which must be zeroed). */
+/* Validates batch and shape and copies them into b (which must be zeroed): a batch of K >= 2
+ * layer kinds gives a union model (kind_seqs set, tiles by dcp_blocks_tiles). */
 dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
                              const dcp_attn_shape_t *shape, int32_t block_size,
                              int32_t head_blocks);
@@ -82,11 +119,16 @@ dcp_status_t dcp_blocks_coarsen(const dcp_blocks_t *fine, const int32_t *factor,
  * are sorted by (q, kv)). */
 int64_t dcp_blocks_find_tile(const dcp_blocks_t *b, int32_t q, int32_t kv);
 
-/* Enumerates the tiles with at least one allowed pair, with exact pair counts. */
+/* Enumerates the tiles with at least one allowed pair, with exact pair counts (of every kind,
+ * in a union model of layer kinds). */
 dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b);
 
+/* Appends tile (q, kv) with its pair count and full mark, growing the tile arrays. */
+dcp_status_t dcp_blocks_push_tile(dcp_blocks_t *b, int32_t q, int32_t kv, int64_t pairs, int full);
+
 /* An upper bound on the tiles dcp_blocks_tiles() would make, from the masks' envelopes
- * alone (no tile is classified or stored): O(blocks x log blocks). */
+ * alone (no tile is classified or stored): O(blocks x log blocks). A union model of layer
+ * kinds gives the sum over its kinds (the tiles of every kind's programs). */
 dcp_status_t dcp_blocks_tile_bound(const dcp_blocks_t *b, int64_t *tiles_out);
 
 void dcp_blocks_release(dcp_blocks_t *b);
@@ -99,10 +141,19 @@ static inline int64_t dcp_blocks_token_bytes(const dcp_blocks_t *b, int64_t len)
     return dcp_shape_token_bytes(&b->shape, len);
 }
 
-/* Forward FLOPs of one computation block of tile t (one head group). */
+/* Forward FLOPs of one computation block of tile t (one head group); in a union model of
+ * layer kinds, the most of any kind. */
 static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
 {
     return b->tile_pairs[t] * 4 * b->shape.head_dim * b->qpg;
+}
+
+/* Forward FLOPs of one computation block of tile t in layer kind k (k = 0 in a model of one
+ * kind): what each kind's balance constraint weighs. */
+static inline int64_t dcp_blocks_kind_flops(const dcp_blocks_t *b, int64_t t, int32_t k)
+{
+    const int64_t pairs = b->num_kinds > 1 ? b->kind_pairs[t * b->num_kinds + k] : b->tile_pairs[t];
+    return pairs * 4 * b->shape.head_dim * b->qpg;
 }
 
 /* The kinds of transferred block (one token block, one head group). Inputs travel from

@@ -245,7 +245,7 @@ static dcp_status_t link_bytes(const dcp_blocks_t *b, const dcp_placement_t *pl,
     DCP_CHECK_GOTO(dcp_calloc(&lb->v, 2 * (int64_t)nr * 4, sizeof *lb->v, "cost floor"), st, out);
     for (int64_t e = 0; e < g.num_nets; e++) {
         const int32_t t = dcp_net_block(&g, e), o = pl->blk_owner[t];
-        const int q = e < (int64_t)g.num_blocks * g.head_blocks; /* Q nets come first */
+        const int q = dcp_net_is_query(&g, e);
         const int64_t len = b->blk_len[t];
         seen[o] = e + 1;
         for (int64_t i = g.net_off[e]; i < g.net_off[e + 1]; i++) {

@@ -131,33 +131,46 @@ static dcp_status_t to_csr(pairs_t *ps, dcp_metis_graph_t *m)
     return DCP_OK;
 }
 
-/* The two constraints of global vertex v: [FLOPs, 0] or [0, bytes]. */
-static void weights_of(const dcp_blocks_t *b, int64_t v, double w[2])
+/* The constraints of global vertex v: [FLOPs of each balanced kind, 0] or [0, ..., 0, bytes]. */
+static void weights_of(const dcp_blocks_t *b, int64_t v, int32_t ncon, double *w)
 {
-    const int blk = v < b->num_blocks;
-    w[blk] = blk ? (double)dcp_blocks_token_bytes(b, b->blk_len[v])
-                 : (double)dcp_blocks_comp_flops(b, (v - b->num_blocks) / b->head_blocks);
-    w[1 - blk] = 0;
+    for (int32_t k = 0; k < ncon; k++) w[k] = 0;
+    if (v < b->num_blocks) {
+        w[ncon - 1] = (double)dcp_blocks_token_bytes(b, b->blk_len[v]);
+        return;
+    }
+    for (int32_t k = 0, c = 0; k < dcp_blocks_kinds(b); k++)
+        if (dcp_blocks_balances(b, k))
+            w[c++] = (double)dcp_blocks_kind_flops(b, (v - b->num_blocks) / b->head_blocks, k);
 }
 
-/* The two constraints of the local vertices, scaled per constraint to integers. */
+/* Constraints: one per balanced kind, and memory. */
+static idx_t constraints(const dcp_blocks_t *b)
+{
+    idx_t n = 1;
+    for (int32_t k = 0; k < dcp_blocks_kinds(b); k++) n += dcp_blocks_balances(b, k);
+    return n;
+}
+
+/* The constraints of the local vertices, scaled per constraint to integers. */
 static dcp_status_t vertex_weights(const dcp_blocks_t *b, const int32_t *local,
                                    dcp_metis_graph_t *m)
 {
-    double *sum = NULL, tot[2] = {0, 0};
-    DCP_CHECK(dcp_calloc(&sum, 2 * (int64_t)m->nv, sizeof *sum, "metis graph"));
+    const int32_t nc = (int32_t)m->ncon;
+    double *sum = NULL, tot[DCP_MAX_KINDS + 1] = {0};
+    DCP_CHECK(dcp_calloc(&sum, nc * (int64_t)m->nv, sizeof *sum, "metis graph"));
     for (int64_t v = 0; v < b->num_blocks + b->num_tiles * b->head_blocks; v++) {
         if (local[v] < 0) continue;
-        double w[2];
-        weights_of(b, v, w);
-        for (int k = 0; k < 2; k++) {
-            sum[2 * local[v] + k] += w[k];
+        double w[DCP_MAX_KINDS + 1];
+        weights_of(b, v, nc, w);
+        for (int k = 0; k < nc; k++) {
+            sum[nc * (int64_t)local[v] + k] += w[k];
             tot[k] += w[k];
         }
     }
-    for (int64_t i = 0; i < 2 * (int64_t)m->nv; i++) {
+    for (int64_t i = 0; i < nc * (int64_t)m->nv; i++) {
         const double w = sum[i];
-        m->vwgt[i] = w > 0 ? (idx_t)fmax(1.0, llround(w * WEIGHT_BUDGET / tot[i % 2])) : 0;
+        m->vwgt[i] = w > 0 ? (idx_t)fmax(1.0, llround(w * WEIGHT_BUDGET / tot[i % nc])) : 0;
     }
     free(sum);
     return DCP_OK;
@@ -167,7 +180,7 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
                                    const int32_t *local, int32_t nlocal, dcp_expansion_t how,
                                    int32_t cap, dcp_metis_graph_t *out)
 {
-    dcp_metis_graph_t m = {.nv = nlocal};
+    dcp_metis_graph_t m = {.nv = nlocal, .ncon = constraints(b)};
     pairs_t ps = {0};
     idx_t *vs = NULL;
     int64_t *seen = NULL;
@@ -177,7 +190,8 @@ dcp_status_t dcp_metis_graph_build(const dcp_blocks_t *b, const dcp_hypergraph_t
         if (g->net_off[e + 1] - g->net_off[e] > longest)
             longest = g->net_off[e + 1] - g->net_off[e];
     dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&m.vwgt, 2 * (int64_t)nlocal, sizeof(idx_t), "metis graph"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&m.vwgt, m.ncon * (int64_t)nlocal, sizeof(idx_t), "metis graph"), st,
+                   err);
     DCP_CHECK_GOTO(dcp_calloc(&vs, longest + 1, sizeof(idx_t), "metis graph"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&seen, nlocal, sizeof *seen, "metis graph"), st, err);
     DCP_CHECK_GOTO(vertex_weights(b, local, &m), st, err);

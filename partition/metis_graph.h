@@ -4,7 +4,9 @@
  *
  * Vertices: data block t is global vertex t, computation block c is nb + c. Two weights
  * each: [FLOPs, 0] for computation blocks, [0, bytes] for data blocks, scaled per
- * constraint to integers (METIS's idx_t is 32-bit here) keeping nonzero weights >= 1.
+ * constraint to integers (METIS's idx_t is 32-bit here) keeping nonzero weights >= 1. A
+ * union model of K layer kinds (partition/kinds.h) has one per kind it balances (all, unless
+ * the planner frees some), then bytes.
  *
  * Clique expansion: a net of k local vertices (its owner, when local, and its members)
  * becomes a clique with edge weight w / (k - 1). A net with more than `cap` vertices - a KV
@@ -26,7 +28,8 @@
 typedef struct {
     idx_t nv;
     idx_t *xadj, *adjncy, *adjwgt;
-    idx_t *vwgt;   /* 2 per vertex */
+    idx_t ncon;    /* constraints: the model's balanced kinds + 1 */
+    idx_t *vwgt;   /* ncon per vertex */
     idx_t *vsize;  /* star expansion only, else NULL */
     int64_t edges; /* undirected edges */
 } dcp_metis_graph_t;

@@ -2,7 +2,9 @@
 #include "partition/place.h"
 
 #include "include/base/error.h"
+#include "partition/kinds.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +49,13 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                              dcp_placed_t *x)
 {
+    return dcp_place_batch_free(batch, shape, o, cluster, 0, x);
+}
+
+dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                  uint32_t free_kinds, dcp_placed_t *x)
+{
     const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
     if (!ops)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.strategy = %d is not a placement",
@@ -55,6 +64,7 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     x->opts = *o;
     DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
     DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
+    b->free_kinds = b->num_kinds > 1 ? free_kinds : 0;
     int64_t bound;
     DCP_CHECK(dcp_blocks_tile_bound(b, &bound));
     if (bound * b->head_blocks > DCP_MAX_COMP_BLOCKS)
@@ -63,16 +73,30 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
                              "head groups), more than the planning limit 2^22",
                              ops->name, (long long)(bound * b->head_blocks), b->num_blocks,
                              cluster->num_ranks, b->head_blocks);
-    DCP_CHECK(dcp_blocks_tiles(b));
+    x->num_kinds = dcp_blocks_kinds(b);
+    if (x->num_kinds > 1) { /* each kind's tiles once: they make the union's and are kept */
+        for (int32_t k = 0; k < x->num_kinds; k++) DCP_CHECK(dcp_kinds_model(b, k, &x->kb[k]));
+        DCP_CHECK(dcp_kinds_union(b, x->kb));
+    } else {
+        DCP_CHECK(dcp_blocks_tiles(b));
+    }
     DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
     DCP_CHECK(
         dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
     const dcp_place_in_t in = {b, cluster, &x->opts};
-    return ops->place(&in, &x->pl);
+    DCP_CHECK(ops->place(&in, &x->pl));
+    for (int32_t k = 0; k < x->num_kinds && x->num_kinds > 1; k++)
+        DCP_CHECK(dcp_kinds_project(b, &x->pl, &x->kb[k], &x->kpl[k]));
+    return DCP_OK;
 }
 
 void dcp_placed_release(dcp_placed_t *x)
 {
+    for (int32_t k = 0; k < DCP_MAX_KINDS; k++) {
+        free(x->kpl[k].blk_owner);
+        free(x->kpl[k].comp_exec);
+        dcp_blocks_release(&x->kb[k]);
+    }
     free(x->pl.blk_owner);
     free(x->pl.comp_exec);
     dcp_blocks_release(&x->b);
@@ -89,15 +113,18 @@ void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p)
 dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
                              int64_t **flops_out, int64_t **mem_out)
 {
+    const int32_t nk = dcp_blocks_kinds(b);
     int64_t *f = NULL, *m = NULL;
-    DCP_CHECK(dcp_calloc(&f, num_ranks, sizeof *f, "loads"));
+    DCP_CHECK(dcp_calloc(&f, (int64_t)nk * num_ranks, sizeof *f, "loads"));
     const dcp_status_t st = dcp_calloc(&m, num_ranks, sizeof *m, "loads");
     if (st != DCP_OK) {
         free(f);
         return st;
     }
     for (int64_t c = 0; c < b->num_tiles * b->head_blocks; c++)
-        f[p->comp_exec[c]] += dcp_blocks_comp_flops(b, c / b->head_blocks);
+        for (int32_t k = 0; k < nk; k++)
+            f[(int64_t)k * num_ranks + p->comp_exec[c]] +=
+                dcp_blocks_kind_flops(b, c / b->head_blocks, k);
     for (int32_t t = 0; t < b->num_blocks; t++)
         m[p->blk_owner[t]] += dcp_blocks_token_bytes(b, b->blk_len[t]);
     *flops_out = f;
@@ -108,23 +135,28 @@ dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, in
 void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int strict,
                       double *flops_bound, double *mem_bound)
 {
-    double tf = 0, tm = 0, mf = 0, mm = 0;
-    for (int64_t t = 0; t < b->num_tiles; t++) {
-        const double f = (double)dcp_blocks_comp_flops(b, t);
-        tf += f * b->head_blocks;
-        mf = f > mf ? f : mf;
-    }
+    double tm = 0, mm = 0;
     for (int32_t t = 0; t < b->num_blocks; t++) {
         const double m = (double)dcp_blocks_token_bytes(b, b->blk_len[t]);
         tm += m;
         mm = m > mm ? m : mm;
     }
-    const double af = tf / num_ranks, am = tm / num_ranks;
-    *flops_bound = (1.0 + tol) * af;
+    const double am = tm / num_ranks;
     *mem_bound = (1.0 + tol) * am;
-    if (strict) return;
-    if (af + mf > *flops_bound) *flops_bound = af + mf;
-    if (am + mm > *mem_bound) *mem_bound = am + mm;
+    if (!strict && am + mm > *mem_bound) *mem_bound = am + mm;
+    for (int32_t k = 0; k < dcp_blocks_kinds(b); k++) {
+        flops_bound[k] = INFINITY; /* a kind left free has no bound */
+        if (!dcp_blocks_balances(b, k)) continue;
+        double tf = 0, mf = 0;
+        for (int64_t t = 0; t < b->num_tiles; t++) {
+            const double f = (double)dcp_blocks_kind_flops(b, t, k);
+            tf += f * b->head_blocks;
+            mf = f > mf ? f : mf;
+        }
+        const double af = tf / num_ranks;
+        flops_bound[k] = (1.0 + tol) * af;
+        if (!strict && af + mf > flops_bound[k]) flops_bound[k] = af + mf;
+    }
 }
 
 dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t *p)
@@ -146,10 +178,13 @@ dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t
 
 dcp_status_t dcp_place_query_flops(const dcp_blocks_t *b, int64_t **flops_out)
 {
+    const int32_t nk = dcp_blocks_kinds(b);
     int64_t *f;
-    DCP_CHECK(dcp_calloc(&f, b->num_blocks, sizeof *f, "block flops"));
+    DCP_CHECK(dcp_calloc(&f, (int64_t)nk * b->num_blocks, sizeof *f, "block flops"));
     for (int64_t t = 0; t < b->num_tiles; t++)
-        f[b->tile_q[t]] += dcp_blocks_comp_flops(b, t) * b->head_blocks;
+        for (int32_t k = 0; k < nk; k++)
+            f[(int64_t)k * b->num_blocks + b->tile_q[t]] +=
+                dcp_blocks_kind_flops(b, t, k) * b->head_blocks;
     *flops_out = f;
     return DCP_OK;
 }

@@ -34,9 +34,23 @@ typedef struct {
  * see the same blocks. */
 typedef struct {
     dcp_plan_options_t opts;
-    dcp_blocks_t b;
+    dcp_blocks_t b; /* a union model when the batch has K >= 2 layer kinds (kinds.h) */
     dcp_placement_t pl;
+    int32_t num_kinds;               /* K >= 2: each kind's model and placement below */
+    dcp_blocks_t kb[DCP_MAX_KINDS];  /* kind k's model (partition/kinds.h dcp_kinds_model) */
+    dcp_placement_t kpl[DCP_MAX_KINDS]; /* the placement projected onto it */
 } dcp_placed_t;
+
+/* Kind k's model and placement of x: b and pl themselves for a batch of one kind. */
+static inline const dcp_blocks_t *dcp_placed_blocks(const dcp_placed_t *x, int32_t k)
+{
+    return x->num_kinds > 1 ? &x->kb[k] : &x->b;
+}
+
+static inline const dcp_placement_t *dcp_placed_placement(const dcp_placed_t *x, int32_t k)
+{
+    return x->num_kinds > 1 ? &x->kpl[k] : &x->pl;
+}
 
 /* Cuts `batch` into blocks for strategy o->strategy (a concrete one, not AUTO) and places
  * them on `cluster`. x must be zeroed; release it with dcp_placed_release() on success and
@@ -44,6 +58,12 @@ typedef struct {
 dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                              dcp_placed_t *x);
+
+/* The same with the layer kinds in free_kinds (bit k: kind k) left unbalanced: the planner's
+ * candidate that balances only the kind with the most work (partition/planner.c). */
+dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                  uint32_t free_kinds, dcp_placed_t *x);
 void dcp_placed_release(dcp_placed_t *x);
 
 /* The strategy table entry, or NULL for an unknown id. */
@@ -61,7 +81,8 @@ void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p);
 /* Fails with DCP_ERR_CAPACITY when some rank owns more than the cap (0 = no cap). */
 dcp_status_t dcp_place_check_cap(const dcp_place_in_t *in, const dcp_placement_t *p);
 
-/* Per-rank FLOPs and owned bytes of a placement (two malloc'ed arrays of num_ranks). */
+/* Per-rank FLOPs and owned bytes of a placement (malloc'ed: FLOPs [K x num_ranks], kind k's
+ * at k x num_ranks, K the model's kinds; bytes [num_ranks]). */
 dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
                              int64_t **flops_out, int64_t **mem_out);
 
@@ -71,8 +92,12 @@ dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, in
  * the mean), so validation accepts it while repair still aims at the strict one. */
 void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int strict,
                       double *flops_bound, double *mem_bound);
+/* (flops_bound has one entry per kind of the model: every kind is balanced on its own, since
+ * layers of different kinds run one after another; a kind the planner leaves free gets
+ * INFINITY.) */
 
-/* Forward FLOPs of every token block's queries over all head groups ([num_blocks]). */
+/* Forward FLOPs of every token block's queries over all head groups ([K x num_blocks], kind
+ * k's at k x num_blocks). */
 dcp_status_t dcp_place_query_flops(const dcp_blocks_t *b, int64_t **flops_out);
 
 #endif

@@ -3,7 +3,7 @@
  * order of max(m/m_avg, c/c_avg) (m: bytes, c: FLOPs of the block's queries) and each goes
  * to the rank with the lowest load max(M_r/m_avg, C_r/c_avg) whose memory stays under the
  * cap; ties go to the lower rank, so the result is deterministic. Computation runs at the
- * query's owner.
+ * query's owner. With layer kinds (partition/kinds.h) each kind's FLOPs are one more c.
  */
 #include "partition/place.h"
 
@@ -29,41 +29,55 @@ static int32_t lpt_chunks(int32_t num_ranks)
     return 0;
 }
 
+/* max(m/m_avg, c_k/c_avg_k over the balanced kinds k): a block's key, or a rank's load. */
+static double lpt_load(double m, const int64_t *c, int64_t stride, const double *c_avg,
+                       int32_t nk)
+{
+    double load = m;
+    for (int32_t k = 0; k < nk; k++) {
+        if (!c_avg[k]) continue; /* a kind left unbalanced */
+        const double ck = (double)c[k * stride] / c_avg[k];
+        load = load > ck ? load : ck;
+    }
+    return load;
+}
+
 static dcp_status_t lpt_place(const dcp_place_in_t *in, dcp_placement_t *out)
 {
     const dcp_blocks_t *b = in->blocks;
-    const int32_t nr = in->cluster->num_ranks;
+    const int32_t nr = in->cluster->num_ranks, nk = dcp_blocks_kinds(b), nb = b->num_blocks;
     const int64_t cap = in->opts->mem_cap_bytes;
     int64_t *flops = NULL, *mem_r = NULL, *flops_r = NULL;
     lpt_item_t *items = NULL;
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_place_query_flops(b, &flops), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&items, b->num_blocks, sizeof *items, "lpt order"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&items, nb, sizeof *items, "lpt order"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&mem_r, nr, sizeof *mem_r, "lpt loads"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&flops_r, nr, sizeof *flops_r, "lpt loads"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&flops_r, (int64_t)nk * nr, sizeof *flops_r, "lpt loads"), st, out);
 
-    double m_tot = 0, c_tot = 0;
-    for (int32_t t = 0; t < b->num_blocks; t++) {
-        m_tot += (double)dcp_blocks_token_bytes(b, b->blk_len[t]);
-        c_tot += (double)flops[t];
+    /* with layer kinds (kinds.h), every kind's FLOPs are a load of their own */
+    double m_tot = 0, c_avg[DCP_MAX_KINDS];
+    for (int32_t t = 0; t < nb; t++) m_tot += (double)dcp_blocks_token_bytes(b, b->blk_len[t]);
+    for (int32_t k = 0; k < nk; k++) {
+        double c_tot = 0;
+        for (int32_t t = 0; t < nb; t++) c_tot += (double)flops[(int64_t)k * nb + t];
+        c_avg[k] = !dcp_blocks_balances(b, k) ? 0 : c_tot > 0 ? c_tot / nr : 1;
     }
-    const double m_avg = m_tot > 0 ? m_tot / nr : 1, c_avg = c_tot > 0 ? c_tot / nr : 1;
-    for (int32_t t = 0; t < b->num_blocks; t++) {
+    const double m_avg = m_tot > 0 ? m_tot / nr : 1;
+    for (int32_t t = 0; t < nb; t++) {
         const double m = (double)dcp_blocks_token_bytes(b, b->blk_len[t]) / m_avg;
-        const double c = (double)flops[t] / c_avg;
-        items[t] = (lpt_item_t){m > c ? m : c, t};
+        items[t] = (lpt_item_t){lpt_load(m, flops + t, nb, c_avg, nk), t};
     }
-    qsort(items, (size_t)b->num_blocks, sizeof *items, lpt_cmp);
+    qsort(items, (size_t)nb, sizeof *items, lpt_cmp);
 
-    for (int32_t i = 0; i < b->num_blocks; i++) {
+    for (int32_t i = 0; i < nb; i++) {
         const int32_t t = items[i].block;
         const int64_t bytes = dcp_blocks_token_bytes(b, b->blk_len[t]);
         int32_t best = -1;
         double best_load = 0;
         for (int32_t r = 0; r < nr; r++) {
             if (cap > 0 && mem_r[r] + bytes > cap) continue;
-            const double m = (double)mem_r[r] / m_avg, c = (double)flops_r[r] / c_avg;
-            const double load = m > c ? m : c;
+            const double load = lpt_load((double)mem_r[r] / m_avg, flops_r + r, nr, c_avg, nk);
             if (best < 0 || load < best_load) {
                 best = r;
                 best_load = load;
@@ -78,7 +92,8 @@ static dcp_status_t lpt_place(const dcp_place_in_t *in, dcp_placement_t *out)
         }
         out->blk_owner[t] = best;
         mem_r[best] += bytes;
-        flops_r[best] += flops[t];
+        for (int32_t k = 0; k < nk; k++)
+            flops_r[(int64_t)k * nr + best] += flops[(int64_t)k * nb + t];
     }
     dcp_place_at_query_owner(b, out);
     st = DCP_OK;

@@ -47,8 +47,9 @@ dcp_status_t dcp_metis_partition(dcp_metis_graph_t *m, int32_t nparts, double ep
     const int vol = o->expansion == DCP_EXPAND_STAR;
     if (how == DCP_METIS_KWAY)
         options[METIS_OPTION_OBJTYPE] = vol ? METIS_OBJTYPE_VOL : METIS_OBJTYPE_CUT;
-    idx_t ncon = 2, np = nparts, objval = 0;
-    real_t ubvec[2] = {(real_t)(1.0 + eps), (real_t)(1.0 + eps)};
+    idx_t ncon = m->ncon, np = nparts, objval = 0;
+    real_t ubvec[DCP_MAX_KINDS + 1];
+    for (idx_t k = 0; k < ncon; k++) ubvec[k] = (real_t)(1.0 + eps);
     idx_t *adjwgt = vol ? NULL : m->adjwgt;
     pthread_mutex_lock(&metis_mu);
     const int rc =
@@ -207,11 +208,13 @@ static int balanced(const dcp_blocks_t *b, const dcp_place_in_t *in, const dcp_p
     const int32_t nr = in->cluster->num_ranks;
     int64_t *f, *m;
     if (dcp_place_loads(b, p, nr, &f, &m) != DCP_OK) return 0;
-    double fb, mb;
-    dcp_place_bounds(b, nr, tol, 0, &fb, &mb);
+    double fb[DCP_MAX_KINDS], mb;
+    dcp_place_bounds(b, nr, tol, 0, fb, &mb);
     int ok = 1;
     for (int32_t r = 0; r < nr; r++) {
-        ok &= (double)f[r] <= fb && (double)m[r] <= mb;
+        for (int32_t k = 0; k < dcp_blocks_kinds(b); k++)
+            ok &= (double)f[(int64_t)k * nr + r] <= fb[k];
+        ok &= (double)m[r] <= mb;
         ok &= in->opts->mem_cap_bytes <= 0 || m[r] <= in->opts->mem_cap_bytes;
     }
     free(f);

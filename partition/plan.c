@@ -11,12 +11,16 @@
 
 dcp_status_t dcp_plan_alloc(dcp_plan_t **plan_out)
 {
-    return dcp_calloc(plan_out, 1, sizeof(dcp_plan_t), "plan");
+    DCP_CHECK(dcp_calloc(plan_out, 1, sizeof(dcp_plan_t), "plan"));
+    (*plan_out)->num_kinds = 1;
+    (*plan_out)->layers = 1;
+    return DCP_OK;
 }
 
 void dcp_plan_destroy(dcp_plan_t *p)
 {
-    if (!p) return;
+    if (!p || p->root) return; /* a view belongs to its plan */
+    dcp_plan_kinds_free(p);
     free(p->seqs);
     free(p->custom_ranges);
     free(p->blk_seq);
@@ -88,6 +92,12 @@ dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate)
     p->kvpg = p->shape.num_kv_heads / p->opts.head_blocks;
     if (!p->blk_row) DCP_CHECK(dcp_plan_derive_rows(p)); /* the planner derived them already */
     DCP_CHECK(derive_buffers(p));
+    const uint32_t a = dcp_crc32c(p->blk_owner, (size_t)p->num_blocks * sizeof *p->blk_owner);
+    const uint32_t b = dcp_crc32c(p->comm, (size_t)p->num_comm * sizeof *p->comm);
+    p->fingerprint = a ^ (b * 0x9E3779B1u);
+    static atomic_uint_fast64_t serials = 1;
+    p->serial = atomic_fetch_add(&serials, 1);
+    dcp_plan_kinds_sync(p);
     if (validate) DCP_CHECK(dcp_plan_check_programs(p));
     for (int32_t r = 0; r < p->num_ranks && !validate; r++)
         if (dcp_plan_work_bytes(p, r) > DCP_PLAN_MAX_WORK_BYTES)
@@ -96,12 +106,7 @@ dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate)
                                  "the 64 GiB (2^36 bytes) a plan may hold; spread the batch over "
                                  "more ranks or plan fewer tokens per batch",
                                  r, (double)dcp_plan_work_bytes(p, r) / (1 << 30));
-    const uint32_t a = dcp_crc32c(p->blk_owner, (size_t)p->num_blocks * sizeof *p->blk_owner);
-    const uint32_t b = dcp_crc32c(p->comm, (size_t)p->num_comm * sizeof *p->comm);
-    p->fingerprint = a ^ (b * 0x9E3779B1u);
-    static atomic_uint_fast64_t serials = 1;
-    p->serial = atomic_fetch_add(&serials, 1);
-    return dcp_plan_derive_stats(p);
+    return dcp_plan_kinds_stats(p);
 }
 
 /* Blocks are sorted by (sequence, start): consecutive owned blocks of one sequence that

@@ -9,6 +9,12 @@
  * and phases [pass_phase[k], pass_phase[k+1]), so the two passes never share a tag. Derived
  * data (local rows, caller buffer sizes, statistics) is recomputed from the stored data by
  * dcp_plan_derive(), after planning and after loading bytes alike, so it cannot disagree.
+ *
+ * Layer kinds (partition/plan_kinds.c): a plan of K >= 2 kinds holds one program pair per kind
+ * on its one placement, program (k * 2 + pass) * R + r, transfers and phases numbered on
+ * across kinds (kind 0's first). Kind k >= 1 is a view: a dcp_plan_t that shares the plan's
+ * arrays (its prog_off starts at kind k's programs) and has its own masks, pass ranges and
+ * statistics, so everything that runs or reads one kind's programs takes the view as a plan.
  */
 #ifndef DCP_PARTITION_PLAN_H
 #define DCP_PARTITION_PLAN_H
@@ -67,7 +73,8 @@ struct dcp_plan {
     int32_t fallback;      /* the strategy fell back to lpt */
     dcp_perf_model_t perf; /* the cluster figures the cost model uses */
     int64_t *work_elems;   /* [R * DCP_BUF_COUNT]; only the planned work buffers are stored */
-    int64_t *prog_off;     /* [2R + 1]: program pass * R + r */
+    int64_t *prog_off;     /* [2KR + 1]: program (kind * 2 + pass) * R + r; a view's points
+                              at its kind's first */
     dcp_instr_t *instrs;
     dcp_tile_group_t *groups;
     dcp_tile_t *tiles;
@@ -86,8 +93,16 @@ struct dcp_plan {
     uint64_t serial;      /* unique per plan object in this process (device caches key on it) */
     uint32_t fingerprint; /* hash of owners and comm ops: ranks running different plans
                              use different tags, so they fail instead of mixing blocks */
+
+    /* layer kinds (a view owns seqs, custom_ranges, its pass ranges, rank_stats and stats) */
+    int32_t num_kinds;       /* program pairs the plan holds (>= 1) */
+    int32_t kind;            /* the kind this object runs: 0 for a plan, k for its view */
+    int32_t layers;          /* model layers of this kind (1 in a plan of one kind) */
+    dcp_plan_t **views;      /* K >= 2: [K], views[0] the plan itself; NULL with one kind */
+    const dcp_plan_t *root;  /* a view's plan; NULL for a plan */
     /* (1 << 32) | dcp_plan_checksum() once computed (at load, or at the first call that
-     * asks); 0 before. Atomic: threads sharing the plan may compute it at once. */
+     * asks); 0 before. Atomic: threads sharing the plan may compute it at once. A view's is
+     * its own (its plan's, with its kind). */
     atomic_uint_fast64_t checksum_memo;
 };
 
@@ -97,7 +112,23 @@ static inline int64_t dcp_plan_buf_elems(const dcp_plan_t *p, int32_t r, int32_t
     return p->buf_elems[(int64_t)r * DCP_BUF_COUNT + b];
 }
 
-/* First and end instruction of rank r's program of `pass`. */
+/* The plan a view belongs to (the plan itself for a plan), and its kind k's object. */
+static inline const dcp_plan_t *dcp_plan_root(const dcp_plan_t *p)
+{
+    return p->root ? p->root : p;
+}
+
+static inline dcp_plan_t *dcp_plan_view(dcp_plan_t *p, int32_t k)
+{
+    return p->views ? p->views[k] : p;
+}
+
+static inline const dcp_plan_t *dcp_plan_view_const(const dcp_plan_t *p, int32_t k)
+{
+    return p->views ? p->views[k] : p;
+}
+
+/* First and end instruction of rank r's program of `pass` (of the object's kind). */
 static inline int64_t dcp_plan_prog_begin(const dcp_plan_t *p, dcp_pass_t pass, int32_t r)
 {
     return p->prog_off[(int64_t)pass * p->num_ranks + r];
@@ -142,8 +173,9 @@ dcp_status_t dcp_plan_derive_rows(dcp_plan_t *p);
 dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate);
 
 /* Validation, split where derived sizes become available (plan_check.c). Inputs: shape,
- * options, sequences, masks, blocks and array sizes. Programs: every instruction, item
- * range, view, region, tag and the send/receive pairing, against the derived sizes. */
+ * options, sequences, masks (every kind's), blocks and array sizes. Programs: every
+ * instruction, item range, view, region, tag and the send/receive pairing, against the
+ * derived sizes, every kind's through its view (the views must be synced). */
 dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p);
 dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p);
 
@@ -151,6 +183,17 @@ dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p);
 dcp_status_t dcp_plan_derive_stats(dcp_plan_t *p);
 
 dcp_status_t dcp_plan_alloc(dcp_plan_t **plan_out);
+
+/* Layer kinds (plan_kinds.c). Allocates the views of kinds 1 .. K-1 of p (K >= 2), empty but
+ * for their kind and root. */
+dcp_status_t dcp_plan_kinds_alloc(dcp_plan_t *p, int32_t num_kinds);
+/* Frees what the views own, and the views. */
+void dcp_plan_kinds_free(dcp_plan_t *p);
+/* Gives every view the plan's shared data (after the plan's rows and buffers are derived):
+ * its arrays, sizes and serial, its kind's programs, the fingerprint with its kind. */
+void dcp_plan_kinds_sync(dcp_plan_t *p);
+/* Statistics of every kind and the model's step (after dcp_plan_kinds_sync). */
+dcp_status_t dcp_plan_kinds_stats(dcp_plan_t *p);
 
 /* Checks the arguments of dcp_plan_create() (opts resolved, never NULL) without planning:
  * the options, then batch and shape, with the same messages (planner.c). */

@@ -68,13 +68,14 @@ static dcp_status_t check_meta(const dcp_plan_t *p)
     return DCP_OK;
 }
 
-static dcp_status_t check_seqs(const dcp_plan_t *p)
+/* The sequences seqs[p->num_seqs] (the plan's, or a layer kind's). */
+static dcp_status_t check_seqs(const dcp_plan_t *p, const dcp_seq_info_t *seqs)
 {
     if (p->num_seqs < 1) return CORRUPT("plan: no sequences");
     int64_t total = 0;
     double pairs = 0; /* the planner's size limits (partition/blocks.h), so counts fit int64 */
     for (int32_t s = 0; s < p->num_seqs; s++) {
-        const dcp_seq_info_t *q = &p->seqs[s];
+        const dcp_seq_info_t *q = &seqs[s];
         total += q->len;
         pairs += (double)q->len * (double)q->len;
         if (q->len < 1 || total > INT32_MAX)
@@ -116,10 +117,58 @@ static dcp_status_t check_blocks(const dcp_plan_t *p)
     return DCP_OK;
 }
 
+/* Layer kinds: every kind's masks valid for the plan's lengths, layer counts in range. */
+static dcp_status_t check_kinds(const dcp_plan_t *p)
+{
+    if (p->num_kinds == 1) return p->layers == 1 ? DCP_OK : CORRUPT("plan: layer count is invalid");
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = dcp_plan_view_const(p, k);
+        if (v->layers < 1 || v->layers > 1024)
+            return CORRUPT("plan: kind %d has %d layers", k, v->layers);
+        if (k == 0) continue;
+        if (v->num_seqs != p->num_seqs)
+            return CORRUPT("plan: kind %d has %d sequences, the plan %d", k, v->num_seqs,
+                           p->num_seqs);
+        for (int32_t s = 0; s < p->num_seqs; s++)
+            if (v->seqs[s].len != p->seqs[s].len)
+                return CORRUPT("plan: kind %d gives sequence %d another length", k, s);
+        DCP_CHECK(check_seqs(p, v->seqs));
+    }
+    return DCP_OK;
+}
+
+/* Each kind's transfers and phases follow the last kind's, pass by pass, and cover the plan's;
+ * phase steps rise within each pass. */
+static dcp_status_t check_pass_ranges(const dcp_plan_t *p)
+{
+    int32_t xfer = 0, phase = 0;
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = dcp_plan_view_const(p, k);
+        const int32_t *px = v->pass_xfer, *pp = v->pass_phase;
+        if (px[0] != xfer || pp[0] != phase)
+            return CORRUPT("plan: pass ranges do not cover the transfers and phases");
+        for (int i = 0; i < DCP_PASS_COUNT; i++)
+            if (px[i] < 0 || px[i + 1] < px[i] || pp[i] < 0 || pp[i + 1] < pp[i] ||
+                px[i + 1] > p->num_xfers || pp[i + 1] > p->num_phases)
+                return CORRUPT("plan: pass %d transfer or phase ranges are invalid", i);
+        for (int i = 0; i < DCP_PASS_COUNT; i++)
+            for (int32_t ph = pp[i]; ph < pp[i + 1]; ph++)
+                if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
+                    (ph > pp[i] && p->phase_step[ph] < p->phase_step[ph - 1]))
+                    return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
+        xfer = px[DCP_PASS_COUNT];
+        phase = pp[DCP_PASS_COUNT];
+    }
+    if (xfer != p->num_xfers || phase != p->num_phases)
+        return CORRUPT("plan: pass ranges do not cover the transfers and phases");
+    return DCP_OK;
+}
+
 dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
 {
     DCP_CHECK(check_meta(p));
-    DCP_CHECK(check_seqs(p));
+    DCP_CHECK(check_seqs(p, p->seqs));
+    DCP_CHECK(check_kinds(p));
     DCP_CHECK(check_blocks(p));
     for (int32_t r = 0; r < p->num_ranks; r++)
         for (int b = 0; b < DCP_BUF_COUNT; b++) {
@@ -127,24 +176,13 @@ dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
             if (e < 0 || (b < DCP_BUF_STAGE && e != 0) || e > ((int64_t)1 << 50))
                 return CORRUPT("plan: rank %d buffer %d has %lld elements", r, b, (long long)e);
         }
-    const int32_t *px = p->pass_xfer, *pp = p->pass_phase;
-    for (int k = 0; k < DCP_PASS_COUNT; k++)
-        if (px[k] < 0 || px[k + 1] < px[k] || pp[k] < 0 || pp[k + 1] < pp[k])
-            return CORRUPT("plan: pass %d transfer or phase ranges are invalid", k);
-    if (px[0] != 0 || px[DCP_PASS_COUNT] != p->num_xfers || pp[0] != 0 ||
-        pp[DCP_PASS_COUNT] != p->num_phases)
-        return CORRUPT("plan: pass ranges do not cover the transfers and phases");
-    for (int k = 0; k < DCP_PASS_COUNT; k++)
-        for (int32_t ph = pp[k]; ph < pp[k + 1]; ph++)
-            if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
-                (ph > pp[k] && p->phase_step[ph] < p->phase_step[ph - 1]))
-                return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
+    DCP_CHECK(check_pass_ranges(p));
     /* every transfer is one send and one receive: the pairing table stays within the comm
      * ops present in the bytes */
     if (2 * (int64_t)p->num_xfers != p->num_comm)
         return CORRUPT("plan: %d transfers for %lld comm ops", p->num_xfers,
                        (long long)p->num_comm);
-    const int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks;
+    const int64_t nprog = (int64_t)p->num_kinds * DCP_PASS_COUNT * p->num_ranks;
     if (p->prog_off[0] != 0 || p->prog_off[nprog] != p->num_instrs)
         return CORRUPT("plan: program offsets do not span the instructions");
     for (int64_t i = 0; i < nprog; i++)
@@ -494,8 +532,10 @@ static dcp_status_t check_program(const dcp_plan_t *p, dcp_pass_t pass, int32_t 
 static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, uint8_t *launched)
 {
     int64_t extent[DCP_BUF_COUNT] = {0};
-    for (int k = 0; k < DCP_PASS_COUNT; k++)
-        DCP_CHECK(check_program(p, (dcp_pass_t)k, r, pair, launched, extent));
+    for (int32_t kind = 0; kind < p->num_kinds; kind++) /* every kind through its view */
+        for (int k = 0; k < DCP_PASS_COUNT; k++)
+            DCP_CHECK(check_program(dcp_plan_view_const(p, kind), (dcp_pass_t)k, r, pair,
+                                    launched, extent));
     /* work buffers are no larger than what the programs address (slot-aligned), so a plan
      * cannot make a rank allocate memory it never uses */
     for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {

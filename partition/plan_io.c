@@ -6,6 +6,10 @@
  *   payload: sections META, SEQS, BLOCKS, PROGRAMS (forward and backward), ITEMS, each
  *            opened by a u32 tag;
  *            every array is prefixed by its u64 element count.
+ *   A plan of K >= 2 layer kinds is version 4: a KINDS section follows SEQS (K, every kind's
+ *   layer count, then for kinds 1 .. K-1 their pass ranges and a SEQS section of their
+ *   masks), and PROGRAMS holds the K program pairs. A plan of one kind keeps version 3 and its
+ *   bytes.
  *
  * All integers are little-endian. One walker (codec_t) both writes and reads, so the field
  * order cannot differ between the two. Reading trusts nothing: the checksum, every count
@@ -27,14 +31,16 @@
 #include <string.h>
 
 #define PLAN_MAGIC        "DCPPLAN"
-#define PLAN_VERSION      3u /* 2: backward programs; 3: options.metis_tries */
-#define PLAN_HEADER_BYTES 32u
+#define PLAN_VERSION       3u /* 2: backward programs; 3: options.metis_tries */
+#define PLAN_VERSION_KINDS 4u /* plans of several layer kinds (3 for plans of one) */
+#define PLAN_HEADER_BYTES  32u
 
-enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS };
+enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS, SEC_KINDS };
 
 typedef struct {
     dcp_writer_t *w; /* writing when non-NULL (the plan is then only read) */
     dcp_reader_t *r;
+    int kinds; /* the bytes have a KINDS section (version 4) */
 } codec_t;
 
 static void f_u32(codec_t *c, uint32_t *v)
@@ -377,6 +383,30 @@ static dcp_status_t f_seqs(codec_t *c, dcp_plan_t *p)
     return DCP_OK;
 }
 
+/* Layer kinds: their count and layer counts, then each further kind's pass ranges and
+ * masks (as a SEQS section of its own; its lengths must be the plan's, plan_check.c). */
+static dcp_status_t f_kinds(codec_t *c, dcp_plan_t *p)
+{
+    DCP_CHECK(f_tag(c, SEC_KINDS));
+    int32_t nk = p->num_kinds;
+    f_i32(c, &nk);
+    if (!c->w) {
+        if (c->r->bad || nk < 2 || nk > DCP_MAX_KINDS)
+            return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: layer kind count is corrupt");
+        DCP_CHECK(dcp_plan_kinds_alloc(p, nk));
+    }
+    for (int32_t k = 0; k < nk; k++) f_i32(c, &p->views[k]->layers);
+    for (int32_t k = 1; k < nk; k++) {
+        dcp_plan_t *v = p->views[k];
+        for (int i = 0; i <= DCP_PASS_COUNT; i++) {
+            f_i32(c, &v->pass_xfer[i]);
+            f_i32(c, &v->pass_phase[i]);
+        }
+        DCP_CHECK(f_seqs(c, v));
+    }
+    return DCP_OK;
+}
+
 static dcp_status_t f_blocks(codec_t *c, dcp_plan_t *p)
 {
     DCP_CHECK(f_tag(c, SEC_BLOCKS));
@@ -396,7 +426,7 @@ static dcp_status_t f_blocks(codec_t *c, dcp_plan_t *p)
 static dcp_status_t f_programs(codec_t *c, dcp_plan_t *p)
 {
     DCP_CHECK(f_tag(c, SEC_PROGRAMS));
-    int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks + 1,
+    int64_t nprog = (int64_t)p->num_kinds * DCP_PASS_COUNT * p->num_ranks + 1,
             nwork = (int64_t)p->num_ranks * DCP_BUF_COUNT;
     const int64_t want_prog = nprog, want_work = nwork;
     DCP_CHECK(f_array(c, &p->prog_off, &nprog, sizeof(int64_t), 8, e_i64, "program offsets"));
@@ -434,6 +464,7 @@ static dcp_status_t f_plan(codec_t *c, dcp_plan_t *p)
     if (!c->w && (c->r->bad || p->num_ranks < 1 || p->num_ranks > 65536))
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: rank count is corrupt");
     DCP_CHECK(f_seqs(c, p));
+    if (c->kinds) DCP_CHECK(f_kinds(c, p));
     DCP_CHECK(f_blocks(c, p));
     DCP_CHECK(f_programs(c, p));
     return f_items(c, p);
@@ -444,10 +475,10 @@ dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capaci
 {
     if (!plan || !size_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "size_out" : "plan");
-    /* The codec only reads the plan when writing. */
-    dcp_plan_t *p = (dcp_plan_t *)plan;
+    /* The codec only reads the plan when writing; a view writes its plan. */
+    dcp_plan_t *p = (dcp_plan_t *)dcp_plan_root(plan);
     dcp_writer_t count = {NULL, 0, NULL};
-    codec_t c = {&count, NULL};
+    codec_t c = {&count, NULL, p->num_kinds > 1};
     DCP_CHECK(f_plan(&c, p));
     const size_t total = PLAN_HEADER_BYTES + count.len;
     if (!buf) {
@@ -462,7 +493,7 @@ dcp_status_t dcp_plan_serialize(const dcp_plan_t *plan, void *buf, size_t capaci
     DCP_CHECK(f_plan(&c, p));
     dcp_writer_t head = {buf, 0, NULL};
     dcp_put_bytes(&head, PLAN_MAGIC, 8);
-    dcp_put_u32(&head, PLAN_VERSION);
+    dcp_put_u32(&head, c.kinds ? PLAN_VERSION_KINDS : PLAN_VERSION);
     dcp_put_u32(&head, PLAN_HEADER_BYTES);
     dcp_put_u64(&head, body.len);
     dcp_put_u32(&head, dcp_crc32c(body.buf, body.len));
@@ -475,12 +506,18 @@ dcp_status_t dcp_plan_checksum(const dcp_plan_t *plan, uint32_t *checksum_out)
 {
     if (!plan || !checksum_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "checksum_out" : "plan");
+    if (plan->root) { /* a layer kind's view: its plan's identity, with its kind */
+        uint32_t mix[2] = {0, (uint32_t)plan->kind};
+        DCP_CHECK(dcp_plan_checksum(plan->root, &mix[0]));
+        *checksum_out = dcp_crc32c(mix, sizeof mix);
+        return DCP_OK;
+    }
     dcp_plan_t *p = (dcp_plan_t *)plan; /* only the memo is written, atomically */
     uint64_t memo = atomic_load(&p->checksum_memo);
     if (!memo) {
         uint32_t crc = 0;
         dcp_writer_t sum = {NULL, 0, &crc}; /* the payload's CRC without its bytes */
-        codec_t c = {&sum, NULL};
+        codec_t c = {&sum, NULL, p->num_kinds > 1};
         DCP_CHECK(f_plan(&c, p));
         memo = (uint64_t)1 << 32 | crc;
         atomic_store(&p->checksum_memo, memo);
@@ -489,7 +526,7 @@ dcp_status_t dcp_plan_checksum(const dcp_plan_t *plan, uint32_t *checksum_out)
     return DCP_OK;
 }
 
-static dcp_status_t check_header(const uint8_t *b, size_t size)
+static dcp_status_t check_header(const uint8_t *b, size_t size, uint32_t *version_out)
 {
     if (size < PLAN_HEADER_BYTES)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: %zu bytes, shorter than a header",
@@ -500,9 +537,10 @@ static dcp_status_t check_header(const uint8_t *b, size_t size)
     const uint32_t version = dcp_get_u32(&r), hbytes = dcp_get_u32(&r);
     const uint64_t payload = dcp_get_u64(&r);
     const uint32_t crc = dcp_get_u32(&r), flags = dcp_get_u32(&r);
-    if (version != PLAN_VERSION)
-        return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: version %u, this build reads %u",
-                             version, PLAN_VERSION);
+    if (version != PLAN_VERSION && version != PLAN_VERSION_KINDS)
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
+                             "plan bytes: version %u, this build reads %u and %u", version,
+                             PLAN_VERSION, PLAN_VERSION_KINDS);
     if (hbytes != PLAN_HEADER_BYTES || flags != 0)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: header is corrupt");
     if (payload != size - PLAN_HEADER_BYTES)
@@ -510,6 +548,7 @@ static dcp_status_t check_header(const uint8_t *b, size_t size)
                              (unsigned long long)payload, size - PLAN_HEADER_BYTES);
     if (dcp_crc32c(b + PLAN_HEADER_BYTES, size - PLAN_HEADER_BYTES) != crc)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: checksum mismatch");
+    *version_out = version;
     return DCP_OK;
 }
 
@@ -517,11 +556,12 @@ dcp_status_t dcp_plan_deserialize(const void *buf, size_t size, dcp_plan_t **pla
 {
     if (!buf || !plan_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", buf ? "plan_out" : "buf");
-    DCP_CHECK(check_header(buf, size));
+    uint32_t version = 0;
+    DCP_CHECK(check_header(buf, size, &version));
     dcp_plan_t *p;
     DCP_CHECK(dcp_plan_alloc(&p));
     dcp_reader_t r = {(const uint8_t *)buf + PLAN_HEADER_BYTES, size - PLAN_HEADER_BYTES, 0, 0};
-    codec_t c = {NULL, &r};
+    codec_t c = {NULL, &r, version == PLAN_VERSION_KINDS};
     dcp_status_t st = f_plan(&c, p);
     if (st == DCP_OK && r.pos != r.len)
         st = dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: %zu trailing bytes", r.len - r.pos);

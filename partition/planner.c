@@ -2,10 +2,13 @@
  * The planning pipeline: batch -> blocks -> placement -> one schedule per pass -> programs of
  * both passes -> a finished plan (partition/plan.c). Both passes share the placement, whose
  * vertex and net weights count a whole training step, so one plan serves forward and
- * backward.
+ * backward. A batch of layer kinds (partition/kinds.h) is placed once and scheduled per kind;
+ * plans are compared by the model's step: layers x each kind's forward + backward, summed.
  */
 #include "include/base/error.h"
 #include "partition/cost.h"
+#include "partition/kinds.h"
+#include "partition/mask.h"
 #include "partition/place.h"
 #include "partition/plan.h"
 #include "partition/program.h"
@@ -85,48 +88,70 @@ static dcp_status_t copy_i32(int32_t **dst, const int32_t *src, int64_t n, const
     return DCP_OK;
 }
 
-/* Copies the inputs and the token blocks with their owners into the plan. */
-static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_blocks_t *b,
-                                     const dcp_placement_t *pl)
+/* Kind k's sequences (its masks, CUSTOM ranges copied) into its object v. */
+static dcp_status_t take_seqs(dcp_plan_t *v, const dcp_blocks_t *b)
 {
+    DCP_CHECK(dcp_calloc(&v->seqs, b->num_seqs, sizeof *v->seqs, "plan sequences"));
+    memcpy(v->seqs, b->seqs, (size_t)b->num_seqs * sizeof *v->seqs);
+    DCP_CHECK(copy_i32(&v->custom_ranges, b->custom_ranges, b->custom_ints, "plan ranges"));
+    v->custom_ints = b->custom_ints;
+    for (int32_t s = 0; s < b->num_seqs; s++)
+        if (v->seqs[s].mask.kind == DCP_MASK_CUSTOM)
+            v->seqs[s].mask.ranges = v->custom_ranges + (b->seqs[s].mask.ranges - b->custom_ranges);
+    return DCP_OK;
+}
+
+/* Copies the inputs (every kind's masks and layer count) and the token blocks with their
+ * owners into the plan. */
+static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_placed_t *x)
+{
+    const dcp_blocks_t *b = &x->b;
     p->shape = b->shape;
     p->qpg = b->qpg;
     p->kvpg = b->kvpg;
     p->num_seqs = b->num_seqs;
-    DCP_CHECK(dcp_calloc(&p->seqs, b->num_seqs, sizeof *p->seqs, "plan sequences"));
-    memcpy(p->seqs, b->seqs, (size_t)b->num_seqs * sizeof *p->seqs);
-    DCP_CHECK(copy_i32(&p->custom_ranges, b->custom_ranges, b->custom_ints, "plan ranges"));
-    p->custom_ints = b->custom_ints;
-    for (int32_t s = 0; s < p->num_seqs; s++)
-        if (p->seqs[s].mask.kind == DCP_MASK_CUSTOM)
-            p->seqs[s].mask.ranges = p->custom_ranges + (b->seqs[s].mask.ranges - b->custom_ranges);
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        dcp_plan_t *v = dcp_plan_view(p, k);
+        DCP_CHECK(take_seqs(v, dcp_placed_blocks(x, k)));
+        v->layers = p->num_kinds > 1 ? b->kind_layers[k] : 1;
+    }
     p->num_blocks = b->num_blocks;
     DCP_CHECK(copy_i32(&p->blk_seq, b->blk_seq, b->num_blocks, "plan blocks"));
     DCP_CHECK(copy_i32(&p->blk_start, b->blk_start, b->num_blocks, "plan blocks"));
     DCP_CHECK(copy_i32(&p->blk_len, b->blk_len, b->num_blocks, "plan blocks"));
-    DCP_CHECK(copy_i32(&p->blk_owner, pl->blk_owner, b->num_blocks, "plan blocks"));
+    DCP_CHECK(copy_i32(&p->blk_owner, x->pl.blk_owner, b->num_blocks, "plan blocks"));
     return DCP_OK;
 }
 
-/* The second half: schedules of both passes, programs, the finished plan. */
-static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster)
+/* Layer kind k's schedules of both passes and its programs, on its model b and placement pl
+ * (the schedule and program builders run once per kind, on the shared placement). */
+static dcp_status_t plan_kind(dcp_plan_t *p, int32_t k, const dcp_blocks_t *b,
+                              const dcp_placement_t *pl, const dcp_cluster_t *cluster)
 {
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
     dcp_status_t st;
-    for (int k = 0; k < DCP_PASS_COUNT; k++)
-        DCP_CHECK_GOTO(dcp_schedule_build(&x->b, &x->pl, cluster->num_ranks, p->opts.divisions,
-                                          p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)k,
-                                          &s[k]),
+    for (int i = 0; i < DCP_PASS_COUNT; i++)
+        DCP_CHECK_GOTO(dcp_schedule_build(b, pl, cluster->num_ranks, p->opts.divisions,
+                                          p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)i,
+                                          &s[i]),
                        st, out);
-    p->fallback = x->pl.fallback;
-    DCP_CHECK_GOTO(plan_take_inputs(p, &x->b, &x->pl), st, out);
-    DCP_CHECK_GOTO(dcp_plan_derive_rows(p), st, out);
-    DCP_CHECK_GOTO(dcp_program_emit(p, &x->b, &x->pl, sp), st, out);
-    DCP_CHECK_GOTO(dcp_plan_finish(p, 0), st, out);
+    st = dcp_program_emit(p, k, b, pl, sp);
 out:
-    for (int k = 0; k < DCP_PASS_COUNT; k++) dcp_schedule_release(&s[k]);
+    for (int i = 0; i < DCP_PASS_COUNT; i++) dcp_schedule_release(&s[i]);
     return st;
+}
+
+/* The second half: schedules and programs of every kind, the finished plan. */
+static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster)
+{
+    DCP_CHECK(dcp_plan_kinds_alloc(p, x->num_kinds > 1 ? x->num_kinds : 1));
+    p->fallback = x->pl.fallback;
+    DCP_CHECK(plan_take_inputs(p, x));
+    DCP_CHECK(dcp_plan_derive_rows(p));
+    for (int32_t k = 0; k < p->num_kinds; k++)
+        DCP_CHECK(plan_kind(p, k, dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster));
+    return dcp_plan_finish(p, 0);
 }
 
 static dcp_status_t plan_placed(const dcp_placed_t *x, const dcp_cluster_t *cluster,
@@ -148,27 +173,47 @@ static dcp_status_t plan_placed(const dcp_placed_t *x, const dcp_cluster_t *clus
     return DCP_OK;
 }
 
-static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                             dcp_plan_t **plan_out)
+/* A plan with strategy o->strategy, the layer kinds in free_kinds left unbalanced. */
+static dcp_status_t plan_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                              const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                              uint32_t free_kinds, dcp_plan_t **plan_out)
 {
     dcp_placed_t x = {0};
-    dcp_status_t st = dcp_place_batch(batch, shape, o, cluster, &x);
+    dcp_status_t st = dcp_place_batch_free(batch, shape, o, cluster, free_kinds, &x);
     if (st == DCP_OK) st = plan_placed(&x, cluster, plan_out);
     dcp_placed_release(&x);
     return st;
 }
 
-/* Predicted time of a training step's attention: the forward and the backward. */
+static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                             const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                             dcp_plan_t **plan_out)
+{
+    return plan_free(batch, shape, o, cluster, 0, plan_out);
+}
+
+/* Predicted time of a training step's attention: the forward and the backward, summed over
+ * the model's layers (with one kind: the plan's forward + backward). */
 static double step_ms(const dcp_plan_t *p)
 {
-    return p->stats.predicted_ms + p->stats.bwd_predicted_ms;
+    return p->stats.model_step_ms;
+}
+
+/* Predicted forward attention time of the model: layers x forward, summed over kinds. */
+static double fwd_ms(const dcp_plan_t *p)
+{
+    double ms = 0;
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = p->views ? p->views[k] : p;
+        ms += v->layers * v->stats.predicted_ms;
+    }
+    return ms;
 }
 
 /* 1 when plan a is predicted no slower than plan b, forward and training step alike. */
 static int no_slower(const dcp_plan_t *a, const dcp_plan_t *b)
 {
-    return a->stats.predicted_ms <= b->stats.predicted_ms && step_ms(a) <= step_ms(b);
+    return fwd_ms(a) <= fwd_ms(b) && step_ms(a) <= step_ms(b);
 }
 
 /* Keeps in *best the plan predicted faster per training step, *best on a tie, and destroys
@@ -195,14 +240,92 @@ typedef struct {
 static int floor_not_faster(floor_t f, const dcp_plan_t *p)
 {
     const double m = 1.0 - 1e-9;
-    return f.fwd * m >= p->stats.predicted_ms && f.step * m >= step_ms(p);
+    return f.fwd * m >= fwd_ms(p) && f.step * m >= step_ms(p);
+}
+
+/* dcp_cost_chunked_floor of the model: layers x each kind's floor, summed over kinds. */
+static double model_chunked_floor(const dcp_plan_t *p, int32_t chunks)
+{
+    double ms = 0;
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = p->views ? p->views[k] : p;
+        ms += v->layers * dcp_cost_chunked_floor(v, chunks);
+    }
+    return ms;
+}
+
+/* Zigzag's placement floors (dcp_cost_floor) raise fl, the floors of the plans zigzag can
+ * make, against plan p. One kind: its placement, kept in x for the plan. Several: the model's
+ * floor, layers x each kind's, summed; each kind placed alone (zigzag's owners follow the
+ * lengths, not the masks), the chunked floor standing in for the kinds not placed yet, and
+ * no further kind placed once the floor rules zigzag out (x stays empty). */
+static dcp_status_t zigzag_floors(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *zo, const dcp_cluster_t *cluster,
+                                  const dcp_plan_t *p, floor_t *fl, dcp_placed_t *x)
+{
+    double fwd = 0, bwd = 0;
+    if (p->num_kinds == 1) {
+        DCP_CHECK(dcp_place_batch(batch, shape, zo, cluster, x));
+        DCP_CHECK(dcp_cost_floor(&x->b, &x->pl, cluster, &fwd, &bwd));
+        *fl = (floor_t){fmax(fl->fwd, fwd), fmax(fl->step, fwd + bwd)};
+        return DCP_OK;
+    }
+    double lb[DCP_MAX_KINDS][2]; /* per kind: forward and step floor, layers x */
+    const int32_t chunks = dcp_strategy_zigzag.chunks(cluster->num_ranks);
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        const dcp_plan_t *v = p->views[k];
+        const double f = dcp_cost_chunked_floor(v, chunks);
+        lb[k][0] = v->layers * f, lb[k][1] = v->layers * 3.5 * f;
+    }
+    for (int32_t k = 0; k < p->num_kinds && !floor_not_faster(*fl, p); k++) {
+        const dcp_batch_t one = {.num_seqs = batch->num_seqs,
+                                 .lengths = batch->lengths,
+                                 .masks = batch->kinds[k].masks};
+        dcp_placed_t y = {0};
+        dcp_status_t st = dcp_place_batch(&one, shape, zo, cluster, &y);
+        if (st == DCP_OK) st = dcp_cost_floor(&y.b, &y.pl, cluster, &fwd, &bwd);
+        dcp_placed_release(&y);
+        DCP_CHECK(st);
+        const int32_t layers = p->views[k]->layers;
+        lb[k][0] = fmax(lb[k][0], layers * fwd);
+        lb[k][1] = fmax(lb[k][1], layers * (fwd + bwd));
+        floor_t sum = {0, 0};
+        for (int32_t j = 0; j < p->num_kinds; j++) sum.fwd += lb[j][0], sum.step += lb[j][1];
+        *fl = (floor_t){fmax(fl->fwd, sum.fwd), fmax(fl->step, sum.step)};
+    }
+    return DCP_OK;
+}
+
+/* Every layer kind but the one with the most work (layers x allowed pairs, summed over the
+ * sequences), as a free_kinds mask; 0 for a batch of one kind. */
+static uint32_t light_kinds(const dcp_batch_t *batch)
+{
+    const int32_t nk = dcp_batch_kinds(batch);
+    if (nk < 2) return 0;
+    int32_t heavy = 0;
+    double most = -1;
+    for (int32_t k = 0; k < nk; k++) {
+        double pairs = 0;
+        for (int32_t s = 0; s < batch->num_seqs; s++) {
+            const int32_t len = batch->lengths[s];
+            pairs += (double)dcp_mask_pairs(&batch->kinds[k].masks[s], len, 0, len, 0, len);
+        }
+        if (batch->kinds[k].layers * pairs > most) most = batch->kinds[k].layers * pairs, heavy = k;
+    }
+    return ((1u << nk) - 1) & ~(1u << heavy);
 }
 
 /* METIS's plan: options.metis_tries placements with seeds seed, seed + 1, ..., and the plan
  * predicted fastest per training step (ties: the earlier seed). One METIS run's predicted
  * step varies by 10-20% with its seed, and a try costs a few milliseconds once the device
  * level partitions rows (place_metis.c), so trying two and keeping the better is the cheapest
- * quality there is. The plan's options carry the seed that made it. */
+ * quality there is. The plan's options carry the seed that made it.
+ * With layer kinds, every second try balances only the kind with the most work and leaves the
+ * others where their traffic is least: a kind whose layers are light (a short window) pays
+ * more for moving its blocks to balance a little compute than it saves (on 4x8, 128K tokens,
+ * Gemma 3's 5 windows of 1024 per causal layer, balancing the windows too made the model's
+ * predicted step 12% slower than the causal-only placement); the model's predicted step
+ * picks. */
 static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                      const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                      dcp_plan_t **plan_out)
@@ -212,7 +335,9 @@ static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_sh
         dcp_plan_options_t t = *o;
         t.seed = o->seed + (uint64_t)k;
         dcp_plan_t *p = NULL;
-        const dcp_status_t st = plan_one(batch, shape, &t, cluster, &p);
+        /* the first try has checked the batch: its masks can be counted */
+        const uint32_t free_kinds = k % 2 ? light_kinds(batch) : 0;
+        const dcp_status_t st = plan_free(batch, shape, &t, cluster, free_kinds, &p);
         if (st != DCP_OK) {
             dcp_plan_destroy(best);
             return st;
@@ -239,19 +364,17 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
 {
     dcp_plan_t *plan[2] = {NULL, NULL}; /* METIS, zigzag */
     DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &plan[0]));
-    const double f =
-        dcp_cost_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks));
+    const double f = model_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks));
     floor_t fl = {f, 3.5 * f}; /* the backward's tiles: 2.5x the forward's FLOPs */
     dcp_status_t st = DCP_OK;
     if (!floor_not_faster(fl, plan[0])) {
         dcp_plan_options_t zo = *o;
         zo.strategy = DCP_STRATEGY_ZIGZAG;
         dcp_placed_t x = {0};
-        double fwd = 0, bwd = 0;
-        st = dcp_place_batch(batch, shape, &zo, cluster, &x);
-        if (st == DCP_OK) st = dcp_cost_floor(&x.b, &x.pl, cluster, &fwd, &bwd);
+        st = zigzag_floors(batch, shape, &zo, cluster, plan[0], &fl, &x);
+        if (st == DCP_OK && !floor_not_faster(fl, plan[0]) && plan[0]->num_kinds > 1)
+            st = dcp_place_batch(batch, shape, &zo, cluster, &x); /* every kind, for the plan */
         if (st == DCP_OK) {
-            fl = (floor_t){fmax(fl.fwd, fwd), fmax(fl.step, fwd + bwd)};
             if (!floor_not_faster(fl, plan[0])) st = plan_placed(&x, cluster, &plan[1]);
         } else if (st == DCP_ERR_CAPACITY) {
             st = DCP_OK; /* zigzag does not fit the cap or the planning limit */
@@ -328,7 +451,26 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
         DCP_CHECK(plan_metis(batch, shape, &o, cluster, &p));
     else
         DCP_CHECK(plan_one(batch, shape, &o, cluster, &p));
-    p->stats.plan_ms = (dcp_now() - t0) * 1e3;
+    const double ms = (dcp_now() - t0) * 1e3;
+    for (int32_t k = 0; k < p->num_kinds; k++) dcp_plan_view(p, k)->stats.plan_ms = ms;
+    *plan_out = p;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_plan_create_on(const dcp_plan_t *base, const dcp_batch_t *batch,
+                                const dcp_cluster_t *cluster, dcp_plan_t **plan_out)
+{
+    const double t0 = dcp_now();
+    if (!base || !plan_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", base ? "plan_out" : "base");
+    dcp_placed_t x = {0};
+    dcp_plan_t *p = NULL;
+    dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(base), batch, cluster, &x);
+    if (st == DCP_OK) st = plan_placed(&x, cluster, &p);
+    dcp_placed_release(&x);
+    if (st != DCP_OK) return st;
+    const double ms = (dcp_now() - t0) * 1e3;
+    for (int32_t k = 0; k < p->num_kinds; k++) dcp_plan_view(p, k)->stats.plan_ms = ms;
     *plan_out = p;
     return DCP_OK;
 }

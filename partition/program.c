@@ -10,6 +10,8 @@
 
 typedef struct {
     dcp_plan_t *p;
+    dcp_plan_t *view; /* the object of the kind being emitted: its pass ranges are written */
+    int64_t prog_base; /* the kind's first program */
     const dcp_blocks_t *b;
     const dcp_placement_t *pl;
     const dcp_schedule_t *s; /* the schedule of the pass being emitted */
@@ -585,7 +587,7 @@ static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t
     e->rank = r;
     e->next_touch = e->touch_off[r];
     for (int i = 0; i < SLOT_COUNT; i++) dcp_slots_release(&e->slots[i]);
-    e->p->prog_off[(int64_t)e->pass * e->p->num_ranks + r] = e->p->num_instrs;
+    e->p->prog_off[e->prog_base + (int64_t)e->pass * e->p->num_ranks + r] = e->p->num_instrs;
     /* division d of this rank is order[div_end[d-1] .. div_end[d]) */
     int64_t c = s->rank_off[r];
     for (int32_t d = 0; d < s->num_divs; d++) {
@@ -678,8 +680,8 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
         DCP_CHECK_GOTO(emit_rank(&e, r, div_end, cut), st, out);
     p->num_xfers += s->num_xfers;
     p->num_phases += s->num_phases;
-    p->pass_xfer[s->pass + 1] = p->num_xfers;
-    p->pass_phase[s->pass + 1] = p->num_phases;
+    e.view->pass_xfer[s->pass + 1] = p->num_xfers;
+    e.view->pass_phase[s->pass + 1] = p->num_phases;
     st = DCP_OK;
 out:
     emitter_end_pass(&e);
@@ -689,21 +691,40 @@ out:
     return st;
 }
 
-dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_placement_t *pl,
+dcp_status_t dcp_program_emit(dcp_plan_t *p, int32_t kind, const dcp_blocks_t *b,
+                              const dcp_placement_t *pl,
                               const dcp_schedule_t *const s[DCP_PASS_COUNT])
 {
     const int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks;
-    DCP_CHECK(dcp_calloc(&p->prog_off, nprog + 1, sizeof *p->prog_off, "program"));
-    DCP_CHECK(dcp_calloc(&p->work_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT,
-                         sizeof *p->work_elems, "program"));
-    p->num_xfers = p->num_phases = 0;
-    emitter_t e = {.p = p, .b = b, .pl = pl};
+    if (kind == 0) {
+        DCP_CHECK(dcp_calloc(&p->prog_off, p->num_kinds * nprog + 1, sizeof *p->prog_off,
+                             "program"));
+        DCP_CHECK(dcp_calloc(&p->work_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT,
+                             sizeof *p->work_elems, "program"));
+        p->num_xfers = p->num_phases = 0;
+    }
+    /* the item arrays hold the kinds before this one: capacities start at their counts, so
+     * that growing keeps them (dcp_reserve zeroes what lies past the capacity it is told) */
+    emitter_t e = {.p = p,
+                   .view = dcp_plan_view(p, kind),
+                   .prog_base = kind * nprog,
+                   .b = b,
+                   .pl = pl,
+                   .cap_instrs = p->num_instrs,
+                   .cap_groups = p->num_groups,
+                   .cap_tiles = p->num_tiles,
+                   .cap_merges = p->num_merges,
+                   .cap_srcs = p->num_merge_srcs,
+                   .cap_copies = p->num_copies,
+                   .cap_comm = p->num_comm};
+    e.view->pass_xfer[0] = p->num_xfers;
+    e.view->pass_phase[0] = p->num_phases;
     for (int k = 0; k < DCP_PASS_COUNT; k++) {
         if (s[k]->pass != (dcp_pass_t)k)
             return dcp_set_error(DCP_ERR_INTERNAL, "program: schedule %d is of pass %d", k,
                                  (int)s[k]->pass);
         DCP_CHECK(emit_pass(&e, s[k]));
     }
-    p->prog_off[nprog] = p->num_instrs;
+    p->prog_off[(kind + 1) * nprog] = p->num_instrs;
     return DCP_OK;
 }

@@ -29,10 +29,14 @@
 #include "partition/plan.h"
 #include "partition/schedule.h"
 
-/* Fills the programs of both passes, their items and the work buffer sizes of p, from one
- * schedule per pass (s[DCP_PASS_FWD], s[DCP_PASS_BWD]). The blocks, owners and derived local
- * rows (p->blk_row) must already be in p. */
-dcp_status_t dcp_program_emit(dcp_plan_t *p, const dcp_blocks_t *b, const dcp_placement_t *pl,
+/* Fills the programs of both passes of layer kind `kind`, their items and the work buffer
+ * sizes of p, from one schedule per pass (s[DCP_PASS_FWD], s[DCP_PASS_BWD]) of that kind's
+ * blocks b and placement pl. Kinds are emitted in order, 0 first (which sizes the program
+ * table for p->num_kinds kinds); their transfers and phases are numbered on from the last
+ * kind's, and the kind's pass ranges go to its view. The blocks, owners and derived local
+ * rows (p->blk_row) must already be in p; the buffers are as large as the largest kind needs. */
+dcp_status_t dcp_program_emit(dcp_plan_t *p, int32_t kind, const dcp_blocks_t *b,
+                              const dcp_placement_t *pl,
                               const dcp_schedule_t *const s[DCP_PASS_COUNT]);
 
 #endif

@@ -73,11 +73,11 @@ static entry_t heap_pop(fm_t *f)
  * move of c gains more, so this bounds its gain. */
 static double comp_save(const dcp_refiner_t *r, int64_t c)
 {
-    int64_t nets[2];
-    dcp_comp_nets(r->b, c, nets);
+    int64_t nets[DCP_MAX_COMP_NETS];
+    const int n = dcp_comp_nets(r->b, c, nets);
     const int32_t from = r->exec[c];
     double save = 0;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n; k++) {
         const int32_t o = r->owner[dcp_net_block(r->g, nets[k])];
         if (from != o && *dcp_refiner_cell(r, nets[k], from) == 1)
             save += (double)r->g->weight[nets[k]] * dcp_refiner_inv_bw(r, o, from);
@@ -92,37 +92,39 @@ static uint64_t bit_of(int32_t rank, int32_t word)
 
 /* The best move of computation block c: the highest gain among the ranks it is connected
  * to (owner or reader of one of its nets) that have room; 0 when there is none. Leaving its
- * rank saves the same on every target, so targets differ only in what they add: nothing
- * on a rank connected to both nets - the first of those with room is the best - else its
- * missing net over the owner's link. Candidates come from the nets' reader masks, so the
- * cost is in the ranks connected, not in all ranks. Ties go to the lowest rank. */
+ * rank saves the same on every target, so targets differ only in what they add: each net the
+ * target neither owns nor reads, over the net owner's link. Candidates come from the nets'
+ * reader masks, so the cost is in the ranks connected, not in all ranks; a target that adds
+ * nothing is the best there is. Ties go to the lowest rank. */
 static int best_comp_move(const dcp_refiner_t *r, int64_t c, double *gain, int32_t *to)
 {
-    int64_t nets[2];
-    dcp_comp_nets(r->b, c, nets);
+    int64_t nets[DCP_MAX_COMP_NETS];
+    const int n = dcp_comp_nets(r->b, c, nets);
     const int32_t from = r->exec[c];
-    const int32_t o[2] = {r->owner[dcp_net_block(r->g, nets[0])],
-                          r->owner[dcp_net_block(r->g, nets[1])]};
-    const uint64_t *m[2] = {dcp_refiner_mask(r, nets[0]), dcp_refiner_mask(r, nets[1])};
-    const double w[2] = {(double)r->g->weight[nets[0]], (double)r->g->weight[nets[1]]};
-    const int64_t f = dcp_refiner_comp_flops(r, c);
+    int32_t o[DCP_MAX_COMP_NETS];
+    const uint64_t *m[DCP_MAX_COMP_NETS];
+    double w[DCP_MAX_COMP_NETS];
+    for (int i = 0; i < n; i++) {
+        o[i] = r->owner[dcp_net_block(r->g, nets[i])];
+        m[i] = dcp_refiner_mask(r, nets[i]);
+        w[i] = (double)r->g->weight[nets[i]];
+    }
     double least = INFINITY;
-    for (int both = 1; both >= 0 && least > 0; both--)
-        for (int32_t wd = 0; wd < r->words && least > 0; wd++) {
-            const uint64_t m0 = m[0][wd] | bit_of(o[0], wd), m1 = m[1][wd] | bit_of(o[1], wd);
-            for (uint64_t set = both ? m0 & m1 : (m0 | m1) & ~(m0 & m1); set && least > 0;
-                 set &= set - 1) {
-                const int32_t p = wd * 64 + __builtin_ctzll(set);
-                if (p == from || (double)(r->flops[p] + f) > r->bound_flops) continue;
-                const uint64_t b = (uint64_t)1 << (p % 64);
-                const double add = (m0 & b ? 0 : w[0] * dcp_refiner_inv_bw(r, o[0], p)) +
-                                   (m1 & b ? 0 : w[1] * dcp_refiner_inv_bw(r, o[1], p));
-                if (add < least) {
-                    least = add;
-                    *to = p;
-                }
+    for (int32_t wd = 0; wd < r->words && least > 0; wd++) {
+        uint64_t mi[DCP_MAX_COMP_NETS], any = 0;
+        for (int i = 0; i < n; i++) any |= mi[i] = m[i][wd] | bit_of(o[i], wd);
+        for (uint64_t set = any; set && least > 0; set &= set - 1) {
+            const int32_t p = wd * 64 + __builtin_ctzll(set);
+            if (p == from || !dcp_refiner_comp_fits(r, c, p)) continue;
+            const uint64_t b = (uint64_t)1 << (p % 64);
+            double add = 0;
+            for (int i = 0; i < n; i++) add += mi[i] & b ? 0 : w[i] * dcp_refiner_inv_bw(r, o[i], p);
+            if (add < least) {
+                least = add;
+                *to = p;
             }
         }
+    }
     *gain = comp_save(r, c) - least;
     return least < INFINITY;
 }
@@ -131,15 +133,14 @@ static int best_comp_move(const dcp_refiner_t *r, int64_t c, double *gain, int32
  * nets and have room. Returns 0 when there is none. */
 static int best_blk_move(const dcp_refiner_t *r, int32_t t, double *gain, int32_t *to)
 {
-    const int32_t from = r->owner[t], hb = r->b->head_blocks, nb = r->b->num_blocks;
+    const int32_t from = r->owner[t], hb = r->b->head_blocks;
     const int64_t bytes = dcp_refiner_blk_bytes(r, t);
     const double now = dcp_refiner_blk_cost(r, t, from);
     int found = 0;
     for (int32_t wd = 0; wd < r->words; wd++) {
         uint64_t set = 0;
-        for (int kind = 0; kind < 2; kind++)
-            for (int32_t h = 0; h < hb; h++)
-                set |= dcp_refiner_mask(r, ((int64_t)kind * nb + t) * hb + h)[wd];
+        for (int32_t side = 0; side < r->g->num_sides; side++)
+            for (int32_t h = 0; h < hb; h++) set |= dcp_refiner_mask(r, dcp_blk_net(r->g, side, t, h))[wd];
         for (; set; set &= set - 1) {
             const int32_t p = wd * 64 + __builtin_ctzll(set);
             if (p == from || (double)(r->mem[p] + bytes) > r->bound_mem) continue;
@@ -207,18 +208,18 @@ static dcp_status_t refresh_around(fm_t *f, int64_t v, int32_t from)
 {
     const dcp_refiner_t *r = f->r;
     if (v < f->ncomp) {
-        int64_t nets[2];
-        dcp_comp_nets(r->b, v, nets);
+        int64_t nets[DCP_MAX_COMP_NETS];
+        const int n = dcp_comp_nets(r->b, v, nets);
         const int32_t to = r->exec[v];
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < n; k++)
             if (*dcp_refiner_cell(r, nets[k], from) <= 1 || *dcp_refiner_cell(r, nets[k], to) <= 2)
                 DCP_CHECK(refresh_net(f, nets[k]));
         return DCP_OK;
     }
-    const int32_t t = (int32_t)(v - f->ncomp), hb = r->b->head_blocks, nb = r->b->num_blocks;
-    for (int kind = 0; kind < 2; kind++)
-        for (int32_t h = 0; h < hb; h++)
-            DCP_CHECK(refresh_net(f, ((int64_t)kind * nb + t) * hb + h));
+    const int32_t t = (int32_t)(v - f->ncomp);
+    for (int32_t side = 0; side < r->g->num_sides; side++)
+        for (int32_t h = 0; h < r->b->head_blocks; h++)
+            DCP_CHECK(refresh_net(f, dcp_blk_net(r->g, side, t, h)));
     return DCP_OK;
 }
 

@@ -1,6 +1,7 @@
 /*
  * Fiduccia-Mattheyses refinement of a placement, k-way, on the block hypergraph with exact
- * connectivity gains in link time (partition/refiner.h) under both balance constraints.
+ * connectivity gains in link time (partition/refiner.h) under every balance constraint (the
+ * FLOPs of each layer kind, memory).
  *
  * A pass moves vertices (computation blocks and token blocks) one at a time, best gain
  * first, each at most once, and keeps moving through moves that cost (negative gain) so

@@ -29,6 +29,7 @@ dcp_status_t dcp_refiner_init(dcp_refiner_t *r, const dcp_blocks_t *b, const dcp
                        .ib_intra = 1e-9 / c->perf.intra_gbps,
                        .ib_inter = 1e-9 / c->perf.inter_gbps,
                        .words = (c->num_ranks + 63) / 64,
+                       .kinds = dcp_blocks_kinds(b),
                        .owner = p->blk_owner,
                        .exec = p->comp_exec};
     dcp_status_t st;
@@ -38,13 +39,13 @@ dcp_status_t dcp_refiner_init(dcp_refiner_t *r, const dcp_blocks_t *b, const dcp
                    err);
     DCP_CHECK_GOTO(dcp_place_loads(b, p, x.nr, &x.flops, &x.mem), st, err);
     for (int64_t cc = 0; cc < g->num_comps; cc++) {
-        int64_t nets[2];
-        dcp_comp_nets(b, cc, nets);
-        for (int k = 0; k < 2; k++)
+        int64_t nets[DCP_MAX_COMP_NETS];
+        const int n = dcp_comp_nets(b, cc, nets);
+        for (int k = 0; k < n; k++)
             if ((*dcp_refiner_cell(&x, nets[k], x.exec[cc]))++ == 0)
                 reader_on(&x, nets[k], x.exec[cc]);
     }
-    dcp_place_bounds(b, x.nr, tol, 1, &x.bound_flops, &x.bound_mem);
+    dcp_place_bounds(b, x.nr, tol, 1, x.bound_flops, &x.bound_mem);
     const int64_t cap = in->opts->mem_cap_bytes;
     if (cap > 0 && (double)cap < x.bound_mem) x.bound_mem = (double)cap;
     *r = x;
@@ -70,10 +71,10 @@ void dcp_refiner_release(dcp_refiner_t *r)
 double dcp_refiner_comp_delta(const dcp_refiner_t *r, int64_t c, int32_t to)
 {
     const int32_t from = r->exec[c];
-    int64_t nets[2];
-    dcp_comp_nets(r->b, c, nets);
+    int64_t nets[DCP_MAX_COMP_NETS];
+    const int n = dcp_comp_nets(r->b, c, nets);
     double d = 0;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n; k++) {
         const int32_t o = r->owner[dcp_net_block(r->g, nets[k])];
         const double w = (double)r->g->weight[nets[k]];
         if (from != o && *dcp_refiner_cell(r, nets[k], from) == 1)
@@ -86,16 +87,18 @@ double dcp_refiner_comp_delta(const dcp_refiner_t *r, int64_t c, int32_t to)
 
 void dcp_refiner_comp_move(dcp_refiner_t *r, int64_t c, int32_t to)
 {
-    int64_t nets[2];
-    dcp_comp_nets(r->b, c, nets);
+    int64_t nets[DCP_MAX_COMP_NETS];
+    const int n = dcp_comp_nets(r->b, c, nets);
     const int32_t from = r->exec[c];
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n; k++) {
         if (--(*dcp_refiner_cell(r, nets[k], from)) == 0) reader_off(r, nets[k], from);
         if ((*dcp_refiner_cell(r, nets[k], to))++ == 0) reader_on(r, nets[k], to);
     }
-    const int64_t f = dcp_refiner_comp_flops(r, c);
-    r->flops[from] -= f;
-    r->flops[to] += f;
+    for (int32_t k = 0; k < r->kinds; k++) {
+        const int64_t f = dcp_refiner_comp_flops(r, c, k);
+        r->flops[(int64_t)k * r->nr + from] -= f;
+        r->flops[(int64_t)k * r->nr + to] += f;
+    }
     r->exec[c] = to;
 }
 
@@ -113,10 +116,10 @@ static double net_cost(const dcp_refiner_t *r, int64_t e, int32_t o)
 
 double dcp_refiner_blk_cost(const dcp_refiner_t *r, int32_t t, int32_t o)
 {
-    const int32_t hb = r->b->head_blocks, nb = r->b->num_blocks;
     double cost = 0;
-    for (int kind = 0; kind < 2; kind++)
-        for (int32_t h = 0; h < hb; h++) cost += net_cost(r, ((int64_t)kind * nb + t) * hb + h, o);
+    for (int32_t side = 0; side < r->g->num_sides; side++)
+        for (int32_t h = 0; h < r->b->head_blocks; h++)
+            cost += net_cost(r, dcp_blk_net(r->g, side, t, h), o);
     return cost;
 }
 
@@ -130,10 +133,9 @@ void dcp_refiner_blk_move(dcp_refiner_t *r, int32_t t, int32_t to)
 
 int dcp_refiner_blk_read_by(const dcp_refiner_t *r, int32_t t, int32_t rank)
 {
-    const int32_t hb = r->b->head_blocks, nb = r->b->num_blocks;
     const uint64_t bit = (uint64_t)1 << (rank % 64);
-    for (int kind = 0; kind < 2; kind++)
-        for (int32_t h = 0; h < hb; h++)
-            if (dcp_refiner_mask(r, ((int64_t)kind * nb + t) * hb + h)[rank / 64] & bit) return 1;
+    for (int32_t side = 0; side < r->g->num_sides; side++)
+        for (int32_t h = 0; h < r->b->head_blocks; h++)
+            if (dcp_refiner_mask(r, dcp_blk_net(r->g, side, t, h))[rank / 64] & bit) return 1;
     return 0;
 }

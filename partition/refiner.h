@@ -25,8 +25,9 @@ typedef struct {
     int32_t *readers;          /* [net]: ranks with cnt > 0 */
     uint64_t *rmask;           /* [net * words + rank / 64]: bit rank % 64 set when cnt > 0 */
     int32_t words;             /* 64-bit words per net in rmask */
-    int64_t *flops, *mem;      /* [nr] */
-    double bound_flops;        /* (1 + tol) x the mean */
+    int32_t kinds;             /* the model's layer kinds (partition/kinds.h) */
+    int64_t *flops, *mem;      /* flops [kinds * nr] (kind k's at k * nr), mem [nr] */
+    double bound_flops[DCP_MAX_KINDS]; /* per kind: (1 + tol) x the mean */
     double bound_mem;          /* (1 + tol) x the mean, or the memory cap if lower */
 } dcp_refiner_t;
 
@@ -56,9 +57,20 @@ static inline const uint64_t *dcp_refiner_mask(const dcp_refiner_t *r, int64_t n
     return &r->rmask[net * r->words];
 }
 
-static inline int64_t dcp_refiner_comp_flops(const dcp_refiner_t *r, int64_t c)
+/* Kind k's FLOPs of computation block c. */
+static inline int64_t dcp_refiner_comp_flops(const dcp_refiner_t *r, int64_t c, int32_t k)
 {
-    return dcp_blocks_comp_flops(r->b, c / r->b->head_blocks);
+    return dcp_blocks_kind_flops(r->b, c / r->b->head_blocks, k);
+}
+
+/* 1 when computation block c fits on rank `to` under every kind's bound. */
+static inline int dcp_refiner_comp_fits(const dcp_refiner_t *r, int64_t c, int32_t to)
+{
+    for (int32_t k = 0; k < r->kinds; k++)
+        if ((double)(r->flops[(int64_t)k * r->nr + to] + dcp_refiner_comp_flops(r, c, k)) >
+            r->bound_flops[k])
+            return 0;
+    return 1;
 }
 
 static inline int64_t dcp_refiner_blk_bytes(const dcp_refiner_t *r, int32_t t)

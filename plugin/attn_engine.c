@@ -32,8 +32,9 @@ static dcp_status_t parse_kind(const char *name, const char *field, dcp_attn_kin
             *out = (dcp_attn_kind_t)k;
             return DCP_OK;
         }
-    return dcp_set_error(DCP_ERR_INVALID_ARG, "%s = \"%s\": the attention engine is auto, own, "
-                                              "cudnn or twin",
+    return dcp_set_error(DCP_ERR_INVALID_ARG,
+                         "%s = \"%s\": the attention engine is auto, own, "
+                         "cudnn or twin",
                          field, name);
 }
 
@@ -91,8 +92,8 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
     const char *why[2];
     for (int p = 0; p < DCP_PASS_COUNT; p++) a->dense[p] = dcp_cudnn_policy(v, p, &why[p]);
     a->active = DCP_ATTN_CUDNN;
-    snprintf(a->note, sizeof a->note, "cudnn %s%s%s%s%s", ver, *why[0] ? "; forward: " : "",
-             why[0], *why[1] ? "; backward: " : "", why[1]);
+    snprintf(a->note, sizeof a->note, "cudnn %s%s%s%s%s", ver, *why[0] ? "; forward: " : "", why[0],
+             *why[1] ? "; backward: " : "", why[1]);
     return DCP_OK;
 }
 
@@ -126,16 +127,21 @@ static dcp_status_t build_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
     dcp_attn_pass_t *ps = &ctx->attn.pass[pass];
     pass_free(ps, ctx->dev);
     if (!ctx->attn.dense[pass]) return DCP_OK;
-    const int64_t i0 = dcp_plan_prog_begin(p, pass, ctx->rank), i1 = dcp_plan_prog_end(p, pass, ctx->rank);
+    const int64_t i0 = dcp_plan_prog_begin(p, pass, ctx->rank),
+                  i1 = dcp_plan_prog_end(p, pass, ctx->rank);
     ps->first_instr = i0;
     ps->ninstr = i1 - i0;
     int64_t nattn = 0;
     for (int64_t i = i0; i < i1; i++) nattn += p->instrs[i].op == DCP_OP_ATTN;
     DCP_CHECK(dcp_calloc(&ps->launch_of, ps->ninstr + 1, sizeof *ps->launch_of, "engine launches"));
-    DCP_CHECK(dcp_calloc(&ps->prog.launches, nattn + 1, sizeof *ps->prog.launches,
-                         "engine launches"));
-    const dcp_seg_shape_t shape = {p->qpg, p->kvpg, p->shape.head_dim, ctx->attn.min_rows,
-                                   ctx->attn.dense[pass], pass == DCP_PASS_BWD};
+    DCP_CHECK(
+        dcp_calloc(&ps->prog.launches, nattn + 1, sizeof *ps->prog.launches, "engine launches"));
+    const dcp_seg_shape_t shape = {p->qpg,
+                                   p->kvpg,
+                                   p->shape.head_dim,
+                                   ctx->attn.min_rows,
+                                   ctx->attn.dense[pass],
+                                   pass == DCP_PASS_BWD};
     for (int64_t i = i0; i < i1; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         ps->launch_of[i - i0] = -1;
@@ -160,11 +166,13 @@ static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
     const dcp_seg_prog_t *g = &ps->prog;
     const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
                           g->merge_srcs, g->deltas,    g->ints};
-    const size_t bytes[7] = {
-        (size_t)g->n_own_groups * sizeof *g->own_groups, (size_t)g->n_own_tiles * sizeof *g->own_tiles,
-        (size_t)g->n_copies * sizeof *g->copies,         (size_t)g->n_merges * sizeof *g->merges,
-        (size_t)g->n_merge_srcs * sizeof *g->merge_srcs, (size_t)g->n_deltas * sizeof *g->deltas,
-        (size_t)g->n_ints * sizeof *g->ints};
+    const size_t bytes[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
+                             (size_t)g->n_own_tiles * sizeof *g->own_tiles,
+                             (size_t)g->n_copies * sizeof *g->copies,
+                             (size_t)g->n_merges * sizeof *g->merges,
+                             (size_t)g->n_merge_srcs * sizeof *g->merge_srcs,
+                             (size_t)g->n_deltas * sizeof *g->deltas,
+                             (size_t)g->n_ints * sizeof *g->ints};
     size_t off[7], total = 0;
     for (int i = 0; i < 7; i++) {
         off[i] = total;
@@ -179,13 +187,11 @@ static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
     DCP_CHECK(dcp_dev_blob_reserve(&ps->blob, ctx->dev, ctx->device, total, ctx->stream));
     DCP_CHECK(dcp_dev_blob_send(&ps->blob, ctx->dev, total, ctx->stream));
     char *mem = ps->blob.mem;
-    ps->arrays = (dcp_seg_arrays_t){(const dcp_tile_group_t *)(mem + off[0]),
-                                    (const dcp_tile_t *)(mem + off[1]),
-                                    (const dcp_copy_item_t *)(mem + off[2]),
-                                    (const dcp_merge_item_t *)(mem + off[3]),
-                                    (const dcp_merge_src_t *)(mem + off[4]),
-                                    (const dcp_delta_out_item_t *)(mem + off[5]),
-                                    (const int32_t *)(mem + off[6])};
+    ps->arrays = (dcp_seg_arrays_t){
+        (const dcp_tile_group_t *)(mem + off[0]), (const dcp_tile_t *)(mem + off[1]),
+        (const dcp_copy_item_t *)(mem + off[2]),  (const dcp_merge_item_t *)(mem + off[3]),
+        (const dcp_merge_src_t *)(mem + off[4]),  (const dcp_delta_out_item_t *)(mem + off[5]),
+        (const int32_t *)(mem + off[6])};
     return DCP_OK;
 }
 
@@ -235,7 +241,8 @@ static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
 dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
 {
     dcp_attn_state_t *a = &ctx->attn;
-    if (a->active == DCP_ATTN_OWN || a->serial == p->serial) return DCP_OK;
+    /* the layer kinds of a plan share its serial, not their programs */
+    if (a->active == DCP_ATTN_OWN || (a->serial == p->serial && a->kind == p->kind)) return DCP_OK;
     a->serial = 0;
     if (a->active == DCP_ATTN_CUDNN &&
         (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
@@ -250,6 +257,7 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     const dcp_status_t st = bind(ctx, p);
     if (st == DCP_OK) {
         a->serial = p->serial;
+        a->kind = p->kind;
         return DCP_OK;
     }
     if (a->requested == DCP_ATTN_CUDNN || a->active != DCP_ATTN_CUDNN) return st;

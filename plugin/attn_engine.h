@@ -34,6 +34,7 @@ typedef struct {
     int32_t dense[DCP_PASS_COUNT]; /* classes the active engine takes per pass */
     dcp_cudnn_t *cudnn;
     uint64_t serial; /* the plan the programs are for; 0: none */
+    int32_t kind;    /* and its layer kind (views share their plan's serial) */
     dcp_attn_pass_t pass[DCP_PASS_COUNT];
     void *seg, *seg32; /* staging: DCP_BUF_SEG, DCP_BUF_SEG32 */
     size_t seg_cap, seg32_cap;

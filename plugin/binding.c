@@ -60,14 +60,15 @@ static dcp_status_t events(const dcp_context_t *ctx, void ***pool, int64_t *num,
     return DCP_OK;
 }
 
-/* The plan-wide comm indices [lo, hi) the rank's launches of both passes use, and the most
- * ops of one launch. */
+/* The plan-wide comm indices [lo, hi) the rank's launches of both passes of every layer kind
+ * use, and the most ops of one launch. */
 static void comm_range(const dcp_plan_t *p, int32_t rank, int64_t *lo, int64_t *hi, int64_t *most)
 {
     *lo = INT64_MAX, *hi = 0, *most = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int64_t i = dcp_plan_prog_begin(p, (dcp_pass_t)pass, rank);
-             i < dcp_plan_prog_end(p, (dcp_pass_t)pass, rank); i++) {
+    const int32_t nr = p->num_ranks;
+    for (int64_t prog = 0; prog < (int64_t)p->num_kinds * DCP_PASS_COUNT; prog++)
+        for (int64_t i = p->prog_off[prog * nr + rank]; i < p->prog_off[prog * nr + rank + 1];
+             i++) {
             const dcp_instr_t *in = &p->instrs[i];
             if (in->op != DCP_OP_COMM_LAUNCH) continue;
             if (in->first < *lo) *lo = in->first;
@@ -77,8 +78,10 @@ static void comm_range(const dcp_plan_t *p, int32_t rank, int64_t *lo, int64_t *
     if (*lo > *hi) *lo = *hi = 0;
 }
 
-dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *p)
+dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *plan)
 {
+    /* the layer kinds of a plan share one binding (their views carry the plan's serial) */
+    const dcp_plan_t *p = dcp_plan_root(plan);
     dcp_binding_t *bd = &ctx->bound;
     if (bd->serial == p->serial) return DCP_OK;
     bd->serial = 0; /* until everything below is in place */

@@ -27,7 +27,7 @@ typedef struct {
     int64_t ops_cap;
 } dcp_binding_t;
 
-/* Binds ctx to plan (a no-op when it is bound already). */
+/* Binds ctx to plan, every layer kind of it (a no-op when it is bound already). */
 dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *plan);
 
 /* Frees what the binding holds but the work buffers, which it deregisters from the engine;

@@ -44,10 +44,18 @@ static dcp_status_t instr_rows(dcp_dev_plan_t *d, const dcp_plan_t *p)
     return DCP_OK;
 }
 
-dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp_device_t *dev,
+/* Sequence s of layer kind k: its view's. */
+static const dcp_seq_info_t *kind_seq(const dcp_plan_t *p, int32_t k, int32_t s)
+{
+    return &(p->views ? p->views[k] : p)->seqs[s];
+}
+
+dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *plan, const dcp_device_t *dev,
                                int32_t device, void *stream)
 {
+    const dcp_plan_t *p = dcp_plan_root(plan); /* every layer kind: seqs kind by kind */
     if (d->serial == p->serial) return DCP_OK;
+    const int64_t nseq = (int64_t)p->num_kinds * p->num_seqs;
     enum { GROUPS, TILES, MERGES, SRCS, COPIES, SEQS, FIXED };
     piece_t pc[FIXED] = {
         {p->groups, (size_t)p->num_groups * sizeof *p->groups, 0},
@@ -55,7 +63,7 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp
         {p->merges, (size_t)p->num_merges * sizeof *p->merges, 0},
         {p->merge_srcs, (size_t)p->num_merge_srcs * sizeof *p->merge_srcs, 0},
         {p->copies, (size_t)p->num_copies * sizeof *p->copies, 0},
-        {p->seqs, (size_t)p->num_seqs * sizeof *p->seqs, 0},
+        {NULL, (size_t)nseq * sizeof *p->seqs, 0}, /* filled kind by kind below */
     };
     size_t total = 0;
     for (int i = 0; i < FIXED; i++) {
@@ -63,9 +71,10 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp
         total += up(pc[i].bytes);
     }
     const size_t ranges_at = total; /* custom ranges follow, one run per such sequence */
-    for (int32_t s = 0; s < p->num_seqs; s++)
-        if (p->seqs[s].mask.kind == DCP_MASK_CUSTOM)
-            total += up((size_t)p->seqs[s].len * 4 * sizeof(int32_t));
+    for (int64_t i = 0; i < nseq; i++) {
+        const dcp_seq_info_t *q = kind_seq(p, (int32_t)(i / p->num_seqs), i % p->num_seqs);
+        if (q->mask.kind == DCP_MASK_CUSTOM) total += up((size_t)q->len * 4 * sizeof(int32_t));
+    }
     if (total == 0) total = ALIGN;
 
     d->serial = 0; /* until the copy below is queued */
@@ -73,18 +82,22 @@ dcp_status_t dcp_dev_plan_sync(dcp_dev_plan_t *d, const dcp_plan_t *p, const dcp
     char *host = d->blob.staging;
     memset(host, 0, total);
     for (int i = 0; i < FIXED; i++)
-        if (pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
+        if (pc[i].src && pc[i].bytes) memcpy(host + pc[i].off, pc[i].src, pc[i].bytes);
+    for (int32_t k = 0; k < p->num_kinds; k++)
+        memcpy(host + pc[SEQS].off + (size_t)k * p->num_seqs * sizeof *p->seqs, kind_seq(p, k, 0),
+               (size_t)p->num_seqs * sizeof *p->seqs);
     dcp_status_t st = instr_rows(d, p);
     if (st == DCP_OK) st = dcp_dev_blob_reserve(&d->blob, dev, device, total, stream);
     if (st == DCP_OK) {
         char *mem = d->blob.mem;
         dcp_seq_info_t *seqs = (dcp_seq_info_t *)(host + pc[SEQS].off);
         size_t at = ranges_at;
-        for (int32_t s = 0; s < p->num_seqs; s++) {
-            if (seqs[s].mask.kind != DCP_MASK_CUSTOM) continue;
-            const size_t n = (size_t)seqs[s].len * 4 * sizeof(int32_t);
-            memcpy(host + at, p->seqs[s].mask.ranges, n);
-            seqs[s].mask.ranges = (const int32_t *)(mem + at);
+        for (int64_t i = 0; i < nseq; i++) {
+            if (seqs[i].mask.kind != DCP_MASK_CUSTOM) continue;
+            const size_t n = (size_t)seqs[i].len * 4 * sizeof(int32_t);
+            memcpy(host + at, kind_seq(p, (int32_t)(i / p->num_seqs), i % p->num_seqs)->mask.ranges,
+                   n);
+            seqs[i].mask.ranges = (const int32_t *)(mem + at);
             at += up(n);
         }
         st = dcp_dev_blob_send(&d->blob, dev, total, stream);

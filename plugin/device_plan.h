@@ -17,7 +17,8 @@ typedef struct {
     dcp_merge_item_t *merges;
     dcp_merge_src_t *srcs;
     dcp_copy_item_t *copies;
-    dcp_seq_info_t *seqs; /* CUSTOM masks point at their ranges inside mem */
+    dcp_seq_info_t *seqs; /* every layer kind's, kind by kind; CUSTOM masks point at their
+                             ranges inside mem */
     int32_t *rows;        /* host: per instruction of the plan, most rows of an item */
     int64_t rows_cap;
 } dcp_dev_plan_t;

@@ -148,7 +148,9 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t 
         env->bufs[b] = dcp_plan_buf_elems(p, ctx->rank, b) > 0 ? ctx->bound.work[b] : NULL;
     for (int b = 0; b < DCP_BUF_FIRST_WORK; b++) env->bufs[b] = (void *)io->ptr[b];
     env->stream = ctx->stream;
-    env->seqs = ctx->dev->host_memory ? p->seqs : ctx->bound.dev_plan.seqs;
+    /* a layer kind's masks: its view's, or its run of the device copy (kind by kind) */
+    env->seqs = ctx->dev->host_memory ? p->seqs
+                                      : ctx->bound.dev_plan.seqs + (int64_t)p->kind * p->num_seqs;
     env->q_heads = p->qpg;
     env->kv_heads = p->kvpg;
     env->head_dim = p->shape.head_dim;

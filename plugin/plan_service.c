@@ -4,9 +4,11 @@
  * recent plans and hands out copies rebuilt from them.
  *
  * Every submitted batch becomes a key: an array of int32 words holding the shape, the
- * resolved options, the lengths, one fixed-size record per mask (fields of other kinds
- * zeroed) and the CUSTOM ranges. The key is also the job's copy of the batch: lengths and
- * ranges point into it. A key is compared whole, after its hash, so a hit is exact.
+ * resolved options, the lengths, the layer kinds (their count, and per kind its layer count
+ * and one fixed-size record per mask, fields of other mask kinds zeroed) and the CUSTOM
+ * ranges. A batch of one kind given as batch.kinds has the key of its masks (its layer count
+ * plays no part). The key is also the job's copy of the batch: lengths and ranges point into
+ * it. A key is compared whole, after its hash, so a hit is exact.
  *
  * One mutex guards the job list, the cache and the counters; `work` wakes workers for a
  * queued job or for shutdown, `done` wakes waiters when any job finishes. A worker about to
@@ -14,6 +16,7 @@
  * so identical batches in flight are planned once.
  */
 #include "include/base/error.h"
+#include "partition/blocks.h"
 #include "partition/plan.h"
 
 #include <pthread.h>
@@ -49,7 +52,8 @@ typedef struct {
     dcp_attn_shape_t shape;
     dcp_plan_options_t opts;
     dcp_batch_t batch;
-    dcp_mask_t *masks;
+    dcp_mask_t *masks; /* [kinds x num_seqs] */
+    dcp_layer_kind_t kinds[DCP_MAX_KINDS];
 
     /* result */
     dcp_status_t status;
@@ -173,18 +177,22 @@ static void job_free(svc_job_t *j)
 static dcp_status_t job_create(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, svc_job_t **job_out)
 {
-    const int32_t n = batch->num_seqs;
+    const int32_t n = batch->num_seqs, nk = dcp_batch_kinds(batch);
     int64_t custom = 0;
-    for (int32_t s = 0; s < n; s++)
-        if (batch->masks[s].kind == DCP_MASK_CUSTOM) custom += 4 * (int64_t)batch->lengths[s];
+    for (int32_t k = 0; k < nk; k++)
+        for (int32_t s = 0; s < n; s++)
+            if (dcp_batch_masks(batch, k)[s].kind == DCP_MASK_CUSTOM)
+                custom += 4 * (int64_t)batch->lengths[s];
     int32_t head[SVC_HEAD_WORDS];
     const int64_t head_words = put_head(head, shape, o);
-    const int64_t words = head_words + 1 + n + (int64_t)n * SVC_MASK_WORDS + custom;
+    const int64_t words =
+        head_words + 2 + n + (int64_t)nk * (1 + (int64_t)n * SVC_MASK_WORDS) + custom;
     svc_job_t *j;
     DCP_CHECK(dcp_calloc(&j, 1, sizeof *j, "planner job"));
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&j->key, words, sizeof(int32_t), "planner batch copy"), st, err);
-    DCP_CHECK_GOTO(dcp_calloc(&j->masks, n, sizeof *j->masks, "planner batch copy"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&j->masks, (int64_t)nk * n, sizeof *j->masks, "planner batch copy"),
+                   st, err);
     int32_t *w = j->key;
     memcpy(w, head, (size_t)head_words * sizeof *w);
     int64_t at = head_words;
@@ -192,21 +200,32 @@ static dcp_status_t job_create(const dcp_batch_t *batch, const dcp_attn_shape_t 
     int32_t *lengths = w + at;
     memcpy(lengths, batch->lengths, (size_t)n * sizeof *lengths);
     at += n;
-    for (int32_t s = 0; s < n; s++, at += SVC_MASK_WORDS) put_mask(w + at, &batch->masks[s]);
-    for (int32_t s = 0; s < n; s++) {
-        j->masks[s] = batch->masks[s];
-        j->masks[s].ranges = NULL;
-        if (batch->masks[s].kind != DCP_MASK_CUSTOM) continue;
-        const int64_t k = 4 * (int64_t)batch->lengths[s];
-        memcpy(w + at, batch->masks[s].ranges, (size_t)k * sizeof *w);
-        j->masks[s].ranges = w + at;
-        at += k;
+    w[at++] = nk;
+    for (int32_t k = 0; k < nk; k++) {
+        w[at++] = nk > 1 ? batch->kinds[k].layers : 1;
+        for (int32_t s = 0; s < n; s++, at += SVC_MASK_WORDS)
+            put_mask(w + at, &dcp_batch_masks(batch, k)[s]);
+    }
+    for (int32_t k = 0; k < nk; k++) {
+        const dcp_mask_t *from = dcp_batch_masks(batch, k);
+        dcp_mask_t *to = j->masks + (int64_t)k * n;
+        for (int32_t s = 0; s < n; s++) {
+            to[s] = from[s];
+            to[s].ranges = NULL;
+            if (from[s].kind != DCP_MASK_CUSTOM) continue;
+            const int64_t m = 4 * (int64_t)batch->lengths[s];
+            memcpy(w + at, from[s].ranges, (size_t)m * sizeof *w);
+            to[s].ranges = w + at;
+            at += m;
+        }
+        if (nk > 1) j->kinds[k] = (dcp_layer_kind_t){to, batch->kinds[k].layers};
     }
     j->key_words = words;
     j->hash = hash_words(w, words);
     j->shape = *shape;
     j->opts = *o;
-    j->batch = (dcp_batch_t){n, lengths, j->masks};
+    j->batch = (dcp_batch_t){.num_seqs = n, .lengths = lengths, .masks = j->masks};
+    if (nk > 1) j->batch = (dcp_batch_t){n, lengths, NULL, nk, j->kinds};
     *job_out = j;
     return DCP_OK;
 err:

@@ -53,7 +53,8 @@ static void lists_free(dcp_stamps_t *s)
 /* The peer lists of plan p (kept while the context runs it) and room for one exchange. */
 static dcp_status_t bind(dcp_stamps_t *s, const dcp_plan_t *p, int32_t rank)
 {
-    if (s->serial == p->serial) return DCP_OK;
+    /* the layer kinds of a plan share its serial, not its peers */
+    if (s->serial == p->serial && s->kind == p->kind) return DCP_OK;
     lists_free(s);
     int32_t most = 0;
     for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
@@ -71,6 +72,7 @@ static dcp_status_t bind(dcp_stamps_t *s, const dcp_plan_t *p, int32_t rank)
         s->cap = most;
     }
     s->serial = p->serial;
+    s->kind = p->kind;
     return DCP_OK;
 }
 

@@ -53,6 +53,10 @@ void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *a)
          "ring, zigzag, lpt, metis, auto, a comma list, or all", 0},
         {"mem-cap", DCPT_ARG_INT, &f->mem_cap, 0, INT64_MAX,
          "per-rank cap on owned block bytes (default none)", 0},
+        {"layers", DCPT_ARG_STR, &f->layers, 0, 0,
+         "layer kinds of one model, MASK:COUNT comma list (causal:1,window:1024:5): one plan "
+         "for all, a row per kind and a model row (replaces --mask)",
+         0},
     };
     memcpy(a, t, sizeof t);
 }
@@ -92,6 +96,56 @@ static void resolve_masks(const char *tool, const dcpt_common_flags_t *f, dcpt_c
     }
     free(items);
     free(storage);
+}
+
+/* --layers MASK:COUNT,...: the text after the last ':' of an item is its layer count. */
+static void resolve_layers(const char *tool, const dcpt_common_flags_t *f, const dcpt_arg_t *args,
+                           dcpt_common_t *out)
+{
+    if (dcpt_args_seen(args, DCPT_COMMON_NARGS, "mask"))
+        dcpt_args_fail(tool, "layers", "replaces --mask: give one of them");
+    char **items, *storage;
+    const int32_t n = dcpt_args_split(tool, "layers", f->layers, &items, &storage);
+    if (n > DCP_MAX_KINDS) dcpt_args_fail(tool, "layers", "%d kinds, at most %d", n, DCP_MAX_KINDS);
+    out->num_kinds = out->num_masks = n;
+    out->masks = calloc((size_t)n, sizeof *out->masks);
+    out->mask_names = calloc((size_t)n, sizeof *out->mask_names);
+    out->kind_labels = calloc((size_t)n, sizeof *out->kind_labels);
+    out->kind_layers = calloc((size_t)n, sizeof *out->kind_layers);
+    for (int32_t i = 0; i < n; i++) {
+        char *colon = strrchr(items[i], ':'), *end = NULL;
+        const long count = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || end == colon + 1 || *end != '\0' || count < 1 || count > 1024)
+            dcpt_args_fail(tool, "layers", "'%s': expected MASK:COUNT with COUNT in [1, 1024]",
+                           items[i]);
+        *colon = '\0';
+        if (dcp_mask_parse(items[i], &out->masks[i]) != DCP_OK)
+            dcpt_args_fail(tool, "layers", "%s", dcp_last_error());
+        out->mask_names[i] = malloc(64);
+        out->kind_labels[i] = malloc(80);
+        dcp_mask_format(&out->masks[i], out->mask_names[i], 64);
+        snprintf(out->kind_labels[i], 80, "%s x%ld", out->mask_names[i], count);
+        out->kind_layers[i] = (int32_t)count;
+    }
+    free(items);
+    free(storage);
+}
+
+dcp_batch_t dcpt_common_batch(const dcpt_common_t *c, int32_t b, int32_t m, dcp_mask_t **masks_out,
+                              dcp_layer_kind_t kinds[DCP_MAX_KINDS])
+{
+    const int32_t first = c->batch_first[b], n = c->batch_first[b + 1] - first;
+    const int32_t nk = c->num_kinds > 0 ? c->num_kinds : 1;
+    dcp_mask_t *masks = calloc((size_t)nk * (size_t)n, sizeof *masks);
+    for (int32_t k = 0; masks && k < nk; k++)
+        for (int32_t i = 0; i < n; i++) masks[(int64_t)k * n + i] = c->masks[c->num_kinds ? k : m];
+    *masks_out = masks;
+    if (c->num_kinds == 0)
+        return (dcp_batch_t){.num_seqs = n, .lengths = c->lengths + first, .masks = masks};
+    for (int32_t k = 0; k < nk; k++)
+        kinds[k] = (dcp_layer_kind_t){masks ? masks + (int64_t)k * n : NULL, c->kind_layers[k]};
+    return (dcp_batch_t){
+        .num_seqs = n, .lengths = c->lengths + first, .num_kinds = nk, .kinds = kinds};
 }
 
 static void resolve_strategies(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
@@ -189,7 +243,10 @@ void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const d
 {
     memset(out, 0, sizeof *out);
     resolve_cluster(tool, f, args, out);
-    resolve_masks(tool, f, out);
+    if (f->layers)
+        resolve_layers(tool, f, args, out);
+    else
+        resolve_masks(tool, f, out);
     resolve_strategies(tool, f, out);
     resolve_lengths(tool, f, out);
     if (f->heads % f->kv_heads != 0)
@@ -212,7 +269,10 @@ void dcpt_common_free(dcpt_common_t *c)
 {
     dcp_cluster_destroy(c->cluster);
     for (int32_t i = 0; i < c->num_masks; i++) free(c->mask_names[i]);
+    for (int32_t i = 0; i < c->num_kinds; i++) free(c->kind_labels[i]);
     free(c->mask_names);
+    free(c->kind_labels);
+    free(c->kind_layers);
     free(c->masks);
     free(c->strategies);
     free(c->batch_first);

@@ -10,12 +10,13 @@ typedef struct {
     int64_t ranks, tokens, max_len, seed, heads, kv_heads, head_dim, block, head_blocks, divisions;
     int64_t mem_cap;
     const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
+    const char *layers; /* MASK:COUNT,...: the layer kinds of one model (replaces --mask) */
     int64_t batches; /* 0: one batch filled to --tokens; else DCP's packing into this many */
     double scale;    /* every length multiplied by this (default 1) */
 } dcpt_common_flags_t;
 
 /* Number of table entries dcpt_common_args() fills. */
-#define DCPT_COMMON_NARGS 16
+#define DCPT_COMMON_NARGS 17
 
 void dcpt_common_defaults(dcpt_common_flags_t *f);
 void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *args);
@@ -25,6 +26,11 @@ typedef struct {
     int32_t num_masks;
     dcp_mask_t *masks;
     char **mask_names; /* canonical text of each mask */
+    /* --layers: num_kinds > 0 kinds, kind k's mask masks[k] (num_masks = num_kinds), its
+     * layer count and label ("window:1024 x5"); one plan holds them all */
+    int32_t num_kinds;
+    int32_t *kind_layers;
+    char **kind_labels;
     int32_t num_strategies;
     dcp_strategy_t *strategies;
     int32_t num_batches;
@@ -39,6 +45,12 @@ typedef struct {
 void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const dcpt_arg_t *args,
                          dcpt_common_t *out);
 void dcpt_common_free(dcpt_common_t *c);
+
+/* Batch b as the planner takes it: with --layers every kind (kind k's mask on every sequence),
+ * else mask m on every sequence. *masks_out (to free) holds the masks; kinds[] is filled with
+ * --layers. */
+dcp_batch_t dcpt_common_batch(const dcpt_common_t *c, int32_t b, int32_t m, dcp_mask_t **masks_out,
+                              dcp_layer_kind_t kinds[DCP_MAX_KINDS]);
 
 /* "fp32", "bf16", "fp16": parsed (exits 2 naming --<flag> otherwise) and named. */
 dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text);

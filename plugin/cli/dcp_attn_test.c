@@ -42,6 +42,7 @@ typedef struct {
     int64_t ranks_per_process; /* under mpirun: in-process ranks (threads) per process */
     int64_t repeat;            /* the race check: runs on fresh contexts, each compared */
     const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
+    int layers;                /* --layers: a kind column, a row per kind and a model row */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -55,6 +56,7 @@ typedef struct {
  * JSON and MB in the table; imbalances are fractions in JSON and % in the table. */
 typedef struct {
     const char *mask, *strategy, *digest, *check;
+    const char *kind; /* --layers: the kind's label, or "model" */
     int32_t ranks, nodes;
     int64_t tokens, comm_bytes, inter_node_bytes, max_rank_bytes, flops, transfers, max_buffer;
     int checked, passed;
@@ -160,19 +162,25 @@ static const dcpt_field_t repeat_fields[] = {
     F(NULL, 0, "max_diff_dv", DCPT_F_NUM, NULL, diff[4]),
 };
 static const dcpt_field_t verdict_field = F("check", 5, NULL, DCPT_F_STR, NULL, check);
+static const dcpt_field_t kind_field = F("kind", -18, NULL, DCPT_F_STR, NULL, kind);
 #undef F
 #undef SCALED
 
 #define NFWD      ((int)(sizeof fwd_fields / sizeof fwd_fields[0]))
 #define NBWD      ((int)(sizeof bwd_fields / sizeof bwd_fields[0]))
 #define NREP      ((int)(sizeof repeat_fields / sizeof repeat_fields[0]))
-#define MAXFIELDS (NFWD + NBWD + NREP + 1)
+#define MAXFIELDS (NFWD + NBWD + NREP + 2)
 
-/* The bench's fields: the forward's, the backward's with --backward, then the verdict. */
+/* The bench's fields: the forward's (with --layers a kind column after the strategy), the
+ * backward's with --backward, then the verdict. */
 static dcpt_bench_t bench_of(const run_flags_t *rf, dcpt_field_t fields[MAXFIELDS])
 {
     int n = 0;
-    for (int i = 0; i < NFWD; i++) fields[n++] = fwd_fields[i];
+    for (int i = 0; i < NFWD; i++) {
+        fields[n++] = fwd_fields[i];
+        if (rf->layers && fwd_fields[i].head && !strcmp(fwd_fields[i].head, "strategy"))
+            fields[n++] = kind_field;
+    }
     for (int i = 0; rf->backward && i < NBWD; i++) fields[n++] = bwd_fields[i];
     for (int i = 0; rf->repeat > 0 && i < NREP; i++) fields[n++] = repeat_fields[i];
     fields[n++] = verdict_field;
@@ -213,13 +221,13 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
                       rf->device, c->opts.block_size, c->opts.head_blocks, c->opts.divisions);
 }
 
-static void print_row(const char *mask, const char *strategy, const dcp_plan_stats_t *ps,
+/* The row of one run; digest: room for its text. */
+static row_t make_row(const char *mask, const char *strategy, const dcp_plan_stats_t *ps,
                       const dcpt_harness_result_t *r, const dcpt_harness_repeat_t *rep,
-                      const run_flags_t *rf)
+                      const run_flags_t *rf, char digest[24])
 {
     const int ck = rf->check;
-    char digest[24];
-    snprintf(digest, sizeof digest, "%016llx", (unsigned long long)r->digest);
+    snprintf(digest, 24, "%016llx", (unsigned long long)r->digest);
     const double ms = r->exec_ms.median, bms = r->bwd_exec_ms.median;
     row_t row = {
         .mask = mask,
@@ -280,9 +288,79 @@ static void print_row(const char *mask, const char *strategy, const dcp_plan_sta
         if (used && rep->allowed[k] > 0)
             row.diff_ratio = fmax(row.diff_ratio, rep->max_diff[k] / rep->allowed[k]);
     }
+    return row;
+}
+
+/* --layers JSON members: the kind's index (null for the model row) and its layer count. */
+typedef struct {
+    int32_t kind, layers;
+} kind_json_t;
+
+static void kind_json(dcpt_json_t *j, const void *ctx)
+{
+    const kind_json_t *k = ctx;
+    if (k->kind < 0)
+        dcpt_json_null(j, "kind");
+    else
+        dcpt_json_int(j, "kind", k->kind);
+    dcpt_json_int(j, "layers", k->layers);
+}
+
+static void emit_row(const row_t *row, const run_flags_t *rf, const kind_json_t *kj)
+{
     dcpt_field_t fields[MAXFIELDS];
     const dcpt_bench_t b = bench_of(rf, fields);
-    dcpt_bench_row(&b, &row, NULL, NULL);
+    dcpt_bench_row(&b, row, kj ? kind_json : NULL, kj);
+}
+
+static void print_row(const char *mask, const char *strategy, const dcp_plan_stats_t *ps,
+                      const dcpt_harness_result_t *r, const dcpt_harness_repeat_t *rep,
+                      const run_flags_t *rf)
+{
+    char digest[24];
+    const row_t row = make_row(mask, strategy, ps, r, rep, rf, digest);
+    emit_row(&row, rf, NULL);
+}
+
+static dcpt_stats_t stats_add(dcpt_stats_t a, dcpt_stats_t b, double w)
+{
+    return (dcpt_stats_t){a.median + w * b.median, a.min + w * b.min, a.max + w * b.max, b.n};
+}
+
+/* The model row: each kind's row times its layer count, summed (bytes, FLOPs, times); the
+ * worst kind's imbalance and errors; passed when every kind passed. */
+static void model_add(row_t *m, const row_t *r, int32_t layers)
+{
+    const double w = layers;
+    m->ranks = r->ranks, m->nodes = r->nodes, m->tokens = r->tokens, m->checked = r->checked;
+    m->plan_ms = r->plan_ms, m->mem_imb = r->mem_imb;
+    m->comm_bytes += layers * r->comm_bytes;
+    m->inter_node_bytes += layers * r->inter_node_bytes;
+    m->max_rank_bytes += layers * r->max_rank_bytes;
+    m->flops += layers * r->flops;
+    m->transfers += layers * r->transfers;
+    m->max_buffer = r->max_buffer > m->max_buffer ? r->max_buffer : m->max_buffer;
+    m->comm += w * r->comm, m->inter += w * r->inter, m->max_rank += w * r->max_rank;
+    m->comp_imb = fmax(m->comp_imb, r->comp_imb);
+    m->exec_ms = stats_add(m->exec_ms, r->exec_ms, w);
+    m->host_us = stats_add(m->host_us, r->host_us, w);
+    m->wait_us = stats_add(m->wait_us, r->wait_us, w);
+    m->gflops = m->exec_ms.median > 0 ? m->flops / (m->exec_ms.median * 1e6) : 0.0;
+    m->passed = r->passed && m->passed;
+    m->bwd_passed = r->bwd_passed && m->bwd_passed;
+    m->max_abs_err = fmax(m->max_abs_err, r->max_abs_err);
+    m->max_rel_err = fmax(m->max_rel_err, r->max_rel_err);
+    m->max_lse_err = fmax(m->max_lse_err, r->max_lse_err);
+    for (int g = 0; g < 3; g++) m->rel_grad[g] = fmax(m->rel_grad[g], r->rel_grad[g]);
+    m->rel_grad_max = fmax(m->rel_grad_max, r->rel_grad_max);
+    m->bwd_flops += layers * r->bwd_flops;
+    m->bwd_comm_bytes += layers * r->bwd_comm_bytes;
+    m->bwd_inter_node_bytes += layers * r->bwd_inter_node_bytes;
+    m->bwd_comm += w * r->bwd_comm, m->bwd_inter += w * r->bwd_inter;
+    m->bwd_comp_imb = fmax(m->bwd_comp_imb, r->bwd_comp_imb);
+    m->bwd_exec_ms = stats_add(m->bwd_exec_ms, r->bwd_exec_ms, w);
+    m->bwd_host_us = stats_add(m->bwd_host_us, r->bwd_host_us, w);
+    m->bwd_gflops = m->bwd_exec_ms.median > 0 ? m->bwd_flops / (m->bwd_exec_ms.median * 1e6) : 0.0;
 }
 
 /* Every rank planned the same batch alike: their plans' serialized bytes hash the same.
@@ -346,8 +424,8 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
         st = dcpt_harness_run(h, plan, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout,
                               rf->tol, rf->device, &r);
         if (st == DCP_OK && rf->repeat > 0)
-            st = dcpt_harness_repeat(h, plan, (int32_t)rf->repeat, rf->timeout, rf->tol,
-                                     rf->device, &rep);
+            st = dcpt_harness_repeat(h, plan, (int32_t)rf->repeat, rf->timeout, rf->tol, rf->device,
+                                     &rep);
     }
     dcp_plan_destroy(plan);
     if (st == DCP_ERR_CAPACITY) { /* the same on every rank: a configuration error, said once */
@@ -374,11 +452,152 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     return (rf->check && !r.passed) || rep.mismatches > 0;
 }
 
+/* Kind k of plan `p` run on harness h (its masks) as a job's rank or on in-process ranks. */
+static dcp_status_t run_kind(dcpt_harness_t *h, const dcp_plan_t *p, const run_flags_t *rf,
+                             const job_t *job, dcpt_harness_result_t *r, int *broken)
+{
+    if (!job->ctx)
+        return dcpt_harness_run(h, p, (int32_t)rf->warmup, (int32_t)rf->iters, rf->timeout, rf->tol,
+                                rf->device, r);
+    dcp_status_t st = DCP_OK;
+    if (rf->check)
+        st = dcp_bootstrap_agree(&job->bs,
+                                 dcpt_harness_reference(h, (int32_t)rf->threads, p, job->bs.rank),
+                                 "reference");
+    if (st != DCP_OK) return st;
+    dcpt_mpi_fault_point("forward");
+    st = dcpt_harness_run_rank(h, p, job->ctx, &job->bs, (int32_t)rf->warmup, (int32_t)rf->iters,
+                               rf->tol, r);
+    *broken = st != DCP_OK;
+    return st;
+}
+
+/* --layers, one strategy: one plan of every kind; each kind runs through its view on its own
+ * harness (the same inputs, the kind's masks) and is checked against its own reference; a
+ * row per kind, then the model row. Returns as run_one(). */
+static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
+                          dcpt_harness_t *const *hs, dcp_strategy_t strategy, const run_flags_t *rf,
+                          const job_t *job)
+{
+    dcp_plan_options_t opts = c->opts;
+    opts.strategy = strategy;
+    dcp_layer_kind_t kinds[DCP_MAX_KINDS];
+    for (int32_t k = 0; k < c->num_kinds; k++)
+        kinds[k] = (dcp_layer_kind_t){hs[k]->masks, c->kind_layers[k]};
+    const dcp_batch_t batch = {.num_seqs = hs[0]->num_seqs,
+                               .lengths = hs[0]->lengths,
+                               .num_kinds = c->num_kinds,
+                               .kinds = kinds};
+    dcp_plan_t *plan = NULL;
+    dcp_status_t st = dcp_plan_create(&batch, &hs[0]->shape, &opts, cluster, &plan);
+    if (job->ctx) {
+        dcpt_mpi_fault_point("plan");
+        st = plans_agree(job, st, plan);
+    }
+    row_t rows[DCP_MAX_KINDS], model = {.mask = "model",
+                                        .strategy = dcp_strategy_name(strategy),
+                                        .kind = "model",
+                                        .passed = 1,
+                                        .bwd_passed = 1};
+    char digests[DCP_MAX_KINDS][24];
+    int broken = 0, failed = 0, layers = 0;
+    for (int32_t k = 0; k < c->num_kinds && st == DCP_OK; k++) {
+        const dcp_plan_t *view = NULL;
+        dcp_plan_stats_t ps;
+        dcpt_harness_result_t r = {0};
+        st = dcp_plan_kind(plan, k, &view);
+        if (st == DCP_OK) st = dcp_plan_get_stats(view, &ps);
+        if (st == DCP_OK) st = run_kind(hs[k], view, rf, job, &r, &broken);
+        if (st != DCP_OK) break;
+        const dcpt_harness_repeat_t none = {0};
+        rows[k] =
+            make_row(c->mask_names[k], dcp_strategy_name(strategy), &ps, &r, &none, rf, digests[k]);
+        rows[k].kind = c->kind_labels[k];
+        model_add(&model, &rows[k], c->kind_layers[k]);
+        layers += c->kind_layers[k];
+        failed |= rf->check && !r.passed;
+    }
+    dcp_plan_destroy(plan);
+    if (st != DCP_OK) {
+        const int capacity = st == DCP_ERR_CAPACITY;
+        if (!capacity || !job->ctx || job->bs.rank == 0)
+            fprintf(stderr, "%s: rank %d: layers, strategy %s: %s: %s\n", tool,
+                    job->ctx ? job->bs.rank : 0, dcp_strategy_name(strategy), dcp_status_string(st),
+                    dcp_last_error());
+        if (broken) {
+            fflush(NULL);
+            dcpt_mpi_stop(1, 1);
+            exit(1);
+        }
+        return capacity ? 2 : 1;
+    }
+    if (job->ctx && job->bs.rank != 0) return failed;
+    model.check = rf->check ? (model.passed && model.bwd_passed ? "PASS" : "FAIL") : "-";
+    if (!rf->check) model.max_abs_err = model.max_rel_err = model.max_lse_err = NAN;
+    if (!rf->check) model.rel_grad_max = model.rel_grad[0] = model.rel_grad[1] = NAN;
+    if (!rf->check) model.rel_grad[2] = NAN;
+    for (int32_t k = 0; k < c->num_kinds; k++) {
+        const kind_json_t kj = {k, c->kind_layers[k]};
+        emit_row(&rows[k], rf, &kj);
+    }
+    const kind_json_t kj = {-1, layers};
+    emit_row(&model, rf, &kj);
+    return failed;
+}
+
+/* --layers: the harnesses of every kind (the same seed: the same Q, K, V, dO), then every
+ * strategy. */
+static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, const run_flags_t *rf,
+                      const job_t *job, uint64_t seed)
+{
+    const int talk = !job->ctx || job->bs.rank == 0;
+    const int32_t nseq = c->batch_first[1];
+    dcpt_harness_t *hs[DCP_MAX_KINDS] = {NULL};
+    dcp_status_t st = DCP_OK;
+    for (int32_t k = 0; k < c->num_kinds && st == DCP_OK; k++) {
+        dcp_mask_t *masks = calloc((size_t)nseq, sizeof *masks);
+        for (int32_t s = 0; masks && s < nseq; s++) masks[s] = c->masks[k];
+        st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &hs[k])
+                   : DCP_ERR_NO_MEMORY;
+        if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(hs[k], seed);
+        if (st == DCP_OK && rf->check && !job->ctx)
+            st = dcpt_harness_reference(hs[k], (int32_t)rf->threads, NULL, 0);
+        free(masks);
+    }
+    int failed = 0;
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
+        failed = 1;
+    } else {
+        if (talk && !rf->json) {
+            print_header(c, cluster, hs[0], job, rf);
+            printf("\nlayers");
+            for (int32_t k = 0; k < c->num_kinds; k++)
+                printf("%s %s", k ? "," : "", c->kind_labels[k]);
+            printf(
+                " (model: each kind x its layers, summed; imbalance and errors: the worst kind)\n");
+            dcpt_field_t fields[MAXFIELDS];
+            const dcpt_bench_t b = bench_of(rf, fields);
+            dcpt_bench_table(&b);
+            fflush(stdout);
+        }
+        for (int32_t s = 0; s < c->num_strategies; s++) {
+            const int rc = run_layers_one(c, cluster, hs, c->strategies[s], rf, job);
+            failed = rc > failed ? rc : failed;
+            if (job->ctx) dcpt_mpi_fault_point("between");
+        }
+    }
+    if (talk) fflush(stdout);
+    for (int32_t k = 0; k < c->num_kinds; k++) dcpt_harness_destroy(hs[k]);
+    return failed;
+}
+
 /* Every (mask, strategy) pair; returns 1 when any failed, 2 when a strategy could not place
  * the batch under --mem-cap (exit status 2: the configuration asked for the impossible). */
 static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const run_flags_t *rf,
                    const job_t *job, uint64_t seed)
 {
+    if (c->num_kinds > 0) return run_layers(c, cluster, rf, job, seed);
     int failed = 0;
     const int talk = !job->ctx || job->bs.rank == 0;
     for (int32_t m = 0; m < c->num_masks; m++) {
@@ -521,7 +740,7 @@ int main(int argc, char **argv)
     dcpt_common_flags_t f;
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL};
+    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL, 0};
     enum { OWN = 13 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
@@ -531,7 +750,9 @@ int main(int argc, char **argv)
         {"backward", DCPT_ARG_FLAG, &rf.backward, 0, 0,
          "run the backward pass after the forward (with --check: dQ, dK, dV checked too)", 0},
         {"json", DCPT_ARG_FLAG, &rf.json, 0, 0,
-         "one JSON object per (mask, strategy) instead of tables", 0},
+         "one JSON object per (mask, strategy) instead of tables (with --layers per (strategy, "
+         "kind) and a model object)",
+         0},
         {"warmup", DCPT_ARG_INT, &rf.warmup, 0, 1000, "untimed runs before timing", 0},
         {"iters", DCPT_ARG_INT, &rf.iters, 1, 1000, "timed runs; exec time is their median", 0},
         {"threads", DCPT_ARG_INT, &rf.threads, 1, 64, "threads of the reference (default: cores)",
@@ -566,6 +787,7 @@ int main(int argc, char **argv)
     const int gpu = ordinal >= 0;
     dcpt_common_t c;
     dcpt_common_resolve(tool, &f, args, &c);
+    rf.layers = c.num_kinds > 0;
     c.shape.dtype = rf.dtype ? dcpt_dtype_arg(tool, "dtype", rf.dtype)
                              : (gpu ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32);
     if (gpu && c.shape.dtype == DCP_DTYPE_FP32)

@@ -14,6 +14,7 @@
 #include "partition/export.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/bench.h"
+#include "plugin/cli/plan_layers.h"
 #include "plugin/cli/seg_share.h"
 #include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
@@ -27,7 +28,7 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch, simulate, segments;
+    int json, no_refine, per_batch, simulate, segments, compare;
     int64_t repeat, net_cap, coalesce, metis_tries;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
@@ -197,7 +198,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     const int32_t first = c->batch_first[b], n = c->batch_first[b + 1] - first;
     dcp_mask_t *masks = calloc((size_t)n, sizeof *masks);
     for (int32_t i = 0; i < n; i++) masks[i] = *mask;
-    const dcp_batch_t batch = {n, c->lengths + first, masks};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = c->lengths + first, .masks = masks};
     dcp_plan_options_t o = c->opts;
     o.strategy = s;
     dcp_plan_stats_t st = {0};
@@ -244,12 +245,12 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     }
     if (pf->json) {
         json_row_t row = {dcp_strategy_name(st.strategy),
-                                mask_name,
-                                b,
-                                c->opts.block_size,
-                                dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
-                                st,
-                                {NAN, NAN, NAN}};
+                          mask_name,
+                          b,
+                          c->opts.block_size,
+                          dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
+                          st,
+                          {NAN, NAN, NAN}};
         const double all = seg[0] + seg[1] + seg[2];
         for (int k = 0; pf->segments && all > 0 && k < 3; k++) row.seg[k] = seg[k] / all;
         dcpt_report_row(stdout, 1, json_fields, NJSON, &row, pf->simulate ? sim_json : NULL, &sim);
@@ -301,7 +302,8 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
         dcpt_report_row(stdout, 0, table_fields, NTABLE, &r, NULL, NULL);
     }
     if (pf->segments) {
-        printf("\nsegments (share of the forward's allowed pairs; dense runs of 64 rows or more):\n");
+        printf(
+            "\nsegments (share of the forward's allowed pairs; dense runs of 64 rows or more):\n");
         printf("%-8s %8s %8s %8s\n", "strategy", "full(%)", "causal(%)", "masked(%)");
         for (int32_t i = 0; i < c->num_strategies; i++) {
             const agg_t *a = &aggs[i];
@@ -350,7 +352,8 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
         if (c->strategies[s] == DCP_STRATEGY_METIS) o.strategy = DCP_STRATEGY_METIS;
     dcp_mask_t *masks = calloc((size_t)c->batch_first[1], sizeof *masks);
     for (int32_t i = 0; i < c->batch_first[1]; i++) masks[i] = c->masks[0];
-    const dcp_batch_t batch = {c->batch_first[1], c->lengths, masks};
+    const dcp_batch_t batch = {
+        .num_seqs = c->batch_first[1], .lengths = c->lengths, .masks = masks};
     const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
     const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths);
     free(masks);
@@ -389,7 +392,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 23 };
+    enum { NOWN = 24 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -432,6 +435,10 @@ int main(int argc, char **argv)
          0},
         {"sim-host-cores", DCPT_ARG_DOUBLE, &pf.sim_host_cores, 0, 4096,
          "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
+        {"compare", DCPT_ARG_FLAG, &pf.compare, 0, 0,
+         "with --layers: beside the joint plan, each kind's own placement for every kind, and "
+         "a placement per kind with all-to-all re-layouts between kinds",
+         0},
     };
     memcpy(args + DCPT_COMMON_NARGS, own, sizeof own);
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + NOWN, tool,
@@ -444,9 +451,25 @@ int main(int argc, char **argv)
     if (pf.simulate)
         dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
                        &pf.sim);
+    if (c.num_kinds) { /* one joint plan per batch: its rows, not these outputs */
+        const char *alone = pf.hgr         ? "hgr"
+                            : pf.patoh     ? "patoh"
+                            : pf.partition ? "partition"
+                            : pf.per_batch ? "per-batch"
+                                           : NULL;
+        if (alone) dcpt_args_fail(tool, alone, "not with --layers");
+    }
     if (pf.hgr || pf.patoh || pf.partition) export_first_batch(&c, &pf);
     if (!pf.json) print_header(&c, pf.repeat);
     if (!pf.json && pf.simulate) dcpt_sim_header(stdout, &pf.sim);
+    if (pf.compare && !c.num_kinds) dcpt_args_fail(tool, "compare", "needs --layers");
+    if (c.num_kinds) {
+        const dcpt_layers_flags_t lf = {pf.json,   pf.compare, pf.simulate,
+                                        pf.repeat, pf.svg,     &pf.sim};
+        const int rc = dcpt_plan_layers(tool, &c, &lf);
+        dcpt_common_free(&c);
+        return rc;
+    }
     int failed = 0;
     const int64_t total = (int64_t)c.num_masks * c.num_strategies * c.num_batches;
     int64_t done = 0;

@@ -91,7 +91,7 @@ dcp_status_t dcpt_harness_enable_backward(dcpt_harness_t *h, uint64_t seed)
 
 dcp_batch_t dcpt_harness_batch(const dcpt_harness_t *h)
 {
-    return (dcp_batch_t){h->num_seqs, h->lengths, h->masks};
+    return (dcp_batch_t){.num_seqs = h->num_seqs, .lengths = h->lengths, .masks = h->masks};
 }
 
 /* The sequences with rows on `rank` of `plan`, marked in want[]. */

@@ -54,7 +54,7 @@ int main(void)
     const int32_t lengths[NSEQ] = {3000, 700, 1};
     dcp_mask_t masks[NSEQ];
     for (int i = 0; i < NSEQ; i++) dcp_mask_parse("causal", &masks[i]);
-    const dcp_batch_t batch = {NSEQ, lengths, masks};
+    const dcp_batch_t batch = {.num_seqs = NSEQ, .lengths = lengths, .masks = masks};
     const dcp_attn_shape_t shape = {
         .num_heads = HQ, .num_kv_heads = HKV, .head_dim = D, .dtype = DCP_DTYPE_FP32};
     dcp_plan_options_t opts;

@@ -28,7 +28,7 @@ int main(int argc, char **argv)
     const int32_t lengths[3] = {1500, 300, 1};
     dcp_mask_t masks[3];
     for (int i = 0; i < 3; i++) dcp_mask_parse("causal", &masks[i]);
-    const dcp_batch_t batch = {3, lengths, masks};
+    const dcp_batch_t batch = {.num_seqs = 3, .lengths = lengths, .masks = masks};
     const dcp_attn_shape_t shape = {
         .num_heads = 4, .num_kv_heads = 2, .head_dim = 32, .dtype = DCP_DTYPE_FP32};
     dcp_plan_options_t opts;

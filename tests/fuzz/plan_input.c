@@ -31,13 +31,17 @@ const char *dcpt_plan_run_anyway(const dcp_plan_t *q)
                                      mem[r][8]};
         fwd[r] = io[r].fwd;
     }
-    for (int pass = 0; pass < 2 && !broken; pass++) {
-        const dcp_status_t st = pass == 0 ? dcp_forward_inproc(q, fwd, 5.0, NULL)
-                                          : dcp_backward_inproc(q, io, 5.0, NULL);
-        if (st == DCP_ERR_INTERNAL || st == DCP_ERR_SYSTEM || st == DCP_ERR_NO_MEMORY)
-            broken = pass == 0 ? "an accepted plan's forward broke (internal, system or memory)"
-                               : "an accepted plan's backward broke (internal, system or memory)";
-    }
+    /* every layer kind's programs, through its view */
+    for (int32_t k = 0; k < q->num_kinds && !broken; k++)
+        for (int pass = 0; pass < 2 && !broken; pass++) {
+            const dcp_plan_t *v = dcp_plan_view_const(q, k);
+            const dcp_status_t st = pass == 0 ? dcp_forward_inproc(v, fwd, 5.0, NULL)
+                                              : dcp_backward_inproc(v, io, 5.0, NULL);
+            if (st == DCP_ERR_INTERNAL || st == DCP_ERR_SYSTEM || st == DCP_ERR_NO_MEMORY)
+                broken = pass == 0
+                             ? "an accepted plan's forward broke (internal, system or memory)"
+                             : "an accepted plan's backward broke (internal, system or memory)";
+        }
     for (int32_t r = 0; r < q->num_ranks; r++)
         for (int j = 0; j < 9; j++) free(mem[r][j]);
     return broken;
@@ -107,19 +111,22 @@ typedef struct {
     int mix; /* which batch */
     dcp_dtype_t dtype;
     dcp_comm_schedule_t schedule;
+    int kinds; /* layer kinds: 1, or the batch's masks then a window and a causal kind */
 } seed_t;
 
 static const seed_t seeds[] = {
-    {"1x1", DCP_STRATEGY_RING, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS},
-    {"1x2", DCP_STRATEGY_RING, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS},
-    {"1x2", DCP_STRATEGY_ZIGZAG, 1, DCP_DTYPE_BF16, DCP_COMM_DIVISIONS},
-    {"2x2", DCP_STRATEGY_ZIGZAG, 2, DCP_DTYPE_FP32, DCP_COMM_ROUNDS},
-    {"2x2", DCP_STRATEGY_LPT, 1, DCP_DTYPE_FP16, DCP_COMM_DIVISIONS},
-    {"2x2", DCP_STRATEGY_LPT, 2, DCP_DTYPE_FP32, DCP_COMM_ROUNDS},
-    {"2x2", DCP_STRATEGY_METIS, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS},
-    {"2x2", DCP_STRATEGY_METIS, 1, DCP_DTYPE_BF16, DCP_COMM_ROUNDS},
-    {"1x4", DCP_STRATEGY_METIS, 2, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS},
-    {"1x3", DCP_STRATEGY_LPT, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS},
+    {"1x1", DCP_STRATEGY_RING, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS, 1},
+    {"1x2", DCP_STRATEGY_RING, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS, 1},
+    {"1x2", DCP_STRATEGY_ZIGZAG, 1, DCP_DTYPE_BF16, DCP_COMM_DIVISIONS, 1},
+    {"2x2", DCP_STRATEGY_ZIGZAG, 2, DCP_DTYPE_FP32, DCP_COMM_ROUNDS, 1},
+    {"2x2", DCP_STRATEGY_LPT, 1, DCP_DTYPE_FP16, DCP_COMM_DIVISIONS, 1},
+    {"2x2", DCP_STRATEGY_LPT, 2, DCP_DTYPE_FP32, DCP_COMM_ROUNDS, 1},
+    {"2x2", DCP_STRATEGY_METIS, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS, 1},
+    {"2x2", DCP_STRATEGY_METIS, 1, DCP_DTYPE_BF16, DCP_COMM_ROUNDS, 1},
+    {"1x4", DCP_STRATEGY_METIS, 2, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS, 1},
+    {"1x3", DCP_STRATEGY_LPT, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS, 1},
+    {"2x2", DCP_STRATEGY_METIS, 1, DCP_DTYPE_BF16, DCP_COMM_ROUNDS, 2},
+    {"1x3", DCP_STRATEGY_LPT, 0, DCP_DTYPE_FP32, DCP_COMM_DIVISIONS, 3},
 };
 enum { NUM_SEEDS = sizeof seeds / sizeof seeds[0] };
 
@@ -135,7 +142,20 @@ static dcp_status_t plan_seed(const seed_t *s, int32_t *ranges, dcp_plan_t **pla
         {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
     const dcp_mask_t m2[2] = {{.kind = DCP_MASK_BLOCKWISE, .block = 16, .k = 1},
                               {.kind = DCP_MASK_CAUSAL}};
-    const dcp_batch_t batches[3] = {{3, len0, m0}, {4, len1, m1}, {2, len2, m2}};
+    dcp_batch_t batches[3] = {{.num_seqs = 3, .lengths = len0, .masks = m0},
+                              {.num_seqs = 4, .lengths = len1, .masks = m1},
+                              {.num_seqs = 2, .lengths = len2, .masks = m2}};
+    dcp_mask_t window[4], causal[4];
+    for (int i = 0; i < 4; i++) {
+        window[i] = (dcp_mask_t){.kind = DCP_MASK_WINDOW, .window = 7};
+        causal[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
+    }
+    const dcp_layer_kind_t kinds[3] = {{batches[s->mix].masks, 1}, {window, 3}, {causal, 2}};
+    if (s->kinds > 1) {
+        batches[s->mix].masks = NULL;
+        batches[s->mix].num_kinds = s->kinds;
+        batches[s->mix].kinds = kinds;
+    }
     const dcp_attn_shape_t shape = {4, 2, 8, s->dtype, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);

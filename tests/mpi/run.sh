@@ -3,7 +3,8 @@
 # on 3 processes, then dcp-attn-test --check --backward under mpirun with 2, 4 and 8
 # processes, over UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and
 # metis strategies, in fp32 and (4 processes) bf16 storage; and hybrid jobs of 2 processes
-# x 4 threads (--ranks-per-process 4) over shared memory and TCP.
+# x 4 threads (--ranks-per-process 4) over shared memory and TCP; a plan of three layer
+# kinds (--layers) on 4 processes and on 2 processes x 2 threads.
 # Each run must pass the reference check of both passes, and its outputs (O, LSE, dQ, dK,
 # dV) must be bit-identical (same digest) to the same plans run on in-process ranks.
 #
@@ -43,21 +44,27 @@ fi
 
 # one job of np processes (each driving rpp ranks as threads: a hybrid job, the in-process
 # engine between a process's threads and UCX between processes) beside the same plans on
-# in-process ranks
-run_case() { # np cluster tls dtype [rpp]
-    local np=$1 cluster=$2 tls=$3 dtype=$4 rpp=${5:-1}
-    local name="np $np, cluster $cluster, UCX_TLS=$tls, $dtype" out="$work/mpi-$np-$rpp-$tls-$dtype.json"
-    [ "$rpp" -gt 1 ] && name="np $np x $rpp threads, cluster $cluster, UCX_TLS=$tls"
-    local threads="$work/threads-$cluster-$dtype.json"
-    if [ ! -s "$threads" ] && ! "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" \
+# in-process ranks; `set` names the flag array (flags, or layers for the layer-kind runs) and
+# ${set}_want the rows that must pass
+flags_want=18 # 6 masks x 3 strategies
+run_case() { # np cluster tls dtype [rpp] [set]
+    local np=$1 cluster=$2 tls=$3 dtype=$4 rpp=${5:-1} set=${6:-flags}
+    local -n fl=$set
+    local want_of="${set}_want" tag=""
+    [ "$set" != flags ] && tag="$set, "
+    local name="${tag}np $np, cluster $cluster, UCX_TLS=$tls, $dtype"
+    local out="$work/mpi-$set-$np-$rpp-$tls-$dtype.json"
+    [ "$rpp" -gt 1 ] && name="${tag}np $np x $rpp threads, cluster $cluster, UCX_TLS=$tls"
+    local threads="$work/threads-$set-$cluster-$dtype.json"
+    if [ ! -s "$threads" ] && ! "$tool" "${fl[@]}" --dtype "$dtype" --cluster "$cluster" \
         >"$threads" 2>"$work/err"; then
-        fail "threads, cluster $cluster, $dtype: $(cat "$work/err")"
+        fail "threads, ${tag}cluster $cluster, $dtype: $(cat "$work/err")"
         return
     fi
-    local start rc secs runs want=18 # 6 masks x 3 strategies
+    local start rc secs runs want=${!want_of}
     start=$(date +%s.%N)
     timeout 300 "${mpirun[@]}" -np "$np" -x UCX_TLS="$tls" \
-        "$tool" "${flags[@]}" --dtype "$dtype" --cluster "$cluster" --ranks-per-process "$rpp" \
+        "$tool" "${fl[@]}" --dtype "$dtype" --cluster "$cluster" --ranks-per-process "$rpp" \
         >"$out" 2>"$work/err"
     rc=$?
     if [ $rc -ne 0 ]; then
@@ -92,6 +99,14 @@ for tls in shm,self tcp,self; do
     slow_tcp "$tls" && continue
     run_case 2 2x4 "$tls" fp32 4
 done
+
+# layer kinds: one plan per strategy holding a program pair per kind, each kind checked (and
+# bit-identical to threads) through its view; 4 processes, then 2 processes x 2 threads
+layers=(--tokens 2048 --block 128 --seed 12 --layers causal:1,window:300:3,lambda:64:512:2
+        --strategy lpt,metis --check --backward --json --timeout 60 --warmup 0 --iters 1)
+layers_want=8 # 2 strategies x (3 kinds + the model row)
+run_case 4 2x2 shm,self fp32 1 layers
+asan || run_case 2 2x2 shm,self fp32 2 layers
 
 [ "$failures" -eq 0 ] && echo "mpi: all passed" || echo "mpi: $failures failed"
 [ "$failures" -eq 0 ]

@@ -3,7 +3,7 @@
 # backslash), flag errors that blame the flag that was wrong, outputs checked before any
 # work, --help defaults taken from the code, the bench harness's median [min-max], and a
 # kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, the attention
-# engine's report, and --version.
+# engine's report, layer kinds (--layers, --compare), and --version.
 #
 #   tests/tools/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -104,7 +104,29 @@ DCP_ATTN_ENGINE=cudnn "$bin/dcp-attn-test" --tokens 1024 --warmup 0 --iters 1 --
     >"$work/eng2.json" || fail "DCP_ATTN_ENGINE=cudnn dcp-attn-test on the CPU"
 json_check "$work/eng2.json" 'all(r["engine"] == "own" and "CPU" in r["engine_note"] for r in rows)'
 
-# 9. --version on every tool: the library's version, equal to the header's
+# 9. --layers: bad kinds blame --layers (and --compare without it, --compare); a joint plan
+#    prints a row per kind and a model row whose step is the kinds' sum, with --compare the
+#    alternatives beside it
+expect 2 "--layers:" "$bin/dcp-plan" --layers causal,window:64:2
+expect 2 "--layers:" "$bin/dcp-plan" --layers causal:0
+expect 2 "--layers:" "$bin/dcp-plan" --layers causal:1 --mask causal
+expect 2 "--layers:" "$bin/dcp-attn-test" --layers nope:1
+expect 2 "--compare:" "$bin/dcp-plan" --compare
+expect 2 "--hgr:" "$bin/dcp-plan" --layers causal:1,window:64:2 --hgr "$work/h.hgr"
+"$bin/dcp-plan" --layers causal:1,window:256:3 --tokens 8192 --block 256 --strategy metis,lpt \
+    --compare --json >"$work/layers.json" || fail "dcp-plan --layers --compare"
+json_check "$work/layers.json" \
+    'len(rows) == 2 * 4 * 3 and all(
+         abs(m["step_ms"] - m["relayout_ms"] - sum(r["layers"] * r["step_ms"] for r in rows
+             if r["kind"] is not None and (r["strategy"], r["placement"]) ==
+             (m["strategy"], m["placement"]))) < 1e-5 * m["step_ms"]
+         and (m["relayout_ms"] > 0) == (m["placement"] == "per-kind")
+         for m in rows if m["kind"] is None)'
+"$bin/dcp-attn-test" --layers causal:1,window:256:3 --tokens 2048 --block 256 --check \
+    --backward --warmup 0 --iters 1 >"$work/layers.txt" || fail "dcp-attn-test --layers"
+[ "$(grep -c PASS "$work/layers.txt")" = 3 ] || fail "dcp-attn-test --layers: $(cat "$work/layers.txt")"
+
+# 10. --version on every tool: the library's version, equal to the header's
 want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)
 for t in dcp-attn-test dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
     "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"

@@ -127,3 +127,50 @@ def max_err(a, b):
 
 def peak(a):
     return a.double().abs().max().item() if a.numel() else 0.0
+
+
+def sgd(model, lr):
+    """One plain SGD step of every parameter by its gradient, which it clears."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+            p.grad = None
+
+
+def max_param_diff(a, b):
+    """The largest difference of two {name: tensor} parameter sets, and the largest value."""
+    return max(max_err(a[n], b[n]) for n in a), max(peak(a[n]) for n in a)
+
+
+def training_agrees(losses, params, want, f32, tol_rel):
+    """Whether a distributed run's losses and final parameters agree with the float64
+    reference `want` = (losses, params): within tol_rel of the largest value and within twice
+    what plain fp32 attention (`f32`, the same shape) gives, plus a floor. Prints the
+    differences, and each failure."""
+    loss_diff = max(abs(a - b) for a, b in zip(losses, want[0]))
+    loss_peak = max(abs(x) for x in want[0])
+    f32_loss_diff = max(abs(a - b) for a, b in zip(f32[0], want[0]))
+    param_diff, param_peak = max_param_diff(params, want[1])
+    f32_param_diff, _ = max_param_diff(f32[1], want[1])
+    print("  max loss difference %.3g (plain fp32 attention: %.3g), max parameter difference "
+          "%.3g (plain fp32: %.3g)" % (loss_diff, f32_loss_diff, param_diff, f32_param_diff))
+    ok = True
+    for what, d, d32, top in (("loss", loss_diff, f32_loss_diff, loss_peak),
+                              ("parameters", param_diff, f32_param_diff, param_peak)):
+        bound = min(tol_rel * top, 2 * d32 + 1e-9 * top)
+        if not d <= bound or math.isnan(d):
+            print("FAIL: %s differ by %.3g, more than %.3g" % (what, d, bound))
+            ok = False
+    return ok
+
+
+def train_reference(model, data, batch_loss, lr):
+    """A training test's reference run: `model` trained in one process over `data`, one SGD
+    step per batch on batch_loss(model, batch); returns (losses, {name: final parameter})."""
+    losses = []
+    for b in data:
+        loss = batch_loss(model, b)
+        loss.backward()
+        losses.append(loss.item())
+        sgd(model, lr)
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -2,7 +2,8 @@
 # The PyTorch suites: dcp.torch.attention_inproc against plain PyTorch attention (every mask,
 # forward and gradients, fp32 and bf16, the Python surface), ranks that disagree on 4 gloo
 # processes, then the training example (tests/torch/train.py) on 4 processes against a
-# single-process run. Skipped, and said so, only where no python3 can import torch. (The
+# single-process run, and a model of global and window layers on one plan of two layer
+# kinds (test_layers.py). Skipped, and said so, only where no python3 can import torch. (The
 # README's own torchrun commands run in tests/readme/check.py.)
 #
 #   tests/torch/run.sh [LIBDCP]      (default build/lib/libdcp.so; PYTHON=... to choose)
@@ -25,7 +26,7 @@ export DCP_LIB="$lib" PYTHONPATH="$here/../../plugin/python${PYTHONPATH:+:$PYTHO
 "$py" -c 'import sys, torch; print("tests/torch: Python %s, PyTorch %s" %
           (sys.version.split()[0], torch.__version__))'
 failures=0
-for t in test_attention.py test_disagree.py train.py; do
+for t in test_attention.py test_disagree.py train.py test_layers.py; do
     echo "tests/torch/$t"
     timeout 300 "$py" "$here/$t" || { echo "FAIL: tests/torch/$t"; failures=$((failures + 1)); }
 done

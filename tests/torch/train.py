@@ -21,7 +21,6 @@ fp32 attention shows.
     torchrun --nproc_per_node 4 tests/torch/train.py      # (add --redirects 1 --tee 1 on
                                                           #  Debian 12's PyTorch 1.13)
 """
-import math
 import os
 import random
 import sys
@@ -108,10 +107,7 @@ def model():
 
 
 def sgd(m):
-    with torch.no_grad():
-        for p in m.parameters():
-            p -= LR * p.grad
-            p.grad = None
+    ref.sgd(m, LR)
 
 
 def train_single(attn_dtype):
@@ -197,10 +193,6 @@ def worker(rank, rdzv, out):
     return None
 
 
-def max_param_diff(a, b):
-    return max(ref.max_err(a[n], b[n]) for n in a), max(ref.peak(a[n]) for n in a)
-
-
 def main():
     t_start = time.perf_counter()
     if "RANK" in os.environ:  # under torchrun: this process is one rank, rank 0 checks
@@ -230,19 +222,14 @@ def main():
               (step, len({m.split(":")[0] for m in b["masks"]}),
                len(b["lengths"]), got["losses"][step], want_losses[step],
                t["plan_ms"], t["strategy"], t["wait_ms"], hidden, t["step_ms"]))
-    loss_diff = max(abs(a - b) for a, b in zip(got["losses"], want_losses))
-    loss_peak = max(abs(x) for x in want_losses)
-    f32_loss_diff = max(abs(a - b) for a, b in zip(f32_losses, want_losses))
-    param_diff, param_peak = max_param_diff(got["params"], want_params)
-    f32_param_diff, _ = max_param_diff(f32_params, want_params)
     later = got["timing"][1:]
     hidden = [max(0.0, t["plan_ms"] - t["wait_ms"]) for t in later]
     planned = [t["plan_ms"] for t in later]
     svc = got["service"]
     same = all(c == got["crcs"][0] for c in got["crcs"])
     cached = all(c[-1] == c[0] for c in got["crcs"]) and svc["cache_hits"] >= 1
-    print("  max loss difference %.3g (plain fp32 attention: %.3g), max parameter difference "
-          "%.3g (plain fp32: %.3g)" % (loss_diff, f32_loss_diff, param_diff, f32_param_diff))
+    ok = ref.training_agrees(got["losses"], got["params"], (want_losses, want_params),
+                             (f32_losses, f32_params), TOL_REL)
     print("  planning hidden per step (steps 1..%d, batches k+1, k+2 planned during step k): "
           "%.2f of %.2f ms on average (%.0f%%)" %
           (STEPS - 1, sum(hidden) / len(hidden), sum(planned) / len(planned),
@@ -251,13 +238,6 @@ def main():
           "%.1f ms, callers waited %.1f ms; plans byte-identical on all ranks: %s" %
           (svc["submitted"], svc["planned"], svc["cache_hits"], svc["plan_ms"], svc["wait_ms"],
            same))
-    ok = True
-    for what, d, d32, top in (("loss", loss_diff, f32_loss_diff, loss_peak),
-                              ("parameters", param_diff, f32_param_diff, param_peak)):
-        bound = min(TOL_REL * top, 2 * d32 + 1e-9 * top)
-        if not d <= bound or math.isnan(d):
-            print("FAIL: %s differ by %.3g, more than %.3g" % (what, d, bound))
-            ok = False
     if not same:
         print("FAIL: the ranks' plans differ: %s" % got["crcs"])
         ok = False

@@ -71,11 +71,11 @@ static void test_plan_create_rejects_bad_input(void)
                               {.kind = DCP_MASK_CAUSAL}};
     bad_case_t cases[16];
     int n = 0;
-    const dcp_batch_t good = {3, lens, causal3};
-    cases[n++] = (bad_case_t){{0, lens, causal3}, shape, o, "batch.num_seqs"};
-    cases[n++] = (bad_case_t){{3, bad_len, causal3}, shape, o, "batch.lengths[1]"};
-    cases[n++] = (bad_case_t){{3, lens, bad_mask}, shape, o, "batch.masks[1].window"};
-    cases[n++] = (bad_case_t){{3, NULL, causal3}, shape, o, "batch.lengths"};
+    const dcp_batch_t good = {.num_seqs = 3, .lengths = lens, .masks = causal3};
+    cases[n++] = (bad_case_t){{.num_seqs = 0, .lengths = lens, .masks = causal3}, shape, o, "batch.num_seqs"};
+    cases[n++] = (bad_case_t){{.num_seqs = 3, .lengths = bad_len, .masks = causal3}, shape, o, "batch.lengths[1]"};
+    cases[n++] = (bad_case_t){{.num_seqs = 3, .lengths = lens, .masks = bad_mask}, shape, o, "batch.masks[1].window"};
+    cases[n++] = (bad_case_t){{.num_seqs = 3, .lengths = NULL, .masks = causal3}, shape, o, "batch.lengths"};
     dcp_attn_shape_t s2 = shape;
     s2.num_kv_heads = 3;
     cases[n++] = (bad_case_t){good, s2, o, "shape.num_kv_heads"};
@@ -133,7 +133,7 @@ static dcp_plan_t *small_plan(const char *cluster, dcp_dtype_t dtype)
     dcp_plan_options_default(&o);
     o.block_size = 8;
     o.strategy = DCP_STRATEGY_ZIGZAG;
-    const dcp_batch_t b = {3, lens, causal3};
+    const dcp_batch_t b = {.num_seqs = 3, .lengths = lens, .masks = causal3};
     dcp_plan_t *p = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&b, &shape, &o, c, &p), DCP_OK);
     dcp_cluster_destroy(c);
@@ -484,7 +484,7 @@ static void test_plan_over_work_limit_refused(void)
 {
     const int32_t len[1] = {1200};
     const dcp_mask_t m[1] = {{.kind = DCP_MASK_CAUSAL}};
-    const dcp_batch_t batch = {1, len, m};
+    const dcp_batch_t batch = {.num_seqs = 1, .lengths = len, .masks = m};
     const dcp_attn_shape_t wide = {4096, 4096, 4096, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);

@@ -12,7 +12,7 @@ static const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
 static void init(dcp_blocks_t *b, const int32_t *len, int32_t n, const dcp_mask_t *masks,
                  int32_t block, int32_t chunks)
 {
-    const dcp_batch_t batch = {n, len, masks};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = len, .masks = masks};
     *b = (dcp_blocks_t){0};
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(b, &batch, &shape, block, 1), DCP_OK);
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(b, chunks), DCP_OK);
@@ -110,14 +110,14 @@ static void test_bad_batches_name_the_field(void)
 {
     const int32_t len[2] = {5, 0};
     const dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
-    const dcp_batch_t batch = {2, len, m};
+    const dcp_batch_t batch = {.num_seqs = 2, .lengths = len, .masks = m};
     dcp_blocks_t b = {0};
     CU_ASSERT_EQUAL(dcp_blocks_init(&b, &batch, &shape, 16, 1), DCP_ERR_INVALID_ARG);
     CU_ASSERT_STRING_EQUAL(dcp_last_error(), "batch.lengths[1] = 0, must be >= 1");
     dcp_attn_shape_t bad = shape;
     bad.num_kv_heads = 3;
     const int32_t ok_len[2] = {5, 6};
-    const dcp_batch_t ok = {2, ok_len, m};
+    const dcp_batch_t ok = {.num_seqs = 2, .lengths = ok_len, .masks = m};
     CU_ASSERT_EQUAL(dcp_blocks_init(&b, &ok, &bad, 16, 1), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_blocks_init(&b, &ok, &shape, 0, 1), DCP_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(dcp_blocks_init(&b, &ok, &shape, 16, 3), DCP_ERR_INVALID_ARG);

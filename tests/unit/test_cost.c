@@ -23,7 +23,7 @@ static dcp_plan_t *plan(const char *cluster, int32_t len, const char *mask, dcp_
 {
     dcp_mask_t m;
     CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(mask, &m), DCP_OK);
-    const dcp_batch_t batch = {1, &len, &m};
+    const dcp_batch_t batch = {.num_seqs = 1, .lengths = &len, .masks = &m};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);

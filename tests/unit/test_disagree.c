@@ -151,6 +151,41 @@ static void test_plans_differ_ucx(void)
     plans_differ(1);
 }
 
+/* Rank 2 runs the window kind of a plan of layer kinds while the others run its causal kind:
+ * the kinds' checksums differ (a view's is its plan's with its kind), and every rank stops. */
+static void test_kinds_differ(void)
+{
+    static const int32_t len[3] = {700, 90, 333};
+    const dcp_mask_t causal[3] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL},
+                                  {.kind = DCP_MASK_CAUSAL}};
+    const dcp_mask_t window[3] = {{.kind = DCP_MASK_WINDOW, .window = 50},
+                                  {.kind = DCP_MASK_WINDOW, .window = 50},
+                                  {.kind = DCP_MASK_WINDOW, .window = 50}};
+    const dcp_layer_kind_t kinds[2] = {{causal, 1}, {window, 3}};
+    const dcp_batch_t batch = {.num_seqs = 3, .lengths = len, .num_kinds = 2, .kinds = kinds};
+    const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 64;
+    o.strategy = DCP_STRATEGY_LPT;
+    dcp_cluster_t *c = NULL;
+    dcp_plan_t *a = NULL;
+    const dcp_plan_t *w = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &c), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &a), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_kind(a, 1, &w), DCP_OK);
+    uint32_t ca, cw;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_checksum(a, &ca), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_checksum(w, &cw), DCP_OK);
+    CU_ASSERT_NOT_EQUAL(ca, cw);
+    drank_t d[RANKS] = {{0}};
+    for (int32_t r = 0; r < RANKS; r++) d[r].plan = r == 2 ? w : a;
+    run(d, 0);
+    expect_stopped(d, "plans differ", ca, cw);
+    dcp_plan_destroy(a);
+    dcp_cluster_destroy(c);
+}
+
 /* Rank 1 runs its backward while the others run the forward of the same plan. */
 static void test_calls_differ(void)
 {
@@ -224,6 +259,7 @@ int dcp_suite_disagree(void)
         {"plans_differ_threads", test_plans_differ_threads},
         {"plans_differ_ucx", test_plans_differ_ucx},
         {"calls_differ", test_calls_differ},
+        {"kinds_differ", test_kinds_differ},
         {"abort_names_reason_then_recreate", test_abort_names_reason_then_recreate},
         {"checksum_is_the_bytes", test_checksum_is_the_bytes},
         {NULL, NULL},

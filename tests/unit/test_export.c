@@ -185,7 +185,7 @@ static void fixture(fixture_t *fx, const char *mask, dcp_strategy_t s)
     memset(fx, 0, sizeof *fx);
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &fx->cluster), DCP_OK);
     for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(mask, &fx->masks[i]), DCP_OK);
-    fx->batch = (dcp_batch_t){5, lens, fx->masks};
+    fx->batch = (dcp_batch_t){.num_seqs = 5, .lengths = lens, .masks = fx->masks};
     dcp_plan_options_default(&fx->opts);
     fx->opts.strategy = s;
     fx->opts.block_size = 256;

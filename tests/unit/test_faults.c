@@ -18,7 +18,7 @@ static dcp_status_t plan_of(const int32_t *len, int32_t n, const dcp_attn_shape_
 {
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) m[i].kind = DCP_MASK_FULL;
-    const dcp_batch_t batch = {n, len, m};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = len, .masks = m};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
     o.strategy = DCP_STRATEGY_RING;

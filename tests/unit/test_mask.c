@@ -251,7 +251,7 @@ static void test_custom_row_count_checked(void)
         snprintf(want, sizeof want, "batch.masks[1].num_rows = %d", rows[c]);
         const int32_t lengths[2] = {10, len};
         const dcp_mask_t masks[2] = {{.kind = DCP_MASK_CAUSAL}, m};
-        const dcp_batch_t batch = {2, lengths, masks};
+        const dcp_batch_t batch = {.num_seqs = 2, .lengths = lengths, .masks = masks};
         const dcp_attn_shape_t shape = {2, 1, 8, DCP_DTYPE_FP32, 0.0f};
         dcp_cluster_t *cl = NULL;
         CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &cl), DCP_OK);

@@ -23,7 +23,7 @@ static void blocks_of(dcp_blocks_t *b, const int32_t *len, int32_t n, dcp_mask_k
 {
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) m[i].kind = kind;
-    const dcp_batch_t batch = {n, len, m};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = len, .masks = m};
     *b = (dcp_blocks_t){0};
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(b, &batch, &shape, block, 1), DCP_OK);
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(b, 0), DCP_OK);
@@ -347,7 +347,7 @@ static void test_device_row_vertices(void)
     const int32_t len[3] = {40 * 64, 5 * 64, 70};
     dcp_mask_t m[3] = {
         {.kind = DCP_MASK_FULL}, {.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
-    const dcp_batch_t batch = {3, len, m};
+    const dcp_batch_t batch = {.num_seqs = 3, .lengths = len, .masks = m};
     dcp_blocks_t b = {0};
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(&b, &batch, &shape, 64, 2), DCP_OK);
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(&b, 0), DCP_OK);

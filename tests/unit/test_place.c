@@ -23,7 +23,7 @@ static dcp_status_t place(placed_t *x, const int32_t *len, int32_t n, dcp_mask_k
 {
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) m[i].kind = kind;
-    const dcp_batch_t batch = {n, len, m};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = len, .masks = m};
     memset(x, 0, sizeof *x);
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &x->c), DCP_OK);
     dcp_plan_options_default(&x->o);
@@ -176,7 +176,7 @@ static void test_plan_size_limit(void)
         len[i] = 600;
         m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
     }
-    const dcp_batch_t batch = {N, len, m};
+    const dcp_batch_t batch = {.num_seqs = N, .lengths = len, .masks = m};
     dcp_cluster_t *c;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("32x8", &c), DCP_OK);
     dcp_plan_options_t o;

@@ -34,7 +34,7 @@ static dcp_plan_t *sample_plan(void)
         {.kind = DCP_MASK_CAUSAL},
         {.kind = DCP_MASK_CUSTOM, .ranges = ranges, .num_rows = 37},
         {.kind = DCP_MASK_SHARED_QUESTION, .question_frac = 0.2, .answers = 3}};
-    const dcp_batch_t batch = {4, len, m};
+    const dcp_batch_t batch = {.num_seqs = 4, .lengths = len, .masks = m};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);

@@ -99,7 +99,7 @@ static void sample(int i, sample_t *s)
                 if (s->masks[m].kind == DCP_MASK_CUSTOM) s->masks[m].kind = DCP_MASK_CAUSAL;
             break;
         }
-    s->batch = (dcp_batch_t){n, s->lengths, s->masks};
+    s->batch = (dcp_batch_t){.num_seqs = n, .lengths = s->lengths, .masks = s->masks};
     dcp_plan_options_default(&s->opts);
     s->opts.strategy = strat[i % 4];
     s->opts.block_size = 16 + 8 * (i % 3);
@@ -117,7 +117,7 @@ static void one_causal(one_seq_t *o, int32_t len)
 {
     o->len[0] = len;
     o->m[0] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
-    o->batch = (dcp_batch_t){1, o->len, o->m};
+    o->batch = (dcp_batch_t){.num_seqs = 1, .lengths = o->len, .masks = o->m};
 }
 
 static bytes_t direct_bytes(const sample_t *s, const dcp_cluster_t *c)
@@ -339,7 +339,7 @@ static void big_batch(int32_t k, int32_t *len, dcp_mask_t *m, dcp_batch_t *batch
                       dcp_plan_options_t *o)
 {
     for (int32_t i = 0; i < k; i++) len[i] = 1500 + i, m[i] = (dcp_mask_t){.kind = DCP_MASK_FULL};
-    *batch = (dcp_batch_t){k, len, m};
+    *batch = (dcp_batch_t){.num_seqs = k, .lengths = len, .masks = m};
     dcp_plan_options_default(o);
     o->strategy = DCP_STRATEGY_ZIGZAG;
     o->block_size = 32;
@@ -424,7 +424,7 @@ static void test_bad_batch_refused_at_submit(void)
     dcp_planner_t *pl = planner(1, 2, c);
     int32_t len[2] = {100, 0};
     dcp_mask_t m[2] = {{.kind = DCP_MASK_CAUSAL}, {.kind = DCP_MASK_CAUSAL}};
-    dcp_batch_t batch = {2, len, m};
+    dcp_batch_t batch = {.num_seqs = 2, .lengths = len, .masks = m};
     uint64_t t = 77;
     CU_ASSERT_EQUAL(dcp_planner_submit(pl, &batch, &shape, NULL, &t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "batch.lengths[1]"));
@@ -534,7 +534,7 @@ static void test_planning_failure_through_wait(void)
 static void slow_batch(int32_t *len, dcp_mask_t *m, dcp_batch_t *batch)
 {
     for (int i = 0; i < 8; i++) len[i] = 8192, m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
-    *batch = (dcp_batch_t){8, len, m};
+    *batch = (dcp_batch_t){.num_seqs = 8, .lengths = len, .masks = m};
 }
 
 static void test_try_before_and_after(void)
@@ -550,7 +550,7 @@ static void test_try_before_and_after(void)
     o.block_size = 256;
     const int32_t len2[1] = {100};
     const dcp_mask_t m2[1] = {{.kind = DCP_MASK_FULL}};
-    const dcp_batch_t quick = {1, len2, m2};
+    const dcp_batch_t quick = {.num_seqs = 1, .lengths = len2, .masks = m2};
     uint64_t t_slow, t;
     CU_ASSERT_EQUAL_FATAL(dcp_planner_submit(pl, &slow, &shape, &o, &t_slow), DCP_OK);
     CU_ASSERT_EQUAL_FATAL(dcp_planner_submit(pl, &quick, &shape, NULL, &t), DCP_OK);

@@ -175,7 +175,7 @@ static void test_attn_floor_below_prediction(void)
             if (s == DCP_STRATEGY_METIS) continue; /* its plan may be zigzag's */
             dcp_mask_t m[5];
             for (int i = 0; i < 5; i++) dcp_mask_parse(masks[k], &m[i]);
-            const dcp_batch_t batch = {5, len, m};
+            const dcp_batch_t batch = {.num_seqs = 5, .lengths = len, .masks = m};
             dcp_plan_options_t o;
             dcp_plan_options_default(&o);
             o.strategy = (dcp_strategy_t)s;
@@ -234,7 +234,7 @@ static void test_chunked_floor(void)
     dcp_mask_t m[48];
     for (int i = 0; i < 48; i++)
         m[i] = (dcp_mask_t){.kind = i % 2 ? DCP_MASK_CAUSAL : DCP_MASK_FULL};
-    const dcp_batch_t batch = {48, len, m};
+    const dcp_batch_t batch = {.num_seqs = 48, .lengths = len, .masks = m};
     for (int k = 0; k < 2; k++) {
         dcp_cluster_t *c = NULL;
         CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(clusters[k], &c), DCP_OK);
@@ -272,7 +272,7 @@ static void test_metis_tries(void)
     dcp_mask_t m[6];
     for (int i = 0; i < 6; i++)
         CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("lambda:16:700", &m[i]), DCP_OK);
-    const dcp_batch_t batch = {6, len, m};
+    const dcp_batch_t batch = {.num_seqs = 6, .lengths = len, .masks = m};
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
     dcp_plan_options_t o;
@@ -313,7 +313,7 @@ static void test_metis_tries(void)
 static void fine_blocks(dcp_blocks_t *b, const int32_t *len, const dcp_mask_t *m, int32_t n,
                         int32_t block)
 {
-    const dcp_batch_t batch = {n, len, m};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = len, .masks = m};
     *b = (dcp_blocks_t){0};
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_init(b, &batch, &shape, block, 1), DCP_OK);
     CU_ASSERT_EQUAL_FATAL(dcp_blocks_cut(b, 0), DCP_OK);

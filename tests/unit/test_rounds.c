@@ -57,7 +57,7 @@ static dcp_plan_t *plan_rounds(dcp_comm_schedule_t comm, int32_t coalesce)
     const int32_t len[5] = {3000, 1200, 400, 1, 90};
     dcp_mask_t m[5];
     for (int i = 0; i < 5; i++) dcp_mask_parse("causal", &m[i]);
-    const dcp_batch_t batch = {5, len, m};
+    const dcp_batch_t batch = {.num_seqs = 5, .lengths = len, .masks = m};
     const dcp_attn_shape_t shape = {4, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);

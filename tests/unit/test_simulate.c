@@ -16,7 +16,7 @@ static dcp_plan_t *make_plan(const char *cluster, int32_t len, const char *mask,
 {
     dcp_mask_t m;
     CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(mask, &m), DCP_OK);
-    const dcp_batch_t batch = {1, &len, &m};
+    const dcp_batch_t batch = {.num_seqs = 1, .lengths = &len, .masks = &m};
     const dcp_attn_shape_t shape = {num_heads, 2, 8, DCP_DTYPE_FP32, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
@@ -173,7 +173,7 @@ static void test_scaling_256_ranks(void)
         lens[i] = i == 0 ? 131072 : i == 1 ? 65536 : 8192;
         masks[i] = m;
     }
-    const dcp_batch_t batch = {42, lens, masks};
+    const dcp_batch_t batch = {.num_seqs = 42, .lengths = lens, .masks = masks};
     const dcp_attn_shape_t shape = {32, 8, 128, DCP_DTYPE_BF16, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);

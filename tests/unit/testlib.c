@@ -68,7 +68,7 @@ dcp_plan_t *t_plan_shape(const int32_t *lengths, int32_t n, const dcp_mask_t *ma
                          const char *cluster, const dcp_attn_shape_t *shape,
                          const dcp_plan_options_t *opts)
 {
-    const dcp_batch_t batch = {n, lengths, masks};
+    const dcp_batch_t batch = {.num_seqs = n, .lengths = lengths, .masks = masks};
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
     dcp_plan_t *p = NULL;

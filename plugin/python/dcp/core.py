@@ -44,9 +44,17 @@ class Mask(C.Structure):
                 ("num_rows", C.c_int32)]
 
 
+class LayerKind(C.Structure):
+    _fields_ = [("masks", C.POINTER(Mask)), ("layers", C.c_int32)]
+
+
 class Batch(C.Structure):
     _fields_ = [("num_seqs", C.c_int32), ("lengths", C.POINTER(C.c_int32)),
-                ("masks", C.POINTER(Mask))]
+                ("masks", C.POINTER(Mask)), ("num_kinds", C.c_int32),
+                ("kinds", C.POINTER(LayerKind))]
+
+
+MAX_KINDS = 4
 
 
 class Shape(C.Structure):
@@ -77,7 +85,9 @@ class PlanStats(C.Structure):
                 ("bwd_flops", C.c_int64), ("bwd_comm_bytes", C.c_int64),
                 ("bwd_inter_node_bytes", C.c_int64), ("bwd_max_rank_bytes", C.c_int64),
                 ("bwd_compute_imbalance", C.c_double), ("bwd_num_transfers", C.c_int32),
-                ("bwd_num_phases", C.c_int32), ("bwd_predicted_ms", C.c_double)]
+                ("bwd_num_phases", C.c_int32), ("bwd_predicted_ms", C.c_double),
+                ("num_kinds", C.c_int32), ("kind", C.c_int32), ("layers", C.c_int32),
+                ("model_step_ms", C.c_double)]
 
 
 class RankStats(C.Structure):
@@ -163,6 +173,7 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_plan_create": (C.c_int, [C.POINTER(Batch), C.POINTER(Shape), C.POINTER(PlanOptions),
                                   _P, C.POINTER(_P)]),
     "dcp_plan_destroy": (None, [_P]),
+    "dcp_plan_kind": (C.c_int, [_P, C.c_int32, C.POINTER(_P)]),
     "dcp_plan_get_stats": (C.c_int, [_P, C.POINTER(PlanStats)]),
     "dcp_plan_get_rank_stats": (C.c_int, [_P, C.c_int32, C.POINTER(RankStats)]),
     "dcp_plan_local_layout": (C.c_int, [_P, C.c_int32, C.POINTER(TokenSpan), C.c_int32,
@@ -500,37 +511,53 @@ class CustomMask:
 
 
 class BatchArgs:
-    """A dcp_batch_t and the arrays it points to (kept alive with it)."""
+    """A dcp_batch_t and the arrays it points to (kept alive with it). `masks`: one mask for
+    every sequence, or one per sequence; or, with `layers` (a list of layer counts), one such
+    item per layer kind (dcp_layer_kind_t)."""
 
-    def __init__(self, library, lengths, masks):
+    def __init__(self, library, lengths, masks, layers=None):
         lengths = int_list(lengths, "lengths")
         n = len(lengths)
+        self.lengths = lengths
+        self._lengths = (C.c_int32 * max(n, 1))(*lengths)
+        self._keep = []
+        if layers is None:
+            self.masks = self._per_seq(library, masks, n)
+            self._masks = (Mask * max(n, 1))(*self.masks)
+            self.batch = Batch(n, self._lengths, self._masks)
+            return
+        if not 1 <= len(layers) <= MAX_KINDS or len(masks) != len(layers):
+            raise ValueError("dcp: %d layer kinds with %d layer counts, 1 to %d kinds" %
+                             (len(masks), len(layers), MAX_KINDS))
+        self._kind_masks = [(Mask * max(n, 1))(*self._per_seq(library, m, n)) for m in masks]
+        self._kinds = (LayerKind * len(layers))(
+            *[LayerKind(C.cast(m, C.POINTER(Mask)), int(c)) for m, c in zip(self._kind_masks,
+                                                                          layers)])
+        self.batch = Batch(n, self._lengths, None, len(layers), self._kinds)
+
+    def _per_seq(self, library, masks, n):
         if isinstance(masks, (str, Mask, CustomMask)):
             masks = [masks] * n
         masks = list(masks)
         if len(masks) != n:
             raise ValueError("dcp: %d masks for %d sequences (give one, or one per sequence)"
                              % (len(masks), n))
-        for i, (m, length) in enumerate(zip(masks, lengths)):
+        for i, (m, length) in enumerate(zip(masks, self.lengths)):
             if isinstance(m, CustomMask) and m.length != length:
                 raise ValueError("dcp: mask[%d]: custom ranges have %d rows, sequence %d has "
                                  "%d tokens (one row per query)" % (i, m.length, i, length))
-        self._keep = [m for m in masks if isinstance(m, CustomMask)]
-        self.lengths = lengths
-        self.masks = [library.mask(m) for m in masks]
-        self._lengths = (C.c_int32 * max(n, 1))(*lengths)
-        self._masks = (Mask * max(n, 1))(*self.masks)
-        self.batch = Batch(n, self._lengths, self._masks)
+        self._keep += [m for m in masks if isinstance(m, CustomMask)]
+        return [library.mask(m) for m in masks]
 
 
 def shape_from_bytes(data):
     """The attention shape in serialized plan bytes (the META section that opens the
-    payload, plan format version 3) as a Shape, or None for another format. Read only from
-    bytes libdcp has accepted."""
+    payload, plan format versions 3 and 4) as a Shape, or None for another format. Read only
+    from bytes libdcp has accepted."""
     if len(data) < 32 + 4 + 32 or data[:8] != b"DCPPLAN\0":
         return None
     version, header = struct.unpack_from("<II", data, 8)
-    if version != 3 or len(data) < header + 36:
+    if version not in (3, 4) or len(data) < header + 36:
         return None
     tag, = struct.unpack_from("<I", data, header)
     if tag != 0x4154454d:  # "META"
@@ -550,9 +577,18 @@ class Plan(_Handle):
         self.shape = shape
         self._layouts = {}
 
-    def stats(self):
+    def kind_handle(self, kind):
+        """The handle of layer kind `kind` (dcp_plan_kind: a view owned by this plan; kind 0
+        is the plan itself)."""
+        h = C.c_void_p()
+        self.dcp.check(self.dcp.lib.dcp_plan_kind(self._live(), kind, C.byref(h)),
+                       "plan kind %d" % kind)
+        return h
+
+    def stats(self, kind=0):
         s = PlanStats()
-        self.dcp.check(self.dcp.lib.dcp_plan_get_stats(self._live(), C.byref(s)), "plan stats")
+        h = self.kind_handle(kind) if kind else self._live()
+        self.dcp.check(self.dcp.lib.dcp_plan_get_stats(h, C.byref(s)), "plan stats")
         return s
 
     @property

@@ -9,6 +9,13 @@ context whose bootstrap is an allgather over a torch.distributed process group.
         o = dt.attention(ctx, plan, q[idx], k[idx], v[idx])    # [tokens, heads, head_dim]
         full = plan.undispatch(o, ctx)                         # back to the global order
 
+A model whose layers use different masks plans once for all of them (one placement, a
+program pair per layer kind) and names the kind at each call:
+
+        plan = dt.plan(lengths, {"global": "causal", "local": "window:1024"}, ctx,
+                       like=(q, k), layers={"global": 1, "local": 5})
+        o = dt.attention(ctx, plan, q[idx], k[idx], v[idx], kind="local")
+
 Works with PyTorch 1.13 (CPU) and 2.x (CUDA); nothing is compiled against PyTorch: tensors
 travel to libdcp as pointers (ctypes). On a GPU, dcp_forward and dcp_backward run on
 PyTorch's current stream and return once their work is queued.
@@ -21,6 +28,7 @@ timeout. After any failure the context is spent: close it on every rank and make
 import ctypes as C
 import warnings
 import weakref
+from collections.abc import Mapping
 
 import torch
 
@@ -112,11 +120,26 @@ def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where):
     return q_heads, kv_heads, head_dim, dtype
 
 
+def _kinds(mask, layers, num_seqs):
+    """A mapping of layer kind name to mask as (names, per-kind mask lists, layer counts):
+    layers maps a name to its count of model layers (default 1 each)."""
+    layers = dict(layers or {})
+    names = list(mask)
+    unknown = set(layers) - set(names)
+    if unknown:
+        raise ValueError("dcp: layers names kinds %s that the mask mapping does not" %
+                         sorted(unknown))
+    return (names, [_masks(mask[n], num_seqs) for n in names],
+            [core.check_int(layers.get(n, 1), "layers[%r]" % n) for n in names])
+
+
 def _request(where, lengths, mask, legacy, q_heads, kv_heads, head_dim, dtype, like,
              softmax_scale, options):
-    """The C arguments of a planning request: BatchArgs, Shape, PlanOptions."""
+    """The C arguments of a planning request: BatchArgs, Shape, PlanOptions, and the layer
+    kinds' names (None for one mask per sequence)."""
     lib = _lib()
     options = dict(options)
+    layers = options.pop("layers", None)
     scale = options.pop("scale", None)  # the old name of softmax_scale
     if softmax_scale is None:
         softmax_scale = scale
@@ -124,11 +147,18 @@ def _request(where, lengths, mask, legacy, q_heads, kv_heads, head_dim, dtype, l
                                                      dtype, like, where)
     lengths = core.int_list(lengths.tolist() if torch.is_tensor(lengths) else lengths,
                             "lengths")
-    batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
+    names = None
+    if isinstance(mask, Mapping):
+        names, masks, counts = _kinds(mask, layers, len(lengths))
+        batch = core.BatchArgs(lib, lengths, masks, counts)
+    elif layers is not None:
+        raise ValueError("dcp: layers= needs a mapping of layer kind name to mask")
+    else:
+        batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
     shape = core.Shape(q_heads, kv_heads, head_dim, _dtype_code(dtype),
                        0.0 if softmax_scale is None else softmax_scale)
     opts = lib.plan_options(**options)
-    return batch, shape, opts
+    return batch, shape, opts, names
 
 
 def _cluster(cluster):
@@ -145,17 +175,44 @@ def _cluster(cluster):
 
 class Plan:
     """A dcp plan: where every token block lives, one program per rank for the forward and
-    the backward pass. Immutable; one plan serves a whole training step (every layer)."""
+    the backward pass. Immutable; one plan serves a whole training step (every layer). A plan
+    of layer kinds holds a program pair per kind on one placement: `kinds` lists their names
+    (None for a plan of one mask per sequence; a plan from bytes names them by index)."""
 
-    def __init__(self, plan, lengths=None):
+    def __init__(self, plan, lengths=None, kinds=None):
         self._plan = plan
         self._lengths = lengths
         self._offsets = None
         self.num_ranks = plan.num_ranks
+        self.num_kinds = max(1, plan.stats().num_kinds)
+        self.kinds = list(kinds) if kinds else None
+        self._kind_handles = {}
 
     @property
     def handle(self):
         return self._plan._live()
+
+    def kind_index(self, kind):
+        """The index of layer kind `kind`: a name, an index, or None (kind 0)."""
+        if kind is None:
+            return 0
+        if isinstance(kind, str):
+            if not self.kinds or kind not in self.kinds:
+                raise ValueError("dcp: layer kind %r: the plan's kinds are %s" %
+                                 (kind, self.kinds or list(range(self.num_kinds))))
+            return self.kinds.index(kind)
+        if not 0 <= int(kind) < self.num_kinds:
+            raise ValueError("dcp: layer kind %d of a plan of %d" % (kind, self.num_kinds))
+        return int(kind)
+
+    def kind_handle(self, kind=None):
+        """The C handle that runs layer kind `kind` (the plan's own for kind 0)."""
+        i = self.kind_index(kind)
+        if i == 0:
+            return self.handle
+        if i not in self._kind_handles:
+            self._kind_handles[i] = self._plan.kind_handle(i)
+        return self._kind_handles[i]
 
     @property
     def lengths(self):
@@ -243,9 +300,10 @@ class Plan:
         alike on every rank trains every rank's rows once."""
         return _Undispatch.apply(local, self, ctx)
 
-    def stats(self):
-        """The plan's statistics (dcp_plan_stats_t) as a dict."""
-        return core.stats_dict(self._plan.dcp, self._plan.stats())
+    def stats(self, kind=None):
+        """The statistics (dcp_plan_stats_t) of layer kind `kind` (default the first) as a
+        dict; model_step_ms is the whole model's."""
+        return core.stats_dict(self._plan.dcp, self._plan.stats(self.kind_index(kind)))
 
     def rank_stats(self, rank):
         self._rank_ok(rank)
@@ -275,15 +333,21 @@ def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=
     The attention shape is keyword-only: q_heads, kv_heads (default q_heads), head_dim and
     dtype (torch.float32/bfloat16/float16), or like=(q, k) to read them from example tensors
     ([tokens, heads, head_dim]). softmax_scale is the plan's default scale (1/sqrt(head_dim)
-    when None; attention() may give another per call). The other keywords are
+    when None; attention() may give another per call).
+
+    A model whose layers use different masks: `mask` a mapping of layer kind name to such a
+    mask ({"global": "causal", "local": "window:1024"}, at most 4 kinds) and layers={name:
+    count}, how many model layers use each (default 1): one placement for every kind, the
+    planner minimising the model's step; the kind is named at attention(). The other
+    keywords are
     dcp_plan_options_t fields: block_size, strategy ("ring", "zigzag", "lpt", "metis",
     "auto"), head_blocks, divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion,
     net_cap, refine, comm_schedule, coalesce, metis_tries.
 
     The old form plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype)
     still works this release, with a DeprecationWarning."""
-    batch, shape, opts = _request("plan", lengths, mask, legacy, q_heads, kv_heads, head_dim,
-                                  dtype, like, softmax_scale, options)
+    batch, shape, opts, names = _request("plan", lengths, mask, legacy, q_heads, kv_heads,
+                                         head_dim, dtype, like, softmax_scale, options)
     if isinstance(cluster, Context):
         cluster.check_shape(shape)
     cl, made = _cluster(cluster)
@@ -292,7 +356,7 @@ def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=
     finally:
         if made:
             cl.close()
-    return Plan(p, batch.lengths)
+    return Plan(p, batch.lengths, names)
 
 
 def plan_from_bytes(data):
@@ -325,23 +389,24 @@ class Planner:
                dtype=None, like=None, softmax_scale=None, **options):
         """Queues a batch (arguments as plan() takes them, less the cluster); returns its
         ticket, to be collected once with wait() or try_wait()."""
-        batch, shape, opts = _request("Planner.submit", lengths, mask, legacy, q_heads,
-                                      kv_heads, head_dim, dtype, like, softmax_scale, options)
+        batch, shape, opts, names = _request("Planner.submit", lengths, mask, legacy, q_heads,
+                                             kv_heads, head_dim, dtype, like, softmax_scale,
+                                             options)
         if self._context is not None:
             self._context.check_shape(shape)
         ticket = self._planner.submit(batch, shape, opts)
-        self._lengths[ticket] = batch.lengths
+        self._lengths[ticket] = (batch.lengths, names)
         return ticket
 
     def wait(self, ticket):
         """The Plan of a ticket, waiting for it."""
-        lengths = self._lengths.pop(ticket, None)  # the ticket is spent either way
-        return Plan(self._planner.wait(ticket), lengths)
+        lengths, names = self._lengths.pop(ticket, (None, None))  # spent either way
+        return Plan(self._planner.wait(ticket), lengths, names)
 
     def try_wait(self, ticket):
         """The Plan of a ticket, or None while it is being made."""
         p = self._planner.try_wait(ticket)
-        return None if p is None else Plan(p, self._lengths.pop(ticket, None))
+        return None if p is None else Plan(p, *self._lengths.pop(ticket, (None, None)))
 
     def stats(self):
         """The service's counters (dcp_planner_stats_t) as a dict: submitted, planned,
@@ -468,19 +533,20 @@ def _sync(qs):
 
 class _InprocAttention(torch.autograd.Function):
     """All ranks of a plan as threads (dcp_forward_inproc / dcp_backward_inproc); inputs
-    plan, n, scale, then n q's, n k's, n v's; outputs n O's and n LSEs."""
+    plan, layer kind, n, scale, then n q's, n k's, n v's; outputs n O's and n LSEs."""
 
     @staticmethod
-    def forward(ctx, plan, n, scale, *qkv):
+    def forward(ctx, plan, kind, n, scale, *qkv):
         lib = _lib()
         ins = [_rank_inputs(plan, r, qkv[r], qkv[n + r], qkv[2 * n + r]) for r in range(n)]
         outs = [_outputs(q) for q, _, _ in ins]
         io = (core.Tensors * n)(*[_tensors(*i, *o, scale) for i, o in zip(ins, outs)])
         device = _inproc_device([q for q, _, _ in ins])
         _sync([q for q, _, _ in ins])  # the contexts' streams do not follow PyTorch's
-        lib.check(lib.lib.dcp_forward_inproc(plan.handle, io, 0.0, device), "forward_inproc")
+        lib.check(lib.lib.dcp_forward_inproc(plan.kind_handle(kind), io, 0.0, device),
+                  "forward_inproc")
         _sync([q for q, _, _ in ins])
-        ctx.plan, ctx.n, ctx.device, ctx.scale = plan, n, device, scale
+        ctx.plan, ctx.kind, ctx.n, ctx.device, ctx.scale = plan, kind, n, device, scale
         ctx.save_for_backward(*[t for i in ins for t in i], *[t for o in outs for t in o])
         ctx.mark_non_differentiable(*[lse for _, lse in outs])
         return tuple(o for o, _ in outs) + tuple(lse for _, lse in outs)
@@ -498,26 +564,28 @@ class _InprocAttention(torch.autograd.Function):
             g, gio[r] = _grads(*ins[r], *outs[r], dout, ctx.scale)
             result.append((g, dout))
         _sync([q for q, _, _ in ins])
-        lib.check(lib.lib.dcp_backward_inproc(ctx.plan.handle, gio, 0.0, ctx.device),
-                  "backward_inproc")
+        lib.check(lib.lib.dcp_backward_inproc(ctx.plan.kind_handle(ctx.kind), gio, 0.0,
+                                              ctx.device), "backward_inproc")
         _sync([q for q, _, _ in ins])
         grads_of = [g for g, _ in result]
-        return (None, None, None, *[g[0] for g in grads_of], *[g[1] for g in grads_of],
+        return (None, None, None, None, *[g[0] for g in grads_of], *[g[1] for g in grads_of],
                 *[g[2] for g in grads_of])
 
 
-def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False):
+def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False, kind=None):
     """Attention of every rank of `plan`, ranks as threads of this process: qs, ks, vs hold
     one [local_tokens, heads, head_dim] tensor per rank (rows in plan.local_indices(r)
     order; all on the CPU, fp32/bf16/fp16, or on CUDA devices, bf16/fp16); returns one O per
     rank (and, with return_lse, the list of their [local_tokens, heads] fp32 LSEs, natural
     log, -inf for a query with no allowed key). Differentiable with respect to every q, k
-    and v through dcp's backward; softmax_scale overrides the plan's for this call."""
+    and v through dcp's backward; softmax_scale overrides the plan's for this call. `kind`:
+    the layer kind of a plan of several (its name or index; default the first)."""
     n = plan.num_ranks
     if not (len(qs) == len(ks) == len(vs) == n):
         raise ValueError("dcp: %d/%d/%d q/k/v tensors for a %d-rank plan" %
                          (len(qs), len(ks), len(vs), n))
-    out = _InprocAttention.apply(plan, n, _scale(softmax_scale), *qs, *ks, *vs)
+    plan.kind_index(kind)  # a bad kind fails before any work
+    out = _InprocAttention.apply(plan, kind, n, _scale(softmax_scale), *qs, *ks, *vs)
     os_, lses = list(out[:n]), list(out[n:])
     return (os_, lses) if return_lse else os_
 
@@ -683,7 +751,7 @@ def _checked(dctx, fn, *args):
 
 class _RankAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dctx, plan, scale, q, k, v):
+    def forward(ctx, dctx, plan, kind, scale, q, k, v):
         lib = _lib()
 
         def check():
@@ -695,9 +763,9 @@ class _RankAttention(torch.autograd.Function):
         q2, k2, v2 = _checked(dctx, check)
         o, lse = _outputs(q2)
         io = _tensors(q2, k2, v2, o, lse, scale)
-        dctx._raise(lib.lib.dcp_forward(dctx._live(), plan.handle, C.byref(io),
+        dctx._raise(lib.lib.dcp_forward(dctx._live(), plan.kind_handle(kind), C.byref(io),
                                         dctx.stream(q2)), "forward")
-        ctx.dctx, ctx.plan, ctx.scale = dctx, plan, scale
+        ctx.dctx, ctx.plan, ctx.kind, ctx.scale = dctx, plan, kind, scale
         ctx.save_for_backward(q2, k2, v2, o, lse)
         ctx.mark_non_differentiable(lse)
         return o, lse
@@ -708,21 +776,23 @@ class _RankAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dout = _checked(dctx, _grad_in, dout, o)
         (dq, dk, dv), g = _grads(q, k, v, o, lse, dout, ctx.scale)
-        dctx._raise(lib.lib.dcp_backward(dctx._live(), ctx.plan.handle, C.byref(g),
-                                         dctx.stream(q)), "backward")
-        return None, None, None, dq, dk, dv
+        dctx._raise(lib.lib.dcp_backward(dctx._live(), ctx.plan.kind_handle(ctx.kind),
+                                         C.byref(g), dctx.stream(q)), "backward")
+        return None, None, None, None, dq, dk, dv
 
 
-def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False):
+def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=None):
     """This rank's attention under `plan`: q [local_tokens, Hq, D], k, v [local_tokens, Hkv,
     D] with rows in plan.local_indices(ctx.rank) order; returns O like q (and, with
     return_lse, its [local_tokens, Hq] fp32 LSE, natural log of the scaled scores'
     normaliser, -inf for a query with no allowed key; not differentiable). softmax_scale
-    overrides the plan's scale for this call and its backward. Every rank of the context
-    calls it with the same plan. Differentiable with respect to q, k and v (the backward is
-    collective too: every rank runs it). On a GPU it runs on PyTorch's current stream."""
+    overrides the plan's scale for this call and its backward. `kind`: the layer kind of a
+    plan of several (its name or index; default the first). Every rank of the context calls
+    it with the same plan and kind. Differentiable with respect to q, k and v (the backward
+    is collective too: every rank runs it). On a GPU it runs on PyTorch's current stream."""
     scale = _checked(ctx, _scale, softmax_scale)
-    o, lse = _RankAttention.apply(ctx, plan, scale, q, k, v)
+    _checked(ctx, plan.kind_index, kind)  # a bad kind: the peers hear of it at once
+    o, lse = _RankAttention.apply(ctx, plan, kind, scale, q, k, v)
     return (o, lse) if return_lse else o
 
 
