@@ -28,7 +28,7 @@
 #define SVC_DEFAULT_BYTES ((int64_t)256 << 20)
 #define SVC_MSG_CAP       512
 #define SVC_MASK_WORDS    6  /* kind + up to five parameter words */
-#define SVC_HEAD_WORDS    32 /* room for put_head()'s 25 words */
+#define SVC_HEAD_WORDS    32 /* room for put_head()'s 26 words */
 
 /* Serialized plan bytes, shared by the cache and the workers that copy from them. */
 typedef struct {
@@ -127,6 +127,7 @@ static int64_t put_head(int32_t *w, const dcp_attn_shape_t *s, const dcp_plan_op
     w[n++] = o->refine;
     w[n++] = (int32_t)o->comm_schedule;
     w[n++] = o->coalesce;
+    w[n++] = o->metis_tries; /* the plan keeps the best of this many tries: another plan */
     return n;
 }
 

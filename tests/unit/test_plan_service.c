@@ -304,6 +304,13 @@ static void test_cache_default_options_same_key(void)
     bytes_t b2 = wait_bytes(pl, t2);
     CU_ASSERT(same_bytes(b1, b2));
     CU_ASSERT_EQUAL(stats_of(pl).cache_hits, 1);
+    /* another metis_tries is another request: planned, not served from the cache */
+    uint64_t t3;
+    o.metis_tries = 1;
+    CU_ASSERT_EQUAL_FATAL(dcp_planner_submit(pl, &batch, &shape, &o, &t3), DCP_OK);
+    free(wait_bytes(pl, t3).b);
+    CU_ASSERT_EQUAL(stats_of(pl).cache_hits, 1);
+    CU_ASSERT_EQUAL(stats_of(pl).planned, 2);
     free(b1.b);
     free(b2.b);
     dcp_planner_destroy(pl);
