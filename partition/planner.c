@@ -114,11 +114,13 @@ static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_c
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
     dcp_status_t st;
-    for (int k = 0; k < DCP_PASS_COUNT; k++)
+    for (int k = 0; k < DCP_PASS_COUNT; k++) {
         DCP_CHECK_GOTO(dcp_schedule_build(&x->b, &x->pl, cluster->num_ranks, p->opts.divisions,
                                           p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)k,
                                           &s[k]),
                        st, out);
+        DCP_CHECK_GOTO(dcp_schedule_relay(cluster->devs_per_node, &s[k]), st, out);
+    }
     p->fallback = x->pl.fallback;
     DCP_CHECK_GOTO(plan_take_inputs(p, &x->b, &x->pl), st, out);
     DCP_CHECK_GOTO(dcp_plan_derive_rows(p), st, out);

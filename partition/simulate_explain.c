@@ -4,8 +4,8 @@
  * critical path across ranks.
  *
  * The plan's operations carry no kind; a received block's kind follows from the buffer it
- * lands in and the pass (as program.c chose it), and a backward partial is a dQ exactly when
- * the receiver's sums add it into its dQ accumulator.
+ * lands in and the pass (as program.c chose it), and a backward partial is a dK + dV exactly
+ * when two of the receiver's sums read it (dK rows, then dV rows), a dQ when one does.
  */
 #include "include/base/error.h"
 #include "partition/simulate.h"
@@ -13,20 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A backward partial's slot on its receiver and whether its sum goes to dQ. */
-typedef struct {
-    int64_t off;
-    int32_t dq;
-} part_dest_t;
-
-static int part_dest_cmp(const void *a, const void *b)
+/* Rank r's backward sums from PART slots: their source offsets, sorted. A received partial
+ * is a dK + dV when two sums read it (dK rows, then dV rows), a dQ when one does - whether
+ * they add into the accumulators or, at a hub, into its own partial. */
+static int off_cmp(const void *a, const void *b)
 {
-    const part_dest_t *x = a, *y = b;
-    return (x->off > y->off) - (x->off < y->off);
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
-/* Rank r's backward partial slots and where their sums go, sorted by offset. */
-static int64_t part_dests(const dcp_plan_t *p, int32_t r, part_dest_t *out)
+static int64_t sum_sources(const dcp_plan_t *p, int32_t r, int64_t *out)
 {
     int64_t n = 0;
     for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
@@ -34,16 +30,29 @@ static int64_t part_dests(const dcp_plan_t *p, int32_t r, part_dest_t *out)
         const dcp_instr_t *in = &p->instrs[i];
         if (in->op != DCP_OP_REDUCE) continue;
         for (int64_t j = in->first; j < in->first + in->count; j++)
-            if (p->copies[j].src.buf == DCP_BUF_PART)
-                out[n++] =
-                    (part_dest_t){p->copies[j].src.off, p->copies[j].dst.buf == DCP_BUF_ACC_DQ};
+            if (p->copies[j].src.buf == DCP_BUF_PART) out[n++] = p->copies[j].src.off;
     }
-    qsort(out, (size_t)n, sizeof *out, part_dest_cmp);
+    qsort(out, (size_t)n, sizeof *out, off_cmp);
     return n;
 }
 
-static int32_t recv_kind(dcp_pass_t pass, const dcp_comm_op_t *op, const part_dest_t *dests,
-                         int64_t ndests)
+/* Sums reading [off, off + elems) among the sorted sources. */
+static int64_t reads_of(const int64_t *src, int64_t n, int64_t off, int64_t elems)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (src[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t k = 0;
+    while (lo + k < n && src[lo + k] < off + elems) k++;
+    return k;
+}
+
+static int32_t recv_kind(dcp_pass_t pass, const dcp_comm_op_t *op, const int64_t *src, int64_t n)
 {
     const int bwd = pass == DCP_PASS_BWD;
     switch (op->buf) {
@@ -57,17 +66,14 @@ static int32_t recv_kind(dcp_pass_t pass, const dcp_comm_op_t *op, const part_de
         break;
     }
     if (!bwd) return DCP_XFER_PART;
-    const part_dest_t key = {op->off, 0};
-    const part_dest_t *d =
-        ndests ? bsearch(&key, dests, (size_t)ndests, sizeof *dests, part_dest_cmp) : NULL;
-    return d && d->dq ? DCP_XFER_DQ : DCP_XFER_DKV;
+    return reads_of(src, n, op->off, op->elems) >= 2 ? DCP_XFER_DKV : DCP_XFER_DQ;
 }
 
 dcp_status_t dcp_sim_group_kinds(const dcp_plan_t *p, dcp_sim_trace_t *t, const int64_t *group_of)
 {
     const int32_t base = p->pass_xfer[t->pass];
     int64_t most = 0;
-    /* the copy items of one rank's backward program bound its partial slots */
+    /* the copy items of one rank's backward REDUCEs bound its sums */
     for (int32_t r = 0; r < t->num_ranks && t->pass == DCP_PASS_BWD; r++) {
         int64_t n = 0;
         for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
@@ -75,10 +81,10 @@ dcp_status_t dcp_sim_group_kinds(const dcp_plan_t *p, dcp_sim_trace_t *t, const 
             if (p->instrs[i].op == DCP_OP_REDUCE) n += p->instrs[i].count;
         most = n > most ? n : most;
     }
-    part_dest_t *dests = NULL;
-    if (most > 0) DCP_CHECK(dcp_calloc(&dests, most, sizeof *dests, "simulator kinds"));
+    int64_t *src = NULL;
+    if (most > 0) DCP_CHECK(dcp_calloc(&src, most, sizeof *src, "simulator kinds"));
     for (int32_t r = 0; r < t->num_ranks; r++) {
-        const int64_t nd = t->pass == DCP_PASS_BWD ? part_dests(p, r, dests) : 0;
+        const int64_t n = t->pass == DCP_PASS_BWD ? sum_sources(p, r, src) : 0;
         for (int64_t i = dcp_plan_prog_begin(p, t->pass, r); i < dcp_plan_prog_end(p, t->pass, r);
              i++) {
             const dcp_instr_t *in = &p->instrs[i];
@@ -87,12 +93,12 @@ dcp_status_t dcp_sim_group_kinds(const dcp_plan_t *p, dcp_sim_trace_t *t, const 
                 const dcp_comm_op_t *op = &p->comm[j];
                 if (op->send) continue;
                 dcp_sim_group_t *g = &t->groups[group_of[op->transfer - base]];
-                g->kind_bytes[recv_kind(t->pass, op, dests, nd)] +=
+                g->kind_bytes[recv_kind(t->pass, op, src, n)] +=
                     (double)op->elems * dcp_plan_elem_bytes(p, op->buf);
             }
         }
     }
-    free(dests);
+    free(src);
     return DCP_OK;
 }
 

@@ -150,34 +150,33 @@ static void test_two_rank_explained(void)
     dcp_plan_destroy(p);
 }
 
-/* The batch of kinds_and_path_add_up: 8 causal sequences, 8/2 heads x 16 in two head
- * groups, block 128, one METIS try on 2 x 4 ranks. */
+/* The batches of kinds_and_path_add_up: 16 causal sequences, 8/2 heads x 16 in two head
+ * groups, block 128, one METIS try on 4 x 4 ranks. In the first a hub sums dQ partials, in
+ * the second dK + dV partials. */
 typedef struct {
-    int32_t lens[8];
-    dcp_mask_t masks[8];
+    dcp_mask_t masks[16];
     dcp_batch_t batch;
     dcp_attn_shape_t shape;
     dcp_plan_options_t o;
     dcp_cluster_t *c;
 } kinds_case_t;
 
-static void kinds_case(kinds_case_t *k)
+static void kinds_case(kinds_case_t *k, int which)
 {
-    const int32_t lens[8] = {2000, 1500, 1200, 900, 700, 500, 300, 200};
+    static const int32_t lens[2][16] = {
+        {374, 2962, 2414, 1351, 2582, 2336, 2822, 389, 898, 653, 929, 1807, 2887, 2691, 2187, 929},
+        {500, 501, 1268, 2131, 325, 1308, 609, 1068, 799, 810, 3183, 1906, 871, 1739, 1632, 1553}};
     dcp_mask_t m;
     CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m), DCP_OK);
-    for (int i = 0; i < 8; i++) {
-        k->lens[i] = lens[i];
-        k->masks[i] = m;
-    }
-    k->batch = (dcp_batch_t){8, k->lens, k->masks};
+    for (int i = 0; i < 16; i++) k->masks[i] = m;
+    k->batch = (dcp_batch_t){16, lens[which], k->masks};
     k->shape = (dcp_attn_shape_t){8, 2, 16, DCP_DTYPE_BF16, 0.0f};
     dcp_plan_options_default(&k->o);
     k->o.block_size = 128;
     k->o.head_blocks = 2;
     k->o.metis_tries = 1;
     k->c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &k->c), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x4", &k->c), DCP_OK);
 }
 
 /* Bytes of the backward's transfers of one kind, from the schedule the plan was made from
@@ -198,14 +197,41 @@ static double schedule_kind_bytes(kinds_case_t *k, dcp_xfer_kind_t kind)
     return bytes;
 }
 
-/* A metis plan with partials both ways on 2 x 4 ranks: every group's bytes are split among
- * kinds without a remainder, the backward's dQ and dK+dV partials are told apart exactly as
- * the schedule made them, the exposed split adds up to the slowest rank's exposed time, and
- * the critical path adds up to the pass, both passes. */
+/* A hub's backward sums into its own partial, by kind: dQ ([0]) and dK + dV ([1]). */
+static void hub_sums(const dcp_plan_t *p, int n[2])
+{
+    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, 0);
+         i < dcp_plan_prog_end(p, DCP_PASS_BWD, p->num_ranks - 1); i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        if (in->op != DCP_OP_REDUCE) continue;
+        for (int64_t k = in->first; k < in->first + in->count; k++)
+            if (p->copies[k].dst.buf == DCP_BUF_PART)
+                n[p->copies[k].row_elems != p->qpg * p->shape.head_dim]++;
+    }
+}
+
+static void kinds_plan_add_up(kinds_case_t *kc0, int hubs[2]);
+
+/* Two metis plans with partials both ways on 4 x 4 ranks, hubs summing both kinds of
+ * backward partials on the way: every group's bytes are split among kinds without a
+ * remainder, the backward's dQ and dK+dV partials are told apart exactly as the schedule
+ * made them, the exposed split adds up to the slowest rank's exposed time, and the critical
+ * path adds up to the pass, both passes. */
 static void test_kinds_and_path_add_up(void)
 {
-    kinds_case_t kc;
-    kinds_case(&kc);
+    int hubs[2] = {0, 0};
+    for (int which = 0; which < 2; which++) {
+        kinds_case_t kc;
+        kinds_case(&kc, which);
+        kinds_plan_add_up(&kc, hubs);
+        dcp_cluster_destroy(kc.c);
+    }
+    CU_ASSERT(hubs[0] > 0 && hubs[1] > 0);
+}
+
+static void kinds_plan_add_up(kinds_case_t *kc0, int hubs[2])
+{
+    kinds_case_t kc = *kc0;
     dcp_cluster_t *c = kc.c;
     dcp_plan_t *p = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&kc.batch, &kc.shape, &kc.o, c, &p), DCP_OK);
@@ -232,6 +258,7 @@ static void test_kinds_and_path_add_up(void)
         }
         CU_ASSERT(whole);
         if (pass == DCP_PASS_BWD) {
+            hub_sums(p, hubs);
             const double dq = schedule_kind_bytes(&kc, DCP_XFER_DQ);
             const double dkv = schedule_kind_bytes(&kc, DCP_XFER_DKV);
             CU_ASSERT(dq > 0 && dkv > 0);
@@ -256,7 +283,6 @@ static void test_kinds_and_path_add_up(void)
         dcp_sim_trace_release(&t);
     }
     dcp_plan_destroy(p);
-    dcp_cluster_destroy(c);
 }
 
 /* The inter-node traffic of a plan, per direction: bytes node 0 sends node 1 and back. */
