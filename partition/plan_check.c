@@ -136,7 +136,7 @@ dcp_status_t dcp_plan_check_inputs(const dcp_plan_t *p)
         return CORRUPT("plan: pass ranges do not cover the transfers and phases");
     for (int k = 0; k < DCP_PASS_COUNT; k++)
         for (int32_t ph = pp[k]; ph < pp[k + 1]; ph++)
-            if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions + 1 ||
+            if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions + 2 ||
                 (ph > pp[k] && p->phase_step[ph] < p->phase_step[ph - 1]))
                 return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
     /* every transfer is one send and one receive: the pairing table stays within the comm

@@ -21,7 +21,7 @@ void dcp_plan_options_default(dcp_plan_options_t *opts_out)
     *opts_out = (dcp_plan_options_t){
         .block_size = 1024,
         .head_blocks = 1,
-        .divisions = 4,
+        .divisions = 8,
         .strategy = DCP_STRATEGY_METIS,
         .eps_inter = 0.05,
         .eps_intra = 0.05,

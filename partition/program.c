@@ -21,6 +21,7 @@ typedef struct {
      * their sender slot at the first write (has_src) */
     int64_t *src_off, *dst_off;
     uint8_t *has_src;
+    uint8_t *reduced; /* per transfer: a received partial already merged into the accumulators */
     /* transfers touching each rank, in global (step) order: CSR */
     int64_t *touch_off;
     int32_t *touch;
@@ -403,35 +404,40 @@ static int same_dest(const part_in_t *a, const part_in_t *b)
     return a->kind == b->kind && a->block == b->block && a->head == b->head;
 }
 
-/* The partial transfer x the rank received and merges now: with mid < 0 the ones for its
- * accumulators (after the last step); else those a hub merges into its own partial before
- * sending that in step mid + 1 (*dest_out: its slot). */
-static dcp_status_t merged_now(const emitter_t *e, const dcp_transfer_t *x, int32_t mid, int *yes,
-                               int64_t *dest_out)
+/* Which received partials a REDUCE takes: a hub's (MERGE_HUB), merged into its own partial
+ * before it sends that in step `step` + 1; or the accumulators' (MERGE_ACC), every partial
+ * that arrived by step `step` and no earlier REDUCE took. */
+typedef enum { MERGE_HUB, MERGE_ACC } merge_into_t;
+
+/* Whether the rank's transfer xi is a partial it merges now (*dest_out: the hub's slot). */
+static dcp_status_t merged_now(const emitter_t *e, int32_t xi, merge_into_t into, int32_t step,
+                               int *yes, int64_t *dest_out)
 {
+    const dcp_transfer_t *x = &e->s->xfers[xi];
     *yes = 0;
     *dest_out = -1;
     if (x->dst != e->rank || !dcp_xfer_is_partial(x->kind)) return DCP_OK;
-    if (x->hop != DCP_HOP_FIRST) {
-        *yes = mid < 0;
+    if (into == MERGE_ACC) {
+        *yes = x->hop != DCP_HOP_FIRST && x->step <= step && !e->reduced[xi];
         return DCP_OK;
     }
-    if (mid < 0) return DCP_OK;
+    if (x->hop != DCP_HOP_FIRST) return DCP_OK;
     int32_t own;
     DCP_CHECK(find_xfer(e, x->kind, x->block, x->head_group, &own));
-    *yes = e->s->xfers[own].step == mid + 1;
+    *yes = e->s->xfers[own].step == step + 1;
     *dest_out = e->src_off[own];
     return DCP_OK;
 }
 
-static dcp_status_t collect_parts(emitter_t *e, int32_t mid, part_in_t **in_out, int64_t *n_out)
+static dcp_status_t collect_parts(emitter_t *e, merge_into_t into, int32_t step, part_in_t **in_out,
+                                  int64_t *n_out)
 {
     const int32_t r = e->rank;
     int64_t n = 0, dest;
     int yes;
     *in_out = NULL;
     for (int64_t i = e->touch_off[r]; i < e->touch_off[r + 1]; i++) {
-        DCP_CHECK(merged_now(e, &e->s->xfers[e->touch[i]], mid, &yes, &dest));
+        DCP_CHECK(merged_now(e, e->touch[i], into, step, &yes, &dest));
         n += yes;
     }
     *n_out = n;
@@ -441,7 +447,7 @@ static dcp_status_t collect_parts(emitter_t *e, int32_t mid, part_in_t **in_out,
     n = 0;
     for (int64_t i = e->touch_off[r]; i < e->touch_off[r + 1]; i++) {
         const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
-        const dcp_status_t st = merged_now(e, x, mid, &yes, &dest);
+        const dcp_status_t st = merged_now(e, e->touch[i], into, step, &yes, &dest);
         if (st != DCP_OK) {
             free(in);
             return st;
@@ -514,17 +520,18 @@ static dcp_status_t emit_sums(emitter_t *e, const part_in_t *in, int64_t n)
     }
 }
 
-/* Merges the partials received (mid < 0: into the accumulators, after the last step; else a
- * hub's, before step mid + 1) and frees their slots - but a backward's before the last step
- * (gradient slots must stay fresh memory, grad_slot). */
-static dcp_status_t emit_reduce(emitter_t *e, int32_t mid)
+/* Merges the partials received (merged_now) and frees their slots - but a backward hub's
+ * before its last division (gradient slots must stay fresh memory until the last is taken,
+ * grad_slot; the accumulators' merges all come after it). */
+static dcp_status_t emit_reduce(emitter_t *e, merge_into_t into, int32_t step)
 {
     part_in_t *in;
     int64_t n;
-    DCP_CHECK(collect_parts(e, mid, &in, &n));
+    DCP_CHECK(collect_parts(e, into, step, &in, &n));
     if (n == 0) return DCP_OK;
+    for (int64_t i = 0; i < n; i++) e->reduced[in[i].xfer] = into == MERGE_ACC;
     dcp_status_t st = e->pass == DCP_PASS_FWD ? emit_merges(e, in, n) : emit_sums(e, in, n);
-    if (e->pass == DCP_PASS_BWD && mid >= 0) n = 0;
+    if (e->pass == DCP_PASS_BWD && into == MERGE_HUB && step < e->s->num_divs) n = 0;
     for (int64_t i = 0; i < n && st == DCP_OK; i++)
         st = dcp_slots_free(slots_of(e, DCP_BUF_PART), e->dst_off[in[i].xfer],
                             xfer_elems(e, &e->s->xfers[in[i].xfer]));
@@ -596,18 +603,24 @@ static dcp_status_t emit_divisions(emitter_t *e, const int64_t *div_end)
     DCP_CHECK(emit_step(e, 0, 0));
     int64_t c = e->s->rank_off[e->rank];
     for (int32_t d = 0; d < ndiv; d++) {
-        const int early = d + 1 < ndiv && !forwards_after(e, d);
+        const int early = !forwards_after(e, d);
         if (early) DCP_CHECK(emit_step(e, d + 1, 0));
         DCP_CHECK(emit_step(e, d, 1));
-        DCP_CHECK(emit_reduce(e, d));
-        if (!early && d + 1 < ndiv) DCP_CHECK(emit_step(e, d + 1, 0));
+        DCP_CHECK(emit_reduce(e, MERGE_HUB, d));
+        if (!early) DCP_CHECK(emit_step(e, d + 1, 0));
         DCP_CHECK(emit_attn(e, d, c, div_end[d]));
         DCP_CHECK(free_dead_inputs(e, d));
         c = div_end[d];
     }
-    DCP_CHECK(run_step_blocking(e, ndiv));
-    DCP_CHECK(emit_reduce(e, ndiv));
-    return run_step_blocking(e, ndiv + 1);
+    /* the partials that came early are merged while later ones are on their way */
+    DCP_CHECK(emit_reduce(e, MERGE_ACC, ndiv - 1));
+    for (int32_t step = ndiv; step < ndiv + 2; step++) {
+        DCP_CHECK(emit_step(e, step, 1));
+        DCP_CHECK(emit_reduce(e, MERGE_HUB, step));
+        DCP_CHECK(emit_step(e, step + 1, 0));
+        DCP_CHECK(emit_reduce(e, MERGE_ACC, step));
+    }
+    return emit_step(e, ndiv + 2, 1);
 }
 
 /* Where to cut [c0, c1) into n pieces of about equal FLOPs, at tile-group boundaries. */
@@ -652,8 +665,8 @@ static dcp_status_t emit_rounds(emitter_t *e, const int64_t *div_end, int64_t *c
         DCP_CHECK(free_dead_inputs(e, d));
         c = div_end[d];
     }
-    DCP_CHECK(run_step_blocking(e, ndiv));
-    return run_step_blocking(e, ndiv + 1); /* empty: relays are for divisions */
+    for (int32_t step = ndiv; step <= ndiv + 2; step++) DCP_CHECK(run_step_blocking(e, step));
+    return DCP_OK;
 }
 
 static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t *cut)
@@ -673,7 +686,7 @@ static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t
         DCP_CHECK(emit_rounds(e, div_end, cut));
     else
         DCP_CHECK(emit_divisions(e, div_end));
-    DCP_CHECK(emit_reduce(e, -1));
+    DCP_CHECK(emit_reduce(e, MERGE_ACC, INT32_MAX));
     DCP_CHECK(emit_copy_out(e, e->p->rank_tokens[r]));
     /* the passes share the work buffers: each is as large as the larger pass needs */
     for (int i = 0; i < SLOT_COUNT; i++) {
@@ -712,11 +725,12 @@ static void emitter_end_pass(emitter_t *e)
     free(e->src_off);
     free(e->dst_off);
     free(e->has_src);
+    free(e->reduced);
     free(e->launched);
     free(e->touch_off);
     free(e->touch);
     e->src_off = e->dst_off = e->touch_off = NULL;
-    e->has_src = e->launched = NULL;
+    e->has_src = e->launched = e->reduced = NULL;
     e->touch = NULL;
 }
 
@@ -737,6 +751,7 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
     DCP_CHECK_GOTO(dcp_calloc(&e.src_off, s->num_xfers, sizeof *e.src_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.dst_off, s->num_xfers, sizeof *e.dst_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.has_src, s->num_xfers, 1, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e.reduced, s->num_xfers, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.launched, s->num_phases + 1, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
@@ -748,7 +763,7 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
         goto out;
     }
     p->phase_step = steps;
-    for (int32_t step = 0; step <= s->num_divs + 1; step++)
+    for (int32_t step = 0; step <= s->num_divs + 2; step++)
         for (int32_t ph = s->phase_first[step]; ph < s->phase_first[step + 1]; ph++)
             p->phase_step[e.phase_base + ph] = step;
     for (int32_t r = 0; r < p->num_ranks; r++)

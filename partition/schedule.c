@@ -116,10 +116,21 @@ static int comp_key_cmp(const void *a, const void *b)
     return (x->comp > y->comp) - (x->comp < y->comp);
 }
 
-/* Local divisions of a schedule of `ndiv`: 0 (none) with one division, 1 with two, else 2. */
-static int32_t local_divisions(int32_t ndiv)
+/* Local divisions of a schedule of `ndiv` before the remote ones: 0 (none) with one
+ * division, 1 with two, else 2 - so that an input forwarded through a hub has a step to
+ * reach the hub in and one to reach the other readers in before the first remote
+ * division. */
+static int32_t local_head(int32_t ndiv)
 {
     return ndiv >= 3 ? 2 : ndiv - 1;
+}
+
+/* Local divisions after the remote ones: one from 5 divisions on, so that the partials of
+ * the last remote division leave while it computes (measured on 8x8 h100-ib, 256K tokens:
+ * a second one gained nothing). */
+static int32_t local_tail(int32_t ndiv)
+{
+    return ndiv >= 5 ? 1 : 0;
 }
 
 /* Assigns divisions to the blocks of one rank (keys[0..n)) and leaves them ordered by
@@ -127,7 +138,8 @@ static int32_t local_divisions(int32_t ndiv)
 static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t rank,
                              int32_t ndiv, comp_key_t *keys, int64_t n, int32_t *comp_div)
 {
-    const int32_t hb = b->head_blocks, nloc = local_divisions(ndiv);
+    const int32_t hb = b->head_blocks, head = local_head(ndiv), tail = local_tail(ndiv);
+    const int32_t nloc = head + tail;
     /* Pass 1: remote blocks sorted by the remote input they read (KV first, then Q). */
     double remote_flops = 0, local_flops = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -148,14 +160,15 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
         const int64_t c = keys[i].comp, t = c / hb;
         const int remote = keys[i].key[0];
         /* the block's FLOP midpoint decides its division among the local ones (0 ..
-         * nloc - 1) or the remote ones (nloc .. T - 1) */
-        const int32_t first = remote ? nloc : 0, count = remote ? ndiv - nloc : nloc;
+         * head - 1, then T - tail .. T - 1) or the remote ones (head .. T - tail - 1) */
+        const int32_t first = remote ? head : 0, count = remote ? ndiv - nloc : nloc;
         const double f = (double)dcp_blocks_comp_flops(b, t),
                      all = remote ? remote_flops : local_flops;
         int32_t div = 0;
         if (count > 0 && all > 0) {
             div = first + (int32_t)((done[remote] + f / 2) * count / all);
             if (div > first + count - 1) div = first + count - 1;
+            if (!remote && div >= head) div += ndiv - nloc;
         }
         done[remote] += f;
         comp_div[c] = div;
@@ -253,7 +266,7 @@ static int32_t holder_of(const dcp_transfer_t *t)
  * rounds and grouped `coalesce` rounds at a time. */
 static dcp_status_t assign_phases(dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
 {
-    const int32_t steps = s->num_divs + 2;
+    const int32_t steps = s->num_divs + 3;
     free(s->phase_first);
     DCP_CHECK(dcp_calloc(&s->phase_first, steps + 1, sizeof(int32_t), "phases"));
     int32_t *src = NULL, *dst = NULL, *colour = NULL;
@@ -353,8 +366,7 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
      * L leaves in step L + 2 and flows while later divisions compute; the last two
      * divisions' partials leave in step T as before. */
     for (int64_t i = 0; i <= x; i++)
-        if (dcp_xfer_is_partial(s->xfers[i].kind) && s->xfers[i].last_div + 2 < s->num_divs)
-            s->xfers[i].step = s->xfers[i].last_div + 2;
+        if (dcp_xfer_is_partial(s->xfers[i].kind)) s->xfers[i].step = s->xfers[i].last_div + 2;
     s->num_xfers = (int32_t)nx;
     st = order_transfers(s, needs); /* the needs array is room enough for the keys */
 out:
@@ -446,23 +458,22 @@ static void relay_partials(dcp_schedule_t *s, const int32_t *g, int32_t k, doubl
     for (int32_t i = 1; i < k && s->xfers[g[i]].last_div == s->xfers[g[0]].last_div; i++)
         if (out_bytes[s->xfers[g[i]].src] < out_bytes[s->xfers[g[hub]].src]) hub = i;
     dcp_transfer_t *h = &s->xfers[g[hub]];
-    const int32_t T = s->num_divs;
     int32_t merge = h->last_div + 1;
     for (int32_t i = 0; i < k; i++) {
         if (i == hub) continue;
         dcp_transfer_t *t = &s->xfers[g[i]];
-        merge = t->step > merge ? t->step : merge; /* step: min(last_div + 2, T) */
+        merge = t->step > merge ? t->step : merge; /* step: last_div + 2 */
         out_bytes[t->src] -= (double)t->bytes;
         t->dst = h->src;
         t->hop = DCP_HOP_FIRST;
     }
-    h->step = (merge < T ? merge : T) + 1;
+    h->step = merge + 1;
     h->hop = DCP_HOP_SECOND;
 }
 
 dcp_status_t dcp_schedule_relay(int32_t devs_per_node, dcp_schedule_t *s)
 {
-    if (s->comm != DCP_COMM_DIVISIONS || local_divisions(s->num_divs) < 2 || devs_per_node < 1 ||
+    if (s->comm != DCP_COMM_DIVISIONS || local_head(s->num_divs) < 2 || devs_per_node < 1 ||
         s->num_ranks <= devs_per_node)
         return DCP_OK;
     relay_key_t *rk = NULL;

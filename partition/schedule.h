@@ -1,20 +1,21 @@
 /*
  * Scheduling (DCP's divisions). Each rank's computation blocks are split into T divisions:
- * with T > 1, the blocks whose inputs are all local come first - in division 0, or with
- * T >= 3 divisions in 0 and 1, FLOP-balanced, so that an input forwarded through a hub
- * (dcp_schedule_relay) has two divisions to arrive in - and the others are spread over the
- * remaining divisions with balanced FLOPs, ordered so that blocks reading the same remote
+ * with T > 1, the blocks whose inputs are all local fill the first divisions (one, or two
+ * from T = 3 on, so that an input forwarded through a hub (dcp_schedule_relay) has a step to
+ * reach the hub in and one to reach its other readers in) and, from T = 5 on, the last one
+ * (so that the partials of the last remote division leave while it computes); the others
+ * hold the remote blocks, FLOP-balanced, ordered so that blocks reading the same remote
  * input sit together. Communication runs in global steps shared by all ranks: step d
- * (0 <= d < T) brings every input that some rank's division d reads first, so it can run
- * while division d-1 computes, and returns the partial outputs that division d - 2 wrote
- * last (a partial is done once the division that writes it last is, and the programs launch
- * step d + 1 before they compute division d); step T returns the rest, and step T + 1 the
- * partials that a hub merged after step T. A step is launched as one phase, or as several
- * congestion-free rounds (partition/rounds.h).
+ * (0 <= d < T) brings every input that some rank's division d reads first, so it runs while
+ * division d - 1 computes, and every step d returns the partial outputs that division d - 2
+ * wrote last (a partial is done once the division that writes it last is, and the programs
+ * launch step d + 1 before they compute division d): the last division's go in step T + 1,
+ * and a hub's merged partial one step after the last it merges (up to T + 2). A step is
+ * launched as one phase, or as several congestion-free rounds (partition/rounds.h).
  *
- * The backward pass runs on the same placement, divisions and order: step d brings Q + dO,
- * LSE + delta and K + V for division d, and step T returns the fp32 dQ partials to the
- * query owners and the dK + dV partials to the KV owners. Each pass has its own schedule.
+ * The backward pass runs on the same placement, divisions and order: its steps bring Q + dO,
+ * LSE + delta and K + V, and return the fp32 dQ partials to the query owners and the dK + dV
+ * partials to the KV owners. Each pass has its own schedule.
  */
 #ifndef DCP_PARTITION_SCHEDULE_H
 #define DCP_PARTITION_SCHEDULE_H
@@ -31,8 +32,8 @@ enum { DCP_HOP_DIRECT = 0, DCP_HOP_FIRST = 1, DCP_HOP_SECOND = 2 };
 
 typedef struct {
     int32_t src, dst;
-    int32_t step;  /* 1..T-1: when it arrives (inputs of division `step`, a partial sent after
-                      division step - 2), T, T + 1: partials after the last division */
+    int32_t step;  /* 0..T + 2: inputs of division `step`; a partial sent after division
+                      step - 2 wrote it last (a hub's: after the last partial it merges) */
     int32_t phase; /* the launch it belongs to: its step, or a round of its step */
     int32_t kind;  /* dcp_xfer_kind_t */
     int32_t block; /* token block */
@@ -49,7 +50,7 @@ typedef struct {
     dcp_comm_schedule_t comm; /* how steps became phases */
     int32_t coalesce;
     int32_t num_phases;
-    int32_t *phase_first; /* [T + 3]: phases of step s (0..T+1) are [phase_first[s],
+    int32_t *phase_first; /* [T + 4]: phases of step s (0..T+2) are [phase_first[s],
                              phase_first[s+1]) */
     int32_t *comp_div;    /* [comps]: division of each computation block */
     int64_t *rank_off;    /* [R + 1]: rank r runs order[rank_off[r] .. rank_off[r + 1]) */

@@ -623,7 +623,8 @@ static dcp_status_t trace_init(sim_t *s, dcp_sim_trace_t *t)
     const int64_t ni = dcp_plan_prog_end(p, s->pass, s->nr - 1) - i0;
     *t = (dcp_sim_trace_t){.pass = s->pass,
                            .num_ranks = s->nr,
-                           .num_steps = p->opts.divisions + 1,
+                           .num_steps = p->opts.divisions + 3,
+                           .num_divs = p->opts.divisions,
                            .instr0 = i0,
                            .num_instrs = ni,
                            .num_launches = s->nrec,

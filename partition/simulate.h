@@ -88,6 +88,7 @@ typedef struct {
 typedef struct {
     dcp_pass_t pass;
     int32_t num_ranks, num_steps; /* steps 0..num_steps-1 */
+    int32_t num_divs;             /* T: steps from T on return partials after the divisions */
     int64_t instr0, num_instrs;   /* the pass's instructions: instr0 .. instr0 + num_instrs */
     double *t0, *t1;              /* [num_instrs]: each instruction's start and end */
     int64_t *wait_launch;         /* [num_instrs]: the launch record a WAIT waited for, else -1 */
@@ -159,7 +160,7 @@ typedef enum {
 } dcp_sim_seg_kind_t;
 
 typedef struct {
-    int32_t num_steps;
+    int32_t num_steps, num_divs;
     /* [step][kind][link class 0 intra, 1 inter], ms: the slowest rank's exposed time and the
      * critical path's transfer time */
     double *exposed_ms, *path_xfer_ms;

@@ -13,78 +13,95 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Rank r's backward sums from PART slots: their source offsets, sorted. A received partial
- * is a dK + dV when two sums read it (dK rows, then dV rows), a dQ when one does - whether
- * they add into the accumulators or, at a hub, into its own partial. */
-static int off_cmp(const void *a, const void *b)
+/* The kind of a received input from the buffer it lands in, and of a forward partial. */
+static int32_t recv_kind(dcp_pass_t pass, const dcp_comm_op_t *op)
 {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static int64_t sum_sources(const dcp_plan_t *p, int32_t r, int64_t *out)
-{
-    int64_t n = 0;
-    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
-         i < dcp_plan_prog_end(p, DCP_PASS_BWD, r); i++) {
-        const dcp_instr_t *in = &p->instrs[i];
-        if (in->op != DCP_OP_REDUCE) continue;
-        for (int64_t j = in->first; j < in->first + in->count; j++)
-            if (p->copies[j].src.buf == DCP_BUF_PART) out[n++] = p->copies[j].src.off;
-    }
-    qsort(out, (size_t)n, sizeof *out, off_cmp);
-    return n;
-}
-
-/* Sums reading [off, off + elems) among the sorted sources. */
-static int64_t reads_of(const int64_t *src, int64_t n, int64_t off, int64_t elems)
-{
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (src[mid] < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    int64_t k = 0;
-    while (lo + k < n && src[lo + k] < off + elems) k++;
-    return k;
-}
-
-static int32_t recv_kind(dcp_pass_t pass, const dcp_comm_op_t *op, const int64_t *src, int64_t n)
-{
-    const int bwd = pass == DCP_PASS_BWD;
     switch (op->buf) {
     case DCP_BUF_RKV:
         return DCP_XFER_KV;
     case DCP_BUF_RQ:
-        return bwd ? DCP_XFER_BQ : DCP_XFER_Q;
+        return pass == DCP_PASS_BWD ? DCP_XFER_BQ : DCP_XFER_Q;
     case DCP_BUF_RSTAT:
         return DCP_XFER_BSTAT;
     default:
-        break;
+        return pass == DCP_PASS_BWD ? DCP_XFER_DQ : DCP_XFER_PART; /* DQ: see below */
     }
-    if (!bwd) return DCP_XFER_PART;
-    return reads_of(src, n, op->off, op->elems) >= 2 ? DCP_XFER_DKV : DCP_XFER_DQ;
+}
+
+/* Received backward partials by the PART offset they land at: open addressing with linear
+ * probing over one rank's receives. A cell is empty (xfer -1), holds a partial not yet
+ * summed (xfer >= 0) or one that was (-2: the slot may be reused, the key stays). */
+typedef struct {
+    int64_t *off, *elems;
+    int32_t *xfer;
+    int64_t cap; /* a power of two, at least twice the receives */
+} part_map_t;
+
+static int64_t map_cell(const part_map_t *m, int64_t off)
+{
+    int64_t i = (int64_t)(((uint64_t)off * 0x9e3779b97f4a7c15ull) >> 17) & (m->cap - 1);
+    while (m->xfer[i] != -1 && m->off[i] != off) i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+/* Rank r's backward partials received into PART that are dK + dV (dkv[transfer - base] = 1):
+ * a dQ is summed in one copy that covers its slot, a dK + dV in two (dK rows, then dV rows
+ * from the middle of the slot) - into the accumulators or, at a hub, into its own partial.
+ * Slots are reused once summed, so the program is walked in order and each receive is
+ * matched with the first sum that starts at its offset after it. */
+static void mark_dkv(const dcp_plan_t *p, int32_t r, int32_t base, part_map_t *m, uint8_t *dkv)
+{
+    for (int64_t i = 0; i < m->cap; i++) m->xfer[i] = -1;
+    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
+         i < dcp_plan_prog_end(p, DCP_PASS_BWD, r); i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        for (int64_t j = in->first; in->op == DCP_OP_COMM_LAUNCH && j < in->first + in->count;
+             j++) {
+            const dcp_comm_op_t *op = &p->comm[j];
+            if (op->send || op->buf != DCP_BUF_PART) continue;
+            const int64_t c = map_cell(m, op->off);
+            m->off[c] = op->off;
+            m->elems[c] = op->elems;
+            m->xfer[c] = op->transfer;
+        }
+        for (int64_t j = in->first; in->op == DCP_OP_REDUCE && j < in->first + in->count; j++) {
+            const dcp_copy_item_t *cp = &p->copies[j];
+            if (cp->src.buf != DCP_BUF_PART) continue;
+            const int64_t c = map_cell(m, cp->src.off);
+            if (m->xfer[c] < 0) continue; /* a dV copy, from inside a slot */
+            dkv[m->xfer[c] - base] = (int64_t)cp->rows * cp->row_elems < m->elems[c];
+            m->xfer[c] = -2;
+        }
+    }
 }
 
 dcp_status_t dcp_sim_group_kinds(const dcp_plan_t *p, dcp_sim_trace_t *t, const int64_t *group_of)
 {
     const int32_t base = p->pass_xfer[t->pass];
-    int64_t most = 0;
-    /* the copy items of one rank's backward REDUCEs bound its sums */
-    for (int32_t r = 0; r < t->num_ranks && t->pass == DCP_PASS_BWD; r++) {
-        int64_t n = 0;
-        for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
-             i < dcp_plan_prog_end(p, DCP_PASS_BWD, r); i++)
-            if (p->instrs[i].op == DCP_OP_REDUCE) n += p->instrs[i].count;
-        most = n > most ? n : most;
+    const int bwd = t->pass == DCP_PASS_BWD;
+    part_map_t m = {0};
+    uint8_t *dkv = NULL;
+    dcp_status_t st = DCP_OK;
+    if (bwd) {
+        int64_t most = 0;
+        for (int32_t r = 0; r < t->num_ranks; r++) {
+            int64_t n = 0;
+            for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
+                 i < dcp_plan_prog_end(p, DCP_PASS_BWD, r); i++)
+                if (p->instrs[i].op == DCP_OP_COMM_LAUNCH) n += p->instrs[i].count;
+            most = n > most ? n : most;
+        }
+        for (m.cap = 16; m.cap < 2 * most; m.cap *= 2) {
+        }
+        DCP_CHECK_GOTO(dcp_calloc(&m.off, m.cap, sizeof *m.off, "simulator kinds"), st, out);
+        DCP_CHECK_GOTO(dcp_calloc(&m.elems, m.cap, sizeof *m.elems, "simulator kinds"), st, out);
+        DCP_CHECK_GOTO(dcp_calloc(&m.xfer, m.cap, sizeof *m.xfer, "simulator kinds"), st, out);
+        DCP_CHECK_GOTO(
+            dcp_calloc(&dkv, p->pass_xfer[DCP_PASS_BWD + 1] - base + 1, 1, "simulator kinds"), st,
+            out);
     }
-    int64_t *src = NULL;
-    if (most > 0) DCP_CHECK(dcp_calloc(&src, most, sizeof *src, "simulator kinds"));
     for (int32_t r = 0; r < t->num_ranks; r++) {
-        const int64_t n = t->pass == DCP_PASS_BWD ? sum_sources(p, r, src) : 0;
+        if (bwd) mark_dkv(p, r, base, &m, dkv);
         for (int64_t i = dcp_plan_prog_begin(p, t->pass, r); i < dcp_plan_prog_end(p, t->pass, r);
              i++) {
             const dcp_instr_t *in = &p->instrs[i];
@@ -92,14 +109,19 @@ dcp_status_t dcp_sim_group_kinds(const dcp_plan_t *p, dcp_sim_trace_t *t, const 
             for (int64_t j = in->first; j < in->first + in->count; j++) {
                 const dcp_comm_op_t *op = &p->comm[j];
                 if (op->send) continue;
-                dcp_sim_group_t *g = &t->groups[group_of[op->transfer - base]];
-                g->kind_bytes[recv_kind(t->pass, op, src, n)] +=
+                int32_t kind = recv_kind(t->pass, op);
+                if (kind == DCP_XFER_DQ && dkv[op->transfer - base]) kind = DCP_XFER_DKV;
+                t->groups[group_of[op->transfer - base]].kind_bytes[kind] +=
                     (double)op->elems * dcp_plan_elem_bytes(p, op->buf);
             }
         }
     }
-    free(src);
-    return DCP_OK;
+out:
+    free(m.off);
+    free(m.elems);
+    free(m.xfer);
+    free(dkv);
+    return st;
 }
 
 /* ---- explaining a trace ---------------------------------------------------------------- */
@@ -281,7 +303,7 @@ dcp_status_t dcp_sim_explain(const dcp_plan_t *p, const dcp_sim_trace_t *t,
     if (!p || !t || !res || !out || res->slowest_rank < 0 || res->slowest_rank >= t->num_ranks)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "simulator explain: plan, trace, result and output are required");
-    dcp_sim_explain_t e = {.num_steps = t->num_steps};
+    dcp_sim_explain_t e = {.num_steps = t->num_steps, .num_divs = t->num_divs};
     explainer_t x = {.p = p, .t = t, .e = &e};
     const int64_t cells = dcp_sim_cell(t->num_steps, 0, 0);
     double *ready = NULL;

@@ -31,13 +31,14 @@ void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *
     *sim_out = s;
 }
 
-static int bucket(int32_t step, int32_t steps)
+static int bucket(int32_t step, int32_t divs)
 {
-    return step == 0 ? DCPT_SIM_FIRST : step == steps - 1 ? DCPT_SIM_LAST : DCPT_SIM_MIDDLE;
+    return step == 0 ? DCPT_SIM_FIRST : step >= divs ? DCPT_SIM_LAST : DCPT_SIM_MIDDLE;
 }
 
 /* One table of (step, kind, class) cells folded into kinds, link classes and step buckets. */
-static void fold(const double *cells, int32_t steps, double *kind, double *link, double *step)
+static void fold(const double *cells, int32_t steps, int32_t divs, double *kind, double *link,
+                 double *step)
 {
     for (int32_t st = 0; st < steps; st++)
         for (int k = 0; k < DCP_XFER_KIND_COUNT; k++)
@@ -45,7 +46,7 @@ static void fold(const double *cells, int32_t steps, double *kind, double *link,
                 const double v = cells[dcp_sim_cell(st, k, c)];
                 kind[k] += v;
                 link[c] += v;
-                step[bucket(st, steps)] += v;
+                step[bucket(st, divs)] += v;
             }
 }
 
@@ -60,8 +61,8 @@ static void fold_pass(const dcp_sim_result_t *r, const dcp_sim_explain_t *e, dcp
                          .path_memory_ms = e->path_memory_ms,
                          .path_latency_ms = e->path_latency_ms,
                          .path_ranks = e->path_ranks};
-    fold(e->exposed_ms, e->num_steps, x.exposed_kind, x.exposed_link, x.exposed_step);
-    fold(e->path_xfer_ms, e->num_steps, x.path_kind, x.path_link, x.path_step);
+    fold(e->exposed_ms, e->num_steps, e->num_divs, x.exposed_kind, x.exposed_link, x.exposed_step);
+    fold(e->path_xfer_ms, e->num_steps, e->num_divs, x.path_kind, x.path_link, x.path_step);
     *out = x;
 }
 

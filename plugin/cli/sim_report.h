@@ -13,7 +13,8 @@ typedef struct {
 } dcpt_sim_t;
 
 /* Step buckets of an attribution: step 0 (the first division's inputs), steps 1..T-1 (the
- * inputs of later divisions, behind compute), step T (partials back). */
+ * inputs of later divisions and the partials that leave while divisions compute), steps T
+ * and on (the partials of the last divisions, and what hubs merged of them). */
 enum { DCPT_SIM_FIRST = 0, DCPT_SIM_MIDDLE, DCPT_SIM_LAST, DCPT_SIM_BUCKETS };
 
 /* Where one pass's time went (partition/simulate.h's explanation, folded): the slowest rank's

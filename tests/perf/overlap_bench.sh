@@ -12,6 +12,12 @@
 #   tests/perf/overlap_bench.sh show FILE.jsonl          the table of a run
 #   tests/perf/overlap_bench.sh compare BEFORE.jsonl AFTER.jsonl
 #       the two side by side, rows matched by (lengths, cluster, mask)
+#   tests/perf/overlap_bench.sh cpu BEFORE_BIN AFTER_BIN [ROUNDS] [dcp-attn-test flags...]
+#       (3 rounds) the CPU executor: dcp-attn-test --backward --check on 8 in-process ranks
+#       (2x4, 16K tokens of the built-in histogram, causal and lambda, every strategy), the
+#       two builds one after the other ROUNDS times; per row the median over the rounds of
+#       each run's median forward and backward time, before and after (a quiet host gives
+#       figures worth comparing: the ranks share its cores)
 # DCP_BENCH_CLUSTERS ("4x8 8x8 16x8"), DCP_BENCH_PRESETS ("h100-ib a100-efa") and
 # DCP_BENCH_MASKS narrow a run.
 set -e
@@ -60,11 +66,46 @@ for k in keys:
     print(f"{k[0]:9s} {k[1]:13s} {k[2][:22]:22s} {n:2d}  " + "  |  ".join(cells))
 PY
 }
+cpu_compare() {
+    python3 - "$@" <<'PY'
+import json, statistics, sys
+runs = {}
+for path in sys.argv[1:]:
+    which = "after" if "after" in path.rsplit("/", 1)[-1] else "before"
+    for line in open(path):
+        r = json.loads(line)
+        runs.setdefault((r["mask"], r["strategy"]), {}).setdefault(which, []).append(r)
+print("# CPU executor, 8 in-process ranks: median over rounds of each run's median (ms)")
+print(f"{'mask':16s} {'strategy':8s} {'fwd before':>10s} {'fwd after':>10s} {'bwd before':>10s} "
+      f"{'bwd after':>10s}  check")
+for (mask, strat), w in sorted(runs.items()):
+    cell = lambda k, key: statistics.median(r[key] for r in w[k]) if k in w else float("nan")
+    ok = all(r["passed"] and r["bwd_passed"] for k in w for r in w[k])
+    print(f"{mask[:16]:16s} {strat:8s} {cell('before', 'exec_ms'):10.1f} {cell('after', 'exec_ms'):10.1f} "
+          f"{cell('before', 'bwd_exec_ms'):10.1f} {cell('after', 'bwd_exec_ms'):10.1f}  "
+          f"{'PASS' if ok else 'FAIL'}")
+PY
+}
 case $MODE in
 show) summarise "$1"; exit 0 ;;
+cpu)
+    BEFORE=$1 AFTER=$2 ROUNDS=${3:-3}
+    [ $# -ge 3 ] && shift 3 || shift $#
+    T=$(mktemp -d)
+    trap 'rm -rf "$T"' EXIT
+    for i in $(seq "$ROUNDS"); do
+        for w in before after; do
+            [ $w = before ] && B=$BEFORE || B=$AFTER
+            "$B/dcp-attn-test" --cluster 2x4 --tokens 16384 --mask causal,lambda --strategy all \
+                --backward --check --json "$@" >>"$T/$w.jsonl"
+        done
+    done
+    cpu_compare "$T/before.jsonl" "$T/after.jsonl"
+    exit 0 ;;
 compare) summarise "$1" "$2"; exit 0 ;;
 run) ;;
-*) echo "usage: $0 run [BIN_DIR] [BATCHES] [OUT.jsonl] [flags] | show F | compare A B" >&2; exit 2 ;;
+*) echo "usage: $0 run [BIN_DIR] [BATCHES] [OUT.jsonl] [flags] | show F | compare A B | cpu A B" >&2
+   exit 2 ;;
 esac
 B=${1:-build/bin}
 BATCHES=${2:-4}

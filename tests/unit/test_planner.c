@@ -24,7 +24,7 @@ static void test_options_default_documented(void)
     dcp_plan_options_default(&o);
     CU_ASSERT_EQUAL(o.block_size, 1024);
     CU_ASSERT_EQUAL(o.head_blocks, 1);
-    CU_ASSERT_EQUAL(o.divisions, 4);
+    CU_ASSERT_EQUAL(o.divisions, 8);
     CU_ASSERT_EQUAL(o.strategy, DCP_STRATEGY_METIS);
     CU_ASSERT_DOUBLE_EQUAL(o.eps_inter, 0.05, 0);
     CU_ASSERT_DOUBLE_EQUAL(o.eps_intra, 0.05, 0);

@@ -428,7 +428,7 @@ static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
 static void test_invariants_on_many_plans(void)
 {
     static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
-    static const int32_t divisions[] = {1, 2, 4};
+    static const int32_t divisions[] = {1, 2, 4, 8}; /* 8: local divisions at both ends */
     dcpt_rng_t rng = {31};
     int plans = 0, hubs = 0;
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
@@ -441,7 +441,7 @@ static void test_invariants_on_many_plans(void)
                 int32_t *store[5];
                 for (int i = 0; i < 5; i++)
                     m[i] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[i], &store[i]);
-                const int32_t div = divisions[(kind + s + c) % 3];
+                const int32_t div = divisions[(kind + s + c) % 4];
                 const int32_t hb = 1 + (kind + c) % 2;
                 const int32_t block = (int32_t)dcpt_rng_range(&rng, 8, 48);
                 dcp_plan_options_t o;
