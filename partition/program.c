@@ -22,6 +22,9 @@ typedef struct {
     int64_t *src_off, *dst_off;
     uint8_t *has_src;
     uint8_t *reduced; /* per transfer: a received partial already merged into the accumulators */
+    uint8_t *borrows; /* per transfer: sends the staging slot of another send of its launch */
+    struct stage_key *stage_keys; /* scratch: one launch's staged sends */
+    int64_t cap_stage_keys;
     /* transfers touching each rank, in global (step) order: CSR */
     int64_t *touch_off;
     int32_t *touch;
@@ -162,6 +165,55 @@ static int forwarded(const dcp_transfer_t *x)
     return x->hop == DCP_HOP_SECOND && !dcp_xfer_is_partial(x->kind);
 }
 
+/* A staged send of one launch: its item (kind, head group, block) and its position among
+ * the rank's touches. */
+typedef struct stage_key {
+    int32_t kind, head, block;
+    int64_t at;
+} stage_key_t;
+
+static int stage_key_cmp(const void *a, const void *b)
+{
+    const stage_key_t *x = a, *y = b;
+    const int64_t kx[4] = {x->kind, x->head, x->block, x->at};
+    const int64_t ky[4] = {y->kind, y->head, y->block, y->at};
+    for (int i = 0; i < 4; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+    return 0;
+}
+
+/* Packs the blocks the rank sends in touches [first, last) into staging slots: one slot and
+ * one copy per (kind, block, head group) however many peers get it in this launch (a block
+ * read by several ranks of a node is packed once), the other sends borrowing it. */
+static dcp_status_t stage_sends(emitter_t *e, int64_t first, int64_t last)
+{
+    const dcp_schedule_t *s = e->s;
+    DCP_CHECK(dcp_reserve(&e->stage_keys, &e->cap_stage_keys, last - first + 1,
+                          sizeof *e->stage_keys, "program"));
+    stage_key_t *k = e->stage_keys;
+    int64_t n = 0;
+    for (int64_t i = first; i < last; i++) {
+        const dcp_transfer_t *x = &s->xfers[e->touch[i]];
+        if (x->src != e->rank || dcp_xfer_is_partial(x->kind) || forwarded(x)) continue;
+        k[n++] = (stage_key_t){x->kind, x->head_group, x->block, i};
+    }
+    qsort(k, (size_t)n, sizeof *k, stage_key_cmp);
+    for (int64_t j = 0; j < n; j++) {
+        const int32_t xi = e->touch[k[j].at];
+        const dcp_transfer_t *x = &s->xfers[xi];
+        if (j > 0 && k[j].kind == k[j - 1].kind && k[j].head == k[j - 1].head &&
+            k[j].block == k[j - 1].block) {
+            e->src_off[xi] = e->src_off[e->touch[k[j - 1].at]];
+            e->borrows[xi] = 1;
+            continue;
+        }
+        DCP_CHECK(
+            dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x), &e->src_off[xi]));
+        DCP_CHECK(push_stage(e, x->kind, x->block, x->head_group, e->src_off[xi]));
+    }
+    return DCP_OK;
+}
+
 static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
 {
     const dcp_schedule_t *s = e->s;
@@ -174,14 +226,7 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
     if (first == last) return DCP_OK;
 
     const int64_t copy0 = e->p->num_copies;
-    for (int64_t i = first; i < last; i++) {
-        const int32_t xi = e->touch[i];
-        const dcp_transfer_t *x = &s->xfers[xi];
-        if (x->src != r || dcp_xfer_is_partial(x->kind) || forwarded(x)) continue;
-        DCP_CHECK(
-            dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x), &e->src_off[xi]));
-        DCP_CHECK(push_stage(e, x->kind, x->block, x->head_group, e->src_off[xi]));
-    }
+    DCP_CHECK(stage_sends(e, first, last));
     if (e->p->num_copies > copy0)
         DCP_CHECK(push_instr(e, DCP_OP_COPY, 0, copy0, e->p->num_copies - copy0));
 
@@ -215,7 +260,7 @@ static dcp_status_t emit_wait(emitter_t *e, int32_t phase)
     for (int64_t i = e->touch_off[e->rank]; i < e->next_touch; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &e->s->xfers[xi];
-        if (x->phase != phase || x->src != e->rank || forwarded(x)) continue;
+        if (x->phase != phase || x->src != e->rank || forwarded(x) || e->borrows[xi]) continue;
         if (e->pass == DCP_PASS_BWD && dcp_xfer_is_partial(x->kind)) continue;
         DCP_CHECK(dcp_slots_free(slots_of(e, send_buf(x->kind)), e->src_off[xi], xfer_elems(e, x)));
     }
@@ -726,11 +771,15 @@ static void emitter_end_pass(emitter_t *e)
     free(e->dst_off);
     free(e->has_src);
     free(e->reduced);
+    free(e->borrows);
+    free(e->stage_keys);
     free(e->launched);
     free(e->touch_off);
     free(e->touch);
     e->src_off = e->dst_off = e->touch_off = NULL;
-    e->has_src = e->launched = e->reduced = NULL;
+    e->has_src = e->launched = e->reduced = e->borrows = NULL;
+    e->stage_keys = NULL;
+    e->cap_stage_keys = 0;
     e->touch = NULL;
 }
 
@@ -752,6 +801,7 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
     DCP_CHECK_GOTO(dcp_calloc(&e.dst_off, s->num_xfers, sizeof *e.dst_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.has_src, s->num_xfers, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.reduced, s->num_xfers, 1, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e.borrows, s->num_xfers, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.launched, s->num_phases + 1, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
