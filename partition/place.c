@@ -68,7 +68,11 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     DCP_CHECK(
         dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
     const dcp_place_in_t in = {b, cluster, &x->opts};
-    return ops->place(&in, &x->pl);
+    DCP_CHECK(ops->place(&in, &x->pl));
+    /* the baselines' owners are their definition; METIS's only balance bytes and FLOPs */
+    if (o->strategy == DCP_STRATEGY_METIS && !x->pl.fallback)
+        DCP_CHECK(dcp_place_spread_links(b, cluster, &x->pl));
+    return DCP_OK;
 }
 
 void dcp_placed_release(dcp_placed_t *x)

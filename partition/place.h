@@ -72,6 +72,13 @@ dcp_status_t dcp_place_loads(const dcp_blocks_t *b, const dcp_placement_t *p, in
 void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int strict,
                       double *flops_bound, double *mem_bound);
 
+/* Spreads the owners of the blocks that leave their node most (a long sequence's hot blocks)
+ * over the network links of the node: equal-length blocks swap owners between ranks of one
+ * node while that lowers the node's busiest link (place_links.c). No byte between nodes,
+ * FLOP or owned byte of any rank changes. */
+dcp_status_t dcp_place_spread_links(const dcp_blocks_t *b, const dcp_cluster_t *c,
+                                    dcp_placement_t *pl);
+
 /* Forward FLOPs of every token block's queries over all head groups ([num_blocks]). */
 dcp_status_t dcp_place_query_flops(const dcp_blocks_t *b, int64_t **flops_out);
 
