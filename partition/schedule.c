@@ -351,7 +351,7 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
             s->xfers[++x] = (dcp_transfer_t){
                 .src = part ? e->holder : owner,
                 .dst = part ? owner : e->holder,
-                .step = part ? s->num_divs : e->div,
+                .step = e->div, /* a partial's: below */
                 .kind = e->kind,
                 .block = e->block,
                 .head_group = e->head,
@@ -363,8 +363,8 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
     }
     /* A partial goes back in the first launch after the division that writes it last: the
      * programs launch step d + 1 before they compute division d, so the partial of division
-     * L leaves in step L + 2 and flows while later divisions compute; the last two
-     * divisions' partials leave in step T as before. */
+     * L leaves in step L + 2 and flows while later divisions compute (the last division's in
+     * step T + 1, after it). */
     for (int64_t i = 0; i <= x; i++)
         if (dcp_xfer_is_partial(s->xfers[i].kind)) s->xfers[i].step = s->xfers[i].last_div + 2;
     s->num_xfers = (int32_t)nx;
