@@ -205,7 +205,7 @@ DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strate
 typedef struct {
     int32_t block_size;        /* B: tokens per token block, >= 1 (default 1024) */
     int32_t head_blocks;       /* head groups, a divisor of num_kv_heads (default 1) */
-    int32_t divisions;         /* T >= 1: compute divisions per rank (default 4) */
+    int32_t divisions;         /* T >= 1: compute divisions per rank (default 8) */
     dcp_strategy_t strategy;   /* placement (default DCP_STRATEGY_METIS). METIS groups a long
                                   sequence's blocks into 2R units before partitioning, and is
                                   never predicted slower than zigzag: where the cost model

@@ -85,6 +85,9 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
         dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
     const dcp_place_in_t in = {b, cluster, &x->opts};
     DCP_CHECK(ops->place(&in, &x->pl));
+    /* the baselines' owners are their definition; METIS's only balance bytes and FLOPs */
+    if (o->strategy == DCP_STRATEGY_METIS && !x->pl.fallback)
+        DCP_CHECK(dcp_place_spread_links(b, cluster, &x->pl));
     for (int32_t k = 0; k < x->num_kinds && x->num_kinds > 1; k++)
         DCP_CHECK(dcp_kinds_project(b, &x->pl, &x->kb[k], &x->kpl[k]));
     return DCP_OK;

@@ -36,8 +36,8 @@ typedef struct {
     dcp_plan_options_t opts;
     dcp_blocks_t b; /* a union model when the batch has K >= 2 layer kinds (kinds.h) */
     dcp_placement_t pl;
-    int32_t num_kinds;               /* K >= 2: each kind's model and placement below */
-    dcp_blocks_t kb[DCP_MAX_KINDS];  /* kind k's model (partition/kinds.h dcp_kinds_model) */
+    int32_t num_kinds;                  /* K >= 2: each kind's model and placement below */
+    dcp_blocks_t kb[DCP_MAX_KINDS];     /* kind k's model (partition/kinds.h dcp_kinds_model) */
     dcp_placement_t kpl[DCP_MAX_KINDS]; /* the placement projected onto it */
 } dcp_placed_t;
 
@@ -95,6 +95,13 @@ void dcp_place_bounds(const dcp_blocks_t *b, int32_t num_ranks, double tol, int 
 /* (flops_bound has one entry per kind of the model: every kind is balanced on its own, since
  * layers of different kinds run one after another; a kind the planner leaves free gets
  * INFINITY.) */
+
+/* Spreads the owners of the blocks that leave their node most (a long sequence's hot blocks)
+ * over the network links of the node: equal-length blocks swap owners between ranks of one
+ * node while that lowers the node's busiest link (place_links.c). No byte between nodes,
+ * FLOP or owned byte of any rank changes. */
+dcp_status_t dcp_place_spread_links(const dcp_blocks_t *b, const dcp_cluster_t *c,
+                                    dcp_placement_t *pl);
 
 /* Forward FLOPs of every token block's queries over all head groups ([K x num_blocks], kind
  * k's at k x num_blocks). */

@@ -153,7 +153,8 @@ static dcp_status_t check_pass_ranges(const dcp_plan_t *p)
                 return CORRUPT("plan: pass %d transfer or phase ranges are invalid", i);
         for (int i = 0; i < DCP_PASS_COUNT; i++)
             for (int32_t ph = pp[i]; ph < pp[i + 1]; ph++)
-                if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions ||
+                /* steps run to T + 2: a relay's forward after the last division */
+                if (p->phase_step[ph] < 0 || p->phase_step[ph] > p->opts.divisions + 2 ||
                     (ph > pp[i] && p->phase_step[ph] < p->phase_step[ph - 1]))
                     return CORRUPT("plan: phase %d has step %d", ph, p->phase_step[ph]);
         xfer = px[DCP_PASS_COUNT];
@@ -358,8 +359,9 @@ static dcp_status_t check_merges(const where_t *w, const dcp_instr_t *in)
     for (int64_t i = in->first; i < in->first + in->count; i++) {
         const dcp_merge_item_t *m = &p->merges[i];
         if (m->rows < 1 || !range_ok(m->first_src, m->num_src, p->num_merge_srcs) ||
-            m->num_src < 1 || !view_ok(w, m->o, m->rows, qw, BIT(DCP_BUF_ACC_O)) ||
-            !view_ok(w, m->lse, m->rows, p->qpg, BIT(DCP_BUF_ACC_LSE)))
+            m->num_src < 1 ||
+            !view_ok(w, m->o, m->rows, qw, BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_PART)) ||
+            !view_ok(w, m->lse, m->rows, p->qpg, BIT(DCP_BUF_ACC_LSE) | BIT(DCP_BUF_PART)))
             return bad(w, "merge out of bounds");
         for (int32_t j = m->first_src; j < m->first_src + m->num_src; j++)
             if (!view_ok(w, p->merge_srcs[j].o, m->rows, qw, BIT(DCP_BUF_PART)) ||
@@ -381,7 +383,8 @@ static dcp_status_t check_sums(const where_t *w, const dcp_instr_t *in)
     dcp_status_t st = DCP_OK;
     for (int64_t i = 0; i < in->count && st == DCP_OK; i++) {
         const dcp_copy_item_t *c = &p->copies[in->first + i];
-        const unsigned acc = BIT(DCP_BUF_ACC_DQ) | BIT(DCP_BUF_ACC_DK) | BIT(DCP_BUF_ACC_DV);
+        const unsigned acc =
+            BIT(DCP_BUF_ACC_DQ) | BIT(DCP_BUF_ACC_DK) | BIT(DCP_BUF_ACC_DV) | BIT(DCP_BUF_PART);
         if (c->rows < 1 || !view_ok(w, c->src, c->rows, c->row_elems, BIT(DCP_BUF_PART)) ||
             !view_ok(w, c->dst, c->rows, c->row_elems, acc))
             st = bad(w, "sum out of bounds");
@@ -465,9 +468,10 @@ static dcp_status_t check_launch(const where_t *w, const dcp_instr_t *in, pairin
             op->transfer < p->pass_xfer[w->pass] || op->transfer >= p->pass_xfer[w->pass + 1] ||
             op->elems < 1)
             return bad(w, "comm op fields out of range");
-        const unsigned bufs =
-            op->send ? BIT(DCP_BUF_STAGE) | BIT(DCP_BUF_STAGE32) | BIT(DCP_BUF_PART)
-                     : BIT(DCP_BUF_RQ) | BIT(DCP_BUF_RKV) | BIT(DCP_BUF_RSTAT) | BIT(DCP_BUF_PART);
+        /* a hub forwards an input from the slot it received it in */
+        const unsigned recv =
+            BIT(DCP_BUF_RQ) | BIT(DCP_BUF_RKV) | BIT(DCP_BUF_RSTAT) | BIT(DCP_BUF_PART);
+        const unsigned bufs = op->send ? recv | BIT(DCP_BUF_STAGE) | BIT(DCP_BUF_STAGE32) : recv;
         if (!view_ok(w, (dcp_view_t){op->off, 0, op->buf}, 1, op->elems, bufs))
             return bad(w, "comm region out of bounds");
         pairing_t *x = &pair[op->transfer];
@@ -534,8 +538,8 @@ static dcp_status_t check_rank(const dcp_plan_t *p, int32_t r, pairing_t *pair, 
     int64_t extent[DCP_BUF_COUNT] = {0};
     for (int32_t kind = 0; kind < p->num_kinds; kind++) /* every kind through its view */
         for (int k = 0; k < DCP_PASS_COUNT; k++)
-            DCP_CHECK(check_program(dcp_plan_view_const(p, kind), (dcp_pass_t)k, r, pair,
-                                    launched, extent));
+            DCP_CHECK(check_program(dcp_plan_view_const(p, kind), (dcp_pass_t)k, r, pair, launched,
+                                    extent));
     /* work buffers are no larger than what the programs address (slot-aligned), so a plan
      * cannot make a rank allocate memory it never uses */
     for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++) {

@@ -24,7 +24,7 @@ void dcp_plan_options_default(dcp_plan_options_t *opts_out)
     *opts_out = (dcp_plan_options_t){
         .block_size = 1024,
         .head_blocks = 1,
-        .divisions = 4,
+        .divisions = 8,
         .strategy = DCP_STRATEGY_METIS,
         .eps_inter = 0.05,
         .eps_intra = 0.05,
@@ -131,11 +131,13 @@ static dcp_status_t plan_kind(dcp_plan_t *p, int32_t k, const dcp_blocks_t *b,
     dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
     dcp_status_t st;
-    for (int i = 0; i < DCP_PASS_COUNT; i++)
+    for (int i = 0; i < DCP_PASS_COUNT; i++) {
         DCP_CHECK_GOTO(dcp_schedule_build(b, pl, cluster->num_ranks, p->opts.divisions,
                                           p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)i,
                                           &s[i]),
                        st, out);
+        DCP_CHECK_GOTO(dcp_schedule_relay(cluster->devs_per_node, &s[i]), st, out);
+    }
     st = dcp_program_emit(p, k, b, pl, sp);
 out:
     for (int i = 0; i < DCP_PASS_COUNT; i++) dcp_schedule_release(&s[i]);
@@ -278,9 +280,8 @@ static dcp_status_t zigzag_floors(const dcp_batch_t *batch, const dcp_attn_shape
         lb[k][0] = v->layers * f, lb[k][1] = v->layers * 3.5 * f;
     }
     for (int32_t k = 0; k < p->num_kinds && !floor_not_faster(*fl, p); k++) {
-        const dcp_batch_t one = {.num_seqs = batch->num_seqs,
-                                 .lengths = batch->lengths,
-                                 .masks = batch->kinds[k].masks};
+        const dcp_batch_t one = {
+            .num_seqs = batch->num_seqs, .lengths = batch->lengths, .masks = batch->kinds[k].masks};
         dcp_placed_t y = {0};
         dcp_status_t st = dcp_place_batch(&one, shape, zo, cluster, &y);
         if (st == DCP_OK) st = dcp_cost_floor(&y.b, &y.pl, cluster, &fwd, &bwd);

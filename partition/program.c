@@ -23,6 +23,10 @@ typedef struct {
      * their sender slot at the first write (has_src) */
     int64_t *src_off, *dst_off;
     uint8_t *has_src;
+    uint8_t *reduced; /* per transfer: a received partial already merged into the accumulators */
+    uint8_t *borrows; /* per transfer: sends the staging slot of another send of its launch */
+    struct stage_key *stage_keys; /* scratch: one launch's staged sends */
+    int64_t cap_stage_keys;
     /* transfers touching each rank, in global (step) order: CSR */
     int64_t *touch_off;
     int32_t *touch;
@@ -155,6 +159,63 @@ static dcp_status_t push_stage(emitter_t *e, int32_t kind, int32_t t, int32_t h,
     return DCP_OK;
 }
 
+static dcp_status_t find_xfer(const emitter_t *e, int32_t kind, int32_t t, int32_t h, int32_t *x);
+
+/* 1 for an input a hub forwards from its receive slot (no staging). */
+static int forwarded(const dcp_transfer_t *x)
+{
+    return x->hop == DCP_HOP_SECOND && !dcp_xfer_is_partial(x->kind);
+}
+
+/* A staged send of one launch: its item (kind, head group, block) and its position among
+ * the rank's touches. */
+typedef struct stage_key {
+    int32_t kind, head, block;
+    int64_t at;
+} stage_key_t;
+
+static int stage_key_cmp(const void *a, const void *b)
+{
+    const stage_key_t *x = a, *y = b;
+    const int64_t kx[4] = {x->kind, x->head, x->block, x->at};
+    const int64_t ky[4] = {y->kind, y->head, y->block, y->at};
+    for (int i = 0; i < 4; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+    return 0;
+}
+
+/* Packs the blocks the rank sends in touches [first, last) into staging slots: one slot and
+ * one copy per (kind, block, head group) however many peers get it in this launch (a block
+ * read by several ranks of a node is packed once), the other sends borrowing it. */
+static dcp_status_t stage_sends(emitter_t *e, int64_t first, int64_t last)
+{
+    const dcp_schedule_t *s = e->s;
+    DCP_CHECK(dcp_reserve(&e->stage_keys, &e->cap_stage_keys, last - first + 1,
+                          sizeof *e->stage_keys, "program"));
+    stage_key_t *k = e->stage_keys;
+    int64_t n = 0;
+    for (int64_t i = first; i < last; i++) {
+        const dcp_transfer_t *x = &s->xfers[e->touch[i]];
+        if (x->src != e->rank || dcp_xfer_is_partial(x->kind) || forwarded(x)) continue;
+        k[n++] = (stage_key_t){x->kind, x->head_group, x->block, i};
+    }
+    qsort(k, (size_t)n, sizeof *k, stage_key_cmp);
+    for (int64_t j = 0; j < n; j++) {
+        const int32_t xi = e->touch[k[j].at];
+        const dcp_transfer_t *x = &s->xfers[xi];
+        if (j > 0 && k[j].kind == k[j - 1].kind && k[j].head == k[j - 1].head &&
+            k[j].block == k[j - 1].block) {
+            e->src_off[xi] = e->src_off[e->touch[k[j - 1].at]];
+            e->borrows[xi] = 1;
+            continue;
+        }
+        DCP_CHECK(
+            dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x), &e->src_off[xi]));
+        DCP_CHECK(push_stage(e, x->kind, x->block, x->head_group, e->src_off[xi]));
+    }
+    return DCP_OK;
+}
+
 static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
 {
     const dcp_schedule_t *s = e->s;
@@ -167,14 +228,7 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
     if (first == last) return DCP_OK;
 
     const int64_t copy0 = e->p->num_copies;
-    for (int64_t i = first; i < last; i++) {
-        const int32_t xi = e->touch[i];
-        const dcp_transfer_t *x = &s->xfers[xi];
-        if (x->src != r || dcp_xfer_is_partial(x->kind)) continue;
-        DCP_CHECK(
-            dcp_slots_alloc(slots_of(e, send_buf(x->kind)), xfer_elems(e, x), &e->src_off[xi]));
-        DCP_CHECK(push_stage(e, x->kind, x->block, x->head_group, e->src_off[xi]));
-    }
+    DCP_CHECK(stage_sends(e, first, last));
     if (e->p->num_copies > copy0)
         DCP_CHECK(push_instr(e, DCP_OP_COPY, 0, copy0, e->p->num_copies - copy0));
 
@@ -184,7 +238,11 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
         const dcp_transfer_t *x = &s->xfers[xi];
         const int64_t n = xfer_elems(e, x);
         const int32_t id = e->xfer_base + xi;
-        if (x->src == r) {
+        if (x->src == r && forwarded(x)) { /* from the slot the hub received it in */
+            int32_t xh;
+            DCP_CHECK(find_xfer(e, x->kind, x->block, x->head_group, &xh));
+            DCP_CHECK(push_comm(e, x->dst, 1, id, recv_buf(x->kind), e->dst_off[xh], n));
+        } else if (x->src == r) {
             DCP_CHECK(push_comm(e, x->dst, 1, id, send_buf(x->kind), e->src_off[xi], n));
         } else {
             DCP_CHECK(dcp_slots_alloc(slots_of(e, recv_buf(x->kind)), n, &e->dst_off[xi]));
@@ -194,7 +252,9 @@ static dcp_status_t emit_launch(emitter_t *e, int32_t phase)
     return push_instr(e, DCP_OP_COMM_LAUNCH, e->phase_base + phase, comm0, e->p->num_comm - comm0);
 }
 
-/* Waits for a phase and frees the send-side slots it used. */
+/* Waits for a phase and frees the send-side slots it used, but a backward partial's: the
+ * gradient slots must stay fresh memory until the last one is taken (grad_slot), so they
+ * live to the end of the program. */
 static dcp_status_t emit_wait(emitter_t *e, int32_t phase)
 {
     if (!e->launched[phase]) return DCP_OK;
@@ -202,7 +262,8 @@ static dcp_status_t emit_wait(emitter_t *e, int32_t phase)
     for (int64_t i = e->touch_off[e->rank]; i < e->next_touch; i++) {
         const int32_t xi = e->touch[i];
         const dcp_transfer_t *x = &e->s->xfers[xi];
-        if (x->phase != phase || x->src != e->rank) continue;
+        if (x->phase != phase || x->src != e->rank || forwarded(x) || e->borrows[xi]) continue;
+        if (e->pass == DCP_PASS_BWD && dcp_xfer_is_partial(x->kind)) continue;
         DCP_CHECK(dcp_slots_free(slots_of(e, send_buf(x->kind)), e->src_off[xi], xfer_elems(e, x)));
     }
     return DCP_OK;
@@ -367,10 +428,12 @@ static dcp_status_t free_dead_inputs(emitter_t *e, int32_t div)
     return DCP_OK;
 }
 
-/* Partials received in the last step, sorted by (kind, block, head, source): the receives
- * of one destination are not adjacent in transfer order. */
+/* Partials received, sorted by (kind, block, head, source): the receives of one destination
+ * are not adjacent in transfer order. `dest`: -1 for the accumulators, else the PART slot of
+ * the hub's own partial they are merged into. */
 typedef struct {
     int32_t kind, block, head, src, xfer;
+    int64_t dest;
 } part_in_t;
 
 static int part_in_cmp(const void *a, const void *b)
@@ -388,14 +451,41 @@ static int same_dest(const part_in_t *a, const part_in_t *b)
     return a->kind == b->kind && a->block == b->block && a->head == b->head;
 }
 
-static dcp_status_t collect_parts(emitter_t *e, part_in_t **in_out, int64_t *n_out)
+/* Which received partials a REDUCE takes: a hub's (MERGE_HUB), merged into its own partial
+ * before it sends that in step `step` + 1; or the accumulators' (MERGE_ACC), every partial
+ * that arrived by step `step` and no earlier REDUCE took. */
+typedef enum { MERGE_HUB, MERGE_ACC } merge_into_t;
+
+/* Whether the rank's transfer xi is a partial it merges now (*dest_out: the hub's slot). */
+static dcp_status_t merged_now(const emitter_t *e, int32_t xi, merge_into_t into, int32_t step,
+                               int *yes, int64_t *dest_out)
+{
+    const dcp_transfer_t *x = &e->s->xfers[xi];
+    *yes = 0;
+    *dest_out = -1;
+    if (x->dst != e->rank || !dcp_xfer_is_partial(x->kind)) return DCP_OK;
+    if (into == MERGE_ACC) {
+        *yes = x->hop != DCP_HOP_FIRST && x->step <= step && !e->reduced[xi];
+        return DCP_OK;
+    }
+    if (x->hop != DCP_HOP_FIRST) return DCP_OK;
+    int32_t own;
+    DCP_CHECK(find_xfer(e, x->kind, x->block, x->head_group, &own));
+    *yes = e->s->xfers[own].step == step + 1;
+    *dest_out = e->src_off[own];
+    return DCP_OK;
+}
+
+static dcp_status_t collect_parts(emitter_t *e, merge_into_t into, int32_t step, part_in_t **in_out,
+                                  int64_t *n_out)
 {
     const int32_t r = e->rank;
-    int64_t n = 0;
+    int64_t n = 0, dest;
+    int yes;
     *in_out = NULL;
     for (int64_t i = e->touch_off[r]; i < e->touch_off[r + 1]; i++) {
-        const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
-        n += x->dst == r && dcp_xfer_is_partial(x->kind);
+        DCP_CHECK(merged_now(e, e->touch[i], into, step, &yes, &dest));
+        n += yes;
     }
     *n_out = n;
     if (n == 0) return DCP_OK;
@@ -404,15 +494,19 @@ static dcp_status_t collect_parts(emitter_t *e, part_in_t **in_out, int64_t *n_o
     n = 0;
     for (int64_t i = e->touch_off[r]; i < e->touch_off[r + 1]; i++) {
         const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
-        if (x->dst == r && dcp_xfer_is_partial(x->kind))
-            in[n++] = (part_in_t){x->kind, x->block, x->head_group, x->src, e->touch[i]};
+        const dcp_status_t st = merged_now(e, e->touch[i], into, step, &yes, &dest);
+        if (st != DCP_OK) {
+            free(in);
+            return st;
+        }
+        if (yes) in[n++] = (part_in_t){x->kind, x->block, x->head_group, x->src, e->touch[i], dest};
     }
     qsort(in, (size_t)n, sizeof *in, part_in_cmp);
     *in_out = in;
     return DCP_OK;
 }
 
-/* Forward: one n-way LSE merge per (block, head) into the accumulators. */
+/* Forward: one n-way LSE merge per (block, head) into the accumulators, or a hub's partial. */
 static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
 {
     dcp_plan_t *p = e->p;
@@ -423,6 +517,7 @@ static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
                               .lse = stat_rows(e, DCP_BUF_ACC_LSE, t, h),
                               .rows = e->b->blk_len[t],
                               .first_src = (int32_t)p->num_merge_srcs};
+        if (in[i].dest >= 0) part_views(e, in[i].dest, m.rows, &m.o, &m.lse);
         for (const int64_t i0 = i; i < n && same_dest(&in[i], &in[i0]); i++) {
             DCP_CHECK(dcp_reserve(&p->merge_srcs, &e->cap_srcs, p->num_merge_srcs + 1,
                                   sizeof *p->merge_srcs, "merge sources"));
@@ -437,7 +532,8 @@ static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
     return push_instr(e, DCP_OP_REDUCE, DCP_PASS_FWD, merge0, p->num_merges - merge0);
 }
 
-/* Backward: fp32 sums of the received dQ and dK/dV partials into the accumulators. Sources of
+/* Backward: fp32 sums of the received dQ and dK/dV partials into the accumulators (or a hub's
+ * partial). Sources of
  * one destination go into successive REDUCEs (the k-th source of every destination in the
  * k-th), so the items of one REDUCE never share a destination and the order of the sums is
  * fixed by the plan: results are the same on every device and transport. */
@@ -452,29 +548,37 @@ static dcp_status_t emit_sums(emitter_t *e, const part_in_t *in, int64_t n)
             j = i > 0 && same_dest(&in[i], &in[i - 1]) ? j + 1 : 0;
             if (j != k) continue;
             const int32_t t = in[i].block, h = in[i].head, len = e->b->blk_len[t];
-            const int64_t off = e->dst_off[in[i].xfer];
+            const int64_t off = e->dst_off[in[i].xfer], to = in[i].dest;
             if (in[i].kind == DCP_XFER_DQ) {
-                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, qw), q_rows(e, DCP_BUF_ACC_DQ, t, h),
-                                    len, (int32_t)qw));
+                const dcp_view_t dq =
+                    to < 0 ? q_rows(e, DCP_BUF_ACC_DQ, t, h) : view(DCP_BUF_PART, to, qw);
+                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, qw), dq, len, (int32_t)qw));
                 continue;
             }
-            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, kw), kv_rows(e, DCP_BUF_ACC_DK, t, h),
-                                len, (int32_t)kw));
-            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off + len * kw, kw),
-                                kv_rows(e, DCP_BUF_ACC_DV, t, h), len, (int32_t)kw));
+            const dcp_view_t dk =
+                to < 0 ? kv_rows(e, DCP_BUF_ACC_DK, t, h) : view(DCP_BUF_PART, to, kw);
+            const dcp_view_t dv =
+                to < 0 ? kv_rows(e, DCP_BUF_ACC_DV, t, h) : view(DCP_BUF_PART, to + len * kw, kw);
+            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, kw), dk, len, (int32_t)kw));
+            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off + len * kw, kw), dv, len, (int32_t)kw));
         }
         if (p->num_copies == copy0) return DCP_OK;
         DCP_CHECK(push_instr(e, DCP_OP_REDUCE, DCP_PASS_BWD, copy0, p->num_copies - copy0));
     }
 }
 
-static dcp_status_t emit_reduce(emitter_t *e)
+/* Merges the partials received (merged_now) and frees their slots - but a backward hub's
+ * before its last division (gradient slots must stay fresh memory until the last is taken,
+ * grad_slot; the accumulators' merges all come after it). */
+static dcp_status_t emit_reduce(emitter_t *e, merge_into_t into, int32_t step)
 {
     part_in_t *in;
     int64_t n;
-    DCP_CHECK(collect_parts(e, &in, &n));
+    DCP_CHECK(collect_parts(e, into, step, &in, &n));
     if (n == 0) return DCP_OK;
+    for (int64_t i = 0; i < n; i++) e->reduced[in[i].xfer] = into == MERGE_ACC;
     dcp_status_t st = e->pass == DCP_PASS_FWD ? emit_merges(e, in, n) : emit_sums(e, in, n);
+    if (e->pass == DCP_PASS_BWD && into == MERGE_HUB && step < e->s->num_divs) n = 0;
     for (int64_t i = 0; i < n && st == DCP_OK; i++)
         st = dcp_slots_free(slots_of(e, DCP_BUF_PART), e->dst_off[in[i].xfer],
                             xfer_elems(e, &e->s->xfers[in[i].xfer]));
@@ -514,26 +618,56 @@ static dcp_status_t run_step_blocking(emitter_t *e, int32_t step)
     return DCP_OK;
 }
 
-/* Divisions: step d+1 is launched as one phase before step d is waited for, so its
- * transfers run while division d-1 finishes and division d computes. */
+/* The phases of step `step`, launched (0) or waited for (1). */
+static dcp_status_t emit_step(emitter_t *e, int32_t step, int wait)
+{
+    for (int32_t ph = e->s->phase_first[step]; ph < e->s->phase_first[step + 1]; ph++)
+        DCP_CHECK(wait ? emit_wait(e, ph) : emit_launch(e, ph));
+    return DCP_OK;
+}
+
+/* 1 when the rank sends in step d + 1 what step d brings it: an input it forwards as a hub,
+ * or a partial it merges as one. The next phases to launch are step d + 1's. */
+static int forwards_after(const emitter_t *e, int32_t d)
+{
+    for (int64_t i = e->next_touch; i < e->touch_off[e->rank + 1]; i++) {
+        const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
+        if (x->step != d + 1) break;
+        if (x->src == e->rank && x->hop == DCP_HOP_SECOND) return 1;
+    }
+    return 0;
+}
+
+/* Divisions: step d + 1 is launched before step d is waited for, so its transfers run while
+ * division d - 1 finishes and division d computes - but where the rank forwards in step d + 1
+ * what step d brings it (a hub's input, or the partials it merges), step d is waited for
+ * and the merges done first (on an in-order transfer stream step d + 1 could not start
+ * earlier anyway). After the last division, step T returns the partials and step T + 1 the
+ * ones hubs merged from step T. */
 static dcp_status_t emit_divisions(emitter_t *e, const int64_t *div_end)
 {
-    const dcp_schedule_t *s = e->s;
-    const int32_t ndiv = s->num_divs;
-    for (int32_t ph = s->phase_first[0]; ph < s->phase_first[1]; ph++)
-        DCP_CHECK(emit_launch(e, ph));
-    int64_t c = s->rank_off[e->rank];
+    const int32_t ndiv = e->s->num_divs;
+    DCP_CHECK(emit_step(e, 0, 0));
+    int64_t c = e->s->rank_off[e->rank];
     for (int32_t d = 0; d < ndiv; d++) {
-        if (d + 1 < ndiv)
-            for (int32_t ph = s->phase_first[d + 1]; ph < s->phase_first[d + 2]; ph++)
-                DCP_CHECK(emit_launch(e, ph));
-        for (int32_t ph = s->phase_first[d]; ph < s->phase_first[d + 1]; ph++)
-            DCP_CHECK(emit_wait(e, ph));
+        const int early = !forwards_after(e, d);
+        if (early) DCP_CHECK(emit_step(e, d + 1, 0));
+        DCP_CHECK(emit_step(e, d, 1));
+        DCP_CHECK(emit_reduce(e, MERGE_HUB, d));
+        if (!early) DCP_CHECK(emit_step(e, d + 1, 0));
         DCP_CHECK(emit_attn(e, d, c, div_end[d]));
         DCP_CHECK(free_dead_inputs(e, d));
         c = div_end[d];
     }
-    return run_step_blocking(e, ndiv);
+    /* the partials that came early are merged while later ones are on their way */
+    DCP_CHECK(emit_reduce(e, MERGE_ACC, ndiv - 1));
+    for (int32_t step = ndiv; step < ndiv + 2; step++) {
+        DCP_CHECK(emit_step(e, step, 1));
+        DCP_CHECK(emit_reduce(e, MERGE_HUB, step));
+        DCP_CHECK(emit_step(e, step + 1, 0));
+        DCP_CHECK(emit_reduce(e, MERGE_ACC, step));
+    }
+    return emit_step(e, ndiv + 2, 1);
 }
 
 /* Where to cut [c0, c1) into n pieces of about equal FLOPs, at tile-group boundaries. */
@@ -578,7 +712,8 @@ static dcp_status_t emit_rounds(emitter_t *e, const int64_t *div_end, int64_t *c
         DCP_CHECK(free_dead_inputs(e, d));
         c = div_end[d];
     }
-    return run_step_blocking(e, ndiv);
+    for (int32_t step = ndiv; step <= ndiv + 2; step++) DCP_CHECK(run_step_blocking(e, step));
+    return DCP_OK;
 }
 
 static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t *cut)
@@ -598,7 +733,7 @@ static dcp_status_t emit_rank(emitter_t *e, int32_t r, int64_t *div_end, int64_t
         DCP_CHECK(emit_rounds(e, div_end, cut));
     else
         DCP_CHECK(emit_divisions(e, div_end));
-    DCP_CHECK(emit_reduce(e));
+    DCP_CHECK(emit_reduce(e, MERGE_ACC, INT32_MAX));
     DCP_CHECK(emit_copy_out(e, e->p->rank_tokens[r]));
     /* the passes share the work buffers: each is as large as the larger pass needs */
     for (int i = 0; i < SLOT_COUNT; i++) {
@@ -637,11 +772,16 @@ static void emitter_end_pass(emitter_t *e)
     free(e->src_off);
     free(e->dst_off);
     free(e->has_src);
+    free(e->reduced);
+    free(e->borrows);
+    free(e->stage_keys);
     free(e->launched);
     free(e->touch_off);
     free(e->touch);
     e->src_off = e->dst_off = e->touch_off = NULL;
-    e->has_src = e->launched = NULL;
+    e->has_src = e->launched = e->reduced = e->borrows = NULL;
+    e->stage_keys = NULL;
+    e->cap_stage_keys = 0;
     e->touch = NULL;
 }
 
@@ -662,6 +802,8 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
     DCP_CHECK_GOTO(dcp_calloc(&e.src_off, s->num_xfers, sizeof *e.src_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.dst_off, s->num_xfers, sizeof *e.dst_off, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.has_src, s->num_xfers, 1, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e.reduced, s->num_xfers, 1, "program"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e.borrows, s->num_xfers, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e.launched, s->num_phases + 1, 1, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
@@ -673,7 +815,7 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
         goto out;
     }
     p->phase_step = steps;
-    for (int32_t step = 0; step <= s->num_divs; step++)
+    for (int32_t step = 0; step <= s->num_divs + 2; step++)
         for (int32_t ph = s->phase_first[step]; ph < s->phase_first[step + 1]; ph++)
             p->phase_step[e.phase_base + ph] = step;
     for (int32_t r = 0; r < p->num_ranks; r++)

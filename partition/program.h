@@ -4,24 +4,31 @@
  * Rank r's program, for T divisions, with one phase per step (DCP_COMM_DIVISIONS):
  *
  *     LAUNCH(0)
- *     for d in 0..T-1:  LAUNCH(d+1) if d+1 < T;  WAIT(d);  ATTN(division d)
- *     LAUNCH(T); WAIT(T); REDUCE; COPY(accumulators -> caller O, LSE)
+ *     for d in 0..T-1:  LAUNCH(d+1);  WAIT(d);  MERGE(hub, d);  ATTN(division d)
+ *     MERGE(accumulators, partials so far)
+ *     for s in T, T+1:  WAIT(s);  MERGE(hub, s);  LAUNCH(s+1);  MERGE(accumulators, s)
+ *     WAIT(T+2);  MERGE(accumulators, T+2);  COPY(accumulators -> caller O, LSE)
  *
- * and with rounds (DCP_COMM_ROUNDS), where step s has phases s.0 .. s.k-1:
+ * where a rank that forwards in step d + 1 what step d brings it (a hub's input, or the
+ * partial it merges in MERGE(hub, d) from the ones its node sent it) waits for step d first
+ * and launches d + 1 after the merge; the accumulators take the partials that came early
+ * while the last ones are on their way. With rounds (DCP_COMM_ROUNDS), where step s has
+ * phases s.0 .. s.k-1:
  *
  *     LAUNCH(0.j); WAIT(0.j) for each j
  *     for d in 0..T-1:  for j:  LAUNCH(d+1.j); ATTN(piece j of division d); WAIT(d+1.j)
- *     LAUNCH(T.j); WAIT(T.j) for each j;  REDUCE; COPY
+ *     LAUNCH(s.j); WAIT(s.j) for each j and s in T..T+2;  MERGE(accumulators); COPY
  *
  * The backward program has the same shape: its launches carry Q + dO, LSE + delta and K + V
- * in, its ATTN computes gradients, its last step returns dQ and dK + dV partials, its
- * REDUCEs sum them in fp32 and its COPY publishes dQ, dK, dV. (delta = rowsum(dO * O) of
- * the local rows is computed by the executor before the program starts.)
+ * in, its ATTN computes gradients, its partials are dQ and dK + dV, its merges (REDUCE) sum
+ * them in fp32 and its COPY publishes dQ, dK, dV. (delta = rowsum(dO * O) of the local rows
+ * is computed by the executor before the program starts.)
  *
- * LAUNCH(p) packs the blocks r sends in phase p into staging slots (one COPY) and starts
- * those sends with the receives r expects in p (one COMM_LAUNCH); launches and waits
- * without operations are left out. Every rank launches and waits in increasing phase
- * order, so no rank waits on a phase that a peer has not launched.
+ * LAUNCH(p) packs the blocks r sends in phase p into staging slots (one COPY; a hub forwards
+ * from the slot it received in) and starts those sends with the receives r expects in p
+ * (one COMM_LAUNCH); launches, waits and merges without operations are left out. Every rank
+ * launches and waits in increasing phase order, and launches a phase before it waits for
+ * any later one, so no rank waits on a phase that a peer has not launched.
  */
 #ifndef DCP_PARTITION_PROGRAM_H
 #define DCP_PARTITION_PROGRAM_H

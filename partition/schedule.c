@@ -116,14 +116,32 @@ static int comp_key_cmp(const void *a, const void *b)
     return (x->comp > y->comp) - (x->comp < y->comp);
 }
 
+/* Local divisions of a schedule of `ndiv` before the remote ones: 0 (none) with one
+ * division, 1 with two, else 2 - so that an input forwarded through a hub has a step to
+ * reach the hub in and one to reach the other readers in before the first remote
+ * division. */
+static int32_t local_head(int32_t ndiv)
+{
+    return ndiv >= 3 ? 2 : ndiv - 1;
+}
+
+/* Local divisions after the remote ones: one from 5 divisions on, so that the partials of
+ * the last remote division leave while it computes (measured on 8x8 h100-ib, 256K tokens:
+ * a second one gained nothing). */
+static int32_t local_tail(int32_t ndiv)
+{
+    return ndiv >= 5 ? 1 : 0;
+}
+
 /* Assigns divisions to the blocks of one rank (keys[0..n)) and leaves them ordered by
  * (division, q block, head, kv block). */
 static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t rank,
                              int32_t ndiv, comp_key_t *keys, int64_t n, int32_t *comp_div)
 {
-    const int32_t hb = b->head_blocks;
+    const int32_t hb = b->head_blocks, head = local_head(ndiv), tail = local_tail(ndiv);
+    const int32_t nloc = head + tail;
     /* Pass 1: remote blocks sorted by the remote input they read (KV first, then Q). */
-    double remote_flops = 0;
+    double remote_flops = 0, local_flops = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t c = keys[i].comp, t = c / hb;
         const int32_t q = b->tile_q[t], kv = b->tile_kv[t];
@@ -134,20 +152,25 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
         keys[i].key[2] = (int32_t)(c % hb);
         keys[i].key[3] = q_remote ? q : -1;
         keys[i].key[4] = q;
-        if (remote) remote_flops += (double)dcp_blocks_comp_flops(b, t);
+        *(remote ? &remote_flops : &local_flops) += (double)dcp_blocks_comp_flops(b, t);
     }
     qsort(keys, (size_t)n, sizeof *keys, comp_key_cmp);
-    double done = 0;
+    double done[2] = {0, 0};
     for (int64_t i = 0; i < n; i++) {
         const int64_t c = keys[i].comp, t = c / hb;
+        const int remote = keys[i].key[0];
+        /* the block's FLOP midpoint decides its division among the local ones (0 ..
+         * head - 1, then T - tail .. T - 1) or the remote ones (head .. T - tail - 1) */
+        const int32_t first = remote ? head : 0, count = remote ? ndiv - nloc : nloc;
+        const double f = (double)dcp_blocks_comp_flops(b, t),
+                     all = remote ? remote_flops : local_flops;
         int32_t div = 0;
-        if (keys[i].key[0]) {
-            const double f = (double)dcp_blocks_comp_flops(b, t);
-            /* the block's FLOP midpoint decides its division among 1..T-1 */
-            div = 1 + (int32_t)((done + f / 2) * (ndiv - 1) / remote_flops);
-            if (div > ndiv - 1) div = ndiv - 1;
-            done += f;
+        if (count > 0 && all > 0) {
+            div = first + (int32_t)((done[remote] + f / 2) * count / all);
+            if (div > first + count - 1) div = first + count - 1;
+            if (!remote && div >= head) div += ndiv - nloc;
         }
+        done[remote] += f;
         comp_div[c] = div;
     }
     /* Pass 2: execution order. */
@@ -239,13 +262,12 @@ static int32_t holder_of(const dcp_transfer_t *t)
     return dcp_xfer_is_partial(t->kind) ? t->src : t->dst;
 }
 
-/* Deduplicates the sorted needs into transfers (first and last division of use), gives
- * them their global order, and builds the holder index. */
 /* Phases: one per step, or the step's transfers (contiguous, sorted by step) coloured into
  * rounds and grouped `coalesce` rounds at a time. */
 static dcp_status_t assign_phases(dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
 {
-    const int32_t steps = s->num_divs + 1;
+    const int32_t steps = s->num_divs + 3;
+    free(s->phase_first);
     DCP_CHECK(dcp_calloc(&s->phase_first, steps + 1, sizeof(int32_t), "phases"));
     int32_t *src = NULL, *dst = NULL, *colour = NULL;
     dcp_status_t st = DCP_OK;
@@ -284,8 +306,28 @@ out:
     return st;
 }
 
+/* Gives the transfers (steps set) their phases and global order, and builds the holder
+ * index; `keys` has room for every transfer. */
+static dcp_status_t order_transfers(dcp_schedule_t *s, need_t *keys)
+{
+    const int64_t nx = s->num_xfers;
+    for (int64_t i = 0; i < nx; i++) s->xfers[i].phase = s->xfers[i].step;
+    qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp); /* by step: phase == step here */
+    DCP_CHECK(assign_phases(s, s->comm, s->coalesce));
+    qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp);
+    for (int32_t i = 0; i < s->num_xfers; i++) {
+        const dcp_transfer_t *t = &s->xfers[i];
+        keys[i] = (need_t){holder_of(t), t->kind, t->block, t->head_group, i};
+    }
+    sort_needs(keys, nx);
+    for (int32_t i = 0; i < s->num_xfers; i++) s->by_holder[i] = keys[i].div;
+    return DCP_OK;
+}
+
+/* Deduplicates the sorted needs into transfers (first and last division of use), gives
+ * them their steps, global order and holder index. */
 static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t *p,
-                                    dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
+                                    dcp_schedule_t *s)
 {
     need_t *needs;
     int64_t n;
@@ -309,8 +351,7 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
             s->xfers[++x] = (dcp_transfer_t){
                 .src = part ? e->holder : owner,
                 .dst = part ? owner : e->holder,
-                .step = part ? s->num_divs : e->div,
-                .phase = part ? s->num_divs : e->div,
+                .step = e->div, /* a partial's: below */
                 .kind = e->kind,
                 .block = e->block,
                 .head_group = e->head,
@@ -320,18 +361,14 @@ static dcp_status_t build_transfers(const dcp_blocks_t *b, const dcp_placement_t
         }
         s->xfers[x].last_div = e->div; /* needs of one item are sorted by division */
     }
+    /* A partial goes back in the first launch after the division that writes it last: the
+     * programs launch step d + 1 before they compute division d, so the partial of division
+     * L leaves in step L + 2 and flows while later divisions compute (the last division's in
+     * step T + 1, after it). */
+    for (int64_t i = 0; i <= x; i++)
+        if (dcp_xfer_is_partial(s->xfers[i].kind)) s->xfers[i].step = s->xfers[i].last_div + 2;
     s->num_xfers = (int32_t)nx;
-    qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp); /* by step: phase == step here */
-    DCP_CHECK_GOTO(assign_phases(s, comm, coalesce), st, out);
-    qsort(s->xfers, (size_t)nx, sizeof *s->xfers, xfer_cmp);
-    /* reuse the needs array as (holder, kind, block, head, transfer id) keys */
-    for (int32_t i = 0; i < s->num_xfers; i++) {
-        const dcp_transfer_t *t = &s->xfers[i];
-        needs[i] = (need_t){holder_of(t), t->kind, t->block, t->head_group, i};
-    }
-    sort_needs(needs, nx);
-    for (int32_t i = 0; i < s->num_xfers; i++) s->by_holder[i] = needs[i].div;
-    st = DCP_OK;
+    st = order_transfers(s, needs); /* the needs array is room enough for the keys */
 out:
     free(needs);
     return st;
@@ -341,13 +378,142 @@ dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p,
                                 int32_t num_divs, dcp_comm_schedule_t comm, int32_t coalesce,
                                 dcp_pass_t pass, dcp_schedule_t *s)
 {
-    *s = (dcp_schedule_t){.num_ranks = num_ranks, .num_divs = num_divs, .pass = pass};
+    *s = (dcp_schedule_t){.num_ranks = num_ranks,
+                          .num_divs = num_divs,
+                          .pass = pass,
+                          .comm = comm,
+                          .coalesce = coalesce};
     dcp_status_t st;
     DCP_CHECK_GOTO(order_comps(b, p, s), st, err);
-    DCP_CHECK_GOTO(build_transfers(b, p, s, comm, coalesce), st, err);
+    DCP_CHECK_GOTO(build_transfers(b, p, s), st, err);
     return DCP_OK;
 err:
     dcp_schedule_release(s);
+    return st;
+}
+
+/* ---- relays between nodes ---------------------------------------------------------------- */
+
+/* A transfer between nodes, keyed by (kind, block, head group, the holder's node), then
+ * inputs by the division that reads them first and partials by the one that writes them
+ * last, latest first, then the holder. */
+typedef struct {
+    int32_t key[6];
+    int32_t x;
+} relay_key_t;
+
+static int relay_cmp(const void *a, const void *b)
+{
+    const relay_key_t *x = a, *y = b;
+    for (int i = 0; i < 6; i++)
+        if (x->key[i] != y->key[i]) return x->key[i] < y->key[i] ? -1 : 1;
+    return 0;
+}
+
+static relay_key_t relay_key(const dcp_transfer_t *t, int32_t x, int32_t devs)
+{
+    const int part = dcp_xfer_is_partial(t->kind);
+    return (relay_key_t){{t->kind, t->block, t->head_group, holder_of(t) / devs,
+                          part ? -t->last_div : t->first_div, holder_of(t)},
+                         x};
+}
+
+static int same_relay_group(const relay_key_t *x, const relay_key_t *y)
+{
+    return !memcmp(x->key, y->key, 4 * sizeof *x->key);
+}
+
+/* Inputs g[0..k) (sorted by first division) to holders on one node: the hub is the one
+ * whose network link has received least so far among those that read it first (hop 1 arrives
+ * one step before the others need it, or when the hub does); the others get it from the hub,
+ * when they need it. */
+static void relay_inputs(dcp_schedule_t *s, const int32_t *g, int32_t k, double *in_bytes)
+{
+    int32_t hub = 0;
+    for (int32_t i = 1; i < k && s->xfers[g[i]].first_div == s->xfers[g[0]].first_div; i++)
+        if (in_bytes[s->xfers[g[i]].dst] < in_bytes[s->xfers[g[hub]].dst]) hub = i;
+    dcp_transfer_t *h = &s->xfers[g[hub]];
+    int32_t step = h->first_div, keep = h->last_div;
+    for (int32_t i = 0; i < k; i++) {
+        if (i == hub) continue;
+        dcp_transfer_t *t = &s->xfers[g[i]];
+        step = t->first_div - 1 < step ? t->first_div - 1 : step;
+        keep = t->first_div > keep ? t->first_div : keep;
+        in_bytes[t->dst] -= (double)t->bytes;
+        t->src = h->dst;
+        t->hop = DCP_HOP_SECOND;
+    }
+    h->step = step;
+    h->last_div = keep;
+    h->hop = DCP_HOP_FIRST;
+}
+
+/* Partials g[0..k) (sorted by last division, latest first) from holders on one node: the
+ * hub is the one whose network link has sent least among those that write last; the others
+ * send theirs to it as soon as they are done, it merges them once they are there and its
+ * own is done, and sends the merged partial in the next step. */
+static void relay_partials(dcp_schedule_t *s, const int32_t *g, int32_t k, double *out_bytes)
+{
+    int32_t hub = 0;
+    for (int32_t i = 1; i < k && s->xfers[g[i]].last_div == s->xfers[g[0]].last_div; i++)
+        if (out_bytes[s->xfers[g[i]].src] < out_bytes[s->xfers[g[hub]].src]) hub = i;
+    dcp_transfer_t *h = &s->xfers[g[hub]];
+    int32_t merge = h->last_div + 1;
+    for (int32_t i = 0; i < k; i++) {
+        if (i == hub) continue;
+        dcp_transfer_t *t = &s->xfers[g[i]];
+        merge = t->step > merge ? t->step : merge; /* step: last_div + 2 */
+        out_bytes[t->src] -= (double)t->bytes;
+        t->dst = h->src;
+        t->hop = DCP_HOP_FIRST;
+    }
+    h->step = merge + 1;
+    h->hop = DCP_HOP_SECOND;
+}
+
+dcp_status_t dcp_schedule_relay(int32_t devs_per_node, dcp_schedule_t *s)
+{
+    if (s->comm != DCP_COMM_DIVISIONS || local_head(s->num_divs) < 2 || devs_per_node < 1 ||
+        s->num_ranks <= devs_per_node)
+        return DCP_OK;
+    relay_key_t *rk = NULL;
+    int32_t *g = NULL;
+    double *in_bytes = NULL, *out_bytes = NULL;
+    need_t *keys = NULL;
+    dcp_status_t st;
+    DCP_CHECK_GOTO(dcp_calloc(&rk, s->num_xfers + 1, sizeof *rk, "relay"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&g, s->num_xfers + 1, sizeof *g, "relay"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&in_bytes, s->num_ranks, sizeof *in_bytes, "relay"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&out_bytes, s->num_ranks, sizeof *out_bytes, "relay"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&keys, s->num_xfers + 1, sizeof *keys, "relay"), st, out);
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->num_xfers; i++) {
+        const dcp_transfer_t *t = &s->xfers[i];
+        if (t->src / devs_per_node == t->dst / devs_per_node) continue;
+        in_bytes[t->dst] += (double)t->bytes;
+        out_bytes[t->src] += (double)t->bytes;
+        rk[n++] = relay_key(t, i, devs_per_node);
+    }
+    qsort(rk, (size_t)n, sizeof *rk, relay_cmp);
+    for (int32_t i = 0; i < n;) {
+        int32_t j = i + 1;
+        while (j < n && same_relay_group(&rk[i], &rk[j])) j++;
+        for (int32_t k = i; k < j; k++) g[k - i] = rk[k].x;
+        if (j - i >= 2) {
+            if (dcp_xfer_is_partial(s->xfers[g[0]].kind))
+                relay_partials(s, g, j - i, out_bytes);
+            else
+                relay_inputs(s, g, j - i, in_bytes);
+        }
+        i = j;
+    }
+    st = order_transfers(s, keys);
+out:
+    free(rk);
+    free(g);
+    free(in_bytes);
+    free(out_bytes);
+    free(keys);
     return st;
 }
 

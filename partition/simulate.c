@@ -74,6 +74,7 @@ typedef struct {
     launch_t *rec;
     int64_t *rec_xoff; /* [records + 1]: the groups of record c are rec_x[rec_xoff[c] ..] */
     int64_t *rec_x;
+    int64_t *xgroup; /* [pass transfers]: the group of each */
     xfer_t *xf;
     flow_t *fl; /* [nx + nr]: transfer groups, then one kernel per rank */
     link_t *ln;
@@ -86,6 +87,7 @@ typedef struct {
     int64_t *fheap, *fpos; /* heap of running flows by (fend, id); fpos[id] = -1 if absent */
     int64_t nfheap;
     int64_t events;
+    dcp_sim_trace_t *tr; /* NULL: nothing recorded */
     dcp_status_t st;
 } sim_t;
 
@@ -298,7 +300,16 @@ static void xfer_ready(sim_t *s, int64_t x, double now)
     const int inter = node_of(s, t->src) != node_of(s, t->dst);
     const int64_t out = inter ? nic_link(s, t->src, 0) : t->src;
     const int64_t in = inter ? nic_link(s, t->dst, 1) : s->nr + t->dst;
+    if (s->tr) s->tr->groups[x].start_s = now;
     flow_start(s, x, t->bytes, INFINITY, out, in, now);
+}
+
+/* ---- the record (dcp_sim_trace_run) ---- */
+
+static void rec_instr(sim_t *s, int64_t instr, int end, double now)
+{
+    if (!s->tr) return;
+    (end ? s->tr->t1 : s->tr->t0)[instr - s->tr->instr0] = now;
 }
 
 /* ---- ranks ---- */
@@ -323,10 +334,12 @@ static void launch_start(sim_t *s, int64_t c, double now)
 {
     launch_t *l = &s->rec[c];
     l->state = L_STARTED;
+    if (s->tr) s->tr->launches[c].started_s = now;
     for (int64_t i = s->rec_xoff[c]; i < s->rec_xoff[c + 1]; i++) {
         const int64_t x = s->rec_x[i];
         xfer_t *t = &s->xf[x];
         if (++t->sides < 2) continue;
+        if (s->tr) s->tr->groups[x].sides_s = now;
         s->rec[t->rec[0]].ready = fmax(s->rec[t->rec[0]].ready, now);
         s->rec[t->rec[1]].ready = fmax(s->rec[t->rec[1]].ready, now);
         const int inter = node_of(s, t->src) != node_of(s, t->dst);
@@ -350,7 +363,10 @@ static void advance(sim_t *s, int32_t r, double now)
     rank_t *k = &s->rk[r];
     for (; k->pc < k->end && s->st == DCP_OK; k->pc++) {
         const dcp_instr_t *in = &p->instrs[k->pc];
+        rec_instr(s, k->pc, 0, now);
+        rec_instr(s, k->pc, 1, now);
         if (in->op == DCP_OP_COMM_LAUNCH) {
+            if (s->tr) s->tr->launches[k->first_rec + k->nlaunched].reached_s = now;
             launch_t *l = &s->rec[k->first_rec + k->nlaunched++];
             l->state = L_LAUNCHED;
             try_start(s, r, now);
@@ -364,6 +380,7 @@ static void advance(sim_t *s, int32_t r, double now)
                                       r, in->arg);
                 return;
             }
+            if (s->tr) s->tr->wait_launch[k->pc - s->tr->instr0] = c;
             if (s->rec[c].state == L_DONE) continue;
             k->state = R_WAIT;
             k->wait_rec = c;
@@ -382,10 +399,14 @@ static void advance(sim_t *s, int32_t r, double now)
     k->finish = now;
 }
 
-static void launch_done(sim_t *s, int64_t c, double now)
+static void launch_done(sim_t *s, int64_t c, int64_t last, double now)
 {
     launch_t *l = &s->rec[c];
     l->state = L_DONE;
+    if (s->tr) {
+        s->tr->launches[c].done_s = now;
+        s->tr->launches[c].last_group = last;
+    }
     rank_t *k = &s->rk[l->rank];
     try_start(s, l->rank, now);
     if (k->state != R_WAIT || k->wait_rec != c) return;
@@ -394,6 +415,7 @@ static void launch_done(sim_t *s, int64_t c, double now)
     k->waiting += w;
     k->exposed += blocked - w;
     k->state = R_RUN;
+    rec_instr(s, k->pc, 1, now);
     k->pc++;
     advance(s, l->rank, now);
 }
@@ -405,14 +427,16 @@ static void on_flow_end(sim_t *s, int64_t id, double now)
         const int32_t r = (int32_t)(id - s->nx);
         rank_t *k = &s->rk[r];
         k->compute += now - k->kstart;
+        rec_instr(s, k->pc, 1, now);
         k->state = R_RUN;
         k->pc++;
         advance(s, r, now);
         return;
     }
+    if (s->tr) s->tr->groups[id].end_s = now;
     for (int j = 0; j < 2; j++) {
         const int64_t c = s->xf[id].rec[j];
-        if (--s->rec[c].pending == 0) launch_done(s, c, now);
+        if (--s->rec[c].pending == 0) launch_done(s, c, id, now);
     }
 }
 
@@ -480,12 +504,13 @@ static dcp_status_t index_programs(sim_t *s)
     DCP_CHECK(index_launches(s));
     DCP_CHECK(dcp_calloc(&s->xf, nxfer, sizeof *s->xf, "simulator transfers"));
     DCP_CHECK(dcp_calloc(&s->rec_xoff, s->nrec + 1, sizeof *s->rec_xoff, "simulator launches"));
-    int64_t *xgroup = NULL, *stamp = NULL, *group_of = NULL;
+    int64_t *stamp = NULL, *group_of = NULL;
     dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&xgroup, nxfer, sizeof *xgroup, "simulator transfers"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&s->xgroup, nxfer, sizeof *s->xgroup, "simulator transfers"), st,
+                   out);
     DCP_CHECK_GOTO(dcp_calloc(&stamp, s->nr, sizeof *stamp, "simulator transfers"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&group_of, s->nr, sizeof *group_of, "simulator transfers"), st, out);
-    group_transfers(s, xgroup, stamp, group_of);
+    group_transfers(s, s->xgroup, stamp, group_of);
     for (int64_t x = 0; x < s->nx; x++)
         for (int j = 0; j < 2; j++) s->rec_xoff[s->xf[x].rec[j] + 1]++;
     for (int64_t c = 0; c < s->nrec; c++) {
@@ -502,7 +527,6 @@ static dcp_status_t index_programs(sim_t *s)
     for (int64_t c = 0; c < s->nrec; c++) s->rec[c].pending = s->rec_xoff[c + 1] - s->rec_xoff[c];
     st = DCP_OK;
 out:
-    free(xgroup);
     free(stamp);
     free(group_of);
     return st;
@@ -526,8 +550,10 @@ static dcp_status_t make_links(sim_t *s)
 static void finish(const sim_t *s, double *rank_ms_out, dcp_sim_result_t *res)
 {
     int32_t slow = 0;
+    double busiest = 0;
     for (int32_t r = 0; r < s->nr; r++) {
         if (s->rk[r].finish > s->rk[slow].finish) slow = r;
+        busiest = fmax(busiest, s->rk[r].compute);
         if (rank_ms_out) rank_ms_out[r] = s->rk[r].finish * 1e3;
     }
     const rank_t *k = &s->rk[slow];
@@ -535,6 +561,7 @@ static void finish(const sim_t *s, double *rank_ms_out, dcp_sim_result_t *res)
                               .compute_ms = k->compute * 1e3,
                               .exposed_comm_ms = k->exposed * 1e3,
                               .wait_ms = k->waiting * 1e3,
+                              .busiest_compute_ms = busiest * 1e3,
                               .slowest_rank = slow,
                               .events = s->events};
 }
@@ -576,8 +603,62 @@ dcp_status_t dcp_sim_machine_check(const dcp_sim_machine_t *m, int32_t devs_per_
     return DCP_OK;
 }
 
-dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_machine_t *m,
-                         const dcp_sim_kernels_t *k, double *rank_ms_out, dcp_sim_result_t *res_out)
+void dcp_sim_trace_release(dcp_sim_trace_t *t)
+{
+    if (!t) return;
+    free(t->t0);
+    free(t->t1);
+    free(t->wait_launch);
+    free(t->launches);
+    free(t->groups);
+    free(t->finish_s);
+    *t = (dcp_sim_trace_t){0};
+}
+
+/* The record's arrays, once the launches and groups are indexed. */
+static dcp_status_t trace_init(sim_t *s, dcp_sim_trace_t *t)
+{
+    const dcp_plan_t *p = s->p;
+    const int64_t i0 = dcp_plan_prog_begin(p, s->pass, 0);
+    const int64_t ni = dcp_plan_prog_end(p, s->pass, s->nr - 1) - i0;
+    *t = (dcp_sim_trace_t){.pass = s->pass,
+                           .num_ranks = s->nr,
+                           .num_steps = p->opts.divisions + 3,
+                           .num_divs = p->opts.divisions,
+                           .instr0 = i0,
+                           .num_instrs = ni,
+                           .num_launches = s->nrec,
+                           .num_groups = s->nx};
+    s->tr = t; /* released by the caller on failure */
+    DCP_CHECK(dcp_calloc(&t->t0, ni, sizeof *t->t0, "simulator trace"));
+    DCP_CHECK(dcp_calloc(&t->t1, ni, sizeof *t->t1, "simulator trace"));
+    DCP_CHECK(dcp_calloc(&t->wait_launch, ni, sizeof *t->wait_launch, "simulator trace"));
+    DCP_CHECK(dcp_calloc(&t->launches, s->nrec, sizeof *t->launches, "simulator trace"));
+    DCP_CHECK(dcp_calloc(&t->groups, s->nx, sizeof *t->groups, "simulator trace"));
+    DCP_CHECK(dcp_calloc(&t->finish_s, s->nr, sizeof *t->finish_s, "simulator trace"));
+    for (int64_t i = 0; i < ni; i++) t->wait_launch[i] = -1;
+    for (int32_t ph = p->pass_phase[s->pass]; ph < p->pass_phase[s->pass + 1]; ph++)
+        if (p->phase_step[ph] + 1 > t->num_steps) t->num_steps = p->phase_step[ph] + 1;
+    for (int64_t c = 0; c < s->nrec; c++) {
+        const launch_t *l = &s->rec[c];
+        const int32_t ph = p->instrs[l->instr].arg;
+        t->launches[c] = (dcp_sim_launch_t){
+            .rank = l->rank, .step = p->phase_step[ph], .instr = l->instr, .last_group = -1};
+    }
+    for (int64_t x = 0; x < s->nx; x++) {
+        const xfer_t *g = &s->xf[x];
+        t->groups[x] = (dcp_sim_group_t){.src = g->src,
+                                         .dst = g->dst,
+                                         .inter = node_of(s, g->src) != node_of(s, g->dst),
+                                         .launch = {g->rec[0], g->rec[1]},
+                                         .bytes = g->bytes};
+    }
+    return dcp_sim_group_kinds(p, t, s->xgroup);
+}
+
+static dcp_status_t sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_machine_t *m,
+                            const dcp_sim_kernels_t *k, double *rank_ms_out,
+                            dcp_sim_result_t *res_out, dcp_sim_trace_t *trace_out)
 {
     if (!p || !m || !k || !res_out || (pass != DCP_PASS_FWD && pass != DCP_PASS_BWD))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "simulator: plan, machine, kernels, result and "
@@ -585,6 +666,7 @@ dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_mac
     DCP_CHECK(dcp_sim_machine_check(m, p->devs_per_node));
     DCP_CHECK(dcp_sim_kernels_check(k));
     sim_t s = {.p = p, .m = m, .k = k, .pass = pass, .nr = p->num_ranks};
+    dcp_sim_trace_t tr = {0};
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_calloc(&s.rk, s.nr, sizeof *s.rk, "simulator ranks"), st, out);
     DCP_CHECK_GOTO(index_programs(&s), st, out);
@@ -595,6 +677,7 @@ dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_mac
     DCP_CHECK_GOTO(dcp_calloc(&s.fpos, nflows, sizeof *s.fpos, "simulator flows"), st, out);
     for (int64_t i = 0; i < nflows; i++) s.fpos[i] = -1;
     DCP_CHECK_GOTO(make_links(&s), st, out);
+    if (trace_out) DCP_CHECK_GOTO(trace_init(&s, &tr), st, out);
     for (int32_t r = 0; r < s.nr && s.st == DCP_OK; r++) advance(&s, r, 0.0);
     settle(&s, 0.0);
     while ((s.nheap > 0 || s.nfheap > 0) && s.st == DCP_OK) {
@@ -624,8 +707,15 @@ dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_mac
             goto out;
         }
     finish(&s, rank_ms_out, res_out);
+    if (trace_out) {
+        for (int32_t r = 0; r < s.nr; r++) tr.finish_s[r] = s.rk[r].finish;
+        *trace_out = tr;
+        s.tr = NULL;
+    }
     st = DCP_OK;
 out:
+    dcp_sim_trace_release(s.tr);
+    free(s.xgroup);
     if (s.ln)
         for (int64_t i = 0; i < s.nlinks; i++) free(s.ln[i].flows);
     free(s.ln);
@@ -642,4 +732,18 @@ out:
     free(s.fheap);
     free(s.fpos);
     return st;
+}
+
+dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_machine_t *m,
+                         const dcp_sim_kernels_t *k, double *rank_ms_out, dcp_sim_result_t *res_out)
+{
+    return sim_run(p, pass, m, k, rank_ms_out, res_out, NULL);
+}
+
+dcp_status_t dcp_sim_trace_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_machine_t *m,
+                               const dcp_sim_kernels_t *k, dcp_sim_result_t *res_out,
+                               dcp_sim_trace_t *trace_out)
+{
+    if (!trace_out) return dcp_set_error(DCP_ERR_INVALID_ARG, "simulator: trace_out is NULL");
+    return sim_run(p, pass, m, k, NULL, res_out, trace_out);
 }

@@ -9,6 +9,8 @@
 
 void dcpt_common_defaults(dcpt_common_flags_t *f)
 {
+    dcp_plan_options_t lib;
+    dcp_plan_options_default(&lib);
     *f = (dcpt_common_flags_t){
         .ranks = 8,
         .tokens = 16384,
@@ -19,7 +21,7 @@ void dcpt_common_defaults(dcpt_common_flags_t *f)
         .head_dim = 64,
         .block = 512,
         .head_blocks = 1,
-        .divisions = 4,
+        .divisions = lib.divisions,
         .mask = "causal",
         .strategy = "metis",
         .scale = 1.0,

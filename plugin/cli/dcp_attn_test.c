@@ -500,22 +500,24 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
                                         .passed = 1,
                                         .bwd_passed = 1};
     char digests[DCP_MAX_KINDS][24];
+    /* the rows point into their results (digest, engine): kept until the rows are printed */
+    dcpt_harness_result_t res[DCP_MAX_KINDS] = {{0}};
     int broken = 0, failed = 0, layers = 0;
     for (int32_t k = 0; k < c->num_kinds && st == DCP_OK; k++) {
         const dcp_plan_t *view = NULL;
         dcp_plan_stats_t ps;
-        dcpt_harness_result_t r = {0};
+        dcpt_harness_result_t *r = &res[k];
         st = dcp_plan_kind(plan, k, &view);
         if (st == DCP_OK) st = dcp_plan_get_stats(view, &ps);
-        if (st == DCP_OK) st = run_kind(hs[k], view, rf, job, &r, &broken);
+        if (st == DCP_OK) st = run_kind(hs[k], view, rf, job, r, &broken);
         if (st != DCP_OK) break;
         const dcpt_harness_repeat_t none = {0};
         rows[k] =
-            make_row(c->mask_names[k], dcp_strategy_name(strategy), &ps, &r, &none, rf, digests[k]);
+            make_row(c->mask_names[k], dcp_strategy_name(strategy), &ps, r, &none, rf, digests[k]);
         rows[k].kind = c->kind_labels[k];
         model_add(&model, &rows[k], c->kind_layers[k]);
         layers += c->kind_layers[k];
-        failed |= rf->check && !r.passed;
+        failed |= rf->check && !r->passed;
     }
     dcp_plan_destroy(plan);
     if (st != DCP_OK) {

@@ -29,7 +29,7 @@ static const char *tool = "dcp-plan";
 
 typedef struct {
     int json, no_refine, per_batch, simulate, segments, compare;
-    int64_t repeat, net_cap, coalesce, metis_tries;
+    int64_t repeat, net_cap, coalesce, metis_tries, svg_rank;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
         *sim_kernels;
@@ -191,6 +191,17 @@ static void sim_json(dcpt_json_t *j, const void *sim)
     dcpt_sim_json(j, (const dcpt_sim_row_t *)sim);
 }
 
+/* FILE-mask-strategy<suffix>.svg from --svg FILE (':' in the mask spec becomes '_'). */
+static void svg_name(const plan_flags_t *pf, const char *mask_name, const dcp_plan_stats_t *st,
+                     const char *suffix, char *path, size_t size)
+{
+    const char *dot = strrchr(pf->svg, '.');
+    const int stem = dot ? (int)(dot - pf->svg) : (int)strlen(pf->svg);
+    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name,
+             dcp_strategy_name(st->strategy), suffix, dot ? dot : ".svg");
+    for (char *q = path + stem; *q; q++) *q = *q == ':' ? '_' : *q;
+}
+
 /* Plans one batch with one strategy `repeat` times; keeps the last plan's statistics. */
 static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b, dcp_strategy_t s,
                       const plan_flags_t *pf, const char *mask_name, agg_t *a)
@@ -210,15 +221,21 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         rc = dcp_plan_create(&batch, &c->shape, &o, c->cluster, &p);
         if (rc == DCP_OK) rc = dcp_plan_get_stats(p, &st);
         if (rc == DCP_OK) a->plan_ms[a->n_ms++] = st.plan_ms;
-        if (rc == DCP_OK && k == 0 && pf->simulate) rc = dcpt_sim_plan(&pf->sim, p, &sim, &a->sim);
+        const int draw = rc == DCP_OK && k == 0 && b == 0 && pf->svg;
+        if (rc == DCP_OK && k == 0 && pf->simulate) {
+            char path[1024] = "", title[256];
+            if (draw) svg_name(pf, mask_name, &st, "-timeline", path, sizeof path);
+            snprintf(title, sizeof title, "%s, %s: %d ranks, %lld tokens, simulated",
+                     dcp_strategy_name(st.strategy), mask_name, st.num_ranks,
+                     (long long)st.total_tokens);
+            rc = dcpt_sim_plan(&pf->sim, p, draw ? path : NULL, (int32_t)pf->svg_rank, title, &sim,
+                               &a->sim);
+            if (rc == DCP_OK && draw) fprintf(stderr, "%s: wrote %s\n", tool, path);
+        }
         if (rc == DCP_OK && k == 0 && pf->segments) rc = dcpt_seg_pairs(p, 64, seg);
-        if (rc == DCP_OK && k == 0 && b == 0 && pf->svg) {
+        if (draw && rc == DCP_OK) {
             char path[1024], title[256];
-            const char *dot = strrchr(pf->svg, '.');
-            const int stem = dot ? (int)(dot - pf->svg) : (int)strlen(pf->svg);
-            snprintf(path, sizeof path, "%.*s-%s-%s%s", stem, pf->svg, mask_name,
-                     dcp_strategy_name(st.strategy), dot ? dot : ".svg");
-            for (char *q = path + stem; *q; q++) *q = *q == ':' ? '_' : *q;
+            svg_name(pf, mask_name, &st, "", path, sizeof path);
             snprintf(title, sizeof title,
                      "%s, %s: %d ranks, %lld tokens, %.1f MB moved (%.1f "
                      "between nodes), imbalance %.1f%% / %.1f%%",
@@ -318,6 +335,9 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
     for (int32_t i = 0; sim && i < c->num_strategies; i++) sim[i] = aggs[i].sim;
     printf("\nsimulated (means):\n");
     if (sim) dcpt_sim_table(stdout, c->strategies, sim, c->num_strategies);
+    printf("\nwhere the simulated time goes (means, ms; exposed: the slowest rank's, path: the "
+           "critical path's):\n");
+    if (sim) dcpt_sim_explain_table(stdout, c->strategies, sim, c->num_strategies);
     free(sim);
 }
 
@@ -384,6 +404,7 @@ int main(int argc, char **argv)
     dcp_plan_options_t lib;
     dcp_plan_options_default(&lib);
     plan_flags_t pf = {.repeat = 1,
+                       .svg_rank = -1,
                        .net_cap = lib.net_cap,
                        .coalesce = lib.coalesce,
                        .metis_tries = lib.metis_tries,
@@ -392,7 +413,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 24 };
+    enum { NOWN = 25 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -438,6 +459,10 @@ int main(int argc, char **argv)
         {"compare", DCPT_ARG_FLAG, &pf.compare, 0, 0,
          "with --layers: beside the joint plan, each kind's own placement for every kind, and "
          "a placement per kind with all-to-all re-layouts between kinds",
+         0},
+        {"svg-rank", DCPT_ARG_INT, &pf.svg_rank, -1, 1 << 20,
+         "with --svg and --simulate: the rank whose timeline is drawn (-1: the backward's "
+         "slowest)",
          0},
     };
     memcpy(args + DCPT_COMMON_NARGS, own, sizeof own);

@@ -48,9 +48,9 @@ typedef struct {
     const char *tool;
     const dcpt_common_t *c;
     const dcpt_layers_flags_t *f;
-    int32_t nk, nv;            /* kinds; placements */
-    char vname[MAXV][80];      /* placement labels */
-    cell_t *cells;             /* [strategy][placement][kind or model (nk)] */
+    int32_t nk, nv;       /* kinds; placements */
+    char vname[MAXV][80]; /* placement labels */
+    cell_t *cells;        /* [strategy][placement][kind or model (nk)] */
     int64_t total_layers, most;
 } run_t;
 
@@ -74,7 +74,7 @@ static dcp_status_t kind_fig(const run_t *r, const dcp_plan_t *view, fig_t *out)
     if (r->f->simulate) {
         dcpt_sim_row_t row;
         dcpt_sim_agg_t agg = {0};
-        DCP_CHECK(dcpt_sim_plan(r->f->sim, view, &row, &agg));
+        DCP_CHECK(dcpt_sim_plan(r->f->sim, view, NULL, -1, NULL, &row, &agg));
         out->sim_step = row.fwd_ms + row.bwd_ms;
     }
     return DCP_OK;
@@ -235,7 +235,8 @@ static dcp_status_t draw(const run_t *r, const dcp_plan_t *const *views, dcp_str
 static dcp_status_t relayout_step(const run_t *r, dcp_plan_t *const *plans, double *ms_out)
 {
     const dcp_attn_shape_t *sh = &r->c->shape;
-    const int64_t row = (int64_t)sh->num_heads * sh->head_dim * (sh->dtype == DCP_DTYPE_FP32 ? 4 : 2);
+    const int64_t row =
+        (int64_t)sh->num_heads * sh->head_dim * (sh->dtype == DCP_DTYPE_FP32 ? 4 : 2);
     double sum = 0;
     int32_t pairs = 0;
     for (int32_t i = 0; i < r->nk; i++)
@@ -271,8 +272,8 @@ static dcp_status_t plan_one(run_t *r, int32_t b, int32_t s)
     }
     if (st == DCP_OK && b == 0 && r->f->svg) st = draw(r, views, strategy);
     for (int32_t k = 0; k < r->nk && r->f->compare && st == DCP_OK; k++) {
-        const dcp_batch_t one = {.num_seqs = all.num_seqs, .lengths = all.lengths,
-                                 .masks = kinds[k].masks};
+        const dcp_batch_t one = {
+            .num_seqs = all.num_seqs, .lengths = all.lengths, .masks = kinds[k].masks};
         st = plan_timed(r, &one, strategy, &alone[k], &ms);
         alone_ms.wall += ms.wall;
         alone_ms.cpu += ms.cpu;

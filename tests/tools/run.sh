@@ -126,7 +126,21 @@ json_check "$work/layers.json" \
     --backward --warmup 0 --iters 1 >"$work/layers.txt" || fail "dcp-attn-test --layers"
 [ "$(grep -c PASS "$work/layers.txt")" = 3 ] || fail "dcp-attn-test --layers: $(cat "$work/layers.txt")"
 
-# 10. --version on every tool: the library's version, equal to the header's
+# 10. dcp-plan --simulate explains each pass: the critical path's parts add up to the pass,
+#    the exposed split to the slowest rank's exposed time; with --svg, a rank's timeline
+"$bin/dcp-plan" --cluster 2x4 --tokens 16384 --strategy metis --simulate --json \
+    --svg "$work/p.svg" --svg-rank 3 >"$work/sim.json" 2>/dev/null || fail "dcp-plan --simulate"
+json_check "$work/sim.json" '
+all(abs(sum(x["path"]["xfer"]["by_kind"].values()) + x["path"]["attn_ms"] +
+        x["path"]["memory_ms"] + x["path"]["latency_ms"] - x["ms"]) < 1e-4 * x["ms"] and
+    abs(sum(x["exposed"]["by_link"].values()) - x["exposed_comm_ms"]) < 1e-4 * x["ms"] and
+    abs(sum(x["exposed"]["by_step"].values()) - x["exposed_comm_ms"]) < 1e-4 * x["ms"] and
+    x["busiest_compute_ms"] >= x["compute_ms"] * (1 - 1e-9)
+    for r in rows for x in (r["sim_fwd"], r["sim_bwd"])) and
+set(rows[0]["sim_bwd"]["exposed"]["by_kind"]) == {"q_do", "stats", "kv", "dq", "dkv"}'
+grep -q "rank 3 ends at" "$work"/p-causal-*-timeline.svg || fail "dcp-plan --svg: no timeline"
+
+# 11. --version on every tool: the library's version, equal to the header's
 want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)
 for t in dcp-attn-test dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
     "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"

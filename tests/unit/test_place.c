@@ -1,5 +1,6 @@
 /* Placement strategies: every block placed, computation at the query owner, the memory cap,
  * the baselines' layouts, LPT's balance, determinism. */
+#include "partition/hypergraph.h"
 #include "partition/place.h"
 #include "partition/plan.h"
 #include "tests/unit/suites.h"
@@ -199,6 +200,82 @@ static void test_plan_size_limit(void)
     dcp_cluster_destroy(c);
 }
 
+/* Bytes leaving each rank's node from blocks it owns (heat[r]): per net, its bytes times the
+ * other nodes that read it. */
+static void leaving_bytes(const placed_t *x, int64_t *heat)
+{
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&x->b, &g), DCP_OK);
+    const int32_t devs = x->c->devs_per_node;
+    memset(heat, 0, (size_t)x->c->num_ranks * sizeof *heat);
+    for (int64_t e = 0; e < g.num_nets; e++) {
+        const int32_t o = x->p.blk_owner[dcp_net_block(&g, e)];
+        uint8_t seen[64] = {0};
+        for (int64_t i = g.net_off[e]; i < g.net_off[e + 1]; i++) {
+            const int32_t n = x->p.comp_exec[g.members[i]] / devs;
+            if (n == o / devs || seen[n]) continue;
+            seen[n] = 1;
+            heat[o] += g.weight[e];
+        }
+    }
+    dcp_hypergraph_release(&g);
+}
+
+/* A long causal sequence whose first half rank 0 owns, its second half on node 1: every
+ * block of the first half leaves for node 1 through rank 0's link. Spreading swaps them with
+ * the short sequences' blocks on ranks 1-3: node 0's busiest link carries less, and no byte
+ * between nodes, owned byte or computation block moves. */
+static void test_links_spread(void)
+{
+    const int32_t len[7] = {2048, 256, 256, 256, 256, 256, 256};
+    placed_t x;
+    CU_ASSERT_EQUAL_FATAL(place(&x, len, 7, DCP_MASK_CAUSAL, "2x4", DCP_STRATEGY_LPT, 64, 0),
+                          DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(x.b.num_blocks, 32 + 6 * 4);
+    for (int32_t t = 0; t < x.b.num_blocks; t++) {
+        const int32_t seq = x.b.blk_seq[t];
+        x.p.blk_owner[t] = seq > 0 ? (seq <= 3 ? seq : seq + 1) : t < 16 ? 0 : 4 + t % 4;
+    }
+    dcp_place_at_query_owner(&x.b, &x.p);
+    const int64_t nc = x.b.num_tiles * x.b.head_blocks;
+    int32_t *exec = malloc((size_t)nc * sizeof *exec);
+    memcpy(exec, x.p.comp_exec, (size_t)nc * sizeof *exec);
+    int64_t before[8], after[8], total0, inter0, total1, inter1, *flops0, *mem0, *flops1, *mem1;
+    leaving_bytes(&x, before);
+    dcp_hypergraph_t g;
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&x.b, &g), DCP_OK);
+    CU_ASSERT_EQUAL(
+        dcp_hypergraph_traffic(&g, x.p.blk_owner, x.p.comp_exec, 8, 4, &total0, &inter0), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_place_loads(&x.b, &x.p, 8, &flops0, &mem0), DCP_OK);
+    CU_ASSERT(before[0] > 0 && before[1] == 0 && before[2] == 0 && before[3] == 0);
+
+    CU_ASSERT_EQUAL_FATAL(dcp_place_spread_links(&x.b, x.c, &x.p), DCP_OK);
+    leaving_bytes(&x, after);
+    CU_ASSERT(after[0] < before[0]);
+    int64_t most = 0, sum0 = 0, sum1 = 0;
+    for (int r = 0; r < 4; r++) {
+        most = after[r] > most ? after[r] : most;
+        sum0 += before[r];
+        sum1 += after[r];
+    }
+    CU_ASSERT_EQUAL(sum1, sum0);            /* the node's bytes, over more links */
+    CU_ASSERT(most <= sum0 / 4 + sum0 / 8); /* near an even share of four links */
+    CU_ASSERT_EQUAL(
+        dcp_hypergraph_traffic(&g, x.p.blk_owner, x.p.comp_exec, 8, 4, &total1, &inter1), DCP_OK);
+    CU_ASSERT_EQUAL(inter1, inter0);
+    CU_ASSERT_EQUAL(memcmp(exec, x.p.comp_exec, (size_t)nc * sizeof *exec), 0);
+    CU_ASSERT_EQUAL_FATAL(dcp_place_loads(&x.b, &x.p, 8, &flops1, &mem1), DCP_OK);
+    CU_ASSERT_EQUAL(memcmp(mem0, mem1, 8 * sizeof *mem0), 0);
+    CU_ASSERT_EQUAL(memcmp(flops0, flops1, 8 * sizeof *flops0), 0);
+    free(flops0);
+    free(mem0);
+    free(flops1);
+    free(mem1);
+    free(exec);
+    dcp_hypergraph_release(&g);
+    unplace(&x);
+}
+
 int dcp_suite_place(void)
 {
     static const dcp_test_t tests[] = {
@@ -208,6 +285,7 @@ int dcp_suite_place(void)
         {"memory_cap", test_memory_cap},
         {"plans_are_deterministic", test_plans_are_deterministic},
         {"plan_size_limit", test_plan_size_limit},
+        {"links_spread", test_links_spread},
         {NULL, NULL},
     };
     return dcp_add_suite("place", tests);

@@ -208,6 +208,18 @@ static void sim_attn(sim_t *s, const dcp_instr_t *in, int64_t i)
     }
 }
 
+/* What a merge or sum into `dst` needs its sources to hold: the partial of the accumulator's
+ * block, or - into a hub's own partial (PART) - the partial that slot holds, which must be
+ * written by then. */
+static content_t reduce_dest(sim_t *s, dcp_view_t dst, int32_t kind, int64_t head_elems, int64_t i)
+{
+    if (dst.buf != DCP_BUF_PART) return caller_block(s, dst, kind, head_elems);
+    const content_t c = s->cur[DCP_BUF_PART][dst.off];
+    if (c.kind != kind) fail(s, "a hub merges into a slot that holds no partial of that kind");
+    if (s->ready[DCP_BUF_PART][dst.off] > i) fail(s, "a hub merges into a slot not yet written");
+    return c;
+}
+
 static void sim_reduce(sim_t *s, const dcp_instr_t *in, int64_t i)
 {
     const dcp_plan_t *p = s->p;
@@ -216,15 +228,17 @@ static void sim_reduce(sim_t *s, const dcp_instr_t *in, int64_t i)
     if (s->pass == DCP_PASS_BWD) { /* sums of partials into the gradient accumulators */
         for (int64_t k = in->first; k < in->first + in->count; k++) {
             const dcp_copy_item_t *c = &p->copies[k];
-            const int q = c->dst.buf == DCP_BUF_ACC_DQ;
+            const int q =
+                c->dst.buf == DCP_BUF_ACC_DQ ||
+                (c->dst.buf == DCP_BUF_PART && s->cur[DCP_BUF_PART][c->dst.off].kind == C_DQ);
             read_view(s, c->src, c->rows, c->row_elems,
-                      caller_block(s, c->dst, q ? C_DQ : C_DKV, q ? qw : kw), i);
+                      reduce_dest(s, c->dst, q ? C_DQ : C_DKV, q ? qw : kw, i), i);
         }
         return;
     }
     for (int64_t k = in->first; k < in->first + in->count; k++) {
         const dcp_merge_item_t *m = &p->merges[k];
-        content_t want = caller_block(s, m->o, C_P, qw);
+        content_t want = reduce_dest(s, m->o, C_P, qw, i);
         for (int32_t j = m->first_src; j < m->first_src + m->num_src; j++) {
             read_view(s, p->merge_srcs[j].o, m->rows, qw, want, i);
             read_view(s, p->merge_srcs[j].lse, m->rows, p->qpg, want, i);
@@ -284,10 +298,14 @@ static int check_slots(const dcp_plan_t *p, int expect_none)
 {
     sim_t s = {.p = p};
     s.sent = calloc((size_t)p->num_xfers + 1, sizeof *s.sent);
-    for (s.check = 0; s.check < 2; s.check++)
+    /* two rounds learn what each transfer carries (a hub forwards what it receives), the
+     * third checks */
+    for (int round = 0; round < 3; round++) {
+        s.check = round == 2;
         for (int k = 0; k < DCP_PASS_COUNT; k++)
             for (s.rank = 0, s.pass = (dcp_pass_t)k; s.rank < p->num_ranks; s.rank++)
                 simulate_rank(&s);
+    }
     if (s.failures && expect_none)
         fprintf(stderr, "slot check: %d violations, first: %s\n", s.failures, s.first_failure);
     free(s.sent);
@@ -334,8 +352,30 @@ static void check_exactly_once(const dcp_plan_t *p, dcp_pass_t pass, const int32
     free(all);
 }
 
+/* 1 when rank r sends in phase ph from a slot it received into (a hub forwarding an input)
+ * or from a PART slot that a REDUCE before the launch merged into (a hub's merged partial). */
+static int forwards_in(const dcp_plan_t *p, int32_t r, int32_t ph)
+{
+    const dcp_pass_t pass = ph < p->pass_phase[DCP_PASS_BWD] ? DCP_PASS_FWD : DCP_PASS_BWD;
+    int64_t merged_at = -1;
+    for (int64_t i = dcp_plan_prog_begin(p, pass, r); i < dcp_plan_prog_end(p, pass, r); i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        if (in->op == DCP_OP_REDUCE) merged_at = i;
+        if (in->op != DCP_OP_COMM_LAUNCH || in->arg != ph) continue;
+        for (int64_t k = in->first; k < in->first + in->count; k++) {
+            const dcp_comm_op_t *op = &p->comm[k];
+            if (op->send &&
+                (op->buf == DCP_BUF_RQ || op->buf == DCP_BUF_RKV || op->buf == DCP_BUF_RSTAT ||
+                 (op->buf == DCP_BUF_PART && merged_at >= 0)))
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* Division 0 (before any wait) reads only local rows. Divisions: step d+1 is launched
- * before step d is waited for. Rounds: one phase in flight at a time, and in each phase a
+ * before step d is waited for, unless the rank forwards in it what step d brought (a hub).
+ * Rounds: one phase in flight at a time, and in each phase a
  * rank sends and receives at most `coalesce` blocks. */
 static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
 {
@@ -378,7 +418,7 @@ static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
                 for (int32_t b = ph0; b < ph1; b++)
                     if (p->phase_step[b] == p->phase_step[a] + 1 &&
                         p->phase_step[b] < p->opts.divisions && wait_at[a] >= 0 &&
-                        launch_at[b] >= 0)
+                        launch_at[b] >= 0 && !forwards_in(p, r, b))
                         CU_ASSERT(launch_at[b] < wait_at[a]);
     }
     free(launch_at);
@@ -388,9 +428,9 @@ static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
 static void test_invariants_on_many_plans(void)
 {
     static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
-    static const int32_t divisions[] = {1, 2, 4};
+    static const int32_t divisions[] = {1, 2, 4, 8}; /* 8: local divisions at both ends */
     dcpt_rng_t rng = {31};
-    int plans = 0;
+    int plans = 0, hubs = 0;
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
         for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
             for (int c = 0; c < 4; c++) {
@@ -401,7 +441,7 @@ static void test_invariants_on_many_plans(void)
                 int32_t *store[5];
                 for (int i = 0; i < 5; i++)
                     m[i] = t_random_mask(&rng, (dcp_mask_kind_t)kind, len[i], &store[i]);
-                const int32_t div = divisions[(kind + s + c) % 3];
+                const int32_t div = divisions[(kind + s + c) % 4];
                 const int32_t hb = 1 + (kind + c) % 2;
                 const int32_t block = (int32_t)dcpt_rng_range(&rng, 8, 48);
                 dcp_plan_options_t o;
@@ -420,11 +460,14 @@ static void test_invariants_on_many_plans(void)
                     check_exactly_once(p, (dcp_pass_t)k, len, m, 5);
                     check_overlap(p, (dcp_pass_t)k);
                 }
+                for (int32_t r = 0; r < p->num_ranks; r++)
+                    for (int32_t ph = 0; ph < p->num_phases; ph++) hubs += forwards_in(p, r, ph);
                 dcp_plan_destroy(p);
                 for (int i = 0; i < 5; i++) free(store[i]);
                 plans++;
             }
     CU_ASSERT_EQUAL(plans, DCP_MASK_KIND_COUNT * DCP_STRATEGY_COUNT * 4);
+    CU_ASSERT(hubs > 0); /* relays between the 2x4 plans' nodes are among the checked */
 }
 
 /* The simulator itself must catch a broken program: reuse a received slot too early. */

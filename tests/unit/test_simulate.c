@@ -1,5 +1,7 @@
 /* The step-time simulator on timelines computed by hand, its link model, its scale, and the
  * kernel table reader of dcp-plan --simulate. */
+#include "partition/place.h"
+#include "partition/schedule.h"
 #include "partition/simulate.h"
 #include "plugin/cli/sim_kernels.h"
 #include "tests/unit/suites.h"
@@ -43,6 +45,17 @@ static dcp_sim_kernels_t flat_kernels(double tflops, double merge, double copy)
 /* Shape 4/2 heads x 8, one head group: a pair costs 4 x 8 x 4 = 128 FLOPs forward. */
 #define PAIR_FLOPS 128.0
 
+/* 10 GB/s and 2 us inside a node (1 GB/s and 7 us between nodes, unused), launches in order. */
+static dcp_sim_machine_t two_rank_machine(void)
+{
+    return (dcp_sim_machine_t){.intra_gbps = 10.0,
+                               .intra_lat_us = 2.0,
+                               .nic_gbps = 1.0,
+                               .inter_lat_us = 7.0,
+                               .nics_per_node = 1,
+                               .in_order = 1};
+}
+
 /* Two ranks on one node, ring, causal, 128 tokens in blocks of 64. Rank 0 owns block 0,
  * rank 1 block 1 and needs block 0's K and V (2 x 64 rows x 16 fp32 = 8192 bytes):
  *   rank 0: pack K,V (COPY, 2 x 8192 bytes)  | launch | wait: link | attention 0 | publish
@@ -52,12 +65,7 @@ static void test_two_rank_timeline(void)
 {
     dcp_plan_t *p = make_plan("1x2", 128, "causal", DCP_STRATEGY_RING, 64, 4);
     const dcp_sim_kernels_t k = flat_kernels(2.0, 50.0, 4.0);
-    const dcp_sim_machine_t m = {.intra_gbps = 10.0,
-                                 .intra_lat_us = 2.0,
-                                 .nic_gbps = 1.0,
-                                 .inter_lat_us = 7.0,
-                                 .nics_per_node = 1,
-                                 .in_order = 1};
+    const dcp_sim_machine_t m = two_rank_machine();
     const double pack = 2.0 * 8192 / 4e9, lat = 2e-6, link = 8192 / 10e9;
     const double attn0 = 64 * 65 / 2 * PAIR_FLOPS / 2e12;
     const double attn1 = (64 * 65 / 2 + 64 * 64) * PAIR_FLOPS / 2e12;
@@ -79,6 +87,201 @@ static void test_two_rank_timeline(void)
     CU_ASSERT_EQUAL(dcp_sim_run(p, DCP_PASS_BWD, &m, &k, NULL, &bwd), DCP_OK);
     CU_ASSERT(bwd.compute_ms > 2.5 * attn1 * 1e3);
     CU_ASSERT_DOUBLE_EQUAL(bwd.ms, bwd.compute_ms + bwd.exposed_comm_ms + bwd.wait_ms, 1e-9);
+    dcp_plan_destroy(p);
+}
+
+/* Sum of an explanation's (step, kind, class) table over some kinds (-1: all). */
+static double cells_sum(const dcp_sim_explain_t *e, const double *v, int kind)
+{
+    double sum = 0;
+    for (int32_t st = 0; st < e->num_steps; st++)
+        for (int k = 0; k < DCP_XFER_KIND_COUNT; k++)
+            for (int c = 0; c < 2; c++)
+                if (kind < 0 || k == kind) sum += v[dcp_sim_cell(st, k, c)];
+    return sum;
+}
+
+/* The same two ranks, explained: rank 1's exposed time is the K+V transfer of step 0 inside
+ * the node; the critical path is rank 0's pack, the latency, the link, then rank 1's
+ * attention and publish, on two ranks, and adds up to the pass. Rank 1's timeline shows the
+ * wait split as the simulator splits it. */
+static void test_two_rank_explained(void)
+{
+    dcp_plan_t *p = make_plan("1x2", 128, "causal", DCP_STRATEGY_RING, 64, 4);
+    const dcp_sim_kernels_t k = flat_kernels(2.0, 50.0, 4.0);
+    const dcp_sim_machine_t m = two_rank_machine();
+    const double pack = 2.0 * 8192 / 4e9, lat = 2e-6, link = 8192 / 10e9;
+    const double attn1 = (64 * 65 / 2 + 64 * 64) * PAIR_FLOPS / 2e12;
+    const double out = 2.0 * (64 * 32 + 64 * 4) * 4 / 4e9;
+    dcp_sim_result_t res;
+    dcp_sim_trace_t t;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_trace_run(p, DCP_PASS_FWD, &m, &k, &res, &t), DCP_OK);
+    CU_ASSERT_EQUAL(t.num_groups, 1);
+    CU_ASSERT_DOUBLE_EQUAL(t.groups[0].kind_bytes[DCP_XFER_KV], 8192, 0);
+    CU_ASSERT_EQUAL(t.groups[0].inter, 0);
+    dcp_sim_explain_t e;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_explain(p, &t, &res, &e), DCP_OK);
+    const double tol = 1e-9 * res.ms;
+    CU_ASSERT_DOUBLE_EQUAL(e.exposed_ms[dcp_sim_cell(0, DCP_XFER_KV, 0)], (lat + link) * 1e3, tol);
+    CU_ASSERT_DOUBLE_EQUAL(cells_sum(&e, e.exposed_ms, -1), res.exposed_comm_ms, tol);
+    CU_ASSERT_DOUBLE_EQUAL(e.path_memory_ms, (pack + out) * 1e3, tol);
+    CU_ASSERT_DOUBLE_EQUAL(e.path_attn_ms, attn1 * 1e3, tol);
+    CU_ASSERT_DOUBLE_EQUAL(e.path_latency_ms, lat * 1e3, tol);
+    CU_ASSERT_DOUBLE_EQUAL(e.path_xfer_ms[dcp_sim_cell(0, DCP_XFER_KV, 0)], link * 1e3, tol);
+    CU_ASSERT_EQUAL(e.path_ranks, 2);
+    dcp_sim_seg_t *segs;
+    int64_t n;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_rank_timeline(p, &t, 1, &segs, &n), DCP_OK);
+    double waiting = 0, exposed = 0, kernels = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (segs[i].t1_s - segs[i].t0_s) * 1e3;
+        if (segs[i].what == DCP_SIM_SEG_WAITING) waiting += d;
+        if (segs[i].what == DCP_SIM_SEG_EXPOSED) exposed += d;
+        if (segs[i].what == DCP_SIM_SEG_ATTN || segs[i].what == DCP_SIM_SEG_MEMORY) kernels += d;
+        if (i > 0) CU_ASSERT(segs[i].t0_s >= segs[i - 1].t1_s - 1e-15);
+    }
+    CU_ASSERT_DOUBLE_EQUAL(waiting, res.wait_ms, tol);
+    CU_ASSERT_DOUBLE_EQUAL(exposed, res.exposed_comm_ms, tol);
+    CU_ASSERT_DOUBLE_EQUAL(kernels, res.compute_ms, tol);
+    free(segs);
+    CU_ASSERT_EQUAL(dcp_sim_rank_timeline(p, &t, 2, &segs, &n), DCP_ERR_INVALID_ARG);
+    dcp_sim_explain_release(&e);
+    dcp_sim_trace_release(&t);
+    dcp_plan_destroy(p);
+}
+
+/* The batches of kinds_and_path_add_up: 16 causal sequences, 8/2 heads x 16 in two head
+ * groups, block 128, one METIS try on 4 x 4 ranks. In the first a hub sums dQ partials, in
+ * the second dK + dV partials. */
+typedef struct {
+    dcp_mask_t masks[16];
+    dcp_batch_t batch;
+    dcp_attn_shape_t shape;
+    dcp_plan_options_t o;
+    dcp_cluster_t *c;
+} kinds_case_t;
+
+static void kinds_case(kinds_case_t *k, int which)
+{
+    static const int32_t lens[2][16] = {
+        {374, 2962, 2414, 1351, 2582, 2336, 2822, 389, 898, 653, 929, 1807, 2887, 2691, 2187, 929},
+        {500, 501, 1268, 2131, 325, 1308, 609, 1068, 799, 810, 3183, 1906, 871, 1739, 1632, 1553}};
+    dcp_mask_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m), DCP_OK);
+    for (int i = 0; i < 16; i++) k->masks[i] = m;
+    k->batch = (dcp_batch_t){.num_seqs = 16, .lengths = lens[which], .masks = k->masks};
+    k->shape = (dcp_attn_shape_t){8, 2, 16, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_default(&k->o);
+    k->o.block_size = 128;
+    k->o.head_blocks = 2;
+    k->o.metis_tries = 1;
+    k->c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x4", &k->c), DCP_OK);
+}
+
+/* Bytes of the backward's transfers of one kind, from the schedule the plan was made from
+ * (METIS's placement with the same seed). */
+static double schedule_kind_bytes(kinds_case_t *k, dcp_xfer_kind_t kind)
+{
+    dcp_placed_t x = {0};
+    CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&k->batch, &k->shape, &k->o, k->c, &x), DCP_OK);
+    dcp_schedule_t s;
+    CU_ASSERT_EQUAL_FATAL(dcp_schedule_build(&x.b, &x.pl, k->c->num_ranks, k->o.divisions,
+                                             k->o.comm_schedule, k->o.coalesce, DCP_PASS_BWD, &s),
+                          DCP_OK);
+    double bytes = 0;
+    for (int32_t i = 0; i < s.num_xfers; i++)
+        if (s.xfers[i].kind == (int32_t)kind) bytes += (double)s.xfers[i].bytes;
+    dcp_schedule_release(&s);
+    dcp_placed_release(&x);
+    return bytes;
+}
+
+/* A hub's backward sums into its own partial, by kind: dQ ([0]) and dK + dV ([1]). */
+static void hub_sums(const dcp_plan_t *p, int n[2])
+{
+    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, 0);
+         i < dcp_plan_prog_end(p, DCP_PASS_BWD, p->num_ranks - 1); i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        if (in->op != DCP_OP_REDUCE) continue;
+        for (int64_t k = in->first; k < in->first + in->count; k++)
+            if (p->copies[k].dst.buf == DCP_BUF_PART)
+                n[p->copies[k].row_elems != p->qpg * p->shape.head_dim]++;
+    }
+}
+
+static void kinds_plan_add_up(kinds_case_t *kc0, int hubs[2]);
+
+/* Two metis plans with partials both ways on 4 x 4 ranks, hubs summing both kinds of
+ * backward partials on the way: every group's bytes are split among kinds without a
+ * remainder, the backward's dQ and dK+dV partials are told apart exactly as the schedule
+ * made them, the exposed split adds up to the slowest rank's exposed time, and the critical
+ * path adds up to the pass, both passes. */
+static void test_kinds_and_path_add_up(void)
+{
+    int hubs[2] = {0, 0};
+    for (int which = 0; which < 2; which++) {
+        kinds_case_t kc;
+        kinds_case(&kc, which);
+        kinds_plan_add_up(&kc, hubs);
+        dcp_cluster_destroy(kc.c);
+    }
+    CU_ASSERT(hubs[0] > 0 && hubs[1] > 0);
+}
+
+static void kinds_plan_add_up(kinds_case_t *kc0, int hubs[2])
+{
+    kinds_case_t kc = *kc0;
+    dcp_cluster_t *c = kc.c;
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&kc.batch, &kc.shape, &kc.o, c, &p), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(p->stats.strategy, DCP_STRATEGY_METIS);
+    dcp_sim_machine_t mach;
+    dcp_sim_machine_from_cluster(c, &mach);
+    dcp_sim_kernels_t k;
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_kernels_builtin("h100", &k), DCP_OK);
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        dcp_sim_result_t res;
+        dcp_sim_trace_t t;
+        dcp_sim_explain_t e;
+        CU_ASSERT_EQUAL_FATAL(dcp_sim_trace_run(p, (dcp_pass_t)pass, &mach, &k, &res, &t), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcp_sim_explain(p, &t, &res, &e), DCP_OK);
+        double kinds[DCP_XFER_KIND_COUNT] = {0};
+        int whole = 1;
+        for (int64_t g = 0; g < t.num_groups; g++) {
+            double sum = 0;
+            for (int q = 0; q < DCP_XFER_KIND_COUNT; q++) {
+                sum += t.groups[g].kind_bytes[q];
+                kinds[q] += t.groups[g].kind_bytes[q];
+            }
+            whole &= fabs(sum - t.groups[g].bytes) <= 1e-9 * t.groups[g].bytes;
+        }
+        CU_ASSERT(whole);
+        if (pass == DCP_PASS_BWD) {
+            hub_sums(p, hubs);
+            const double dq = schedule_kind_bytes(&kc, DCP_XFER_DQ);
+            const double dkv = schedule_kind_bytes(&kc, DCP_XFER_DKV);
+            CU_ASSERT(dq > 0 && dkv > 0);
+            CU_ASSERT_DOUBLE_EQUAL(kinds[DCP_XFER_DQ], dq, 0);
+            CU_ASSERT_DOUBLE_EQUAL(kinds[DCP_XFER_DKV], dkv, 0);
+            CU_ASSERT_DOUBLE_EQUAL(kinds[DCP_XFER_Q] + kinds[DCP_XFER_PART], 0, 0);
+        } else {
+            CU_ASSERT(kinds[DCP_XFER_PART] > 0 && kinds[DCP_XFER_Q] > 0);
+            CU_ASSERT_DOUBLE_EQUAL(kinds[DCP_XFER_DQ] + kinds[DCP_XFER_DKV], 0, 0);
+        }
+        const double tol = 1e-9 * res.ms;
+        CU_ASSERT_DOUBLE_EQUAL(cells_sum(&e, e.exposed_ms, -1), res.exposed_comm_ms, tol);
+        const double path = e.path_attn_ms + e.path_memory_ms + e.path_latency_ms +
+                            cells_sum(&e, e.path_xfer_ms, -1);
+        CU_ASSERT_DOUBLE_EQUAL(path, res.ms, tol);
+        double segs = 0;
+        for (int64_t i = 0; i < e.num_path; i++) segs += (e.path[i].t1_s - e.path[i].t0_s) * 1e3;
+        CU_ASSERT_DOUBLE_EQUAL(segs, res.ms, tol);
+        CU_ASSERT(e.path_ranks >= 1 && e.path_ranks <= 8);
+        CU_ASSERT(res.busiest_compute_ms >= res.compute_ms - tol);
+        dcp_sim_explain_release(&e);
+        dcp_sim_trace_release(&t);
+    }
     dcp_plan_destroy(p);
 }
 
@@ -252,6 +455,8 @@ int dcp_suite_simulate(void)
 {
     static const dcp_test_t tests[] = {
         {"two_rank_timeline", test_two_rank_timeline},
+        {"two_rank_explained", test_two_rank_explained},
+        {"kinds_and_path_add_up", test_kinds_and_path_add_up},
         {"nic_sharing_full_duplex", test_nic_sharing_full_duplex},
         {"bad_inputs_named", test_bad_inputs_named},
         {"scaling_256_ranks", test_scaling_256_ranks},
