@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PLAN_MAGIC        "DCPPLAN"
-#define PLAN_VERSION      3u /* 2: backward programs; 3: options.metis_tries */
+#define PLAN_VERSION      4u /* 2: backward programs; 3: options.metis_tries; 4: bwd_speed */
 #define PLAN_HEADER_BYTES 32u
 
 enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS };
@@ -269,6 +269,7 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_f64(c, &m->lat_us);
     f_f64(c, &m->peak_tflops);
     f_f64(c, &m->hbm_gbps);
+    f_f64(c, &m->bwd_speed);
     f_i32(c, &m->eff_n);
     if (!c->w && (c->r->bad || m->eff_n < 1 || m->eff_n > DCP_MAX_KERNEL_POINTS))
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: kernel table is corrupt");
