@@ -44,7 +44,7 @@ MPI_SRCS = $(wildcard plugin/mpi/*.c)
 # the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))
 MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
-TOOLS = dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
+TOOLS = dcp-attn-test dcp-calibrate dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.c
 
 ifneq ($(NVCC),)
@@ -127,8 +127,9 @@ $(BUILD)/bin/dcp-kernel-bench: $(BUILD)/obj/plugin/cli/dcp_kernel_bench.o $(CLI_
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
 # tools that run as one rank per process under mpirun also link the MPI bootstrap
-MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-transport-bench
+MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-calibrate $(BUILD)/bin/dcp-transport-bench
 $(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o
+$(BUILD)/bin/dcp-calibrate: $(BUILD)/obj/plugin/cli/dcp_calibrate.o
 $(BUILD)/bin/dcp-transport-bench: $(BUILD)/obj/plugin/cli/dcp_transport_bench.o
 $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp_mpi.a \
 		$(BUILD)/lib/libdcp.a
