@@ -187,6 +187,7 @@ test-run:
 	tests/tools/run.sh $(BUILD)/bin
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
+	tests/cluster/run.sh $(BUILD)/bin
 	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:
 	@# python would need the sanitizer runtime preloaded)
 	@if command -v python3 >/dev/null && ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \
@@ -221,9 +222,10 @@ $(BUILD)/bin/dcp-plan-fuzz: $(BUILD)/obj/tests/fuzz/plan_fuzz.o $(BUILD)/obj/tes
 	@mkdir -p $(@D)
 	$(CC) $(subst fuzzer-no-link,fuzzer,$(SAN)) -o $@ $^ $(LDLIBS_ALL)
 
-# libudev-dev: hwloc's `pkg-config --static` names -ludev
+# libudev-dev: hwloc's `pkg-config --static` names -ludev; iproute2 (ip, tc) and util-linux
+# (unshare): the emulated cluster of tests/cluster
 DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
-	openmpi-bin pkg-config procps python3-torch
+	openmpi-bin pkg-config procps python3-torch iproute2 util-linux
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \

@@ -511,6 +511,7 @@ static void *run_rank(void *arg)
     if (st == DCP_OK) st = measure_kernels(c, res);
     if (st == DCP_OK && c->rank == 0) {
         for (int32_t i = 0; i < res->n; i++) dcpt_bench_row(&b, &res->rows[i], NULL, NULL);
+        fflush(stdout);
         if (!write_files(c, res))
             st = dcp_set_error(DCP_ERR_INVALID_ARG, "--out: cannot write %s.node / .json", f->out);
         else
