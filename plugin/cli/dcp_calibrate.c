@@ -405,72 +405,102 @@ static double shared_processors(const cal_t *c, const results_t *res, int32_t be
     return share < 0.8 ? round(c->size * share * 10) / 10 : 0;
 }
 
-static int write_files(const cal_t *c, const results_t *res)
+/* What the files say, derived from the measurements. */
+typedef struct {
+    int32_t best, nics;    /* the fastest tile; NICs per node (0: one node, unknown) */
+    double peak, bwd, shared;
+    const row_t *intra, *inter, *lat, *copy; /* NULL where not measured */
+} figures_t;
+
+static figures_t derive(const cal_t *c, const results_t *res)
 {
-    char path[4096];
-    int32_t best = res->tiles[0];
+    figures_t g = {.best = res->tiles[0]};
     for (int32_t t = 0; t < res->ntiles; t++)
-        if (find(res, "attn", res->tiles[t])->all.median > find(res, "attn", best)->all.median)
-            best = res->tiles[t];
-    const double peak = find(res, "attn", best)->all.median;
+        if (find(res, "attn", res->tiles[t])->all.median > find(res, "attn", g.best)->all.median)
+            g.best = res->tiles[t];
+    g.peak = find(res, "attn", g.best)->all.median;
     double ratio[MAX_TILES];
     for (int32_t t = 0; t < res->ntiles; t++)
         ratio[t] = find(res, "bwd", res->tiles[t])->all.median /
                    find(res, "attn", res->tiles[t])->all.median;
-    const double bwd = dcpt_median(ratio, res->ntiles);
-    const double shared = shared_processors(c, res, best);
-    const row_t *intra = find(res, "intra", 0), *inter = find(res, "inter", 0),
-                *lat = find(res, "lat", 0), *copy = find(res, "copy", 0);
-    int32_t nics = 0;
-    if (inter) {
-        nics = (int32_t)lround(inter->all.median / inter->one.median);
-        nics = nics < 1 ? 1 : nics > c->devs ? c->devs : nics;
+    g.bwd = dcpt_median(ratio, res->ntiles);
+    g.shared = shared_processors(c, res, g.best);
+    g.intra = find(res, "intra", 0);
+    g.inter = find(res, "inter", 0);
+    g.lat = find(res, "lat", 0);
+    g.copy = find(res, "copy", 0);
+    if (g.inter) {
+        g.nics = (int32_t)lround(g.inter->all.median / g.inter->one.median);
+        g.nics = g.nics < 1 ? 1 : g.nics > c->devs ? c->devs : g.nics;
     }
-    snprintf(path, sizeof path, "%s.node", c->f->out);
+    return g;
+}
+
+/* PREFIX.node: the planner's figures (topo/node_file.c). */
+static int write_node(const cal_t *c, const results_t *res, const figures_t *g, const char *path)
+{
     FILE *f = fopen(path, "w");
     if (!f) return 0;
     fprintf(f, "# dcp-calibrate: %d nodes x %d ranks, %s %s, heads %d/%d x %d; measured\n",
             c->nodes, c->devs, c->f->device, dcpt_dtype_name(c->shape.dtype),
             c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim);
     fprintf(f, "devices %d\n", c->devs);
-    if (inter) fprintf(f, "nics %d\n", nics);
-    if (intra) fprintf(f, "intra %.6g\n", intra->one.median);
-    if (inter) fprintf(f, "inter %.6g  # the node's network over its devices\n",
-                       inter->all.median / c->devs);
-    if (lat) fprintf(f, "lat %.6g\n", lat->one.median);
-    fprintf(f, "tflops %.6g  # forward, every rank at work, tile %d\n", peak, best);
-    fprintf(f, "hbm %.6g\n", copy->all.median);
-    fprintf(f, "bwd %.6g\n", bwd);
+    if (g->inter) fprintf(f, "nics %d\n", g->nics);
+    if (g->intra) fprintf(f, "intra %.6g\n", g->intra->one.median);
+    if (g->inter)
+        fprintf(f, "inter %.6g  # the node's network over its devices\n",
+                g->inter->all.median / c->devs);
+    if (g->lat) fprintf(f, "lat %.6g\n", g->lat->one.median);
+    fprintf(f, "tflops %.6g  # forward, every rank at work, tile %d\n", g->peak, g->best);
+    fprintf(f, "hbm %.6g\n", g->copy->all.median);
+    fprintf(f, "bwd %.6g\n", g->bwd);
     for (int32_t t = 0; t < res->ntiles; t++) {
-        const double e = find(res, "attn", res->tiles[t])->all.median / peak;
+        const double e = find(res, "attn", res->tiles[t])->all.median / g->peak;
         fprintf(f, "kernel %d %.6g\n", res->tiles[t], e < 1 ? e : 1.0);
     }
-    if (fclose(f) != 0) return 0;
-    /* the simulator: one rank's rates where the ranks share processors, else every rank's */
-    snprintf(path, sizeof path, "%s.json", c->f->out);
-    f = fopen(path, "w");
+    return fclose(f) == 0;
+}
+
+/* PREFIX.json: the simulator's kernel table (plugin/cli/sim_kernels.c reads the kernel rows),
+ * one rank's rates where the ranks share processors, else every rank's; first a record of
+ * every figure. */
+static int write_sim(const cal_t *c, const results_t *res, const figures_t *g, const char *path)
+{
+    FILE *f = fopen(path, "w");
     if (!f) return 0;
     fprintf(f,
             "{\"calibration\": \"%s\", \"nodes\": %d, \"devices\": %d, \"nics\": %d, "
             "\"intra_gbps\": %.6g, \"inter_gbps\": %.6g, \"lat_us\": %.6g, \"tflops\": %.6g, "
             "\"bwd\": %.6g, \"hbm_gbps\": %.6g, \"shared_processors\": %.6g}\n",
-            tool, c->nodes, c->devs, nics, intra ? intra->one.median : 0,
-            inter ? inter->all.median / c->devs : 0, lat ? lat->one.median : 0, peak, bwd,
-            copy->all.median, shared);
+            tool, c->nodes, c->devs, g->nics, g->intra ? g->intra->one.median : 0,
+            g->inter ? g->inter->all.median / c->devs : 0, g->lat ? g->lat->one.median : 0,
+            g->peak, g->bwd, g->copy->all.median, g->shared);
+    const int one = g->shared > 0;
     for (int32_t t = 0; t < res->ntiles; t++)
         for (int k = 0; k < 2; k++) {
             const row_t *r = find(res, k ? "bwd" : "attn", res->tiles[t]);
             fprintf(f,
                     "{\"kernel\": \"%s\", \"tile\": %d, \"head_dim\": %d, \"tflops\": %.6g, "
                     "\"error\": null}\n",
-                    r->item, r->tile, c->shape.head_dim, shared > 0 ? r->one.median : r->all.median);
+                    r->item, r->tile, c->shape.head_dim, one ? r->one.median : r->all.median);
         }
     for (int k = 0; k < 2; k++)
-        fprintf(f, "{\"kernel\": \"%s\", \"tile\": %d, \"head_dim\": %d, \"gbps\": %.6g, "
-                   "\"error\": null}\n",
-                k ? "copy" : "merge", best, c->shape.head_dim,
-                shared > 0 ? copy->one.median : copy->all.median);
+        fprintf(f,
+                "{\"kernel\": \"%s\", \"tile\": %d, \"head_dim\": %d, \"gbps\": %.6g, "
+                "\"error\": null}\n",
+                k ? "copy" : "merge", g->best, c->shape.head_dim,
+                one ? g->copy->one.median : g->copy->all.median);
     return fclose(f) == 0;
+}
+
+static int write_files(const cal_t *c, const results_t *res)
+{
+    const figures_t g = derive(c, res);
+    char path[4096];
+    snprintf(path, sizeof path, "%s.node", c->f->out);
+    if (!write_node(c, res, &g, path)) return 0;
+    snprintf(path, sizeof path, "%s.json", c->f->out);
+    return write_sim(c, res, &g, path);
 }
 
 static void *run_rank(void *arg)
