@@ -47,7 +47,7 @@ MPI_SRCS = $(wildcard plugin/mpi/*.c)
 # the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))
 MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
-TOOLS = dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
+TOOLS = dcp-attn-test dcp-calibrate dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.c
 
 ifneq ($(NVCC),)
@@ -133,8 +133,9 @@ $(BUILD)/bin/dcp-kernel-bench: $(BUILD)/obj/plugin/cli/dcp_kernel_bench.o $(CLI_
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 
 # tools that run as one rank per process under mpirun also link the MPI bootstrap
-MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-transport-bench
+MPI_TOOL_BINS = $(BUILD)/bin/dcp-attn-test $(BUILD)/bin/dcp-calibrate $(BUILD)/bin/dcp-transport-bench
 $(BUILD)/bin/dcp-attn-test: $(BUILD)/obj/plugin/cli/dcp_attn_test.o
+$(BUILD)/bin/dcp-calibrate: $(BUILD)/obj/plugin/cli/dcp_calibrate.o
 $(BUILD)/bin/dcp-transport-bench: $(BUILD)/obj/plugin/cli/dcp_transport_bench.o
 $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp_mpi.a \
 		$(BUILD)/lib/libdcp.a
@@ -211,6 +212,7 @@ test-run:
 	tests/tools/run.sh $(BUILD)/bin
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
+	tests/cluster/run.sh $(BUILD)/bin
 	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:
 	@# python would need the sanitizer runtime preloaded)
 	@if command -v python3 >/dev/null && ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \
@@ -253,9 +255,10 @@ $(BUILD)/bin/dcp-plan-fuzz: $(BUILD)/obj/tests/fuzz/plan_fuzz.o $(BUILD)/obj/tes
 	@mkdir -p $(@D)
 	$(CC) $(subst fuzzer-no-link,fuzzer,$(SAN)) -o $@ $^ $(LDLIBS_ALL)
 
-# libudev-dev: hwloc's `pkg-config --static` names -ludev
+# libudev-dev: hwloc's `pkg-config --static` names -ludev; iproute2 (ip, tc) and util-linux
+# (unshare): the emulated cluster of tests/cluster
 DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
-	openmpi-bin pkg-config procps python3-torch python3-venv
+	openmpi-bin pkg-config procps python3-torch python3-venv iproute2 util-linux
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \

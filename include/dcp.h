@@ -236,18 +236,23 @@ DCP_API void dcp_plan_options_default(dcp_plan_options_t *opts_out);
  * is device r % G of node r / G. */
 typedef struct dcp_cluster dcp_cluster_t;
 
-/* "NxG[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps]": N nodes of G devices;
- * link bandwidths in GB/s per direction per device, latency in microseconds, device peak in
- * TFLOP/s and memory bandwidth in GB/s (defaults 300, 25, 5, 312, 1500). G may also name a
- * machine preset, which sets G and every figure:
- *   a100-efa  8 x A100 on NVSwitch, 4 x 100 Gb/s EFA per node (intra 300, inter 6.25,
- *             lat 15, 312 TFLOP/s bf16, hbm 1555)
- *   h100-ib   8 x H100 on NVSwitch, 8 x 400 Gb/s InfiniBand per node (intra 450, inter 50,
- *             lat 3, 989 TFLOP/s bf16, hbm 3350)
- * or G may be "@FILE", an hwloc XML capture of one node (lstopo --of xml, taken with I/O
- * devices): G is its NVIDIA GPU count, inter and lat follow from the NIC each GPU uses
- * (its rate shared by the GPUs on it), the rest keep the defaults. FILE may not hold ':'.
- * e.g. "4xh100-ib", "2xa100-efa:inter=12.5", "4x@node.xml:intra=450". */
+/* "NxG[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps][:bwd=X][:nics=N]": N nodes
+ * of G devices; link bandwidths in GB/s per direction per device, latency in microseconds,
+ * device peak in TFLOP/s, memory bandwidth in GB/s, the backward's FLOP/s over the forward's,
+ * network adapters the node's devices share (defaults 300, 25, 5, 312, 1500, 1, G). G may
+ * also name a machine preset, which sets G and every figure:
+ *   p4de       DCP's testbed: 8 x A100-80GB on NVSwitch, 4 x 100 Gb/s EFA per node (intra
+ *              300, inter 6.25, lat 15, 312 TFLOP/s bf16, hbm 2039, nics 4)
+ *   a100-efa   the same with A100-40GB (p4d: hbm 1555)
+ *   h100-ib    8 x H100 on NVSwitch, 8 x 400 Gb/s InfiniBand per node (intra 450, inter 50,
+ *              lat 3, 989 TFLOP/s bf16, hbm 3350)
+ *   a100-1nic  8 x A100-40GB behind one 100 Gb/s NIC per node (inter 1.5625, lat 5, nics 1)
+ * or G may be "@FILE": an hwloc XML capture of one node (lstopo --of xml, taken with I/O
+ * devices): G is its NVIDIA GPU count, inter and lat follow from the NIC each GPU uses (its
+ * rate shared by the GPUs on it), the rest keep the defaults; or a node file written by
+ * dcp-calibrate (any FILE that is not XML: G, NICs, figures and kernel curve as measured).
+ * FILE may not hold ':'. e.g. "4xh100-ib", "2xa100-efa:inter=12.5", "4x@node.xml:intra=450",
+ * "16x@calib.node". */
 DCP_API dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out);
 DCP_API void dcp_cluster_destroy(dcp_cluster_t *cluster);
 DCP_API int32_t dcp_cluster_num_ranks(const dcp_cluster_t *cluster);

@@ -45,12 +45,11 @@ double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cos
     return s;
 }
 
-/* The cost model's FLOP/s: peak x efficiency(tile), the same for both passes. */
+/* The cost model's FLOP/s: peak x efficiency(tile), the backward's scaled by bwd_speed. */
 static double perf_rate(const void *ctx, double edge, int bwd)
 {
-    (void)bwd;
     const dcp_perf_model_t *m = ctx;
-    return m->peak_tflops * 1e12 * dcp_cost_efficiency(m, edge);
+    return m->peak_tflops * 1e12 * dcp_cost_efficiency(m, edge) * (bwd ? m->bwd_speed : 1.0);
 }
 
 double dcp_cost_memory_bytes(const dcp_plan_t *p, const dcp_instr_t *in)
@@ -288,7 +287,7 @@ dcp_status_t dcp_cost_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
             for (int d = 0; d < 2; d++)
                 for (int k = 0; k < 2; k++)
                     link = fmax(link, lb.v[((int64_t)pass * nr + r) * 4 + d * 2 + k] / bw[k]);
-            const double compute = (pass == 0 ? 1.0 : 2.5) * sec[r];
+            const double compute = (pass == 0 ? 1.0 : 2.5 / perf->bwd_speed) * sec[r];
             worst[pass] = fmax(worst[pass], fmax(compute, link / 2));
         }
     free(sec);

@@ -1,6 +1,7 @@
 #include "partition/export.h"
 
 #include "include/base/error.h"
+#include "partition/plan.h"
 
 #include <errno.h>
 #include <math.h>
@@ -143,8 +144,11 @@ dcp_status_t dcp_export_hmetis(FILE *f, const dcp_blocks_t *b, const dcp_hypergr
         write_head(f, b, &w, 0);
         fprintf(f, "%lld %lld 11\n", (long long)w.num_nets, (long long)w.nv);
         write_nets(f, b, g, &w);
-        for (int64_t v = 0; v < w.nv; v++)
-            fprintf(f, "%lld\n", (long long)dcp_export_scaled(w.s_flops, w.flops[v]));
+        /* hMETIS and KaHyPar refuse vertices of weight 0: token blocks weigh 1 unit */
+        for (int64_t v = 0; v < w.nv; v++) {
+            const int64_t x = dcp_export_scaled(w.s_flops, w.flops[v]);
+            fprintf(f, "%lld\n", (long long)(x > 0 ? x : 1));
+        }
         st = write_error(f, "hmetis export");
     }
     weights_release(&w);
@@ -197,10 +201,14 @@ static dcp_status_t write_file(const char *path, fmt_t fmt, const dcp_placed_t *
 
 dcp_status_t dcp_export_write(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
-                              const dcp_export_paths_t *paths)
+                              const dcp_export_paths_t *paths, dcp_plan_options_t *placed_out)
 {
-    dcp_plan_options_t o = *opts;
-    if (o.strategy == DCP_STRATEGY_AUTO) o.strategy = DCP_STRATEGY_METIS;
+    /* the plan returned carries the options that placed it (strategy, block size, seed):
+     * placing with them again gives its blocks and placement, placement being deterministic */
+    dcp_plan_t *p = NULL;
+    DCP_CHECK(dcp_plan_create(batch, shape, opts, cluster, &p));
+    const dcp_plan_options_t o = p->opts;
+    dcp_plan_destroy(p);
     dcp_placed_t x = {0};
     dcp_hypergraph_t g = {0};
     dcp_status_t st;
@@ -209,6 +217,7 @@ dcp_status_t dcp_export_write(const dcp_batch_t *batch, const dcp_attn_shape_t *
     const char *const path[3] = {paths->hmetis, paths->patoh, paths->partition};
     for (int k = 0; k < 3; k++)
         if (path[k]) DCP_CHECK_GOTO(write_file(path[k], (fmt_t)k, &x, &g), st, out);
+    if (placed_out) *placed_out = o;
 out:
     dcp_hypergraph_release(&g);
     dcp_placed_release(&x);

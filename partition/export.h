@@ -18,7 +18,8 @@
  *
  * Formats:
  *   hMETIS (fmt 11): `<nets> <vertices> 11`, one line per net `<weight> <pins...>`, then
- *     one line per vertex with one weight, the forward FLOPs (token blocks 0);
+ *     one line per vertex with one weight, the forward FLOPs (token blocks 1: hMETIS and
+ *     KaHyPar refuse a vertex of weight 0);
  *   PaToH: `1 <cells> <nets> <pins> 3 2` (1-based, cell weights and net costs, two
  *     constraints), one line per net `<cost> <pins...>`, then one line per cell
  *     `<FLOPs> <bytes>` (token blocks: bytes of Q, K, V, O, LSE; computation blocks: 0);
@@ -56,11 +57,13 @@ typedef struct {
     const char *hmetis, *patoh, *partition;
 } dcp_export_paths_t;
 
-/* Places `batch` with strategy opts->strategy (AUTO means METIS) exactly as the planner's
- * first half does and writes the files asked for. A path that cannot be opened fails with
- * DCP_ERR_INVALID_ARG naming it. */
+/* Plans `batch` as dcp_plan_create() does and writes the files asked for from the plan it
+ * returns: its blocks and its placement (METIS's kept try, or zigzag's plan where the planner
+ * kept that; auto's choice). placed_out (may be NULL) gets the options that placed it (the
+ * strategy, block size and seed of the plan returned). A path that cannot be opened fails
+ * with DCP_ERR_INVALID_ARG naming it. */
 dcp_status_t dcp_export_write(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
-                              const dcp_export_paths_t *paths);
+                              const dcp_export_paths_t *paths, dcp_plan_options_t *placed_out);
 
 #endif

@@ -6,10 +6,10 @@
  *   payload: sections META, SEQS, BLOCKS, PROGRAMS (forward and backward), ITEMS, each
  *            opened by a u32 tag;
  *            every array is prefixed by its u64 element count.
- *   A plan of K >= 2 layer kinds is version 4: a KINDS section follows SEQS (K, every kind's
+ *   A plan of K >= 2 layer kinds is version 5: a KINDS section follows SEQS (K, every kind's
  *   layer count, then for kinds 1 .. K-1 their pass ranges and a SEQS section of their
- *   masks), and PROGRAMS holds the K program pairs. A plan of one kind keeps version 3 and its
- *   bytes.
+ *   masks), and PROGRAMS holds the K program pairs. A plan of one kind is version 4, with no
+ *   KINDS section (version 4 added the cost model's bwd_speed to META).
  *
  * All integers are little-endian. One walker (codec_t) both writes and reads, so the field
  * order cannot differ between the two. Reading trusts nothing: the checksum, every count
@@ -31,8 +31,8 @@
 #include <string.h>
 
 #define PLAN_MAGIC        "DCPPLAN"
-#define PLAN_VERSION       3u /* 2: backward programs; 3: options.metis_tries */
-#define PLAN_VERSION_KINDS 4u /* plans of several layer kinds (3 for plans of one) */
+#define PLAN_VERSION       4u /* 2: backward programs; 3: options.metis_tries; 4: bwd_speed */
+#define PLAN_VERSION_KINDS 5u /* version 4 and the KINDS section: several layer kinds */
 #define PLAN_HEADER_BYTES  32u
 
 enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS, SEC_KINDS };
@@ -275,6 +275,7 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_f64(c, &m->lat_us);
     f_f64(c, &m->peak_tflops);
     f_f64(c, &m->hbm_gbps);
+    f_f64(c, &m->bwd_speed);
     f_i32(c, &m->eff_n);
     if (!c->w && (c->r->bad || m->eff_n < 1 || m->eff_n > DCP_MAX_KERNEL_POINTS))
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT, "plan bytes: kernel table is corrupt");

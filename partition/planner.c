@@ -277,7 +277,7 @@ static dcp_status_t zigzag_floors(const dcp_batch_t *batch, const dcp_attn_shape
     for (int32_t k = 0; k < p->num_kinds; k++) {
         const dcp_plan_t *v = p->views[k];
         const double f = dcp_cost_chunked_floor(v, chunks);
-        lb[k][0] = v->layers * f, lb[k][1] = v->layers * 3.5 * f;
+        lb[k][0] = v->layers * f, lb[k][1] = v->layers * (1.0 + 2.5 / cluster->perf.bwd_speed) * f;
     }
     for (int32_t k = 0; k < p->num_kinds && !floor_not_faster(*fl, p); k++) {
         const dcp_batch_t one = {
@@ -366,7 +366,8 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
     dcp_plan_t *plan[2] = {NULL, NULL}; /* METIS, zigzag */
     DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &plan[0]));
     const double f = model_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks));
-    floor_t fl = {f, 3.5 * f}; /* the backward's tiles: 2.5x the forward's FLOPs */
+    /* the backward's tiles: 2.5x the forward's FLOPs, at bwd_speed x its rate */
+    floor_t fl = {f, (1.0 + 2.5 / cluster->perf.bwd_speed) * f};
     dcp_status_t st = DCP_OK;
     if (!floor_not_faster(fl, plan[0])) {
         dcp_plan_options_t zo = *o;

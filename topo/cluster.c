@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "topo/node_figures.h"
+#include "topo/node_file.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,6 +23,7 @@ void dcp_perf_model_default(dcp_perf_model_t *m)
     m->lat_us = 5.0;
     m->peak_tflops = 312.0;
     m->hbm_gbps = 1500.0;
+    m->bwd_speed = 1.0;
     m->eff_n = (int32_t)(sizeof default_tokens / sizeof default_tokens[0]);
     memcpy(m->eff_tokens, default_tokens, sizeof default_tokens);
     memcpy(m->eff_value, default_eff, sizeof default_eff);
@@ -35,9 +37,11 @@ static int positive(double v)
 dcp_status_t dcp_perf_model_check(const dcp_perf_model_t *m, const char *field)
 {
     if (!positive(m->intra_gbps) || !positive(m->inter_gbps) || !positive(m->lat_us) ||
-        !positive(m->peak_tflops) || !positive(m->hbm_gbps))
+        !positive(m->peak_tflops) || !positive(m->hbm_gbps) || !positive(m->bwd_speed))
         return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "%s: bandwidths, latency and peak must be positive numbers", field);
+                             "%s: bandwidths, latency, peak and backward speed must be positive "
+                             "numbers",
+                             field);
     if (m->eff_n < 1 || m->eff_n > DCP_MAX_KERNEL_POINTS)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s: %d kernel points, need 1..%d", field,
                              m->eff_n, DCP_MAX_KERNEL_POINTS);
@@ -78,13 +82,17 @@ typedef struct {
 } preset_t;
 
 static const preset_t presets[] = {
-    /* NVLink3 600 GB/s both ways; 4 x 100 Gb/s EFA = 50 GB/s per node = 6.25 per device */
+    /* p4d.24xlarge: 8 x A100-SXM4-40GB, NVSwitch 600 GB/s both ways; 4 x 100 Gb/s EFA =
+     * 50 GB/s per node = 6.25 per device; HBM2 1555 GB/s */
     {"a100-efa", 8, 4, 300.0, 6.25, 15.0, 312.0, 1555.0},
+    /* p4de.24xlarge, DCP's testbed (SOSP'25 micro-benchmarks): the same node with A100-SXM4-80GB
+     * (HBM2e 2039 GB/s) */
+    {"p4de", 8, 4, 300.0, 6.25, 15.0, 312.0, 2039.0},
     /* NVLink4 900 GB/s both ways; one 400 Gb/s HCA per GPU = 50 GB/s per device */
     {"h100-ib", 8, 8, 450.0, 50.0, 3.0, 989.0, 3350.0},
-    /* DCP's testbed (SOSP'25): 8 x A100-SXM4-40GB on NVLink3, one 100 Gb/s NIC per node
-     * = 12.5 GB/s shared by 8 devices; A100-40GB HBM2 1555 GB/s */
-    {"a100-40g", 8, 1, 300.0, 1.5625, 5.0, 312.0, 1555.0},
+    /* 8 x A100-SXM4-40GB on NVLink3 behind a single 100 Gb/s NIC per node = 12.5 GB/s
+     * shared by 8 devices: four times less network per GPU than a p4d/p4de */
+    {"a100-1nic", 8, 1, 300.0, 1.5625, 5.0, 312.0, 1555.0},
 };
 
 /* Parses a positive integer that spans [s, end) exactly. */
@@ -141,17 +149,17 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
         c->nics_per_node = (int32_t)v;
         return DCP_OK;
     }
-    static const char *keys[] = {"intra", "inter", "lat", "tflops", "hbm"};
+    static const char *keys[] = {"intra", "inter", "lat", "tflops", "hbm", "bwd"};
     double *dst[] = {&c->perf.intra_gbps, &c->perf.inter_gbps, &c->perf.lat_us,
-                     &c->perf.peak_tflops, &c->perf.hbm_gbps};
-    for (int i = 0; i < 5; i++)
+                     &c->perf.peak_tflops, &c->perf.hbm_gbps, &c->perf.bwd_speed};
+    for (int i = 0; i < 6; i++)
         if (strlen(keys[i]) == klen && !memcmp(kv, keys[i], klen)) {
             *dst[i] = v;
             return DCP_OK;
         }
     return dcp_set_error(
         DCP_ERR_INVALID_ARG,
-        "cluster spec '%s': unknown key '%.*s' (intra, inter, lat, tflops, hbm, nics)", spec,
+        "cluster spec '%s': unknown key '%.*s' (intra, inter, lat, tflops, hbm, bwd, nics)", spec,
         (int)klen, kv);
 }
 
@@ -164,28 +172,35 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     const char *x = memchr(spec, 'x', (size_t)(shape_end - spec));
     int32_t nodes = 0, devs = 0;
     const preset_t *pre = x ? find_preset(x + 1, shape_end) : NULL;
-    const int xml = x && x[1] == '@';
+    const int file = x && x[1] == '@';
     if (!x || !parse_count(spec, x, &nodes) ||
-        (!pre && !xml && !parse_count(x + 1, shape_end, &devs)))
+        (!pre && !file && !parse_count(x + 1, shape_end, &devs)))
         return dcp_set_error(
             DCP_ERR_INVALID_ARG,
-            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, a100-40g, h100-ib) or "
-            "Nx@NODE.xml [:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps][:nics=N]",
+            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, p4de, h100-ib, a100-1nic) or "
+            "Nx@NODE (an hwloc XML capture or a dcp-calibrate node file) "
+            "[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps][:bwd=X][:nics=N]",
             spec);
     dcp_perf_model_t node_perf;
     dcp_perf_model_default(&node_perf);
-    if (xml) {
+    int32_t nics = 0; /* a node file's; 0: one per device */
+    if (file) {
         char path[4096];
         const size_t n = (size_t)(shape_end - x - 2);
         if (n == 0 || n >= sizeof path)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "cluster spec '%s': bad file name", spec);
         memcpy(path, x + 2, n);
         path[n] = '\0';
-        DCP_CHECK(dcp_node_figures_from_xml(path, &devs, &node_perf));
+        /* an hwloc capture is XML; anything else is read as a node file (dcp-calibrate) */
+        if (dcp_node_file_is(path))
+            DCP_CHECK(dcp_node_file_read(path, &devs, &nics, &node_perf));
+        else
+            DCP_CHECK(dcp_node_figures_from_xml(path, &devs, &node_perf));
     }
     dcp_cluster_t *c = NULL;
     DCP_CHECK(dcp_cluster_create(nodes, pre ? pre->devs : devs, &c));
     c->perf = node_perf;
+    if (nics > 0) c->nics_per_node = nics;
     if (pre) {
         c->nics_per_node = pre->nics;
         c->perf.intra_gbps = pre->intra;

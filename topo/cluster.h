@@ -16,6 +16,8 @@ typedef struct {
     double lat_us;      /* per-transfer latency, microseconds */
     double peak_tflops; /* dense peak of one device in the plan's dtype, TFLOP/s */
     double hbm_gbps;    /* device memory bandwidth, GB/s (copies and merges) */
+    double bwd_speed;   /* the backward's FLOP/s over the forward's on the same tile (1 on
+                           GPUs' fused kernels; a CPU's backward runs faster per FLOP) */
     int32_t eff_n;      /* kernel efficiency curve: fraction of peak on a tile whose */
     double eff_tokens[DCP_MAX_KERNEL_POINTS]; /* geometric-mean edge is eff_tokens[i] */
     double eff_value[DCP_MAX_KERNEL_POINTS];

@@ -6,6 +6,7 @@
 #include "transport/peers.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +25,9 @@
 /* How long cancel() lets withdrawn operations finish before leaving them to the worker's
  * destruction (a send to a dead peer never finishes). */
 #define CANCEL_GRACE_S 0.2
+
+/* How long a timed-out wait listens for a peer's notice before it blames its own peer. */
+#define TIMEOUT_GRACE_S 2.0
 
 /* How often waits look whether same-node peers are still alive. */
 #define LIVENESS_PERIOD_S 0.1
@@ -264,17 +268,21 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
 {
     (void)stream; /* UCX completes on the host: the ops are done when this returns */
     ucx_engine_t *e = (ucx_engine_t *)base;
-    const double deadline = dcp_now() + timeout_s;
+    const double start = dcp_now(), deadline = start + timeout_s;
+    /* Past the deadline a wait listens a little longer for a notice before it blames the
+     * peer it waited for: that peer may itself be waiting for the rank that failed (the
+     * ranks of a host whose link went down), and its own timeout names that one. */
+    const double grace_end = deadline + fmin(TIMEOUT_GRACE_S, 0.5 * timeout_s);
     for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
         progress(e);
         DCP_CHECK(harvest(e, r));
         if (r->pending == 0) break;
         check_liveness(e);
         if (e->failed_peer >= 0)
-            return dcp_set_error(
-                DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d stops waiting after %.2f s",
-                e->failed_peer, e->failed_reason, base->rank, dcp_now() - deadline + timeout_s);
-        if ((poll.polls & 255) == 0 && dcp_now() > deadline) {
+            return dcp_set_error(DCP_ERR_PEER,
+                                 "ucx: rank %d failed (%s); rank %d stops waiting after %.2f s",
+                                 e->failed_peer, e->failed_reason, base->rank, dcp_now() - start);
+        if ((poll.polls & 255) == 0 && dcp_now() > grace_end) {
             int32_t peer = -1;
             for (int64_t i = 0; i < r->n && peer < 0; i++)
                 if (r->reqs[i]) peer = r->peer[i];

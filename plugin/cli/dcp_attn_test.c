@@ -55,7 +55,7 @@ typedef struct {
 /* One (mask, strategy) run as the table and the JSON lines show it. Bytes are exact in
  * JSON and MB in the table; imbalances are fractions in JSON and % in the table. */
 typedef struct {
-    const char *mask, *strategy, *digest, *check;
+    const char *mask, *strategy, *placement, *digest, *check; /* strategy asked for, returned */
     const char *kind; /* --layers: the kind's label, or "model" */
     int32_t ranks, nodes;
     int64_t tokens, comm_bytes, inter_node_bytes, max_rank_bytes, flops, transfers, max_buffer;
@@ -93,6 +93,7 @@ typedef struct {
 static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "mask", DCPT_F_STR, NULL, mask),
     F("strategy", -8, "strategy", DCPT_F_STR, NULL, strategy),
+    F(NULL, 0, "placement", DCPT_F_STR, NULL, placement),
     F(NULL, 0, "ranks", DCPT_F_I32, NULL, ranks),
     F(NULL, 0, "nodes", DCPT_F_I32, NULL, nodes),
     F(NULL, 0, "tokens", DCPT_F_INT, NULL, tokens),
@@ -232,6 +233,7 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
     row_t row = {
         .mask = mask,
         .strategy = strategy,
+        .placement = dcp_strategy_name(ps->strategy),
         .digest = digest,
         .check = ck ? (r->passed && rep->mismatches == 0 ? "PASS" : "FAIL") : "-",
         .ranks = ps->num_ranks,

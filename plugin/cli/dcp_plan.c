@@ -82,9 +82,10 @@ static const dcpt_field_t table_fields[] = {
 #undef T
 #define NTABLE ((int)(sizeof table_fields / sizeof table_fields[0]))
 
-/* One (strategy, batch) plan as a JSON line: the plan's statistics and its planning time. */
+/* One (strategy, batch) plan as a JSON line: the strategy asked for, the placement returned
+ * (metis may return zigzag's plan), the plan's statistics and its planning time. */
 typedef struct {
-    const char *strategy, *mask;
+    const char *strategy, *placement, *mask;
     int32_t batch, block;
     dcpt_stats_t plan_ms;
     dcp_plan_stats_t s;
@@ -97,6 +98,7 @@ typedef struct {
     }
 static const dcpt_field_t json_fields[] = {
     J("strategy", DCPT_F_STR, strategy),
+    J("placement", DCPT_F_STR, placement),
     J("mask", DCPT_F_STR, mask),
     J("batch", DCPT_F_I32, batch),
     J("tokens", DCPT_F_INT, s.total_tokens),
@@ -191,14 +193,15 @@ static void sim_json(dcpt_json_t *j, const void *sim)
     dcpt_sim_json(j, (const dcpt_sim_row_t *)sim);
 }
 
-/* FILE-mask-strategy<suffix>.svg from --svg FILE (':' in the mask spec becomes '_'). */
-static void svg_name(const plan_flags_t *pf, const char *mask_name, const dcp_plan_stats_t *st,
+/* FILE-mask-strategy<suffix>.svg from --svg FILE, named by the strategy asked for (a metis
+ * request that returned zigzag's plan is the metis file; ':' in the mask spec becomes '_'). */
+static void svg_name(const plan_flags_t *pf, const char *mask_name, dcp_strategy_t asked,
                      const char *suffix, char *path, size_t size)
 {
     const char *dot = strrchr(pf->svg, '.');
     const int stem = dot ? (int)(dot - pf->svg) : (int)strlen(pf->svg);
-    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name,
-             dcp_strategy_name(st->strategy), suffix, dot ? dot : ".svg");
+    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name, dcp_strategy_name(asked),
+             suffix, dot ? dot : ".svg");
     for (char *q = path + stem; *q; q++) *q = *q == ':' ? '_' : *q;
 }
 
@@ -224,7 +227,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         const int draw = rc == DCP_OK && k == 0 && b == 0 && pf->svg;
         if (rc == DCP_OK && k == 0 && pf->simulate) {
             char path[1024] = "", title[256];
-            if (draw) svg_name(pf, mask_name, &st, "-timeline", path, sizeof path);
+            if (draw) svg_name(pf, mask_name, s, "-timeline", path, sizeof path);
             snprintf(title, sizeof title, "%s, %s: %d ranks, %lld tokens, simulated",
                      dcp_strategy_name(st.strategy), mask_name, st.num_ranks,
                      (long long)st.total_tokens);
@@ -235,7 +238,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         if (rc == DCP_OK && k == 0 && pf->segments) rc = dcpt_seg_pairs(p, 64, seg);
         if (draw && rc == DCP_OK) {
             char path[1024], title[256];
-            svg_name(pf, mask_name, &st, "", path, sizeof path);
+            svg_name(pf, mask_name, s, "", path, sizeof path);
             snprintf(title, sizeof title,
                      "%s, %s: %d ranks, %lld tokens, %.1f MB moved (%.1f "
                      "between nodes), imbalance %.1f%% / %.1f%%",
@@ -261,7 +264,8 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         return 1;
     }
     if (pf->json) {
-        json_row_t row = {dcp_strategy_name(st.strategy),
+        json_row_t row = {dcp_strategy_name(s),
+                          dcp_strategy_name(st.strategy),
                           mask_name,
                           b,
                           c->opts.block_size,
@@ -362,8 +366,9 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
         c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
 
-/* The exports describe one placement: METIS's when it is among the strategies asked for (its
- * own placement, before the planner compares it with zigzag), else the first one's. */
+/* The exports describe one plan, as the planner returns it: METIS's when it is among the
+ * strategies asked for (the try kept, or zigzag's plan where the planner kept that), else
+ * the first strategy's. */
 static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
 {
     dcp_plan_options_t o = c->opts;
@@ -375,7 +380,8 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
     const dcp_batch_t batch = {
         .num_seqs = c->batch_first[1], .lengths = c->lengths, .masks = masks};
     const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
-    const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths);
+    dcp_plan_options_t placed;
+    const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths, &placed);
     free(masks);
     if (st != DCP_OK)
         dcpt_args_fail(tool,
@@ -386,7 +392,9 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
     const char *const path[3] = {pf->hgr, pf->patoh, pf->partition};
     for (int k = 0; k < 3; k++)
         if (path[k])
-            fprintf(stderr, "%s: wrote %s (%s)\n", tool, path[k], dcp_strategy_name(o.strategy));
+            fprintf(stderr, "%s: wrote %s (%s: the plan returned, %s placement, seed %llu)\n", tool,
+                    path[k], dcp_strategy_name(o.strategy), dcp_strategy_name(placed.strategy),
+                    (unsigned long long)placed.seed);
 }
 
 int main(int argc, char **argv)

@@ -34,7 +34,7 @@ fail() {
     failures=$((failures + 1))
 }
 now() { date +%s.%N; }
-later() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+source "$here/survivor.sh"
 
 # case NAME VICTIM PHASE ACTION TLS: runs the job, waits for the survivors, checks everyone.
 # With HYBRID=1 the job is 2 processes x 2 threads (--ranks-per-process 2); VICTIM is then a
@@ -75,20 +75,11 @@ run_case() {
     done
     if [ "$action" = flag ]; then fault=$(cat "$dir/end.$victim" 2>/dev/null || echo "$start")
     elif [ -z "$fault" ]; then fault=$(cat "$dir/stamp" 2>/dev/null || echo "$start"); fi
-    local worst=0 msg=""
+    local msg=""
+    survivor_worst=0
     for r in $procs; do
         [ "$r" = "$victim" ] && continue
-        if [ ! -f "$dir/rc.$r" ]; then
-            fail "$name: rank $r still runs $(later "$fault" "$(now)") s after the fault"
-            continue
-        fi
-        local rc secs
-        rc=$(cat "$dir/rc.$r")
-        secs=$(later "$fault" "$(cat "$dir/end.$r")")
-        awk -v s="$secs" -v w="$worst" 'BEGIN { exit !(s > w) }' && worst=$secs
-        [ "$rc" = 1 ] || fail "$name: rank $r exited with $rc, not 1"
-        awk -v s="$secs" -v l="$((timeout_s + margin))" 'BEGIN { exit !(s <= l) }' ||
-            fail "$name: rank $r ended $secs s after the fault (limit $((timeout_s + margin)) s)"
+        survivor_ended "$name" "$dir" "$r" "$fault" $((timeout_s + margin)) || continue
         # every survivor names the victim: a rank that relays a failure (its abort notice)
         # passes on the rank that failed first, so no survivor blames the relaying one.
         # (A stopped victim mid-run is seen only as a timeout, by each survivor on the peer
@@ -125,7 +116,7 @@ run_case() {
     wait "$job" 2>/dev/null
     job=
     printf 'ok   %-8s %-5s rank %d: survivors ended %4.1f s after the fault: %s\n' "$phase" \
-        "$action" "$victim" "$worst" "$msg"
+        "$action" "$victim" "$survivor_worst" "$msg"
 }
 
 echo "# fault injection: 4 ranks, timeout $timeout_s s, margin $margin s (phase, action, worst survivor)"

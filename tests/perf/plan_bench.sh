@@ -34,7 +34,7 @@ step = lambda r: r["predicted_ms"] + r["bwd_predicted_ms"]
 for r in rows:
     print(f"{r['src']:9s} {r['mask'][:9]:9s} seed {r['seed']}  plan {r['plan_ms']:8.1f} ms  "
           f"{r['comm_bytes'] / 1e6:7.1f} MB  inter {r['inter_node_bytes'] / 1e6:7.1f} MB  "
-          f"step {step(r):7.3f} ms  {r['strategy']}")
+          f"step {step(r):7.3f} ms  {r['placement']}")
 print(f"{len(rows)} batches: median plan {statistics.median(r['plan_ms'] for r in rows):.1f} ms, "
       f"{sum(r['comm_bytes'] for r in rows) / 1e6:.0f} MB moved "
       f"({sum(r['inter_node_bytes'] for r in rows) / 1e6:.0f} MB inter-node), "

@@ -140,9 +140,23 @@ all(abs(sum(x["path"]["xfer"]["by_kind"].values()) + x["path"]["attn_ms"] +
 set(rows[0]["sim_bwd"]["exposed"]["by_kind"]) == {"q_do", "stats", "kv", "dq", "dkv"}'
 grep -q "rank 3 ends at" "$work"/p-causal-*-timeline.svg || fail "dcp-plan --svg: no timeline"
 
-# 11. --version on every tool: the library's version, equal to the header's
+# 11. dcp-calibrate's files are ones the tools read: its node file as a cluster
+#    (--cluster Nx@FILE, its devices and figures), its kernel table as the simulator's; bad
+#    block sizes name --tiles, a missing folder --out
+"$bin/dcp-calibrate" --ranks 2 --tiles 64,128 --tokens 256 --reps 1 --warmup 0 \
+    --out "$work/cal" >"$work/cal.txt" 2>&1 || fail "dcp-calibrate: $(tail -3 "$work/cal.txt")"
+grep -q "^devices 2$" "$work/cal.node" && [ "$(grep -c '^kernel ' "$work/cal.node")" = 2 ] ||
+    fail "dcp-calibrate node file: $(cat "$work/cal.node")"
+"$bin/dcp-plan" --cluster "3x@$work/cal.node" --seqlens 3000,700 --dtype fp32 --heads 4 \
+    --head-dim 64 --strategy lpt --simulate --sim-kernels "$work/cal.json" --json \
+    >"$work/calp.json" || fail "dcp-plan reads dcp-calibrate's files"
+json_check "$work/calp.json" 'rows[0]["ranks"] == 6 and rows[0]["sim_fwd_ms"] > 0'
+expect 2 "--tiles:" "$bin/dcp-calibrate" --out "$work/x" --tiles 128,64
+expect 2 "--out:" "$bin/dcp-calibrate" --out "$work/missing/x"
+
+# 12. --version on every tool: the library's version, equal to the header's
 want=$(sed -n 's/^#define DCP_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' "$here/../../include/dcp.h" | paste -sd.)
-for t in dcp-attn-test dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
+for t in dcp-attn-test dcp-calibrate dcp-plan dcp-topo dcp-kernel-bench dcp-transport-bench; do
     "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"
     grep -q "^$t (dcp) $want, built with dcp.h $want$" "$work/v" || fail "$t --version: $(cat "$work/v")"
 done

@@ -2,7 +2,10 @@
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_spec_shapes_and_figures(void)
 {
@@ -18,6 +21,108 @@ static void test_spec_shapes_and_figures(void)
     CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 5, 1e-12);
     dcp_cluster_destroy(c);
     dcp_cluster_destroy(NULL);
+}
+
+/* DCP's testbed (p4de: 4 NICs, 80 GB parts) and the one-NIC node under its own name. */
+static void test_presets(void)
+{
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4xp4de", &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_num_ranks(c), 32);
+    CU_ASSERT_EQUAL(c->nics_per_node, 4);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps * 8, 50.0, 1e-12); /* 4 x 100 Gb/s per node */
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 300, 1e-12);      /* 600 GB/s both ways */
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.hbm_gbps, 2039, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.bwd_speed, 1, 1e-12);
+    dcp_cluster_destroy(c);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2xa100-1nic:bwd=3", &c), DCP_OK);
+    CU_ASSERT_EQUAL(c->nics_per_node, 1);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps * 8, 12.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.bwd_speed, 3, 1e-12);
+    dcp_cluster_destroy(c);
+    c = NULL;
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("2xa100-40g", &c), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(c);
+}
+
+/* A node file in a temporary path; returns the path (static buffer). */
+static const char *node_file(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/dcp-node-XXXXXX");
+    const int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Nx@FILE with a node file (dcp-calibrate's): every figure, NICs and the kernel curve. */
+static void test_node_file(void)
+{
+    const char *path = node_file("# measured\n"
+                                 "devices 4\nnics 1   # one link per host\n"
+                                 "intra 3.5\ninter 0.03\nlat 180\ntflops 0.004\nhbm 6\n"
+                                 "bwd 2.8\nkernel 64 0.25\nkernel 256 0.75\nkernel 1024 1\n");
+    char spec[96];
+    snprintf(spec, sizeof spec, "2x@%s:lat=200", path);
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(spec, &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_num_ranks(c), 8);
+    CU_ASSERT_EQUAL(c->nics_per_node, 1);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 3.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 0.03, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 200, 1e-12); /* the spec's figure wins */
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.peak_tflops, 0.004, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.hbm_gbps, 6, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.bwd_speed, 2.8, 1e-12);
+    CU_ASSERT_EQUAL(c->perf.eff_n, 3);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.eff_tokens[1], 256, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.eff_value[1], 0.75, 1e-12);
+    dcp_cluster_destroy(c);
+    unlink(path);
+    /* figures it does not give keep the defaults; NICs default to one per device */
+    path = node_file("devices 2\n");
+    snprintf(spec, sizeof spec, "3x@%s", path);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(spec, &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_num_ranks(c), 6);
+    CU_ASSERT_EQUAL(c->nics_per_node, 2);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 25, 1e-12);
+    dcp_cluster_destroy(c);
+    unlink(path);
+}
+
+/* Bad node files: the message names the file and the line. */
+static void test_bad_node_files_rejected(void)
+{
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"devices 4\nspeed 3\n", "line 2: unknown key 'speed'"},
+        {"devices 4\ninter -1\n", "line 2: needs one positive number"},
+        {"devices 4\ninter 1 2\n", "line 2: too many values"},
+        {"devices 4.5\n", "line 1: needs a whole number"},
+        {"devices 4\nkernel 128 0.5\nkernel 64 0.4\n", "line 3: kernel tile edges must increase"},
+        {"devices 4\nkernel 128\n", "line 2: kernel needs a tile edge"},
+        {"devices 4\nkernel 128 1.5\n", "line 2: a kernel efficiency is at most 1"},
+        {"inter 3\n", "no 'devices' line"},
+        {"devices 2\nnics 4\n", "nics 4 > devices 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *path = node_file(bad[i].text);
+        char spec[96];
+        snprintf(spec, sizeof spec, "2x@%s", path);
+        dcp_cluster_t *c = NULL;
+        CU_ASSERT_EQUAL(dcp_cluster_from_spec(spec, &c), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NULL(c);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), path));
+        if (!strstr(dcp_last_error(), bad[i].says))
+            fprintf(stderr, "\nnode file %zu: '%s' does not say '%s'\n", i, dcp_last_error(),
+                    bad[i].says);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), bad[i].says));
+        unlink(path);
+    }
 }
 
 static void test_bad_specs_rejected(void)
@@ -36,6 +141,7 @@ static void test_bad_specs_rejected(void)
                          "2x4:intra=-1",
                          "2x4:intra=abc",
                          "2x4:speed=3",
+                         "2x4:bwd=0",
                          "70000x1",
                          "2x4:inter=inf"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -52,6 +158,9 @@ int dcp_suite_cluster(void)
     static const dcp_test_t tests[] = {
         {"spec_shapes_and_figures", test_spec_shapes_and_figures},
         {"bad_specs_rejected", test_bad_specs_rejected},
+        {"presets", test_presets},
+        {"node_file", test_node_file},
+        {"bad_node_files_rejected", test_bad_node_files_rejected},
         {NULL, NULL},
     };
     return dcp_add_suite("cluster", tests);

@@ -85,6 +85,20 @@ static void test_transfer_then_compute(void)
     dcp_plan_destroy(p);
 }
 
+/* bwd=2: the backward's tiles run twice as fast per FLOP; the forward is untouched. One
+ * rank, one full 64 x 64 tile: the backward's attention is 2.5x its FLOPs. */
+static void test_backward_speed(void)
+{
+    dcp_plan_t *a = plan("1x1:tflops=100:hbm=1000", 64, "full", DCP_STRATEGY_LPT, NULL);
+    dcp_plan_t *b = plan("1x1:tflops=100:hbm=1000:bwd=2", 64, "full", DCP_STRATEGY_LPT, NULL);
+    const double attn = 2.5 * 4096 * PAIR_FLOPS / (100e12 * 0.12) * 1e3;
+    CU_ASSERT_DOUBLE_EQUAL(b->stats.predicted_ms, a->stats.predicted_ms, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(a->stats.bwd_predicted_ms - b->stats.bwd_predicted_ms, attn / 2,
+                           attn * 1e-9);
+    dcp_plan_destroy(a);
+    dcp_plan_destroy(b);
+}
+
 static void test_bad_kernel_tables_rejected(void)
 {
     dcp_cluster_t *c = NULL;
@@ -103,6 +117,7 @@ int dcp_suite_cost(void)
         {"efficiency_curve", test_efficiency_curve},
         {"compute_only", test_compute_only},
         {"transfer_then_compute", test_transfer_then_compute},
+        {"backward_speed", test_backward_speed},
         {"bad_kernel_tables_rejected", test_bad_kernel_tables_rejected},
         {NULL, NULL},
     };

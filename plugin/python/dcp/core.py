@@ -552,12 +552,12 @@ class BatchArgs:
 
 def shape_from_bytes(data):
     """The attention shape in serialized plan bytes (the META section that opens the
-    payload, plan format versions 3 and 4) as a Shape, or None for another format. Read only
+    payload, plan format versions 4 and 5 (with layer kinds)) as a Shape, or None for another format. Read only
     from bytes libdcp has accepted."""
     if len(data) < 32 + 4 + 32 or data[:8] != b"DCPPLAN\0":
         return None
     version, header = struct.unpack_from("<II", data, 8)
-    if version not in (3, 4) or len(data) < header + 36:
+    if version not in (4, 5) or len(data) < header + 36:
         return None
     tag, = struct.unpack_from("<I", data, header)
     if tag != 0x4154454d:  # "META"
