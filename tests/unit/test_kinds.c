@@ -25,7 +25,9 @@
  * layer kinds (main 7b6dc6f); retaken when issue 24's relays and early partials changed every
  * schedule, after checking that the schedule change alone (its branch, without kinds) gives
  * the same bytes as with kinds; and when issue 26 put the cost model's bwd_speed into every
- * plan (format version 4: 8 bytes more, nothing else). A change to the planner that moves these on
+ * plan (format version 4: 8 bytes more, nothing else); and when the default stopped returning
+ * zigzag's plan where only zigzag's forward was faster (fixture 3 had been zigzag's bytes; its
+ * METIS plan's training step is predicted faster). A change to the planner that moves these on
  * purpose updates them (the failure prints the new ones). */
 static const struct {
     const char *cluster;
@@ -39,7 +41,7 @@ static const struct {
     {"2x2", DCP_STRATEGY_RING, 0, DCP_COMM_DIVISIONS, DCP_DTYPE_FP32, 100176, 0x413746abu},
     {"2x2", DCP_STRATEGY_ZIGZAG, 0, DCP_COMM_DIVISIONS, DCP_DTYPE_FP32, 170744, 0xd68bd705u},
     {"2x2", DCP_STRATEGY_LPT, 0, DCP_COMM_DIVISIONS, DCP_DTYPE_FP32, 92120, 0x80e8c159u},
-    {"2x2", DCP_STRATEGY_METIS, 0, DCP_COMM_DIVISIONS, DCP_DTYPE_FP32, 170744, 0xd68bd705u},
+    {"2x2", DCP_STRATEGY_METIS, 0, DCP_COMM_DIVISIONS, DCP_DTYPE_FP32, 91644, 0x9a9f6a21u},
     {"1x3", DCP_STRATEGY_METIS, 1, DCP_COMM_ROUNDS, DCP_DTYPE_BF16, 93884, 0x83b468d8u},
     {"2x2", DCP_STRATEGY_AUTO, 1, DCP_COMM_DIVISIONS, DCP_DTYPE_BF16, 106200, 0x3bd4c634u},
 };

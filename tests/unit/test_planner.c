@@ -52,8 +52,8 @@ static double step_ms(const dcp_plan_t *p)
     return p->stats.predicted_ms + p->stats.bwd_predicted_ms;
 }
 
-/* The default plan of a batch (one mask spec for all) is predicted no slower than zigzag's,
- * forward and training step, and is zigzag's own plan where it is zigzag's. */
+/* The default plan of a batch (one mask spec for all) is predicted no slower than zigzag's
+ * per training step, and is zigzag's own plan where it is zigzag's. */
 static void check_not_slower(const int32_t *len, int32_t n, const char *mask, const char *cluster,
                              int32_t block)
 {
@@ -65,7 +65,6 @@ static void check_not_slower(const int32_t *len, int32_t n, const char *mask, co
     dcp_plan_t *def = t_plan_opts(len, n, m, cluster, &o);
     o.strategy = DCP_STRATEGY_ZIGZAG;
     dcp_plan_t *zz = t_plan_opts(len, n, m, cluster, &o);
-    CU_ASSERT(def->stats.predicted_ms <= zz->stats.predicted_ms);
     CU_ASSERT(step_ms(def) <= step_ms(zz));
     if (def->stats.strategy == DCP_STRATEGY_ZIGZAG) {
         size_t a, b;
