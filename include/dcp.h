@@ -259,8 +259,9 @@ DCP_API int32_t dcp_cluster_num_ranks(const dcp_cluster_t *cluster);
 DCP_API int32_t dcp_cluster_num_nodes(const dcp_cluster_t *cluster);
 
 /* Replaces the cost model's kernel efficiency curve (fraction of peak reached on a tile
- * whose geometric-mean edge is tile_tokens[i]; interpolated in log(tile_tokens), clamped at
- * the ends), e.g. with figures measured by dcp-kernel-bench. n >= 1 points, tile_tokens
+ * whose geometric-mean edge is tile_tokens[i]; interpolated in log(tile_tokens), flat past
+ * the ends, but an edge e under min(tile_tokens[0], 64) is padded to that block q and gets
+ * efficiency(q) x (e / q)^2), e.g. with figures measured by dcp-kernel-bench. n >= 1 points, tile_tokens
  * increasing and > 0, efficiency in (0, 1]. Not to be called while the cluster plans. */
 DCP_API dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_t n,
                                                   const double *tile_tokens,

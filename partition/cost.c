@@ -8,20 +8,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-double dcp_cost_interp(int32_t n, const double *x, const double *y, double at)
+/* The smallest edge a curve through points x[0..] prices without padding. */
+static double curve_min_tile(const double *x)
 {
-    if (at <= x[0]) return y[0];
-    if (at >= x[n - 1]) return y[n - 1];
+    return fmin(x[0], DCP_COST_MIN_TILE);
+}
+
+double dcp_cost_curve(int32_t n, const double *x, const double *y, double edge)
+{
+    const double q = curve_min_tile(x);
+    if (edge < q) return (edge / q) * (edge / q) * dcp_cost_curve(n, x, y, q);
+    if (edge <= x[0]) return y[0];
+    if (edge >= x[n - 1]) return y[n - 1];
     int32_t i = 1;
-    while (x[i] < at) i++;
+    while (x[i] < edge) i++;
     const double x0 = log(x[i - 1]), x1 = log(x[i]);
-    const double f = (log(at) - x0) / (x1 - x0);
+    const double f = (log(edge) - x0) / (x1 - x0);
     return y[i - 1] + f * (y[i] - y[i - 1]);
 }
 
 double dcp_cost_efficiency(const dcp_perf_model_t *m, double tokens)
 {
-    return dcp_cost_interp(m->eff_n, m->eff_tokens, m->eff_value, tokens);
+    return dcp_cost_curve(m->eff_n, m->eff_tokens, m->eff_value, tokens);
 }
 
 double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cost_rate_fn rate,
@@ -297,13 +305,16 @@ dcp_status_t dcp_cost_floor(const dcp_blocks_t *b, const dcp_placement_t *pl,
     return DCP_OK;
 }
 
-/* The highest efficiency the curve gives any edge in [1, edge]: the log-linear curve peaks on
- * [1, edge] at an end or at one of its points inside. */
+/* The highest efficiency the curve gives any edge in [1, edge]: it rises below the padding
+ * edge q (dcp_cost_curve) and is log-linear between its points above, so it peaks on
+ * [1, edge] at min(edge, q), at edge, or at one of its points in between. */
 static double best_efficiency(const dcp_perf_model_t *m, double edge)
 {
-    double best = fmax(dcp_cost_efficiency(m, 1.0), dcp_cost_efficiency(m, edge));
+    const double q = curve_min_tile(m->eff_tokens);
+    double best = fmax(dcp_cost_efficiency(m, fmin(edge, q)), dcp_cost_efficiency(m, edge));
     for (int32_t i = 0; i < m->eff_n; i++)
-        if (m->eff_tokens[i] >= 1.0 && m->eff_tokens[i] <= edge) best = fmax(best, m->eff_value[i]);
+        if (m->eff_tokens[i] >= q && m->eff_tokens[i] <= edge)
+            best = fmax(best, dcp_cost_efficiency(m, m->eff_tokens[i]));
     return best;
 }
 

@@ -317,7 +317,7 @@ static void rec_instr(sim_t *s, int64_t instr, int end, double now)
 static double table_rate(const void *ctx, double edge, int bwd)
 {
     const dcp_sim_kernels_t *k = ctx;
-    return 1e12 * dcp_cost_interp(k->n, k->tile, bwd ? k->bwd_tflops : k->fwd_tflops, edge);
+    return 1e12 * dcp_cost_curve(k->n, k->tile, bwd ? k->bwd_tflops : k->fwd_tflops, edge);
 }
 
 /* Seconds at full speed of a kernel instruction. */

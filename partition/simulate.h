@@ -33,7 +33,8 @@
 
 /* Kernel speeds. Attention curves are TFLOP/s (exact allowed pairs x 4 x D x query heads
  * forward, 2.5x that backward) at tile edge tile[i] (tokens; geometric mean of the tile's
- * rows and keys), log-linear between points and clamped at the ends. */
+ * rows and keys), read as the cost model reads its curve (dcp_cost_curve: log-linear between
+ * points, flat past the ends, padded to a 64-token block below it). */
 typedef struct {
     int32_t n;
     double tile[DCP_MAX_KERNEL_POINTS];

@@ -586,7 +586,7 @@ int main(int argc, char **argv)
         {"dtype", DCPT_ARG_STR, &f.dtype, 0, 0,
          "fp32 (cpu), bf16 or fp16 (default: fp32 on cpu, bf16 on cuda)", 0},
         {"tiles", DCPT_ARG_STR, &f.tiles, 0, 0,
-         "block sizes of the kernel curve (default cpu 64,128,256,512; cuda 256,...,4096)", 0},
+         "block sizes of the kernel curve (default cpu 16,32,...,512; cuda 256,...,4096)", 0},
         {"tokens", DCPT_ARG_INT, &f.tokens, 1, 1 << 24,
          "tokens a rank computes per kernel run (default cpu 2048, cuda 65536)", 0},
         {"heads", DCPT_ARG_INT, &f.heads, 1, 65536, "query heads", 0},
@@ -617,7 +617,9 @@ int main(int argc, char **argv)
     const dcp_dtype_t dtype =
         f.dtype ? dcpt_dtype_arg(tool, "dtype", f.dtype) : (gpu ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32);
     if (gpu && dtype == DCP_DTYPE_FP32) dcpt_args_fail(tool, "dtype", "a GPU runs bf16 or fp16");
-    if (!f.tiles) f.tiles = gpu ? "256,512,1024,2048,4096" : "64,128,256,512";
+    /* the cost model pads a tile under the curve's first point (or 64 tokens) to that block
+     * (dcp_cost_curve); CPU kernels pad nothing, so their curve is measured from 16 tokens */
+    if (!f.tiles) f.tiles = gpu ? "256,512,1024,2048,4096" : "16,32,64,128,256,512";
     if (!dcpt_args_seen(args, nargs, "tokens")) f.tokens = gpu ? 65536 : 2048;
     char **items = NULL, *storage = NULL;
     const int ntiles = dcpt_args_split(tool, "tiles", f.tiles, &items, &storage);

@@ -12,10 +12,18 @@ static void test_efficiency_curve(void)
     dcp_perf_model_t m;
     dcp_perf_model_default(&m);
     CU_ASSERT_DOUBLE_EQUAL(dcp_cost_efficiency(&m, 64), 0.12, 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(dcp_cost_efficiency(&m, 32), 0.12, 1e-12);                /* clamped */
+    CU_ASSERT_DOUBLE_EQUAL(dcp_cost_efficiency(&m, 32), 0.03, 1e-12); /* padded to 64 x 64 */
     CU_ASSERT_DOUBLE_EQUAL(dcp_cost_efficiency(&m, 1e6), 0.68, 1e-12);               /* clamped */
     CU_ASSERT_DOUBLE_EQUAL(dcp_cost_efficiency(&m, sqrt(64.0 * 128)), 0.185, 1e-12); /* log mid */
     CU_ASSERT_DOUBLE_EQUAL(dcp_cost_efficiency(&m, 1024), 0.60, 1e-12);
+    /* a curve that starts at 256 tokens is flat down to the 64-token block, then padded */
+    const double x[2] = {256, 1024}, y[2] = {0.2, 0.4};
+    CU_ASSERT_DOUBLE_EQUAL(dcp_cost_curve(2, x, y, 100), 0.2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dcp_cost_curve(2, x, y, 16), 0.2 / 16, 1e-12);
+    /* one measured on smaller tiles pads below its first point */
+    const double xs[2] = {16, 64}, ys[2] = {0.1, 0.3};
+    CU_ASSERT_DOUBLE_EQUAL(dcp_cost_curve(2, xs, ys, 32), 0.2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(dcp_cost_curve(2, xs, ys, 8), 0.025, 1e-12);
 }
 
 static dcp_plan_t *plan(const char *cluster, int32_t len, const char *mask, dcp_strategy_t s,
