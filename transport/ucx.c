@@ -26,7 +26,8 @@
  * destruction (a send to a dead peer never finishes). */
 #define CANCEL_GRACE_S 0.2
 
-/* How long a timed-out wait listens for a peer's notice before it blames its own peer. */
+/* How long a timed-out wait listens for a peer's notice before it blames its own peer (a
+ * running peer of the same node: one whole timeout, see ucx_wait). */
 #define TIMEOUT_GRACE_S 2.0
 
 /* How often waits look whether same-node peers are still alive. */
@@ -87,11 +88,11 @@ static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
     }
 }
 
-/* A same-node peer that has exited (or is a zombie) has failed: shared-memory transports
- * have no peer error handling in UCX, so waits look for themselves. */
-static int process_gone(int64_t pid)
+/* The state letter of process pid in /proc (R, S, D, T, Z, ...): 'X' when it is gone, 0 when
+ * it cannot be read. */
+static char process_state(int64_t pid)
 {
-    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH ? 'X' : 0;
     char path[64], state = 0;
     snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
     FILE *f = fopen(path, "r");
@@ -103,6 +104,14 @@ static int process_gone(int64_t pid)
     buf[n] = '\0';
     const char *close = strrchr(buf, ')');
     if (close && close[1] == ' ') state = close[2];
+    return state;
+}
+
+/* A same-node peer that has exited (or is a zombie) has failed: shared-memory transports
+ * have no peer error handling in UCX, so waits look for themselves. */
+static int process_gone(int64_t pid)
+{
+    const char state = process_state(pid);
     return state == 'Z' || state == 'X';
 }
 
@@ -269,10 +278,7 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
     (void)stream; /* UCX completes on the host: the ops are done when this returns */
     ucx_engine_t *e = (ucx_engine_t *)base;
     const double start = dcp_now(), deadline = start + timeout_s;
-    /* Past the deadline a wait listens a little longer for a notice before it blames the
-     * peer it waited for: that peer may itself be waiting for the rank that failed (the
-     * ranks of a host whose link went down), and its own timeout names that one. */
-    const double grace_end = deadline + fmin(TIMEOUT_GRACE_S, 0.5 * timeout_s);
+    double grace_end = -1; /* set once the deadline has passed */
     for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
         progress(e);
         DCP_CHECK(harvest(e, r));
@@ -282,10 +288,27 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
             return dcp_set_error(DCP_ERR_PEER,
                                  "ucx: rank %d failed (%s); rank %d stops waiting after %.2f s",
                                  e->failed_peer, e->failed_reason, base->rank, dcp_now() - start);
-        if ((poll.polls & 255) == 0 && dcp_now() > grace_end) {
+        if ((poll.polls & 255) == 0 && dcp_now() > deadline) {
             int32_t peer = -1;
             for (int64_t i = 0; i < r->n && peer < 0; i++)
                 if (r->reqs[i]) peer = r->peer[i];
+            /* Past the deadline a wait listens longer for a notice before it blames the peer
+             * it waited for: that peer may itself be waiting for the rank that failed (the
+             * ranks of a host whose link went down), and its own timeout names that one. A
+             * peer of this node whose process runs (not stopped) is such a waiter unless it
+             * hangs: it has not launched the step of this rank's transfer, so it is blocked in
+             * an earlier wait, whose timeout ends within about one timeout of this one's; the
+             * wait listens that long. (With min(2 s, timeout / 2), a host-0 rank of
+             * tests/cluster's link-down case once blamed its host-0 peer, whose own timeout
+             * came later and named the rank of host 1.) */
+            if (grace_end < 0) {
+                const int64_t pid = e->local_pid && peer >= 0 ? e->local_pid[peer] : 0;
+                const char state = pid > 0 ? process_state(pid) : 0;
+                const int running = state == 'R' || state == 'S' || state == 'D';
+                grace_end =
+                    deadline + (running ? timeout_s : fmin(TIMEOUT_GRACE_S, 0.5 * timeout_s));
+            }
+            if (dcp_now() <= grace_end) continue;
             if (e->suspect < 0) e->suspect = peer;
             return dcp_set_error(DCP_ERR_TIMEOUT,
                                  "ucx: rank %d waited %.1f s for %lld of %lld transfers "
