@@ -306,6 +306,35 @@ static void cut_run(dcp_blocks_t *b, int32_t seq, int32_t chunk, int64_t start, 
     }
 }
 
+/* Sequence s of an unchunked model: blocks of B tokens from the sequence start, and from
+ * each of its masks' structure cuts (dcp_mask_cuts) when it spans more than two blocks, so
+ * that a sink or a block of rows that read the whole prefix travels alone. */
+static void cut_at_structure(dcp_blocks_t *b, int32_t s, int32_t *n)
+{
+    const int32_t len = b->seqs[s].len;
+    int32_t cuts[DCP_MAX_KINDS * DCP_MASK_MAX_CUTS + 1], nc = 0;
+    if (len > 2 * (int64_t)b->block_size)
+        for (int32_t k = 0; k < dcp_blocks_kinds(b); k++) {
+            const dcp_seq_info_t *q = b->num_kinds > 1 ? &b->kind_seqs[k * b->num_seqs + s]
+                                                       : &b->seqs[s];
+            nc += dcp_mask_cuts(&q->mask, len, cuts + nc);
+        }
+    /* sorted, unique, then len */
+    for (int32_t i = 1; i < nc; i++)
+        for (int32_t j = i; j > 0 && cuts[j - 1] > cuts[j]; j--) {
+            const int32_t t = cuts[j];
+            cuts[j] = cuts[j - 1];
+            cuts[j - 1] = t;
+        }
+    cuts[nc++] = len;
+    int64_t start = 0;
+    for (int32_t i = 0; i < nc; i++)
+        if (cuts[i] > start) {
+            cut_run(b, s, 0, start, cuts[i], n);
+            start = cuts[i];
+        }
+}
+
 /* One pass counts (arrays NULL), the second fills. */
 static void cut_all(dcp_blocks_t *b, int32_t chunks, int32_t *n)
 {
@@ -314,7 +343,7 @@ static void cut_all(dcp_blocks_t *b, int32_t chunks, int32_t *n)
         const int64_t len = b->seqs[s].len;
         if (b->seq_blk) b->seq_blk[s] = *n;
         if (chunks == 0) {
-            cut_run(b, s, 0, 0, len, n);
+            cut_at_structure(b, s, n);
             continue;
         }
         for (int32_t c = 0; c < chunks; c++)

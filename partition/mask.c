@@ -151,6 +151,25 @@ static int range_cmp(const void *a, const void *b)
     return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : (x->hi < y->hi ? -1 : x->hi > y->hi);
 }
 
+int dcp_mask_cuts(const dcp_mask_t *m, int32_t len, int32_t cuts[DCP_MASK_MAX_CUTS])
+{
+    int64_t c[DCP_MASK_MAX_CUTS];
+    int n = 0;
+    if (m->kind == DCP_MASK_LAMBDA) {
+        c[n++] = m->sink;
+    } else if (m->kind == DCP_MASK_BLOCKWISE) {
+        const int64_t nblk = ((int64_t)len + m->block - 1) / m->block;
+        if (nblk > 2) { /* with two blocks or fewer the mask is causal */
+            c[n++] = m->block;
+            c[n++] = (nblk - 1) * m->block;
+        }
+    }
+    int out = 0;
+    for (int j = 0; j < n; j++)
+        if (c[j] > 0 && c[j] < len && (out == 0 || c[j] > cuts[out - 1])) cuts[out++] = (int32_t)c[j];
+    return out;
+}
+
 dcp_status_t dcp_mask_envelope(const dcp_mask_t *m, int32_t len, int32_t q0, int32_t q1,
                                dcp_range_t **ranges, int64_t *cap, int64_t *count_out)
 {

@@ -30,4 +30,14 @@ dcp_tile_class_t dcp_mask_classify(const dcp_mask_t *m, int32_t len, int32_t q0,
 dcp_status_t dcp_mask_envelope(const dcp_mask_t *m, int32_t len, int32_t q0, int32_t q1,
                                dcp_range_t **ranges, int64_t *cap, int64_t *count_out);
 
+/* Most structure cuts of one mask (dcp_mask_cuts). */
+#define DCP_MASK_MAX_CUTS 2
+
+/* Positions in (0, len) where a mask's rows change what they read at a scale that placement
+ * cares about, sorted: the end of a sink that every later query reads (lambda's S tokens,
+ * blockwise's first block) and the start of rows that read the whole prefix (blockwise's test
+ * block). A token block cut at them carries only the keys (or the queries) that ranks far
+ * away read. Returns the count (0 for the other kinds). The mask must be valid for len. */
+int dcp_mask_cuts(const dcp_mask_t *m, int32_t len, int32_t cuts[DCP_MASK_MAX_CUTS]);
+
 #endif

@@ -24,7 +24,8 @@ typedef struct {
 typedef struct {
     dcp_strategy_t id;
     const char *name;
-    /* Chunks per sequence the blocks must be cut into before placing (0: B-aligned). */
+    /* Chunks per sequence the blocks must be cut into before placing (0: blocks of B and
+     * structure cuts, dcp_blocks_cut). */
     int32_t (*chunks)(int32_t num_ranks);
     dcp_status_t (*place)(const dcp_place_in_t *in, dcp_placement_t *out);
 } dcp_strategy_ops_t;

@@ -1,5 +1,6 @@
 /* Token blocks and tiles. */
 #include "partition/blocks.h"
+#include "partition/mask.h"
 #include "tests/unit/mask_bf.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
@@ -36,6 +37,60 @@ static void test_aligned_blocks(void)
     }
     CU_ASSERT_EQUAL(b.seq_blk[3], 3);
     CU_ASSERT_EQUAL(b.seq_blk[5], 8);
+    dcp_blocks_release(&b);
+}
+
+static void expect_blocks(const dcp_blocks_t *b, int32_t s, const int32_t *start, const int32_t *len,
+                          int32_t n)
+{
+    CU_ASSERT_EQUAL_FATAL(b->seq_blk[s + 1] - b->seq_blk[s], n);
+    for (int32_t t = 0; t < n; t++) {
+        CU_ASSERT_EQUAL(b->blk_start[b->seq_blk[s] + t], start[t]);
+        CU_ASSERT_EQUAL(b->blk_len[b->seq_blk[s] + t], len[t]);
+    }
+}
+
+/* Structure cuts: a blockwise sequence of more than two blocks is cut at the end of its sink
+ * block and at the start of its test block, a lambda one at the end of its sink; blocks of B
+ * run on from each cut; sequences of at most 2B and masks without structure keep B-aligned
+ * blocks. */
+static void test_structure_cuts(void)
+{
+    int32_t c[DCP_MASK_MAX_CUTS];
+    const dcp_mask_t bw = {.kind = DCP_MASK_BLOCKWISE, .block = 256, .k = 2};
+    const dcp_mask_t lam = {.kind = DCP_MASK_LAMBDA, .sink = 64, .window = 512};
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&bw, 1000, c), 2);
+    CU_ASSERT(c[0] == 256 && c[1] == 768);
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&bw, 600, c), 2);
+    CU_ASSERT(c[0] == 256 && c[1] == 512);
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&bw, 512, c), 0); /* two blocks: causal */
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&lam, 1000, c), 1);
+    CU_ASSERT_EQUAL(c[0], 64);
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&lam, 64, c), 0);
+    const dcp_mask_t nosink = {.kind = DCP_MASK_LAMBDA, .sink = 0, .window = 512};
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&nosink, 1000, c), 0);
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    CU_ASSERT_EQUAL(dcp_mask_cuts(&causal, 1000, c), 0);
+
+    const int32_t len[4] = {5000, 2048, 3000, 5000};
+    const dcp_mask_t m[4] = {bw, bw, lam, causal};
+    dcp_blocks_t b;
+    init(&b, len, 4, m, 1024, 0);
+    expect_blocks(&b, 0, (const int32_t[]){0, 256, 1280, 2304, 3328, 4352, 4864},
+                  (const int32_t[]){256, 1024, 1024, 1024, 1024, 512, 136}, 7);
+    expect_blocks(&b, 1, (const int32_t[]){0, 1024}, (const int32_t[]){1024, 1024}, 2);
+    expect_blocks(&b, 2, (const int32_t[]){0, 64, 1088, 2112}, (const int32_t[]){64, 1024, 1024, 888},
+                  4);
+    expect_blocks(&b, 3, (const int32_t[]){0, 1024, 2048, 3072, 4096},
+                  (const int32_t[]){1024, 1024, 1024, 1024, 904}, 5);
+    /* the test block's rows read every key: its tiles with the middle keys hold 136 x 1024 pairs */
+    const int64_t t = dcp_blocks_find_tile(&b, 6, 2);
+    CU_ASSERT_FATAL(t >= 0);
+    CU_ASSERT_EQUAL(b.tile_pairs[t], 136 * 1024);
+    CU_ASSERT_EQUAL(b.tile_full[t], 1);
+    /* a middle query block reads only the sink block of the first 1024 keys */
+    CU_ASSERT(dcp_blocks_find_tile(&b, 4, 0) >= 0);
+    CU_ASSERT_EQUAL(b.tile_full[dcp_blocks_find_tile(&b, 4, 0)], 1);
     dcp_blocks_release(&b);
 }
 
@@ -129,6 +184,7 @@ int dcp_suite_blocks(void)
     static const dcp_test_t tests[] = {
         {"aligned_blocks", test_aligned_blocks},
         {"chunked_blocks", test_chunked_blocks},
+        {"structure_cuts", test_structure_cuts},
         {"tiles_exact", test_tiles_exact},
         {"bad_batches_name_the_field", test_bad_batches_name_the_field},
         {NULL, NULL},
