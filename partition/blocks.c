@@ -315,8 +315,8 @@ static void cut_at_structure(dcp_blocks_t *b, int32_t s, int32_t *n)
     int32_t cuts[DCP_MAX_KINDS * DCP_MASK_MAX_CUTS + 1], nc = 0;
     if (len > 2 * (int64_t)b->block_size)
         for (int32_t k = 0; k < dcp_blocks_kinds(b); k++) {
-            const dcp_seq_info_t *q = b->num_kinds > 1 ? &b->kind_seqs[k * b->num_seqs + s]
-                                                       : &b->seqs[s];
+            const dcp_seq_info_t *q =
+                b->num_kinds > 1 ? &b->kind_seqs[k * b->num_seqs + s] : &b->seqs[s];
             nc += dcp_mask_cuts(&q->mask, len, cuts + nc);
         }
     /* sorted, unique, then len */

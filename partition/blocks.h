@@ -104,8 +104,9 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
 
 /* Cuts every sequence into token blocks. chunks == 0: blocks of B tokens from the sequence
  * start and, in a sequence of more than 2B tokens, from each of its masks' structure cuts
- * (dcp_mask_cuts: a lambda or blockwise sink, a blockwise test block); chunks > 0: first `chunks` near-equal contiguous chunks (floor(c * L / chunks)
- * boundaries, empty chunks skipped), then each chunk into blocks of at most B. */
+ * (dcp_mask_cuts: a lambda or blockwise sink, a blockwise test block); chunks > 0: first
+ * `chunks` near-equal contiguous chunks (floor(c * L / chunks) boundaries, empty chunks
+ * skipped), then each chunk into blocks of at most B. */
 dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks);
 
 /* A coarser model of an unchunked block model: sequence s's blocks are grouped

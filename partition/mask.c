@@ -166,7 +166,8 @@ int dcp_mask_cuts(const dcp_mask_t *m, int32_t len, int32_t cuts[DCP_MASK_MAX_CU
     }
     int out = 0;
     for (int j = 0; j < n; j++)
-        if (c[j] > 0 && c[j] < len && (out == 0 || c[j] > cuts[out - 1])) cuts[out++] = (int32_t)c[j];
+        if (c[j] > 0 && c[j] < len && (out == 0 || c[j] > cuts[out - 1]))
+            cuts[out++] = (int32_t)c[j];
     return out;
 }
 

@@ -40,8 +40,8 @@ static void test_aligned_blocks(void)
     dcp_blocks_release(&b);
 }
 
-static void expect_blocks(const dcp_blocks_t *b, int32_t s, const int32_t *start, const int32_t *len,
-                          int32_t n)
+static void expect_blocks(const dcp_blocks_t *b, int32_t s, const int32_t *start,
+                          const int32_t *len, int32_t n)
 {
     CU_ASSERT_EQUAL_FATAL(b->seq_blk[s + 1] - b->seq_blk[s], n);
     for (int32_t t = 0; t < n; t++) {
@@ -79,8 +79,8 @@ static void test_structure_cuts(void)
     expect_blocks(&b, 0, (const int32_t[]){0, 256, 1280, 2304, 3328, 4352, 4864},
                   (const int32_t[]){256, 1024, 1024, 1024, 1024, 512, 136}, 7);
     expect_blocks(&b, 1, (const int32_t[]){0, 1024}, (const int32_t[]){1024, 1024}, 2);
-    expect_blocks(&b, 2, (const int32_t[]){0, 64, 1088, 2112}, (const int32_t[]){64, 1024, 1024, 888},
-                  4);
+    expect_blocks(&b, 2, (const int32_t[]){0, 64, 1088, 2112},
+                  (const int32_t[]){64, 1024, 1024, 888}, 4);
     expect_blocks(&b, 3, (const int32_t[]){0, 1024, 2048, 3072, 4096},
                   (const int32_t[]){1024, 1024, 1024, 1024, 904}, 5);
     /* the test block's rows read every key: its tiles with the middle keys hold 136 x 1024 pairs */
