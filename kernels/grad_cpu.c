@@ -41,16 +41,24 @@ dcp_status_t dcp_cpu_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item
                                  "cpu accumulate: item %lld adds buffer %d into %d; the "
                                  "destination must be fp32, the source fp32 or engine staging",
                                  (long long)i, items[i].src.buf, items[i].dst.buf);
-    for (int64_t i = 0; i < num_items; i++) {
+    for (int64_t i = 0; i < num_items;) {
+        /* one sum: the items [i, j) that write the same rows, added in order (descr.h) */
+        int64_t j = i + 1;
+        while (j < num_items && dcp_copy_same_dst(&items[j - 1], &items[j])) j++;
         const dcp_copy_item_t *c = &items[i];
-        const dcp_dtype_t ty = dcp_buf_dtype(c->src.buf, env->dtype);
-        const void *src = env->bufs[c->src.buf];
         float *dst = (float *)env->bufs[c->dst.buf] + c->dst.off;
         for (int32_t r = 0; r < c->rows; r++) {
-            const int64_t s = c->src.off + (int64_t)r * c->src.stride;
             float *t = dst + (int64_t)r * c->dst.stride;
-            for (int32_t x = 0; x < c->row_elems; x++) t[x] += dcp_cpu_load(src, ty, s + x);
+            for (int32_t x = 0; x < c->row_elems; x++) {
+                float sum = 0.0f;
+                for (int64_t m = i; m < j; m++)
+                    sum += dcp_cpu_load(env->bufs[items[m].src.buf],
+                                        dcp_buf_dtype(items[m].src.buf, env->dtype),
+                                        items[m].src.off + (int64_t)r * items[m].src.stride + x);
+                t[x] += sum;
+            }
         }
+        i = j;
     }
     return DCP_OK;
 }

@@ -64,9 +64,16 @@ double dcp_cost_memory_bytes(const dcp_plan_t *p, const dcp_instr_t *in)
 {
     double bytes = 0;
     if (in->op == DCP_OP_COPY || in->arg == DCP_PASS_BWD)
-        for (int64_t i = in->first; i < in->first + in->count; i++)
-            bytes += (in->op == DCP_OP_COPY ? 2.0 : 3.0) * p->copies[i].rows *
-                     p->copies[i].row_elems * dcp_plan_elem_bytes(p, p->copies[i].dst.buf);
+        for (int64_t i = in->first; i < in->first + in->count; i++) {
+            /* a copy reads and writes; a sum reads each source, and its destination once */
+            const int next = in->op == DCP_OP_REDUCE && i > in->first &&
+                             dcp_copy_same_dst(&p->copies[i - 1], &p->copies[i]);
+            bytes += (in->op == DCP_OP_COPY ? 2.0
+                      : next                ? 1.0
+                                            : 3.0) *
+                     p->copies[i].rows * p->copies[i].row_elems *
+                     dcp_plan_elem_bytes(p, p->copies[i].dst.buf);
+        }
     else
         for (int64_t i = in->first; i < in->first + in->count; i++)
             bytes += 4.0 * (p->merges[i].num_src + 2) * p->merges[i].rows * p->qpg *

@@ -40,8 +40,9 @@ typedef double (*dcp_cost_rate_fn)(const void *ctx, double edge, int bwd);
 double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cost_rate_fn rate,
                              const void *ctx);
 
-/* Bytes a COPY or REDUCE instruction reads and writes (a backward sum reads its destination
- * too; a forward merge reads every source's O + LSE and the destination's, writes one). */
+/* Bytes a COPY or REDUCE instruction reads and writes (a backward sum reads every source and
+ * reads and writes its destination once; a forward merge reads every source's O + LSE and
+ * the destination's, writes one). */
 double dcp_cost_memory_bytes(const dcp_plan_t *p, const dcp_instr_t *in);
 
 /* Fraction of peak on a tile whose geometric-mean edge is `tokens` (dcp_cost_curve of the

@@ -371,8 +371,9 @@ static dcp_status_t check_merges(const where_t *w, const dcp_instr_t *in)
     return DCP_OK;
 }
 
-/* Backward sums: PART rows added into a gradient accumulator; destinations of one REDUCE
- * are distinct (its items run in parallel on a GPU). */
+/* Backward sums: PART rows added into a gradient accumulator; the items of one destination
+ * are consecutive (one sum, descr.h) and the sums' destinations distinct (they run in
+ * parallel on a GPU). */
 static dcp_status_t check_sums(const where_t *w, const dcp_instr_t *in)
 {
     const dcp_plan_t *p = w->p;
@@ -381,6 +382,7 @@ static dcp_status_t check_sums(const where_t *w, const dcp_instr_t *in)
     out_key_t *keys;
     DCP_CHECK(dcp_calloc(&keys, in->count, sizeof *keys, "plan check"));
     dcp_status_t st = DCP_OK;
+    int64_t nsums = 0;
     for (int64_t i = 0; i < in->count && st == DCP_OK; i++) {
         const dcp_copy_item_t *c = &p->copies[in->first + i];
         const unsigned acc =
@@ -388,11 +390,12 @@ static dcp_status_t check_sums(const where_t *w, const dcp_instr_t *in)
         if (c->rows < 1 || !view_ok(w, c->src, c->rows, c->row_elems, BIT(DCP_BUF_PART)) ||
             !view_ok(w, c->dst, c->rows, c->row_elems, acc))
             st = bad(w, "sum out of bounds");
-        keys[i] = (out_key_t){c->dst.buf, c->dst.off};
+        if (i == 0 || !dcp_copy_same_dst(c - 1, c))
+            keys[nsums++] = (out_key_t){c->dst.buf, c->dst.off};
     }
     if (st == DCP_OK) {
-        qsort(keys, (size_t)in->count, sizeof *keys, out_key_cmp);
-        for (int64_t i = 1; i < in->count && st == DCP_OK; i++)
+        qsort(keys, (size_t)nsums, sizeof *keys, out_key_cmp);
+        for (int64_t i = 1; i < nsums && st == DCP_OK; i++)
             if (!out_key_cmp(&keys[i - 1], &keys[i])) st = bad(w, "two sums share a destination");
     }
     free(keys);

@@ -10,7 +10,7 @@
 
 typedef struct {
     dcp_plan_t *p;
-    dcp_plan_t *view; /* the object of the kind being emitted: its pass ranges are written */
+    dcp_plan_t *view;  /* the object of the kind being emitted: its pass ranges are written */
     int64_t prog_base; /* the kind's first program */
     const dcp_blocks_t *b;
     const dcp_placement_t *pl;
@@ -533,38 +533,38 @@ static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
 }
 
 /* Backward: fp32 sums of the received dQ and dK/dV partials into the accumulators (or a hub's
- * partial). Sources of
- * one destination go into successive REDUCEs (the k-th source of every destination in the
- * k-th), so the items of one REDUCE never share a destination and the order of the sums is
- * fixed by the plan: results are the same on every device and transport. */
+ * partial), one REDUCE: the sources of each destination are consecutive items, in the order
+ * of their sending ranks (dK's, then dV's), so each destination is read and written once
+ * and the order of the sums is fixed by the plan: results are the same on every device and
+ * transport. */
 static dcp_status_t emit_sums(emitter_t *e, const part_in_t *in, int64_t n)
 {
     dcp_plan_t *p = e->p;
     const int64_t d = p->shape.head_dim, qw = e->b->qpg * d, kw = e->b->kvpg * d;
-    for (int64_t k = 0;; k++) {
-        const int64_t copy0 = p->num_copies;
-        int64_t j = 0; /* index of in[i] among the sources of its destination */
-        for (int64_t i = 0; i < n; i++) {
-            j = i > 0 && same_dest(&in[i], &in[i - 1]) ? j + 1 : 0;
-            if (j != k) continue;
-            const int32_t t = in[i].block, h = in[i].head, len = e->b->blk_len[t];
-            const int64_t off = e->dst_off[in[i].xfer], to = in[i].dest;
-            if (in[i].kind == DCP_XFER_DQ) {
-                const dcp_view_t dq =
-                    to < 0 ? q_rows(e, DCP_BUF_ACC_DQ, t, h) : view(DCP_BUF_PART, to, qw);
-                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, qw), dq, len, (int32_t)qw));
-                continue;
-            }
-            const dcp_view_t dk =
-                to < 0 ? kv_rows(e, DCP_BUF_ACC_DK, t, h) : view(DCP_BUF_PART, to, kw);
-            const dcp_view_t dv =
-                to < 0 ? kv_rows(e, DCP_BUF_ACC_DV, t, h) : view(DCP_BUF_PART, to + len * kw, kw);
-            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off, kw), dk, len, (int32_t)kw));
-            DCP_CHECK(push_copy(e, view(DCP_BUF_PART, off + len * kw, kw), dv, len, (int32_t)kw));
+    const int64_t copy0 = p->num_copies;
+    for (int64_t i = 0; i < n;) {
+        const int64_t i0 = i;
+        while (i < n && same_dest(&in[i], &in[i0])) i++;
+        const int32_t t = in[i0].block, h = in[i0].head, len = e->b->blk_len[t];
+        const int64_t to = in[i0].dest;
+        if (in[i0].kind == DCP_XFER_DQ) {
+            const dcp_view_t dq =
+                to < 0 ? q_rows(e, DCP_BUF_ACC_DQ, t, h) : view(DCP_BUF_PART, to, qw);
+            for (int64_t j = i0; j < i; j++)
+                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, e->dst_off[in[j].xfer], qw), dq, len,
+                                    (int32_t)qw));
+            continue;
         }
-        if (p->num_copies == copy0) return DCP_OK;
-        DCP_CHECK(push_instr(e, DCP_OP_REDUCE, DCP_PASS_BWD, copy0, p->num_copies - copy0));
+        const dcp_view_t acc[2] = {
+            to < 0 ? kv_rows(e, DCP_BUF_ACC_DK, t, h) : view(DCP_BUF_PART, to, kw),
+            to < 0 ? kv_rows(e, DCP_BUF_ACC_DV, t, h) : view(DCP_BUF_PART, to + len * kw, kw)};
+        for (int side = 0; side < 2; side++)
+            for (int64_t j = i0; j < i; j++)
+                DCP_CHECK(
+                    push_copy(e, view(DCP_BUF_PART, e->dst_off[in[j].xfer] + side * len * kw, kw),
+                              acc[side], len, (int32_t)kw));
     }
+    return push_instr(e, DCP_OP_REDUCE, DCP_PASS_BWD, copy0, p->num_copies - copy0);
 }
 
 /* Merges the partials received (merged_now) and frees their slots - but a backward hub's
@@ -839,8 +839,8 @@ dcp_status_t dcp_program_emit(dcp_plan_t *p, int32_t kind, const dcp_blocks_t *b
 {
     const int64_t nprog = (int64_t)DCP_PASS_COUNT * p->num_ranks;
     if (kind == 0) {
-        DCP_CHECK(dcp_calloc(&p->prog_off, p->num_kinds * nprog + 1, sizeof *p->prog_off,
-                             "program"));
+        DCP_CHECK(
+            dcp_calloc(&p->prog_off, p->num_kinds * nprog + 1, sizeof *p->prog_off, "program"));
         DCP_CHECK(dcp_calloc(&p->work_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT,
                              sizeof *p->work_elems, "program"));
         p->num_xfers = p->num_phases = 0;

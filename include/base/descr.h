@@ -122,11 +122,20 @@ typedef struct {
 
 /* rows x row_elems elements from src to dst: the same element type, or fp32 into the plan's
  * 2-byte type (rounded). The backward's REDUCE uses the same items to add fp32 src rows
- * into fp32 dst rows. */
+ * into fp32 dst rows: consecutive items with the same destination rows (dcp_copy_same_dst)
+ * make one sum, dst += (src_1 + ... + src_k) added in item order, so the destination is read
+ * and written once however many partials it takes. */
 typedef struct {
     dcp_view_t src, dst;
     int32_t rows, row_elems;
 } dcp_copy_item_t;
+
+/* 1 when two items write the same destination rows (one sum of a REDUCE when consecutive). */
+DCP_HD int dcp_copy_same_dst(const dcp_copy_item_t *a, const dcp_copy_item_t *b)
+{
+    return a->dst.buf == b->dst.buf && a->dst.off == b->dst.off && a->dst.stride == b->dst.stride &&
+           a->rows == b->rows && a->row_elems == b->row_elems;
+}
 
 /* What a kernel needs to know of a sequence to evaluate its mask. */
 typedef struct {

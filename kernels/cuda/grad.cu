@@ -4,8 +4,8 @@
  *
  * delta: one warp per row, grid-stride over the rows; lanes read pairs of elements where the
  * buffers allow it. accumulate: grid (item, row slice), rows visited grid-stride so any row
- * count is covered; the adds are atomic because several items of one REDUCE may add into
- * the same destination rows (partials of one block from several ranks).
+ * count is covered; the block of a sum's first item adds all of its sources (the partials
+ * of one block from several ranks, descr.h), the others return.
  */
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
@@ -73,42 +73,70 @@ __device__ __forceinline__ void atomic_add4(float *dst, float4 v)
 struct AccParams {
     void *bufs[DCP_BUF_ALL];
     const dcp_copy_item_t *items;
+    int64_t num_items;
     dcp_dtype_t dtype; /* the plan's: the type of the engine's staging (DCP_BUF_SEG) */
 };
 
-/* dst rows (fp32) += src rows of the plan dtype (the attention engine's dense gradients). */
-template <typename T>
-__device__ __forceinline__ void accumulate_typed(const dcp_copy_item_t &c, const T *sb, float *db)
+/* Element i of item c's source as fp32 (fp32 rows, or the plan dtype for the engine's
+ * staging). */
+__device__ __forceinline__ float src_at(const AccParams &p, const dcp_copy_item_t &c, int64_t i)
 {
-    for (int r = blockIdx.y; r < c.rows; r += gridDim.y) {
-        const T *s = sb + (int64_t)r * c.src.stride;
-        float *d = db + (int64_t)r * c.dst.stride;
-        for (int x = threadIdx.x; x < c.row_elems; x += THREADS) atomicAdd(d + x, to_f32<T>(s[x]));
-    }
+    const void *b = p.bufs[c.src.buf];
+    if (dcp_buf_is_fp32(c.src.buf)) return ((const float *)b)[i];
+    if (p.dtype == DCP_DTYPE_BF16) return to_f32<__nv_bfloat16>(((const __nv_bfloat16 *)b)[i]);
+    return to_f32<__half>(((const __half *)b)[i]);
 }
 
-/* dst rows += src rows of one item (fp32 destination; fp32 source, or the plan dtype for
- * the engine's staging): 16-byte steps when both rows allow them. */
+/* 1 when every source row of items [i, j) and dst row 0 allow 16-byte fp32 steps (strides
+ * and offsets in elements of 4 bytes: multiples of 4 keep every row aligned). */
+__device__ __forceinline__ bool vec4_ok(const AccParams &p, int64_t i, int64_t j, const float *db)
+{
+    const dcp_copy_item_t &c = p.items[i];
+    if ((c.row_elems & 3) || (c.dst.stride & 3) || ((uintptr_t)db & 15)) return false;
+    for (int64_t m = i; m < j; m++) {
+        const dcp_copy_item_t &s = p.items[m];
+        if (!dcp_buf_is_fp32(s.src.buf) || (s.src.stride & 3) ||
+            ((uintptr_t)((const float *)p.bufs[s.src.buf] + s.src.off) & 15))
+            return false;
+    }
+    return true;
+}
+
+/* One sum per block row: the items [i, j) that write the same rows (descr.h), their sources
+ * added in item order, then added to the destination rows. The add is atomic because the
+ * attention engine's sums may overlap one another's rows; a plan's never do (plan_check), so
+ * a plan's REDUCE gives the same bits on every run. */
 __global__ void __launch_bounds__(THREADS) accumulate_kernel(const AccParams p)
 {
-    const dcp_copy_item_t &c = p.items[blockIdx.x];
+    const int64_t i = blockIdx.x;
+    if (i > 0 && dcp_copy_same_dst(&p.items[i - 1], &p.items[i])) return; /* an earlier sum's */
+    int64_t j = i + 1;
+    while (j < p.num_items && dcp_copy_same_dst(&p.items[j - 1], &p.items[j])) j++;
+    const dcp_copy_item_t &c = p.items[i];
     float *db = (float *)p.bufs[c.dst.buf] + c.dst.off;
-    if (!dcp_buf_is_fp32(c.src.buf)) {
-        if (p.dtype == DCP_DTYPE_BF16)
-            accumulate_typed(c, (const __nv_bfloat16 *)p.bufs[c.src.buf] + c.src.off, db);
-        else
-            accumulate_typed(c, (const __half *)p.bufs[c.src.buf] + c.src.off, db);
-        return;
-    }
-    const float *sb = (const float *)p.bufs[c.src.buf] + c.src.off;
+    const bool vec = vec4_ok(p, i, j, db);
     for (int r = blockIdx.y; r < c.rows; r += gridDim.y) {
-        const float *s = sb + (int64_t)r * c.src.stride;
         float *d = db + (int64_t)r * c.dst.stride;
-        if ((((uintptr_t)s | (uintptr_t)d) & 15) == 0 && (c.row_elems & 3) == 0) {
-            for (int x = threadIdx.x; x < c.row_elems / 4; x += THREADS)
-                atomic_add4(d + 4 * x, reinterpret_cast<const float4 *>(s)[x]);
-        } else {
-            for (int x = threadIdx.x; x < c.row_elems; x += THREADS) atomicAdd(d + x, s[x]);
+        if (vec) {
+            for (int x = threadIdx.x; x < c.row_elems / 4; x += THREADS) {
+                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int64_t m = i; m < j; m++) {
+                    const dcp_copy_item_t &s = p.items[m];
+                    const float4 v =
+                        reinterpret_cast<const float4 *>((const float *)p.bufs[s.src.buf] +
+                                                         s.src.off + (int64_t)r * s.src.stride)[x];
+                    acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+                }
+                atomic_add4(d + 4 * x, acc);
+            }
+            continue;
+        }
+        for (int x = threadIdx.x; x < c.row_elems; x += THREADS) {
+            float acc = 0.0f;
+            for (int64_t m = i; m < j; m++)
+                acc += src_at(p, p.items[m],
+                              p.items[m].src.off + (int64_t)r * p.items[m].src.stride + x);
+            atomicAdd(d + x, acc);
         }
     }
 }
@@ -121,7 +149,8 @@ struct DeltaOutParams {
 
 /* One warp per (row, head) of an item: o = (delta / m) u / |u|^2, u = dO / m, m = max |dO|,
  * so that no square underflows or overflows; 0 where dO is 0 (kernel.h). */
-template <typename T> __global__ void __launch_bounds__(THREADS) delta_out_kernel(const DeltaOutParams p)
+template <typename T>
+__global__ void __launch_bounds__(THREADS) delta_out_kernel(const DeltaOutParams p)
 {
     const dcp_delta_out_item_t &it = p.items[blockIdx.x];
     const int lane = threadIdx.x & 31;
@@ -199,6 +228,7 @@ extern "C" dcp_status_t dcp_cuda_accumulate(const dcp_kernel_env_t *env,
     AccParams p;
     for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.items = items;
+    p.num_items = num_items;
     p.dtype = env->dtype;
     const int32_t rows = env->max_rows < 1 ? 1 : env->max_rows;
     const unsigned ys = (unsigned)(rows < 65535 ? rows : 65535);
@@ -222,7 +252,8 @@ extern "C" dcp_status_t dcp_cuda_delta_out(const dcp_kernel_env_t *env,
     p.items = items;
     p.heads = env->q_heads;
     p.d = env->head_dim;
-    const int64_t want = ((int64_t)(env->max_rows < 1 ? 1 : env->max_rows) * p.heads + WARPS - 1) / WARPS;
+    const int64_t want =
+        ((int64_t)(env->max_rows < 1 ? 1 : env->max_rows) * p.heads + WARPS - 1) / WARPS;
     const unsigned ys = (unsigned)(want < 65535 ? want : 65535);
     cudaStream_t s = (cudaStream_t)env->stream;
     if (env->dtype == DCP_DTYPE_BF16)

@@ -583,6 +583,30 @@ static void test_accumulate_by_hand(void)
     CU_ASSERT_EQUAL(dcp_cpu_accumulate(&env, items, 0), DCP_OK);
 }
 
+/* Consecutive items with the same destination rows are one sum: dst += (s1 + s2 + s3), the
+ * sources added first, in item order. 1e8 + 3 rounds back to 1e8 in fp32 (the spacing there is
+ * 8), so adding the three one at a time would leave 1e8; their sum 9 lands on 1e8 + 8. A next
+ * item with other rows is a sum of its own. */
+static void test_accumulate_sums_a_run(void)
+{
+    float src[4] = {3.0f, 3.0f, 3.0f, 5.0f}, dst[2] = {1e8f, 1e8f};
+    dcp_kernel_env_t env = {.dtype = DCP_DTYPE_BF16};
+    env.bufs[DCP_BUF_PART] = src;
+    env.bufs[DCP_BUF_ACC_DQ] = dst;
+    const dcp_copy_item_t items[4] = {{{0, 1, DCP_BUF_PART}, {0, 1, DCP_BUF_ACC_DQ}, 1, 1},
+                                      {{1, 1, DCP_BUF_PART}, {0, 1, DCP_BUF_ACC_DQ}, 1, 1},
+                                      {{2, 1, DCP_BUF_PART}, {0, 1, DCP_BUF_ACC_DQ}, 1, 1},
+                                      {{3, 1, DCP_BUF_PART}, {1, 1, DCP_BUF_ACC_DQ}, 1, 1}};
+    CU_ASSERT(dcp_copy_same_dst(&items[0], &items[2]));
+    CU_ASSERT(!dcp_copy_same_dst(&items[2], &items[3]));
+    CU_ASSERT_EQUAL(dcp_cpu_accumulate(&env, items, 4), DCP_OK);
+    CU_ASSERT_EQUAL(dst[0], 100000008.0f);
+    CU_ASSERT_EQUAL(dst[1], 1e8f + 8.0f); /* 1e8 + 5 rounds up on its own */
+    dst[0] = 1e8f;
+    for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(dcp_cpu_accumulate(&env, &items[i], 1), DCP_OK);
+    CU_ASSERT_EQUAL(dst[0], 1e8f); /* three sums of one source each */
+}
+
 /* The gradient rule: three times the plain error plus one rounding step of the type. */
 static void test_grad_rule(void)
 {
@@ -607,6 +631,7 @@ int dcp_suite_backward(void)
         {"rejects_bad_arguments", test_rejects_bad_arguments},
         {"bwd_delta_by_hand", test_bwd_delta_by_hand},
         {"accumulate_by_hand", test_accumulate_by_hand},
+        {"accumulate_sums_a_run", test_accumulate_sums_a_run},
         {"grad_rule", test_grad_rule},
         {NULL, NULL},
     };

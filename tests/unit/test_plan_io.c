@@ -1,6 +1,7 @@
 /* The plan format: round trip, corrupted bytes of every kind rejected, hostile counts
  * refused without allocating what they claim, and one byte string per plan. */
 #include "include/base/error.h"
+#include "partition/cost.h"
 #include "partition/plan.h"
 #include "partition/slots.h"
 #include "partition/wire.h"
@@ -202,6 +203,50 @@ static void test_backward_program_checked(void)
     p->groups[grp].dq.buf = DCP_BUF_ACC_O; /* the forward's accumulator */
     CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
     p->groups[grp].dq = dq;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
+    dcp_plan_destroy(p);
+}
+
+/* The backward's sums (ring: each rank's KV block goes round, so its dK + dV come back from
+ * every other rank): in each REDUCE the items of one destination are consecutive, one sum
+ * (descr.h), which the cost model prices as every source read once and the destination read
+ * and written once; a plan whose sums of one destination are split apart is corrupt. */
+static void test_backward_sums_one_per_destination(void)
+{
+    const int32_t len[1] = {512};
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    dcp_plan_t *p = t_plan(len, 1, &causal, "1x4", DCP_STRATEGY_RING, 64, 3, 1);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_check_programs(p), DCP_OK);
+    int64_t longest = 0, split = -1;
+    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, 0);
+         i < dcp_plan_prog_end(p, DCP_PASS_BWD, p->num_ranks - 1); i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        if (in->op != DCP_OP_REDUCE) continue;
+        double want = 0;
+        for (int64_t k = in->first, run = 0; k < in->first + in->count; k++) {
+            const dcp_copy_item_t *c = &p->copies[k];
+            const int next = k > in->first && dcp_copy_same_dst(c - 1, c);
+            run = next ? run + 1 : 1;
+            if (run > longest) longest = run;
+            if (run >= 2 && k + 1 < in->first + in->count && !dcp_copy_same_dst(c, c + 1) &&
+                split < 0)
+                split = k; /* the last source of a sum, another sum after it */
+            want += (next ? 1.0 : 3.0) * 4.0 * c->rows * c->row_elems;
+            for (int64_t j = in->first; j < k - run + 1; j++) /* no earlier sum has its rows */
+                CU_ASSERT(!dcp_copy_same_dst(&p->copies[j], c));
+        }
+        CU_ASSERT_DOUBLE_EQUAL(dcp_cost_memory_bytes(p, in), want, 0.5);
+    }
+    CU_ASSERT(longest >= 3); /* partials from three ranks, summed at once */
+    CU_ASSERT_FATAL(split >= 0);
+    /* that last source swapped with the next sum's first: its sum is split in two */
+    const dcp_copy_item_t keep = p->copies[split];
+    p->copies[split] = p->copies[split + 1];
+    p->copies[split + 1] = keep;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "share a destination"));
+    p->copies[split + 1] = p->copies[split];
+    p->copies[split] = keep;
     CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
     dcp_plan_destroy(p);
 }
@@ -414,6 +459,7 @@ int dcp_suite_plan_io(void)
         {"serialize_arguments", test_serialize_arguments},
         {"old_version_refused", test_old_version_refused},
         {"backward_program_checked", test_backward_program_checked},
+        {"backward_sums_one_per_destination", test_backward_sums_one_per_destination},
         {"huge_transfer_count_refused", test_huge_transfer_count_refused},
         {"work_buffers_bounded", test_work_buffers_bounded},
         {"plan_bytes_canonical", test_plan_bytes_canonical},
