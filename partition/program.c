@@ -638,27 +638,51 @@ static int forwards_after(const emitter_t *e, int32_t d)
     return 0;
 }
 
+/* 1 when step d brings the rank an input (division d's, or one it forwards as a hub). */
+static int brings_inputs(const emitter_t *e, int32_t d)
+{
+    for (int64_t i = e->touch_off[e->rank]; i < e->touch_off[e->rank + 1]; i++) {
+        const dcp_transfer_t *x = &e->s->xfers[e->touch[i]];
+        if (x->step > d) break;
+        if (x->step == d && x->dst == e->rank && !dcp_xfer_is_partial(x->kind)) return 1;
+    }
+    return 0;
+}
+
+/* Waits for step d and does a hub's merges of it. */
+static dcp_status_t finish_step(emitter_t *e, int32_t d)
+{
+    DCP_CHECK(emit_step(e, d, 1));
+    return emit_reduce(e, MERGE_HUB, d);
+}
+
 /* Divisions: step d + 1 is launched before step d is waited for, so its transfers run while
  * division d - 1 finishes and division d computes - but where the rank forwards in step d + 1
  * what step d brings it (a hub's input, or the partials it merges), step d is waited for
  * and the merges done first (on an in-order transfer stream step d + 1 could not start
- * earlier anyway). After the last division, step T returns the partials and step T + 1 the
- * ones hubs merged from step T. */
+ * earlier anyway). A step that brings the rank no input (only partials, which nothing reads
+ * before the merges after the last division) is waited for after division d computes, just
+ * before step d + 2 is launched: the rank computes while a slower peer still has to take its
+ * partials, and no more than two steps are ever in flight. After the last division, step T
+ * returns the partials and step T + 1 the ones hubs merged from step T. */
 static dcp_status_t emit_divisions(emitter_t *e, const int64_t *div_end)
 {
     const int32_t ndiv = e->s->num_divs;
     DCP_CHECK(emit_step(e, 0, 0));
     int64_t c = e->s->rank_off[e->rank];
+    int32_t owed = -1; /* a step waited for after its division */
     for (int32_t d = 0; d < ndiv; d++) {
+        if (owed >= 0) DCP_CHECK(finish_step(e, owed));
         const int early = !forwards_after(e, d);
+        owed = early && !brings_inputs(e, d) ? d : -1;
         if (early) DCP_CHECK(emit_step(e, d + 1, 0));
-        DCP_CHECK(emit_step(e, d, 1));
-        DCP_CHECK(emit_reduce(e, MERGE_HUB, d));
+        if (owed < 0) DCP_CHECK(finish_step(e, d));
         if (!early) DCP_CHECK(emit_step(e, d + 1, 0));
         DCP_CHECK(emit_attn(e, d, c, div_end[d]));
         DCP_CHECK(free_dead_inputs(e, d));
         c = div_end[d];
     }
+    if (owed >= 0) DCP_CHECK(finish_step(e, owed));
     /* the partials that came early are merged while later ones are on their way */
     DCP_CHECK(emit_reduce(e, MERGE_ACC, ndiv - 1));
     for (int32_t step = ndiv; step < ndiv + 2; step++) {

@@ -373,8 +373,28 @@ static int forwards_in(const dcp_plan_t *p, int32_t r, int32_t ph)
     return 0;
 }
 
+/* 1 when the rank receives an input (not a partial) in phase ph (launched at launch_at[ph]). */
+static int inputs_in(const dcp_plan_t *p, int32_t ph, const int64_t *launch_at)
+{
+    if (launch_at[ph] < 0) return 0;
+    const dcp_instr_t *in = &p->instrs[launch_at[ph]];
+    for (int64_t k = in->first; k < in->first + in->count; k++)
+        if (!p->comm[k].send && p->comm[k].buf != DCP_BUF_PART) return 1;
+    return 0;
+}
+
+/* Whether an ATTN lies strictly between instructions a and b. */
+static int attn_between(const dcp_plan_t *p, int64_t a, int64_t b)
+{
+    for (int64_t i = a + 1; i < b; i++)
+        if (p->instrs[i].op == DCP_OP_ATTN) return 1;
+    return 0;
+}
+
 /* Division 0 (before any wait) reads only local rows. Divisions: step d+1 is launched
- * before step d is waited for, unless the rank forwards in it what step d brought (a hub).
+ * before step d is waited for, unless the rank forwards in it what step d brought (a hub);
+ * a step that brings the rank no input is waited for after division d computes, just before
+ * step d+2 is launched; never more than two steps in flight.
  * Rounds: one phase in flight at a time, and in each phase a
  * rank sends and receives at most `coalesce` blocks. */
 static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
@@ -395,6 +415,7 @@ static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
                     sends += p->comm[k].send;
                     recvs += !p->comm[k].send;
                 }
+                CU_ASSERT(in_flight <= 2);
                 if (p->opts.comm_schedule == DCP_COMM_ROUNDS) {
                     CU_ASSERT(in_flight == 1);
                     CU_ASSERT(sends <= p->opts.coalesce && recvs <= p->opts.coalesce);
@@ -418,8 +439,20 @@ static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
                 for (int32_t b = ph0; b < ph1; b++)
                     if (p->phase_step[b] == p->phase_step[a] + 1 &&
                         p->phase_step[b] < p->opts.divisions && wait_at[a] >= 0 &&
-                        launch_at[b] >= 0 && !forwards_in(p, r, b))
+                        launch_at[b] >= 0 && !forwards_in(p, r, b)) {
                         CU_ASSERT(launch_at[b] < wait_at[a]);
+                        /* inputs: waited for before division d computes; none: waited
+                         * for after it, right before step d+2 is launched */
+                        if (inputs_in(p, a, launch_at)) {
+                            CU_ASSERT(!attn_between(p, launch_at[b], wait_at[a]));
+                            continue;
+                        }
+                        for (int32_t c = ph0; c < ph1; c++)
+                            if (p->phase_step[c] == p->phase_step[b] + 1 && launch_at[c] >= 0) {
+                                CU_ASSERT(wait_at[a] < launch_at[c]);
+                                CU_ASSERT(!attn_between(p, wait_at[a], launch_at[c]));
+                            }
+                    }
     }
     free(launch_at);
     free(wait_at);
