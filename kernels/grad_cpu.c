@@ -6,6 +6,7 @@
 #include "include/base/error.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 dcp_status_t dcp_cpu_bwd_delta(const dcp_kernel_env_t *env, int64_t rows)
 {
@@ -41,25 +42,41 @@ dcp_status_t dcp_cpu_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item
                                  "cpu accumulate: item %lld adds buffer %d into %d; the "
                                  "destination must be fp32, the source fp32 or engine staging",
                                  (long long)i, items[i].src.buf, items[i].dst.buf);
+    int32_t width = 0;
+    for (int64_t i = 0; i < num_items; i++)
+        if (items[i].row_elems > width) width = items[i].row_elems;
+    float *acc = NULL;
+    DCP_CHECK(dcp_calloc(&acc, width > 0 ? width : 1, sizeof *acc, "cpu accumulate"));
     for (int64_t i = 0; i < num_items;) {
-        /* one sum: the items [i, j) that write the same rows, added in order (descr.h) */
+        /* one sum: the items [i, j) that write the same rows, their sources added in order,
+         * then added to the destination (descr.h) */
         int64_t j = i + 1;
         while (j < num_items && dcp_copy_same_dst(&items[j - 1], &items[j])) j++;
         const dcp_copy_item_t *c = &items[i];
         float *dst = (float *)env->bufs[c->dst.buf] + c->dst.off;
         for (int32_t r = 0; r < c->rows; r++) {
-            float *t = dst + (int64_t)r * c->dst.stride;
-            for (int32_t x = 0; x < c->row_elems; x++) {
-                float sum = 0.0f;
-                for (int64_t m = i; m < j; m++)
-                    sum += dcp_cpu_load(env->bufs[items[m].src.buf],
-                                        dcp_buf_dtype(items[m].src.buf, env->dtype),
-                                        items[m].src.off + (int64_t)r * items[m].src.stride + x);
-                t[x] += sum;
+            for (int64_t m = i; m < j; m++) {
+                const dcp_copy_item_t *e = &items[m];
+                const int64_t s = e->src.off + (int64_t)r * e->src.stride;
+                const void *src = env->bufs[e->src.buf];
+                const dcp_dtype_t ty = dcp_buf_dtype(e->src.buf, env->dtype);
+                if (ty == DCP_DTYPE_FP32) {
+                    const float *f = (const float *)src + s;
+                    for (int32_t x = 0; x < c->row_elems; x++)
+                        acc[x] = m == i ? f[x] : acc[x] + f[x];
+                } else {
+                    for (int32_t x = 0; x < c->row_elems; x++) {
+                        const float v = dcp_cpu_load(src, ty, s + x);
+                        acc[x] = m == i ? v : acc[x] + v;
+                    }
+                }
             }
+            float *t = dst + (int64_t)r * c->dst.stride;
+            for (int32_t x = 0; x < c->row_elems; x++) t[x] += acc[x];
         }
         i = j;
     }
+    free(acc);
     return DCP_OK;
 }
 

@@ -9,7 +9,8 @@
  *             of every tile added in fp32, from the final forward LSE and delta;
  *   bwd_delta delta = rowsum(dO * O) of a rank's local rows, the backward's pre-pass;
  *   accumulate  fp32 dst rows += src rows (REDUCE of partial gradients; the attention engine's
- *             dense gradients come in the plan dtype);
+ *             dense gradients come in the plan dtype); consecutive items with the same
+ *             destination rows are one sum, their sources added first (descr.h);
  *   delta_out the O a dense backward takes, made from delta (kernels/segment.h).
  * Descriptors (include/base/descr.h) address a rank's buffers through env->bufs; on a GPU
  * the descriptor arrays and sequence table live in device memory.
