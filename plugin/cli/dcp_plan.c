@@ -110,6 +110,7 @@ static const dcpt_field_t json_fields[] = {
     J("max_rank_bytes", DCPT_F_INT, s.max_rank_bytes),
     J("compute_imbalance", DCPT_F_NUM, s.compute_imbalance),
     J("memory_imbalance", DCPT_F_NUM, s.memory_imbalance),
+    J("max_buffer_bytes", DCPT_F_INT, s.max_buffer_bytes),
     J("phases", DCPT_F_I32, s.num_phases),
     J("divisions", DCPT_F_I32, s.num_divisions),
     J("comp_blocks", DCPT_F_INT, s.num_comp_blocks),

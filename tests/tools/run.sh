@@ -3,7 +3,7 @@
 # backslash), flag errors that blame the flag that was wrong, outputs checked before any
 # work, --help defaults taken from the code, the bench harness's median [min-max], and a
 # kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, the attention
-# engine's report, layer kinds (--layers, --compare), and --version.
+# engine's report, layer kinds (--layers, --compare), --version, and dcp-plan's work buffers.
 #
 #   tests/tools/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -160,6 +160,15 @@ for t in dcp-attn-test dcp-calibrate dcp-plan dcp-topo dcp-kernel-bench dcp-tran
     "$bin/$t" --version >"$work/v" 2>&1 || fail "$t --version exited non-zero"
     grep -q "^$t (dcp) $want, built with dcp.h $want$" "$work/v" || fail "$t --version: $(cat "$work/v")"
 done
+
+# 13. dcp-plan --json reports each plan's work buffers, on one rank (the accumulators; nothing
+# moves) and on eight (received blocks and partials too)
+"$bin/dcp-plan" --cluster 1x1 --tokens 4096 --mask causal --strategy lpt --json >"$work/one.json" \
+    2>/dev/null || fail "dcp-plan --json on 1x1"
+"$bin/dcp-plan" --cluster 1x8 --tokens 4096 --mask causal --strategy ring --json \
+    >"$work/eight.json" 2>/dev/null || fail "dcp-plan --json on 1x8"
+json_check "$work/one.json" 'rows[0]["max_buffer_bytes"] > 0 and rows[0]["max_rank_bytes"] == 0'
+json_check "$work/eight.json" 'rows[0]["max_buffer_bytes"] > 0 and rows[0]["max_rank_bytes"] > 0'
 
 if [ "$failures" -ne 0 ]; then
     echo "tests/tools: $failures failure(s)"
