@@ -133,6 +133,15 @@ static int32_t local_tail(int32_t ndiv)
     return ndiv >= 5 ? 1 : 0;
 }
 
+/* The share of a rank's local FLOPs that its tail computes. Half: the 32 batches of
+ * tests/perf/overlap_bench.sh at 8x8 h100-ib sum to 438.1 ms of simulated steps with a third
+ * (an even split over the three local divisions), 437.3 with 0.4, 436.2 with half, 436.0
+ * with 0.6 and 441.4 with a fifth. Half made every row's step / compute better or equal and
+ * every cluster's steps shorter; lambda exposes more of a shorter step. (Before the waits
+ * after a division, half gained less, 446 -> 444 ms: ranks waited for their partials before
+ * the tail then.) */
+#define LOCAL_TAIL_SHARE 0.5
+
 /* Assigns divisions to the blocks of one rank (keys[0..n)) and leaves them ordered by
  * (division, q block, head, kv block). */
 static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t rank,
@@ -159,16 +168,22 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
     for (int64_t i = 0; i < n; i++) {
         const int64_t c = keys[i].comp, t = c / hb;
         const int remote = keys[i].key[0];
-        /* the block's FLOP midpoint decides its division among the local ones (0 ..
-         * head - 1, then T - tail .. T - 1) or the remote ones (head .. T - tail - 1) */
-        const int32_t first = remote ? head : 0, count = remote ? ndiv - nloc : nloc;
+        /* the block's FLOP midpoint decides its division among the remote ones (head ..
+         * T - tail - 1, equal shares) or the local ones: the tail (T - 1) takes the last
+         * LOCAL_TAIL_SHARE of the local FLOPs, divisions 0 .. head - 1 equal shares of the
+         * rest */
         const double f = (double)dcp_blocks_comp_flops(b, t),
                      all = remote ? remote_flops : local_flops;
+        const double mid = all > 0 ? (done[remote] + f / 2) / all : 0;
         int32_t div = 0;
-        if (count > 0 && all > 0) {
-            div = first + (int32_t)((done[remote] + f / 2) * count / all);
-            if (div > first + count - 1) div = first + count - 1;
-            if (!remote && div >= head) div += ndiv - nloc;
+        if (remote) {
+            div = head + (int32_t)(mid * (ndiv - nloc));
+            if (div > ndiv - tail - 1) div = ndiv - tail - 1;
+        } else if (tail > 0 && mid >= 1 - LOCAL_TAIL_SHARE) {
+            div = ndiv - 1;
+        } else if (head > 0) {
+            div = (int32_t)(mid / (tail > 0 ? 1 - LOCAL_TAIL_SHARE : 1) * head);
+            if (div > head - 1) div = head - 1;
         }
         done[remote] += f;
         comp_div[c] = div;
