@@ -132,9 +132,9 @@ static dcp_status_t plan_kind(dcp_plan_t *p, int32_t k, const dcp_blocks_t *b,
     const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
     dcp_status_t st;
     for (int i = 0; i < DCP_PASS_COUNT; i++) {
-        DCP_CHECK_GOTO(dcp_schedule_build(b, pl, cluster->num_ranks, p->opts.divisions,
-                                          p->opts.comm_schedule, p->opts.coalesce, (dcp_pass_t)i,
-                                          &s[i]),
+        DCP_CHECK_GOTO(dcp_schedule_build(b, pl, cluster->num_ranks, cluster->devs_per_node,
+                                          p->opts.divisions, p->opts.comm_schedule,
+                                          p->opts.coalesce, (dcp_pass_t)i, &s[i]),
                        st, out);
         DCP_CHECK_GOTO(dcp_schedule_relay(cluster->devs_per_node, &s[i]), st, out);
     }
@@ -231,8 +231,7 @@ static double step_floor(double fwd_floor, const dcp_cluster_t *cluster)
 
 /* The training step's dcp_cost_chunked_floor of the model: layers x each kind's, summed
  * over kinds. */
-static double model_chunked_floor(const dcp_plan_t *p, int32_t chunks,
-                                  const dcp_cluster_t *cluster)
+static double model_chunked_floor(const dcp_plan_t *p, int32_t chunks, const dcp_cluster_t *cluster)
 {
     double ms = 0;
     for (int32_t k = 0; k < p->num_kinds; k++) {
@@ -243,10 +242,10 @@ static double model_chunked_floor(const dcp_plan_t *p, int32_t chunks,
 }
 
 /* Zigzag's placement floors (dcp_cost_floor) raise *fl, the floor of the training step of
- * the plans zigzag can make, against plan p. One kind: its placement, kept in x for the plan. Several: the model's
- * floor, layers x each kind's, summed; each kind placed alone (zigzag's owners follow the
- * lengths, not the masks), the chunked floor standing in for the kinds not placed yet, and
- * no further kind placed once the floor rules zigzag out (x stays empty). */
+ * the plans zigzag can make, against plan p. One kind: its placement, kept in x for the plan.
+ * Several: the model's floor, layers x each kind's, summed; each kind placed alone (zigzag's owners
+ * follow the lengths, not the masks), the chunked floor standing in for the kinds not placed yet,
+ * and no further kind placed once the floor rules zigzag out (x stays empty). */
 static dcp_status_t zigzag_floors(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                   const dcp_plan_options_t *zo, const dcp_cluster_t *cluster,
                                   const dcp_plan_t *p, double *fl, dcp_placed_t *x)

@@ -4,11 +4,12 @@
  * from T = 3 on, so that an input forwarded through a hub (dcp_schedule_relay) has a step to
  * reach the hub in and one to reach its other readers in) and, from T = 5 on, the last one
  * (so that the partials of the last remote division leave while it computes); the others
- * hold the remote blocks, FLOP-balanced, ordered so that blocks reading the same remote
- * input sit together. Communication runs in global steps shared by all ranks: step d
- * (0 <= d < T) brings every input that some rank's division d reads first, so it runs while
- * division d - 1 computes, and every step d returns the partial outputs that division d - 2
- * wrote last (a partial is done once the division that writes it last is, and the programs
+ * hold the remote blocks, FLOP-balanced: those that read from other nodes in the middle,
+ * between the two halves of those that read only inside the rank's node, and ordered so that
+ * blocks reading the same remote input sit together. Communication runs in global steps shared by
+ * all ranks: step d (0 <= d < T) brings every input that some rank's division d reads first, so it
+ * runs while division d - 1 computes, and every step d returns the partial outputs that division d
+ * - 2 wrote last (a partial is done once the division that writes it last is, and the programs
  * launch step d + 1 before they compute division d): the last division's go in step T + 1,
  * and a hub's merged partial one step after the last it merges (up to T + 2). A step is
  * launched as one phase, or as several congestion-free rounds (partition/rounds.h).
@@ -63,9 +64,10 @@ typedef struct {
 
 /* With DCP_COMM_DIVISIONS each step with transfers is one phase; with DCP_COMM_ROUNDS each
  * step's transfers are coloured into congestion-free rounds, `coalesce` rounds a phase. */
+/* `devs_per_node` ranks make a node (< 1: one node). */
 dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
-                                int32_t num_divs, dcp_comm_schedule_t comm, int32_t coalesce,
-                                dcp_pass_t pass, dcp_schedule_t *s);
+                                int32_t devs_per_node, int32_t num_divs, dcp_comm_schedule_t comm,
+                                int32_t coalesce, dcp_pass_t pass, dcp_schedule_t *s);
 
 /* Relays a divisions schedule's transfers between nodes (DCP_HOP_*): for each block, head
  * group and kind, the holders on one node other than the owner's share one transfer

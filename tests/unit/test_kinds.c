@@ -33,8 +33,9 @@
  * of one destination became one REDUCE (fixtures 0-2, 4, 5: 24 bytes less per instruction
  * saved; fixture 3's plan has no destination with two partials); and when a step that brings
  * a rank no input came to be waited for after its division (fixtures 0 and 3: the same
- * instructions, in another order). A change to the planner that moves these on purpose
- * updates them (the failure prints the new ones). */
+ * instructions, in another order). Putting the remote blocks that read from other nodes
+ * between the halves of those that do not left these bytes unchanged. A change to the
+ * planner that moves these on purpose updates them (the failure prints the new ones). */
 static const struct {
     const char *cluster;
     dcp_strategy_t strategy;

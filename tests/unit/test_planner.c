@@ -116,14 +116,15 @@ static void test_default_not_slower_histogram(void)
 }
 
 /* A batch where zigzag's forward is predicted faster than METIS's but its training step
- * slower (2x4, 16K tokens of the histogram, causal, block 512, seed 12): the default keeps
+ * slower (2x4, 16K tokens of the histogram, causal, block 512, seed 25): the default keeps
  * METIS's plan, the faster step, as dcp.h says (it returned zigzag's while both had to be
- * faster). */
+ * faster). Seed 12 was the case until the remote blocks that read from other nodes moved to
+ * the middle divisions: METIS's forward is predicted faster than zigzag's there now. */
 static void test_default_by_training_step(void)
 {
     const dcpt_length_source_t hist = {NULL, 0};
     int32_t *len = NULL, *first = NULL, nb = 0;
-    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 16384, 1.0, 1, 12, &len, &first, &nb), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 16384, 1.0, 1, 25, &len, &first, &nb), DCP_OK);
     const int32_t n = first[1] - first[0];
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
@@ -132,7 +133,7 @@ static void test_default_by_training_step(void)
     dcp_plan_options_default(&o);
     o.block_size = 512;
     o.head_blocks = 2;
-    o.seed = 12; /* METIS's */
+    o.seed = 25; /* METIS's */
     dcp_plan_t *def = t_plan_shape(len, n, m, "2x4", &sh, &o);
     o.strategy = DCP_STRATEGY_ZIGZAG;
     dcp_plan_t *zz = t_plan_shape(len, n, m, "2x4", &sh, &o);

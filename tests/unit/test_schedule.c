@@ -6,10 +6,13 @@
  *    names the block it needs);
  *  - every send has its receive (and the validator accepts the plan);
  *  - with T > 1 the first division is local, and step d+1 is launched before step d is
- *    waited for.
+ *    waited for;
+ *  - every output row is published once, after the last write to its accumulator and the
+ *    last wait.
  */
 #include "partition/mask.h"
 #include "partition/plan.h"
+#include "partition/schedule.h"
 #include "tests/unit/mask_bf.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
@@ -458,6 +461,98 @@ static void check_overlap(const dcp_plan_t *p, dcp_pass_t pass)
     free(wait_at);
 }
 
+/* Which accumulator elements a rank has published. */
+typedef struct {
+    uint8_t *done[DCP_BUF_COUNT]; /* per accumulator element: published */
+    int64_t published[DCP_BUF_COUNT];
+    int ok;
+} publish_t;
+
+/* The accumulator elements of a view's rows: published now (publish), or written, which
+ * must come before they are published. */
+static void acc_rows(publish_t *w, dcp_view_t v, int32_t rows, int32_t width, int publish)
+{
+    if (v.buf < DCP_BUF_ACC_O || v.buf > DCP_BUF_ACC_DV || v.buf == DCP_BUF_DELTA) return;
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t e = 0; e < width; e++) {
+            uint8_t *d = &w->done[v.buf][v.off + (int64_t)r * v.stride + e];
+            if (*d) w->ok = 0; /* published twice, or written after it was published */
+            if (publish) {
+                *d = 1;
+                w->published[v.buf]++;
+            }
+        }
+}
+
+/* Every accumulator element of the rank's outputs is published (copied into the caller's
+ * output) exactly once, after the last instruction that writes it and after the pass's last
+ * wait: dcp.h promises outputs written only on success, and a transfer can fail until the
+ * last wait has returned. */
+static void check_publish(const dcp_plan_t *p, dcp_pass_t pass, int32_t r)
+{
+    const int64_t d = p->shape.head_dim, hq = p->shape.num_heads, hkv = p->shape.num_kv_heads;
+    const int64_t rows = p->rank_tokens[r];
+    const int64_t width[DCP_BUF_COUNT] = {[DCP_BUF_ACC_O] = hq * d,
+                                          [DCP_BUF_ACC_LSE] = hq,
+                                          [DCP_BUF_ACC_DQ] = hq * d,
+                                          [DCP_BUF_ACC_DK] = hkv * d,
+                                          [DCP_BUF_ACC_DV] = hkv * d};
+    static const int32_t out_of[DCP_BUF_COUNT] = {[DCP_BUF_ACC_O] = DCP_BUF_O,
+                                                  [DCP_BUF_ACC_LSE] = DCP_BUF_LSE,
+                                                  [DCP_BUF_ACC_DQ] = DCP_BUF_DQ,
+                                                  [DCP_BUF_ACC_DK] = DCP_BUF_DK,
+                                                  [DCP_BUF_ACC_DV] = DCP_BUF_DV};
+    publish_t w = {.ok = 1};
+    for (int b = 0; b < DCP_BUF_COUNT; b++)
+        if (width[b] > 0) w.done[b] = calloc((size_t)(rows * width[b]) + 1, 1);
+    const int32_t qw = (int32_t)(p->qpg * d), kw = (int32_t)(p->kvpg * d);
+    int64_t last_wait = -1, first_publish = -1;
+    const int64_t i0 = dcp_plan_prog_begin(p, pass, r), i1 = dcp_plan_prog_end(p, pass, r);
+    for (int64_t i = i0; i < i1; i++)
+        if (p->instrs[i].op == DCP_OP_COMM_WAIT) last_wait = i;
+    for (int64_t i = i0; i < i1; i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        const int64_t end = in->first + in->count;
+        if (in->op == DCP_OP_ATTN)
+            for (int64_t g = in->first; g < end; g++) {
+                const dcp_tile_group_t *gr = &p->groups[g];
+                acc_rows(&w, pass == DCP_PASS_FWD ? gr->o : gr->dq, gr->q_len, qw, 0);
+                if (pass == DCP_PASS_FWD) acc_rows(&w, gr->lse, gr->q_len, (int32_t)p->qpg, 0);
+                for (int32_t t = gr->first_tile;
+                     pass == DCP_PASS_BWD && t < gr->first_tile + gr->num_tiles; t++) {
+                    acc_rows(&w, p->tiles[t].dk, p->tiles[t].kv_len, kw, 0);
+                    acc_rows(&w, p->tiles[t].dv, p->tiles[t].kv_len, kw, 0);
+                }
+            }
+        if (in->op == DCP_OP_REDUCE && pass == DCP_PASS_FWD)
+            for (int64_t k = in->first; k < end; k++) {
+                acc_rows(&w, p->merges[k].o, p->merges[k].rows, qw, 0);
+                acc_rows(&w, p->merges[k].lse, p->merges[k].rows, (int32_t)p->qpg, 0);
+            }
+        if (in->op == DCP_OP_REDUCE && pass == DCP_PASS_BWD)
+            for (int64_t k = in->first; k < end; k++)
+                acc_rows(&w, p->copies[k].dst, p->copies[k].rows, p->copies[k].row_elems, 0);
+        if (in->op == DCP_OP_COPY)
+            for (int64_t k = in->first; k < end; k++) {
+                const dcp_copy_item_t *c = &p->copies[k];
+                if (c->src.buf < DCP_BUF_ACC_O || c->src.buf > DCP_BUF_ACC_DV ||
+                    c->src.buf == DCP_BUF_DELTA)
+                    continue; /* packing a send */
+                CU_ASSERT_EQUAL(c->dst.buf, out_of[c->src.buf]);
+                CU_ASSERT(c->dst.off == c->src.off && c->dst.stride == c->src.stride);
+                acc_rows(&w, c->src, c->rows, c->row_elems, 1);
+                if (first_publish < 0) first_publish = i;
+            }
+    }
+    CU_ASSERT(w.ok);
+    const int32_t outs[2][3] = {{DCP_BUF_ACC_O, DCP_BUF_ACC_LSE, -1},
+                                {DCP_BUF_ACC_DQ, DCP_BUF_ACC_DK, DCP_BUF_ACC_DV}};
+    for (int k = 0; k < 3 && outs[pass][k] >= 0; k++)
+        CU_ASSERT_EQUAL(w.published[outs[pass][k]], rows * width[outs[pass][k]]);
+    CU_ASSERT(first_publish < 0 || first_publish > last_wait);
+    for (int b = 0; b < DCP_BUF_COUNT; b++) free(w.done[b]);
+}
+
 static void test_invariants_on_many_plans(void)
 {
     static const char *clusters[] = {"1x1", "1x2", "1x3", "2x4"};
@@ -492,6 +587,7 @@ static void test_invariants_on_many_plans(void)
                 for (int k = 0; k < DCP_PASS_COUNT; k++) {
                     check_exactly_once(p, (dcp_pass_t)k, len, m, 5);
                     check_overlap(p, (dcp_pass_t)k);
+                    for (int32_t r = 0; r < p->num_ranks; r++) check_publish(p, (dcp_pass_t)k, r);
                 }
                 for (int32_t r = 0; r < p->num_ranks; r++)
                     for (int32_t ph = 0; ph < p->num_phases; ph++) hubs += forwards_in(p, r, ph);
@@ -501,6 +597,66 @@ static void test_invariants_on_many_plans(void)
             }
     CU_ASSERT_EQUAL(plans, DCP_MASK_KIND_COUNT * DCP_STRATEGY_COUNT * 4);
     CU_ASSERT(hubs > 0); /* relays between the 2x4 plans' nodes are among the checked */
+}
+
+/* Remote blocks that read from other nodes take the middle remote divisions: on every rank,
+ * no block that reads only inside its node lies strictly between the first and the last
+ * division holding a block that reads from another node; and on 4x4 ranks (16 causal
+ * sequences of 325-3183 tokens, block 128, METIS) some ranks have such near blocks both
+ * before and after them. */
+static void test_far_inputs_in_the_middle(void)
+{
+    static const int32_t lens[16] = {500, 501, 1268, 2131, 325, 1308, 609,  1068,
+                                     799, 810, 3183, 1906, 871, 1739, 1632, 1553};
+    dcp_mask_t m[16];
+    for (int i = 0; i < 16; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
+    const dcp_batch_t batch = {.num_seqs = 16, .lengths = lens, .masks = m};
+    const dcp_attn_shape_t shape = {8, 2, 16, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 128;
+    o.head_blocks = 2;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x4", &c), DCP_OK);
+    dcp_placed_t x = {0};
+    CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&batch, &shape, &o, c, &x), DCP_OK);
+    dcp_schedule_t s;
+    CU_ASSERT_EQUAL_FATAL(dcp_schedule_build(&x.b, &x.pl, c->num_ranks, c->devs_per_node, 8,
+                                             DCP_COMM_DIVISIONS, 1, DCP_PASS_FWD, &s),
+                          DCP_OK);
+    const int32_t hb = x.b.head_blocks, dv = c->devs_per_node;
+    int both_sides = 0;
+    for (int32_t r = 0; r < c->num_ranks; r++) {
+        int32_t far_lo = INT32_MAX, far_hi = -1;
+        for (int pass = 0; pass < 2; pass++) {
+            int before = 0, after = 0;
+            for (int64_t i = s.rank_off[r]; i < s.rank_off[r + 1]; i++) {
+                const int64_t comp = s.order[i], t = comp / hb;
+                const int32_t owners[2] = {x.pl.blk_owner[x.b.tile_q[t]],
+                                           x.pl.blk_owner[x.b.tile_kv[t]]};
+                int remote = 0, far = 0;
+                for (int k = 0; k < 2; k++) {
+                    remote |= owners[k] != r;
+                    far |= owners[k] / dv != r / dv;
+                }
+                const int32_t d = s.comp_div[comp];
+                if (pass == 0 && far) {
+                    far_lo = d < far_lo ? d : far_lo;
+                    far_hi = d > far_hi ? d : far_hi;
+                }
+                if (pass == 1 && remote && !far && far_hi >= 0) {
+                    CU_ASSERT(d <= far_lo || d >= far_hi);
+                    before += d < far_lo;
+                    after += d > far_hi;
+                }
+            }
+            both_sides += pass == 1 && before > 0 && after > 0;
+        }
+    }
+    CU_ASSERT(both_sides > 0);
+    dcp_schedule_release(&s);
+    dcp_placed_release(&x);
+    dcp_cluster_destroy(c);
 }
 
 /* The simulator itself must catch a broken program: reuse a received slot too early. */
@@ -561,6 +717,7 @@ int dcp_suite_schedule(void)
 {
     static const dcp_test_t tests[] = {
         {"invariants_on_many_plans", test_invariants_on_many_plans},
+        {"far_inputs_in_the_middle", test_far_inputs_in_the_middle},
         {"simulator_catches_reuse", test_simulator_catches_reuse},
         {"every_send_has_its_receive", test_every_send_has_its_receive},
         {NULL, NULL},
