@@ -205,12 +205,17 @@ DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strate
 typedef struct {
     int32_t block_size;        /* B: tokens per token block, >= 1 (default 1024) */
     int32_t head_blocks;       /* head groups, a divisor of num_kv_heads (default 1) */
-    int32_t divisions;         /* T >= 1: compute divisions per rank (default 8) */
+    int32_t divisions;         /* T >= 1: compute divisions per rank; 0 (default): chosen
+                                  per batch - candidates are compared with 8, then the
+                                  winner's placement gets the count of 6, 8 and 12 whose plan
+                                  the step-time simulator runs fastest on the cluster's model
+                                  (stats.num_divisions) */
     dcp_strategy_t strategy;   /* placement (default DCP_STRATEGY_METIS). METIS groups a long
                                   sequence's blocks into 2R units before partitioning, and is
-                                  never predicted slower than zigzag: where the cost model
-                                  predicts zigzag's plan faster for a training step (forward +
-                                  backward), that plan is returned (stats.strategy = zigzag) */
+                                  never predicted slower than zigzag with the same divisions:
+                                  where the cost model predicts zigzag's plan faster for a
+                                  training step (forward + backward), that plan is returned
+                                  (stats.strategy = zigzag) */
     double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.05) */
     double eps_intra;          /* METIS: imbalance allowed between devices (default 0.05) */
     int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */

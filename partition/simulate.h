@@ -107,6 +107,12 @@ dcp_status_t dcp_sim_kernels_builtin(const char *name, dcp_sim_kernels_t *k_out)
 /* The built-in table of the device whose dense peak is closest to `peak_tflops`. */
 const char *dcp_sim_kernels_builtin_for(double peak_tflops);
 
+/* A table from a cost model's figures (topo/cluster.h): the forward at peak x efficiency at
+ * each of its edges, the backward at bwd_speed times that, merges and copies at its memory
+ * bandwidth. A preset's curve is its device's (topo/device_kernels.h), so this table times
+ * attention exactly as the built-in table of that device does. */
+void dcp_sim_kernels_from_perf(const dcp_perf_model_t *m, dcp_sim_kernels_t *k_out);
+
 /* Checks a table's figures; messages name the field. */
 dcp_status_t dcp_sim_kernels_check(const dcp_sim_kernels_t *k);
 
@@ -121,6 +127,12 @@ dcp_status_t dcp_sim_machine_check(const dcp_sim_machine_t *m, int32_t devs_per_
 dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_machine_t *m,
                          const dcp_sim_kernels_t *k, double *rank_ms_out,
                          dcp_sim_result_t *res_out);
+
+/* The simulated training step of plan p's model on cluster c, ms: layers x each kind's
+ * forward + backward, summed over the kinds (what dcp_plan_stats_t.model_step_ms predicts),
+ * on c's machine (dcp_sim_machine_from_cluster) with c's kernels
+ * (dcp_sim_kernels_from_perf). */
+dcp_status_t dcp_sim_model_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out);
 
 /* dcp_sim_run() that also records the run in *trace_out (released with
  * dcp_sim_trace_release(); untouched on failure). */

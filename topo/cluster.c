@@ -1,6 +1,7 @@
 #include "topo/cluster.h"
 
 #include "include/base/error.h"
+#include "topo/device_kernels.h"
 #include "topo/node_figures.h"
 #include "topo/node_file.h"
 
@@ -74,25 +75,27 @@ dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **clu
     return DCP_OK;
 }
 
-/* Machine presets: devices per node and figures. */
+/* Machine presets: devices per node, link figures and the device, whose kernel figures
+ * (topo/device_kernels.h) give the peak and the kernel curve. */
 typedef struct {
     const char *name;
     int32_t devs, nics;
-    double intra, inter, lat, tflops, hbm;
+    double intra, inter, lat, hbm;
+    const char *device;
 } preset_t;
 
 static const preset_t presets[] = {
     /* p4d.24xlarge: 8 x A100-SXM4-40GB, NVSwitch 600 GB/s both ways; 4 x 100 Gb/s EFA =
      * 50 GB/s per node = 6.25 per device; HBM2 1555 GB/s */
-    {"a100-efa", 8, 4, 300.0, 6.25, 15.0, 312.0, 1555.0},
+    {"a100-efa", 8, 4, 300.0, 6.25, 15.0, 1555.0, "a100"},
     /* p4de.24xlarge, DCP's testbed (SOSP'25 micro-benchmarks): the same node with A100-SXM4-80GB
      * (HBM2e 2039 GB/s) */
-    {"p4de", 8, 4, 300.0, 6.25, 15.0, 312.0, 2039.0},
+    {"p4de", 8, 4, 300.0, 6.25, 15.0, 2039.0, "a100"},
     /* NVLink4 900 GB/s both ways; one 400 Gb/s HCA per GPU = 50 GB/s per device */
-    {"h100-ib", 8, 8, 450.0, 50.0, 3.0, 989.0, 3350.0},
+    {"h100-ib", 8, 8, 450.0, 50.0, 3.0, 3350.0, "h100"},
     /* 8 x A100-SXM4-40GB on NVLink3 behind a single 100 Gb/s NIC per node = 12.5 GB/s
      * shared by 8 devices: four times less network per GPU than a p4d/p4de */
-    {"a100-1nic", 8, 1, 300.0, 1.5625, 5.0, 312.0, 1555.0},
+    {"a100-1nic", 8, 1, 300.0, 1.5625, 5.0, 1555.0, "a100"},
 };
 
 /* Parses a positive integer that spans [s, end) exactly. */
@@ -206,8 +209,8 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
         c->perf.intra_gbps = pre->intra;
         c->perf.inter_gbps = pre->inter;
         c->perf.lat_us = pre->lat;
-        c->perf.peak_tflops = pre->tflops;
         c->perf.hbm_gbps = pre->hbm;
+        dcp_device_kernels_perf(dcp_device_kernels(pre->device), &c->perf);
     }
     dcp_status_t st = DCP_OK;
     for (const char *kv = colon; kv && st == DCP_OK;) {

@@ -50,7 +50,8 @@ void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *a)
         {"head-dim", DCPT_ARG_INT, &f->head_dim, 1, 4096, "head dimension", 0},
         {"block", DCPT_ARG_INT, &f->block, 1, 2147483647, "tokens per block", 0},
         {"head-blocks", DCPT_ARG_INT, &f->head_blocks, 1, 65536, "head groups", 0},
-        {"divisions", DCPT_ARG_INT, &f->divisions, 1, 1024, "compute divisions per rank", 0},
+        {"divisions", DCPT_ARG_INT, &f->divisions, 0, 1024,
+         "compute divisions per rank (0: chosen per batch)", 0},
         {"strategy", DCPT_ARG_STR, &f->strategy, 0, 0,
          "ring, zigzag, lpt, metis, auto, a comma list, or all", 0},
         {"mem-cap", DCPT_ARG_INT, &f->mem_cap, 0, INT64_MAX,
@@ -293,4 +294,11 @@ dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text)
 const char *dcpt_dtype_name(dcp_dtype_t dtype)
 {
     return dtype == DCP_DTYPE_BF16 ? "bf16" : dtype == DCP_DTYPE_FP16 ? "fp16" : "fp32";
+}
+
+const char *dcpt_divisions_name(int32_t divisions, char buf[16])
+{
+    if (divisions == 0) return "per batch";
+    snprintf(buf, 16, "%d", divisions);
+    return buf;
 }

@@ -11,8 +11,8 @@ typedef struct {
     int64_t mem_cap;
     const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
     const char *layers; /* MASK:COUNT,...: the layer kinds of one model (replaces --mask) */
-    int64_t batches; /* 0: one batch filled to --tokens; else DCP's packing into this many */
-    double scale;    /* every length multiplied by this (default 1) */
+    int64_t batches;    /* 0: one batch filled to --tokens; else DCP's packing into this many */
+    double scale;       /* every length multiplied by this (default 1) */
 } dcpt_common_flags_t;
 
 /* Number of table entries dcpt_common_args() fills. */
@@ -55,5 +55,8 @@ dcp_batch_t dcpt_common_batch(const dcpt_common_t *c, int32_t b, int32_t m, dcp_
 /* "fp32", "bf16", "fp16": parsed (exits 2 naming --<flag> otherwise) and named. */
 dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text);
 const char *dcpt_dtype_name(dcp_dtype_t dtype);
+
+/* options.divisions for a header: the count, or "per batch" for 0 (buf: room for it). */
+const char *dcpt_divisions_name(int32_t divisions, char buf[16]);
 
 #endif

@@ -212,14 +212,16 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         snprintf(ranks, sizeof ranks, "threads");
     dcpt_field_t fields[MAXFIELDS];
     const dcpt_bench_t b = bench_of(rf, fields);
+    char divs[16];
     dcpt_bench_header(&b,
                       "%d ranks (%dx%d) as %s, %lld tokens in %d sequences (longest %d), heads "
-                      "%d/%d x %d, %s %s, block %d, head blocks %d, divisions %d",
+                      "%d/%d x %d, %s %s, block %d, head blocks %d, divisions %s",
                       dcp_cluster_num_ranks(cluster), dcp_cluster_num_nodes(cluster),
                       dcp_cluster_num_ranks(cluster) / dcp_cluster_num_nodes(cluster), ranks,
                       (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads,
                       c->shape.num_kv_heads, c->shape.head_dim, dcpt_dtype_name(c->shape.dtype),
-                      rf->device, c->opts.block_size, c->opts.head_blocks, c->opts.divisions);
+                      rf->device, c->opts.block_size, c->opts.head_blocks,
+                      dcpt_divisions_name(c->opts.divisions, divs));
 }
 
 /* The row of one run; digest: room for its text. */

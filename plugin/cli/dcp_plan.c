@@ -355,14 +355,16 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
     }
     const int32_t nr = dcp_cluster_num_ranks(c->cluster), nn = dcp_cluster_num_nodes(c->cluster);
     const dcpt_bench_t b = {tool, 0, 0, repeat, table_fields, NTABLE};
+    char divs[16];
     dcpt_bench_header(
         &b,
         "%d ranks (%dx%d), %d batch(es), %lld tokens, %d sequences (longest %lld), "
-        "heads %d/%d x %d %s, block %d, head blocks %d, divisions %d, %s, %s expansion; "
+        "heads %d/%d x %d %s, block %d, head blocks %d, divisions %s, %s, %s expansion; "
         "plan(ms): each batch planned --repeat times",
         nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
         (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
-        dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks, c->opts.divisions,
+        dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
+        dcpt_divisions_name(c->opts.divisions, divs),
         c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
         c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }

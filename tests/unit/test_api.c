@@ -92,7 +92,7 @@ static void test_plan_create_rejects_bad_input(void)
     o2.head_blocks = 4;
     cases[n++] = (bad_case_t){good, shape, o2, "options.head_blocks"};
     o2 = o;
-    o2.divisions = 0;
+    o2.divisions = -1;
     cases[n++] = (bad_case_t){good, shape, o2, "options.divisions"};
     o2 = o;
     o2.strategy = (dcp_strategy_t)77;

@@ -33,7 +33,8 @@ static void test_presets(void)
     CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps * 8, 50.0, 1e-12); /* 4 x 100 Gb/s per node */
     CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 300, 1e-12);      /* 600 GB/s both ways */
     CU_ASSERT_DOUBLE_EQUAL(c->perf.hbm_gbps, 2039, 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(c->perf.bwd_speed, 1, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.peak_tflops, 312, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.bwd_speed, 180.0 / 220.0, 1e-12); /* FA2 on A100 at 8K */
     dcp_cluster_destroy(c);
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2xa100-1nic:bwd=3", &c), DCP_OK);
     CU_ASSERT_EQUAL(c->nics_per_node, 1);

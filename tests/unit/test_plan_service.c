@@ -455,7 +455,7 @@ static void test_bad_batch_refused_at_submit(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "shape.num_kv_heads"));
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
-    o.divisions = 0;
+    o.divisions = -1;
     CU_ASSERT_EQUAL(dcp_planner_submit(pl, &batch, &shape, &o, &t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "options.divisions"));
     dcp_plan_options_default(&o);

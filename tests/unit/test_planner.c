@@ -1,10 +1,12 @@
 /* The planning pipeline: documented option defaults, the default strategy never predicted
  * slower than zigzag (single long sequences, the built-in histogram, the shared lengths),
  * the training step deciding between them, the attention floor that lets it skip candidates,
- * and long sequences coarsened into units before METIS. */
+ * the division count chosen per batch, and long sequences coarsened into units before
+ * METIS. */
 #include "partition/cost.h"
 #include "partition/place.h"
 #include "partition/plan.h"
+#include "partition/simulate.h"
 #include "plugin/cli/lengths.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
@@ -24,7 +26,7 @@ static void test_options_default_documented(void)
     dcp_plan_options_default(&o);
     CU_ASSERT_EQUAL(o.block_size, 1024);
     CU_ASSERT_EQUAL(o.head_blocks, 1);
-    CU_ASSERT_EQUAL(o.divisions, 8);
+    CU_ASSERT_EQUAL(o.divisions, 0); /* chosen per batch */
     CU_ASSERT_EQUAL(o.strategy, DCP_STRATEGY_METIS);
     CU_ASSERT_DOUBLE_EQUAL(o.eps_inter, 0.05, 0);
     CU_ASSERT_DOUBLE_EQUAL(o.eps_intra, 0.05, 0);
@@ -53,7 +55,8 @@ static double step_ms(const dcp_plan_t *p)
 }
 
 /* The default plan of a batch (one mask spec for all) is predicted no slower than zigzag's
- * per training step, and is zigzag's own plan where it is zigzag's. */
+ * per training step, and is zigzag's own plan where it is zigzag's (both with 8 divisions:
+ * the count candidates are compared at). */
 static void check_not_slower(const int32_t *len, int32_t n, const char *mask, const char *cluster,
                              int32_t block)
 {
@@ -62,6 +65,7 @@ static void check_not_slower(const int32_t *len, int32_t n, const char *mask, co
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
     o.block_size = block;
+    o.divisions = 8;
     dcp_plan_t *def = t_plan_opts(len, n, m, cluster, &o);
     o.strategy = DCP_STRATEGY_ZIGZAG;
     dcp_plan_t *zz = t_plan_opts(len, n, m, cluster, &o);
@@ -302,9 +306,52 @@ static void test_chunked_floor(void)
     }
 }
 
+/* The simulated training step of plan p on cluster spec `cluster`. */
+static double sim_step_ms(const dcp_plan_t *p, const char *cluster)
+{
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
+    double ms = 0;
+    CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms), DCP_OK);
+    dcp_cluster_destroy(c);
+    return ms;
+}
+
+/* options.divisions = 0 (the default) divides each batch's placement as the simulator runs
+ * fastest: on 2x8 H100s, 32 sequences of 2K tokens (kernels too short to hide 8 launches
+ * behind) get 6 divisions, a batch of 32K..1K sequences 12. Each plan is on the placement
+ * that 8 divisions would have, and simulates no slower. */
+static void test_divisions_chosen_per_batch(void)
+{
+    static const dcp_attn_shape_t gqa = {32, 8, 128, DCP_DTYPE_BF16, 0.0f};
+    int32_t short_seqs[32];
+    for (int i = 0; i < 32; i++) short_seqs[i] = 2048;
+    static const int32_t mixed[7] = {32768, 16384, 8192, 4096, 2048, 1024, 1024};
+    const int32_t *lens[2] = {short_seqs, mixed};
+    const int32_t n[2] = {32, 7}, want[2] = {6, 12};
+    dcp_mask_t m[32];
+    for (int i = 0; i < 32; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m[i]), DCP_OK);
+    for (int b = 0; b < 2; b++) {
+        dcp_plan_options_t o;
+        dcp_plan_options_default(&o);
+        o.head_blocks = 2;
+        dcp_plan_t *chosen = t_plan_shape(lens[b], n[b], m, "2xh100-ib", &gqa, &o);
+        o.divisions = 8;
+        dcp_plan_t *eight = t_plan_shape(lens[b], n[b], m, "2xh100-ib", &gqa, &o);
+        CU_ASSERT_EQUAL(chosen->opts.divisions, want[b]);
+        CU_ASSERT_EQUAL(chosen->stats.num_divisions, want[b]);
+        CU_ASSERT_EQUAL(chosen->num_blocks, eight->num_blocks);
+        CU_ASSERT(!memcmp(chosen->blk_owner, eight->blk_owner,
+                          (size_t)eight->num_blocks * sizeof *eight->blk_owner));
+        CU_ASSERT(sim_step_ms(chosen, "2xh100-ib") < sim_step_ms(eight, "2xh100-ib"));
+        dcp_plan_destroy(chosen);
+        dcp_plan_destroy(eight);
+    }
+}
+
 /* options.metis_tries: out of [1, 64] refused by name; more tries never give a plan predicted
- * slower per training step (the first try is the one-try plan), the plan names the seed of
- * the try it came from, and it is the same plan every time. */
+ * slower per training step (the first try is the one-try plan; at one division count), the
+ * plan names the seed of the try it came from, and it is the same plan every time. */
 static void test_metis_tries(void)
 {
     const int32_t len[6] = {3000, 1800, 900, 500, 4100, 7};
@@ -318,6 +365,7 @@ static void test_metis_tries(void)
     dcp_plan_options_default(&o);
     o.block_size = 128;
     o.seed = 5;
+    o.divisions = 8;
     dcp_plan_t *p = NULL;
     const int bad[2] = {0, 65};
     for (int i = 0; i < 2; i++) {
@@ -482,6 +530,7 @@ int dcp_suite_planner(void)
         {"small_batches_place_blocks", test_small_batches_place_blocks},
         {"attn_floor_below_prediction", test_attn_floor_below_prediction},
         {"chunked_floor", test_chunked_floor},
+        {"divisions_chosen_per_batch", test_divisions_chosen_per_batch},
         {"metis_tries", test_metis_tries},
         {"coarsen_maps_blocks_and_tiles", test_coarsen_maps_blocks_and_tiles},
         {"long_sequence_placed_by_units", test_long_sequence_placed_by_units},

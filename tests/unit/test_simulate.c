@@ -1,5 +1,6 @@
 /* The step-time simulator on timelines computed by hand, its link model, its scale, and the
  * kernel table reader of dcp-plan --simulate. */
+#include "partition/cost.h"
 #include "partition/place.h"
 #include "partition/schedule.h"
 #include "partition/simulate.h"
@@ -367,6 +368,74 @@ static void test_bad_inputs_named(void)
     dcp_plan_destroy(p);
 }
 
+/* A preset's cost model prices the kernels as the simulator's built-in table of its device
+ * does, forward and backward, at every edge: the planner chooses with the figures its plans
+ * are judged by. */
+static void test_presets_price_the_simulators_kernels(void)
+{
+    static const char *const specs[] = {"2xh100-ib", "2xa100-efa", "2xp4de", "2xa100-1nic"};
+    for (int i = 0; i < 4; i++) {
+        dcp_cluster_t *c = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(specs[i], &c), DCP_OK);
+        const dcp_perf_model_t *pm = &c->perf;
+        dcp_sim_kernels_t k;
+        CU_ASSERT_EQUAL_FATAL(
+            dcp_sim_kernels_builtin(dcp_sim_kernels_builtin_for(pm->peak_tflops), &k), DCP_OK);
+        for (double edge = 16; edge <= 16384; edge *= 1.5) {
+            const double fwd = pm->peak_tflops * dcp_cost_efficiency(pm, edge);
+            const double want = dcp_cost_curve(k.n, k.tile, k.fwd_tflops, edge);
+            const double want_bwd = dcp_cost_curve(k.n, k.tile, k.bwd_tflops, edge);
+            CU_ASSERT_DOUBLE_EQUAL(fwd, want, 1e-9 * want);
+            CU_ASSERT_DOUBLE_EQUAL(fwd * pm->bwd_speed, want_bwd, 1e-9 * want_bwd);
+        }
+        dcp_cluster_destroy(c);
+    }
+}
+
+/* dcp_sim_model_step: layers x each kind's simulated forward + backward, summed, with the
+ * cluster's machine and the kernels of its cost model. */
+static void test_model_step_sums_kinds(void)
+{
+    const int32_t lens[3] = {3000, 1200, 700};
+    dcp_mask_t causal[3], window[3];
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &causal[i]), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("window:256", &window[i]), DCP_OK);
+    }
+    const dcp_layer_kind_t kinds[2] = {{causal, 1}, {window, 5}};
+    const dcp_batch_t batch = {.num_seqs = 3, .lengths = lens, .num_kinds = 2, .kinds = kinds};
+    const dcp_attn_shape_t shape = {8, 2, 64, DCP_DTYPE_BF16, 0.0f};
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4", &c), DCP_OK);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 256;
+    dcp_plan_t *p = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &p), DCP_OK);
+    dcp_sim_machine_t m;
+    dcp_sim_kernels_t k;
+    dcp_sim_machine_from_cluster(c, &m);
+    dcp_sim_kernels_from_perf(&c->perf, &k);
+    CU_ASSERT_DOUBLE_EQUAL(k.copy_gbps, c->perf.hbm_gbps, 0);
+    CU_ASSERT_DOUBLE_EQUAL(k.bwd_tflops[2], k.fwd_tflops[2] * c->perf.bwd_speed, 1e-12);
+    double want = 0;
+    for (int32_t kind = 0; kind < 2; kind++) {
+        const dcp_plan_t *v = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_kind(p, kind, &v), DCP_OK);
+        for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+            dcp_sim_result_t r;
+            CU_ASSERT_EQUAL_FATAL(dcp_sim_run(v, (dcp_pass_t)pass, &m, &k, NULL, &r), DCP_OK);
+            want += kinds[kind].layers * r.ms;
+        }
+    }
+    double ms = 0;
+    CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms), DCP_OK);
+    CU_ASSERT(want > 0);
+    CU_ASSERT_DOUBLE_EQUAL(ms, want, 1e-12 * want);
+    dcp_plan_destroy(p);
+    dcp_cluster_destroy(c);
+}
+
 /* 256 ranks (32 nodes of 8 H100s): a 512K-token causal batch, both passes finish, every
  * rank ends, and the forward is no faster than the busiest rank's kernels alone. */
 static void test_scaling_256_ranks(void)
@@ -462,6 +531,8 @@ int dcp_suite_simulate(void)
         {"kinds_and_path_add_up", test_kinds_and_path_add_up},
         {"nic_sharing_full_duplex", test_nic_sharing_full_duplex},
         {"bad_inputs_named", test_bad_inputs_named},
+        {"presets_price_the_simulators_kernels", test_presets_price_the_simulators_kernels},
+        {"model_step_sums_kinds", test_model_step_sums_kinds},
         {"scaling_256_ranks", test_scaling_256_ranks},
         {"kernel_table_reader", test_kernel_table_reader},
         {NULL, NULL},
