@@ -147,8 +147,8 @@ DCP_API dcp_status_t dcp_mask_count_pairs(const dcp_mask_t *mask, int32_t len, i
 typedef struct {
     const dcp_mask_t *masks; /* [num_seqs]: this kind's mask of every sequence */
     int32_t layers;          /* layers of the model of this kind, in [1, 1024]: the planner
-                                minimises the sum over kinds of layers x the kind's predicted
-                                step (forward + backward) */
+                                minimises the sum over kinds of layers x the kind's step
+                                (forward + backward; simulated when plans are compared) */
 } dcp_layer_kind_t;
 
 typedef struct {
@@ -180,8 +180,9 @@ typedef enum {
     DCP_STRATEGY_LPT = 2,    /* FCP's longest-processing-time block distributor */
     DCP_STRATEGY_METIS = 3,  /* hierarchical multi-constraint METIS on the block hypergraph */
     DCP_STRATEGY_COUNT = 4,  /* number of concrete strategies */
-    DCP_STRATEGY_AUTO = 100  /* per batch, the strategy and block size (B/2, B, 2B) with the
-                                lowest predicted training-step time (forward + backward) */
+    DCP_STRATEGY_AUTO = 100  /* per batch, the strategy and block size (B/2, B, 2B) whose plan
+                                the step-time simulator runs fastest per training step
+                                (forward + backward) on the cluster's model */
 } dcp_strategy_t;
 
 /* How the METIS strategy turns the hypergraph into a graph. */
@@ -212,10 +213,10 @@ typedef struct {
                                   (stats.num_divisions) */
     dcp_strategy_t strategy;   /* placement (default DCP_STRATEGY_METIS). METIS groups a long
                                   sequence's blocks into 2R units before partitioning, and is
-                                  never predicted slower than zigzag with the same divisions:
-                                  where the cost model predicts zigzag's plan faster for a
-                                  training step (forward + backward), that plan is returned
-                                  (stats.strategy = zigzag) */
+                                  kept against zigzag with the same divisions: where the cost
+                                  model cannot rule zigzag's plan out, it is built, and the
+                                  one the step-time simulator runs faster per training step
+                                  (forward + backward) is returned (stats.strategy) */
     double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.05) */
     double eps_intra;          /* METIS: imbalance allowed between devices (default 0.05) */
     int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */
@@ -227,8 +228,9 @@ typedef struct {
     dcp_comm_schedule_t comm_schedule; /* default DCP_COMM_DIVISIONS */
     int32_t coalesce;    /* rounds issued together with DCP_COMM_ROUNDS, >= 1 (default 1) */
     int32_t metis_tries; /* METIS: placements tried with seeds seed, seed+1, ... in [1, 64]; the
-                            plan predicted fastest per training step is kept (default 2). One
-                            METIS run's predicted step time varies by 10-20% with its seed.
+                            plan the step-time simulator runs fastest per training step is
+                            kept (default 2). One METIS run's step varies by 10-20% with its
+                            seed.
                             With layer kinds every second try balances only the kind with the
                             most work (layers x allowed pairs), the others' blocks left where
                             their traffic is least */

@@ -218,16 +218,32 @@ static double step_ms(const dcp_plan_t *p)
     return p->stats.model_step_ms;
 }
 
-/* Keeps in *best the plan predicted faster per training step, *best on a tie, and destroys
- * the other. */
-static void keep_faster(dcp_plan_t **best, dcp_plan_t *p)
+/* A candidate plan and its simulated training step (dcp_sim_model_step), ms. */
+typedef struct {
+    dcp_plan_t *plan;
+    double ms;
+} candidate_t;
+
+/* Keeps in *best whichever of *best and p the step-time simulator runs faster per training
+ * step (*best on a tie) and destroys the other. The simulator judges every choice between
+ * plans: the cost model times a launch by its busiest link with each device's fixed share of
+ * the node's NICs, where the simulator shares links and NICs between the transfers in flight
+ * (its run costs about what a schedule does). Judged by the cost model, the division count
+ * made overlap_bench.sh's 16x8 a100-efa steps 1.6% slower than 8 everywhere (the simulator's
+ * pick: 3.5% faster); METIS's tries and the zigzag guard left its a100-efa clusters 1.2-5%
+ * slower, and one 4x8 batch of plan_bench.sh (histogram causal, seed 2) got zigzag's plan:
+ * 2.2x the bytes, and 14% slower than METIS's in the simulator. */
+static dcp_status_t keep_faster(candidate_t *best, dcp_plan_t *p, const dcp_cluster_t *cluster)
 {
-    if (!*best || step_ms(p) < step_ms(*best)) {
-        dcp_plan_destroy(*best);
-        *best = p;
+    double ms = 0;
+    const dcp_status_t st = dcp_sim_model_step(p, cluster, &ms);
+    if (st == DCP_OK && (!best->plan || ms < best->ms)) {
+        dcp_plan_destroy(best->plan);
+        *best = (candidate_t){p, ms};
     } else {
         dcp_plan_destroy(p);
     }
+    return st;
 }
 
 /* 1 when a baseline whose plans' training step the cost model predicts at no less than
@@ -317,95 +333,93 @@ static uint32_t light_kinds(const dcp_batch_t *batch)
 }
 
 /* METIS's plan: options.metis_tries placements with seeds seed, seed + 1, ..., and the plan
- * predicted fastest per training step (ties: the earlier seed). One METIS run's predicted
- * step varies by 10-20% with its seed, and a try costs a few milliseconds once the device
+ * the simulator runs fastest per training step (keep_faster; ties: the earlier seed). One
+ * METIS run's step varies by 10-20% with its seed, and a try costs a few milliseconds once the device
  * level partitions rows (place_metis.c), so trying two and keeping the better is the cheapest
  * quality there is. The plan's options carry the seed that made it.
  * With layer kinds, every second try balances only the kind with the most work and leaves the
  * others where their traffic is least: a kind whose layers are light (a short window) pays
  * more for moving its blocks to balance a little compute than it saves (on 4x8, 128K tokens,
  * Gemma 3's 5 windows of 1024 per causal layer, balancing the windows too made the model's
- * predicted step 12% slower than the causal-only placement); the model's predicted step
- * picks. */
+ * predicted step 12% slower than the causal-only placement); the model's step picks. */
 static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                      const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                     dcp_plan_t **plan_out)
+                                     candidate_t *out)
 {
-    dcp_plan_t *best = NULL;
+    candidate_t best = {NULL, 0};
     for (int32_t k = 0; k < o->metis_tries; k++) {
         dcp_plan_options_t t = *o;
         t.seed = o->seed + (uint64_t)k;
         dcp_plan_t *p = NULL;
         /* the first try has checked the batch: its masks can be counted */
         const uint32_t free_kinds = k % 2 ? light_kinds(batch) : 0;
-        const dcp_status_t st = plan_free(batch, shape, &t, cluster, free_kinds, &p);
+        dcp_status_t st = plan_free(batch, shape, &t, cluster, free_kinds, &p);
+        if (st == DCP_OK) st = keep_faster(&best, p, cluster);
         if (st != DCP_OK) {
-            dcp_plan_destroy(best);
+            dcp_plan_destroy(best.plan);
             return st;
         }
-        keep_faster(&best, p);
     }
-    *plan_out = best;
+    *out = best;
     return DCP_OK;
 }
 
-/* DCP_STRATEGY_METIS, never predicted slower than the zigzag baseline per training step
- * (forward + backward, what the METIS tries minimise too): METIS's plan is kept when it is
- * no slower than zigzag's, else zigzag's plan is returned. (Asking both the forward and the
- * step to be no slower built and returned zigzag's plan where only its forward was faster:
- * on a long-tailed 4x8 batch, 0.68 against 0.74 ms, at a step 25% slower, 2.51 against
- * 2.00 ms, and 340 ms of planning.) Zigzag is built only where it might win, in steps of
- * rising cost:
+/* DCP_STRATEGY_METIS, kept against the zigzag baseline: where zigzag's plan might be faster
+ * per training step (forward + backward, what the METIS tries minimise too), it is built and
+ * the simulator keeps the faster of the two (METIS's on a tie). (Asking both the forward and
+ * the step to be no slower built and returned zigzag's plan where only its forward was
+ * faster: on a long-tailed 4x8 batch, 0.68 against 0.74 ms, at a step 25% slower, 2.51
+ * against 2.00 ms, and 340 ms of planning.) Zigzag is built only where the cost model cannot
+ * rule it out, in steps of rising cost:
  *  1. its chunked floor (dcp_cost_chunked_floor: O(sequences), from the batch alone) -
  *     zigzag's thin chunks of short sequences compute at low efficiency, so on most batches
  *     this alone rules it out and zigzag is never placed;
  *  2. its placement's floor (dcp_cost_floor: compute and link time);
  *  3. its plan.
- * Each floor is a lower bound of what the cost model can predict for zigzag, so a skipped
- * step could never have changed the choice. */
+ * Each floor is a lower bound of what the cost model can predict for zigzag: a skipped plan
+ * is one the cost model would have predicted no faster than METIS's. */
 static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                               dcp_plan_t **plan_out)
+                               candidate_t *out)
 {
-    dcp_plan_t *plan[2] = {NULL, NULL}; /* METIS, zigzag */
-    DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &plan[0]));
-    double fl =
-        model_chunked_floor(plan[0], dcp_strategy_zigzag.chunks(cluster->num_ranks), cluster);
+    candidate_t best;
+    DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &best));
+    const dcp_plan_t *mp = best.plan;
+    double fl = model_chunked_floor(mp, dcp_strategy_zigzag.chunks(cluster->num_ranks), cluster);
     dcp_status_t st = DCP_OK;
-    if (!floor_not_faster(fl, plan[0])) {
+    if (!floor_not_faster(fl, mp)) {
         dcp_plan_options_t zo = *o;
         zo.strategy = DCP_STRATEGY_ZIGZAG;
         dcp_placed_t x = {0};
-        st = zigzag_floors(batch, shape, &zo, cluster, plan[0], &fl, &x);
-        if (st == DCP_OK && !floor_not_faster(fl, plan[0]) && plan[0]->num_kinds > 1)
+        dcp_plan_t *zz = NULL;
+        st = zigzag_floors(batch, shape, &zo, cluster, mp, &fl, &x);
+        if (st == DCP_OK && !floor_not_faster(fl, mp) && mp->num_kinds > 1)
             st = dcp_place_batch(batch, shape, &zo, cluster, &x); /* every kind, for the plan */
         if (st == DCP_OK) {
-            if (!floor_not_faster(fl, plan[0])) st = plan_placed(&x, cluster, &plan[1]);
+            if (!floor_not_faster(fl, mp)) st = plan_placed(&x, cluster, &zz);
+            if (st == DCP_OK && zz) st = keep_faster(&best, zz, cluster);
         } else if (st == DCP_ERR_CAPACITY) {
             st = DCP_OK; /* zigzag does not fit the cap or the planning limit */
         }
         dcp_placed_release(&x);
     }
     if (st != DCP_OK) {
-        dcp_plan_destroy(plan[0]);
-        dcp_plan_destroy(plan[1]);
+        dcp_plan_destroy(best.plan);
         return st;
     }
-    const int keep = !plan[1] || step_ms(plan[0]) <= step_ms(plan[1]) ? 0 : 1;
-    dcp_plan_destroy(plan[1 - keep]);
-    *plan_out = plan[keep];
+    *out = best;
     return DCP_OK;
 }
 
-/* DCP_STRATEGY_AUTO: every concrete strategy at block sizes B/2, B and 2B; the plan with
- * the lowest predicted step time wins (ties: the earlier candidate). */
+/* DCP_STRATEGY_AUTO: every concrete strategy at block sizes B/2, B and 2B; the plan the
+ * simulator runs fastest per training step wins (ties: the earlier candidate). */
 static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                              dcp_plan_t **plan_out)
+                              candidate_t *out)
 {
     const int32_t blocks[3] = {o->block_size / 2 > 0 ? o->block_size / 2 : 1, o->block_size,
                                o->block_size <= INT32_MAX / 2 ? 2 * o->block_size : o->block_size};
-    dcp_plan_t *best = NULL;
+    candidate_t best = {NULL, 0};
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
         for (int b = 0; b < 3; b++) {
             if (b > 0 && blocks[b] == blocks[b - 1]) continue;
@@ -413,19 +427,19 @@ static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *
             c.strategy = (dcp_strategy_t)s;
             c.block_size = blocks[b];
             dcp_plan_t *p = NULL;
-            const dcp_status_t st = plan_one(batch, shape, &c, cluster, &p);
+            dcp_status_t st = plan_one(batch, shape, &c, cluster, &p);
             if (st == DCP_ERR_CAPACITY) continue; /* this candidate does not fit: others may */
+            if (st == DCP_OK) st = keep_faster(&best, p, cluster);
             if (st != DCP_OK) {
-                dcp_plan_destroy(best);
+                dcp_plan_destroy(best.plan);
                 return st;
             }
-            keep_faster(&best, p);
         }
-    if (!best)
+    if (!best.plan)
         return dcp_set_error(DCP_ERR_CAPACITY,
                              "options.mem_cap_bytes = %lld: no strategy fits the batch",
                              (long long)o->mem_cap_bytes);
-    *plan_out = best;
+    *out = best;
     return DCP_OK;
 }
 
@@ -437,52 +451,23 @@ static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *
  * 6, 8, 12 and 16 (with a last rank more often idle) at 5/3 the cost. */
 static const int32_t division_choices[] = {6, DCP_DIVISIONS_COMPARED, 12};
 
-/* Replaces *plan (built with DCP_DIVISIONS_COMPARED divisions) by its placement divided as
- * the division_choices count whose plan the step-time simulator (dcp_sim_model_step) runs
- * fastest (ties: the fewer). The simulator, not the cost model, judges here: both time
- * kernels alike (a preset's cost model reads its device's kernel table), but the cost model
- * times each launch by its busiest link with a device's fixed share of the node's NICs,
- * while the simulator shares each link and NIC between the transfers in flight. On a100-efa,
- * where two devices share a NIC, the cost model's pick made the 16x8 steps 1.6% slower than
- * 8 everywhere; the simulator's, 3% faster. A run costs about what a schedule does. */
+/* Replaces c's plan (built with DCP_DIVISIONS_COMPARED divisions) by its placement divided
+ * as the division_choices count whose plan the simulator runs fastest (keep_faster: the
+ * compared count on a tie). c keeps a whole plan on failure. */
 static dcp_status_t choose_divisions(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
-                                     dcp_plan_t **plan)
+                                     candidate_t *c)
 {
-    double best_ms;
-    DCP_CHECK(dcp_sim_model_step(*plan, cluster, &best_ms));
-    int32_t best_d = DCP_DIVISIONS_COMPARED;
-    dcp_plan_t *best = *plan;
-    dcp_status_t st = DCP_OK;
-    for (size_t i = 0; i < sizeof division_choices / sizeof division_choices[0]; i++) {
-        const int32_t d = division_choices[i];
-        if (d == DCP_DIVISIONS_COMPARED) continue;
-        dcp_placed_t x = {0};
+    dcp_placed_t x = {0};
+    dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(c->plan), batch, cluster, &x);
+    for (size_t i = 0; i < sizeof division_choices / sizeof division_choices[0] && st == DCP_OK;
+         i++) {
+        if (division_choices[i] == DCP_DIVISIONS_COMPARED) continue;
         dcp_plan_t *p = NULL;
-        double ms = 0;
-        st = dcp_kinds_place_on(dcp_plan_root(*plan), batch, cluster, &x);
-        if (st == DCP_OK) st = plan_divided(&x, cluster, d, &p);
-        if (st == DCP_OK) st = dcp_sim_model_step(p, cluster, &ms);
-        dcp_placed_release(&x);
-        if (st != DCP_OK) {
-            dcp_plan_destroy(p);
-            break;
-        }
-        if (ms < best_ms || (ms == best_ms && d < best_d)) {
-            if (best != *plan) dcp_plan_destroy(best);
-            best = p, best_ms = ms, best_d = d;
-        } else {
-            dcp_plan_destroy(p);
-        }
+        st = plan_divided(&x, cluster, division_choices[i], &p);
+        if (st == DCP_OK) st = keep_faster(c, p, cluster);
     }
-    if (st != DCP_OK) {
-        if (best != *plan) dcp_plan_destroy(best);
-        return st;
-    }
-    if (best != *plan) {
-        dcp_plan_destroy(*plan);
-        *plan = best;
-    }
-    return DCP_OK;
+    dcp_placed_release(&x);
+    return st;
 }
 
 dcp_status_t dcp_plan_check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -505,20 +490,21 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     else
         dcp_plan_options_default(&o);
     DCP_CHECK(check_options(&o));
-    dcp_plan_t *p = NULL;
+    candidate_t c = {NULL, NAN};
     if (o.strategy == DCP_STRATEGY_AUTO)
-        DCP_CHECK(plan_auto(batch, shape, &o, cluster, &p));
+        DCP_CHECK(plan_auto(batch, shape, &o, cluster, &c));
     else if (o.strategy == DCP_STRATEGY_METIS)
-        DCP_CHECK(plan_metis(batch, shape, &o, cluster, &p));
+        DCP_CHECK(plan_metis(batch, shape, &o, cluster, &c));
     else
-        DCP_CHECK(plan_one(batch, shape, &o, cluster, &p));
-    if (o.divisions == 0) {
-        const dcp_status_t st = choose_divisions(batch, cluster, &p);
-        if (st != DCP_OK) {
-            dcp_plan_destroy(p);
-            return st;
-        }
+        DCP_CHECK(plan_one(batch, shape, &o, cluster, &c.plan));
+    dcp_status_t st = DCP_OK;
+    if (o.divisions == 0 && isnan(c.ms)) st = dcp_sim_model_step(c.plan, cluster, &c.ms);
+    if (o.divisions == 0 && st == DCP_OK) st = choose_divisions(batch, cluster, &c);
+    if (st != DCP_OK) {
+        dcp_plan_destroy(c.plan);
+        return st;
     }
+    dcp_plan_t *p = c.plan;
     const double ms = (dcp_now() - t0) * 1e3;
     for (int32_t k = 0; k < p->num_kinds; k++) dcp_plan_view(p, k)->stats.plan_ms = ms;
     *plan_out = p;
