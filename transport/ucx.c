@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ucp/api/ucp.h>
@@ -115,19 +116,6 @@ static int process_gone(int64_t pid)
     return state == 'Z' || state == 'X';
 }
 
-static void check_liveness(ucx_engine_t *e)
-{
-    const double now = dcp_now();
-    if (now < e->next_liveness || !e->local_pid) return;
-    e->next_liveness = now + LIVENESS_PERIOD_S;
-    for (int32_t p = 0; p < e->base.size && e->failed_peer < 0; p++)
-        if (e->local_pid[p] > 0 && process_gone(e->local_pid[p])) {
-            e->failed_peer = p;
-            snprintf(e->failed_reason, sizeof e->failed_reason, "its process %lld is gone",
-                     (long long)e->local_pid[p]);
-        }
-}
-
 /* UCX treats a failed single-copy (CMA) transfer on an endpoint without peer error
  * handling - ours within a node - as fatal and aborts the process. The failure is a peer
  * that died mid-transfer: the operation still completes with an error, which becomes
@@ -166,6 +154,27 @@ static void progress(ucx_engine_t *e)
                      m->reason);
         }
     }
+}
+
+/* Blames the first same-node peer whose process is gone, unless an abort notice names the
+ * failure first. A peer that relays a failure (ucx_abort) sends its notice, then exits: a
+ * check that finds it gone may run before progress() has taken that notice, and then, with
+ * the failed rank gone too, blamed whichever of the two has the lower rank (tests/mpi/
+ * kill.sh once saw ranks 2 and 3 name rank 0, which had relayed rank 1's death). So the
+ * worker is progressed once more before a gone process is blamed. */
+static void check_liveness(ucx_engine_t *e)
+{
+    const double now = dcp_now();
+    if (now < e->next_liveness || !e->local_pid) return;
+    e->next_liveness = now + LIVENESS_PERIOD_S;
+    for (int32_t p = 0; p < e->base.size && e->failed_peer < 0; p++)
+        if (e->local_pid[p] > 0 && process_gone(e->local_pid[p])) {
+            progress(e);
+            if (e->failed_peer >= 0) break;
+            e->failed_peer = p;
+            snprintf(e->failed_reason, sizeof e->failed_reason, "its process %lld is gone",
+                     (long long)e->local_pid[p]);
+        }
 }
 
 /* Posts the standing receive for abort notices. */
@@ -364,7 +373,10 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
         me[p] = (abort_msg_t){origin, base->rank, {0}};
         snprintf(me[p].reason, sizeof me[p].reason, "%s", why);
         ucp_request_param_t prm = {0};
-        void *q = ucp_tag_send_nbx(e->eps[p], &me[p], sizeof me[p], TAG_ABORT, &prm);
+        /* only the reason's bytes travel: a short notice fits a shared-memory FIFO element
+           whole, so it does not depend on the sender's memory once this rank has exited */
+        const size_t len = offsetof(abort_msg_t, reason) + strlen(me[p].reason) + 1;
+        void *q = ucp_tag_send_nbx(e->eps[p], &me[p], len, TAG_ABORT, &prm);
         reqs[p] = UCS_PTR_IS_PTR(q) ? q : NULL;
     }
     const double deadline = dcp_now() + 1.0;
