@@ -49,6 +49,11 @@ typedef struct dcp_cudnn dcp_cudnn_t;
  * or the backward (1); 0 with *why set when it runs none (why is a static sentence). */
 int32_t dcp_cudnn_policy(int64_t version, int backward, const char **why);
 
+/* dcp_cudnn_policy, unless $DCP_CUDNN_UNGATED is set (not "0"): then every class is tried on
+ * any version but the refused ones, for proving a cuDNN the policy does not know yet on a GPU
+ * (dcp-attn-test --engine cudnn --check); *why says so. What the engine and the bench use. */
+int32_t dcp_cudnn_classes(int64_t version, int backward, const char **why);
+
 /* "9.15.1" from 91501 (cudnnGetVersion()'s encoding since 9.0). */
 void dcp_cudnn_version_string(int64_t version, char *buf, size_t cap);
 

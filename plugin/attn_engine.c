@@ -90,7 +90,7 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
     char ver[32];
     dcp_cudnn_version_string(v, ver, sizeof ver);
     const char *why[2];
-    for (int p = 0; p < DCP_PASS_COUNT; p++) a->dense[p] = dcp_cudnn_policy(v, p, &why[p]);
+    for (int p = 0; p < DCP_PASS_COUNT; p++) a->dense[p] = dcp_cudnn_classes(v, p, &why[p]);
     a->active = DCP_ATTN_CUDNN;
     snprintf(a->note, sizeof a->note, "cudnn %s%s%s%s%s", ver, *why[0] ? "; forward: " : "", why[0],
              *why[1] ? "; backward: " : "", why[1]);

@@ -762,7 +762,7 @@ int main(int argc, char **argv)
         if (dcp_cuda_set_device(b.gpu) != DCP_OK || dcp_cudnn_open(b.gpu, 0, &b.cudnn) != DCP_OK)
             dcpt_args_fail(tool, "engine", "%s", dcp_last_error());
         const char *why[2];
-        for (int p = 0; p < 2; p++) b.dense[p] = dcp_cudnn_policy(dcp_cudnn_version(b.cudnn), p, &why[p]);
+        for (int p = 0; p < 2; p++) b.dense[p] = dcp_cudnn_classes(dcp_cudnn_version(b.cudnn), p, &why[p]);
         char v[24];
         dcp_cudnn_version_string(dcp_cudnn_version(b.cudnn), v, sizeof v);
         snprintf(engine_note, sizeof engine_note, ", engine cudnn %s%s%s", v,

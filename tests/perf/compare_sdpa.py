@@ -158,6 +158,20 @@ def run_torch(torch, name, forward, leaves, dout_t, dcp_out, hq, hkv, row, args)
         row["%s_%s_max_diff" % (name, g)] = x
 
 
+def compile_flex_per_case(torch):
+    """FlexAttention compiled for every case: each mask and shape is a recompile of
+    flex_attention, past dynamo's default limit of 8 (after which it runs unfused, scores
+    materialised); and its backward timed repeatedly needs retain_graph, which donated
+    buffers forbid."""
+    import torch._dynamo
+    import torch._functorch.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 256)
+    if hasattr(torch._functorch.config, "donated_buffer"):
+        torch._functorch.config.donated_buffer = False
+
+
 def run_case(dcp, torch, ctx, spec, total, hq, hkv, d, block, args):
     m = dcp.mask(spec)
     flops = 4.0 * d * hq * dcp.pairs(m, total)
@@ -413,6 +427,7 @@ def main():
     if not torch.cuda.is_available():
         print("compare_sdpa: no CUDA device", file=sys.stderr)
         return 1
+    compile_flex_per_case(torch)
     group, ctx = dcp.context("cuda:%d" % torch.cuda.current_device())
     engine = dcp.attn_engine(ctx)
     if not args.json:

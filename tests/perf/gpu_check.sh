@@ -4,7 +4,7 @@
 # (three files: what one device call brings back). Both are rewritten after each step, so a
 # run cut short still reports the steps it finished.
 #
-#   DIR/gpu_check.sh [--quick|--full] [--dry-run] [--steps A,B,..] [--budget S] OUTDIR
+#   DIR/gpu_check.sh [--quick|--full] [--dry-run] [--serial] [--steps A,B,..] [--budget S] OUTDIR
 #
 # DIR is a bundle (`make gpu-bundle DIR=...`, copied to the GPU machine) or, run from a
 # checkout, tests/perf with the build in build/ (--build DIR to choose). It needs bash,
@@ -18,14 +18,20 @@
 # Each step runs under `timeout`, the whole under the budget: a step that would not fit is
 # reported as skipped, never started.
 #
+# On a GPU the correctness steps run side by side, in lanes (the GPU suite; graph then torch;
+# the three sanitizers; stress, its two dtypes at once; attn; engine), each lane within
+# --lane-budget S (3/5 of the budget by default), then the timing steps (host-us,
+# kernel-bench, compare-sdpa, warp-rows) alone on the GPU in what is left, so that the
+# timings are undisturbed. --serial runs every step in turn.
+#
 # --dry-run (or no GPU visible) runs the steps that need no GPU (the bundle's own check that
 # every library resolves inside it, the CPU suites, a CPU attention check, the ctypes mirror)
 # and reports every GPU step as skipped with the reason: what `make test` runs on the bundle.
 #
 # Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
-#        attn engine host-us graph torch kernel-bench warp-rows compare-sdpa
+#        attn engine host-us graph torch kernel-bench compare-sdpa warp-rows
 set -uo pipefail
-mode=quick dry=0 budget=570 only= out= build=
+mode=quick dry=0 budget=570 only= out= build= lanes=1 lane_budget= lane_work=
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) mode=quick ;;
@@ -35,9 +41,12 @@ while [ $# -gt 0 ]; do
     --steps=*) only=${1#*=} ;;
     --budget) budget=$2; shift ;;
     --budget=*) budget=${1#*=} ;;
+    --serial) lanes=0 ;;
+    --lane-budget) lane_budget=$2; shift ;;
+    --lane-work) lane_work=$2; shift ;; # internal: one lane, writing into the parent's work
     --build) build=$2; shift ;;
     --build=*) build=${1#*=} ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown flag $1 (--help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_check: one OUTDIR, got $out and $1" >&2; exit 2; }; out=$1 ;;
     esac
@@ -45,6 +54,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "gpu_check: give OUTDIR (--help)" >&2; exit 2; }
 case "$budget" in '' | *[!0-9]*) echo "gpu_check: --budget $budget is not a number of seconds" >&2; exit 2 ;; esac
+lane_budget=${lane_budget:-$((budget * 3 / 5))}
+case "$lane_budget" in '' | *[!0-9]*) echo "gpu_check: --lane-budget $lane_budget is not a number of seconds" >&2; exit 2 ;; esac
 start=$(date +%s)
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -x "$here/bin/dcp-tests" ]; then # a bundle
@@ -56,10 +67,14 @@ else # a checkout: tests/perf/gpu_check.sh
 fi
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/logs"
-: >"$work/steps.tsv"
+if [ -n "$lane_work" ]; then # a lane: the parent's work folder, its report
+    work=$lane_work
+else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    mkdir -p "$work/logs"
+    : >"$work/steps.tsv"
+fi
 
 # ---- environment: the bundle's libraries, cuDNN and NCCL from the PyTorch wheels ----------
 py=$(command -v python3 || true)
@@ -109,8 +124,8 @@ if [ $gpu = 1 ] && [ -n "$py" ] && "$py" -c 'import torch, sys; sys.exit(0 if to
 fi
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 
-{
-    echo "mode=$mode dry_run=$dry gpu=$gpu budget_s=$budget"
+[ -n "$lane_work" ] || {
+    echo "mode=$mode dry_run=$dry gpu=$gpu budget_s=$budget lanes=$lanes"
     echo "base=$base"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     echo "DCP_CUDNN_LIB=${DCP_CUDNN_LIB:-} DCP_NCCL_LIB=${DCP_NCCL_LIB:-}"
@@ -119,6 +134,7 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 } >"$work/meta.txt"
 
 report() {
+    [ -z "$lane_work" ] || return 0 # the parent reports its lanes' steps
     if [ -n "$py" ]; then
         "$py" "$tests/perf/gpu_report.py" "$work" "$out" || echo "gpu_check: gpu_report.py failed" >&2
     else
@@ -129,6 +145,7 @@ report() {
 }
 
 wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+in_lanes= # the steps the lanes ran: the parent skips them
 # Why a step that needs `needs` (cpu, gpu, torch: PyTorch on the GPU, sanitizer) cannot run
 # here ("" when it can).
 cannot() {
@@ -146,6 +163,7 @@ step() {
     local name=$1 needs=$2 limit=$3
     shift 3
     wanted "$name" || return 0
+    [[ " $in_lanes " == *" $name "* ]] && return 0
     local note left status
     note=$(cannot "$needs")
     left=$((budget - ($(date +%s) - start) - 10))
@@ -210,14 +228,17 @@ sanitize() { # tool, tests...
     done
     return $fail
 }
-stress() { # the race check: 8 ranks on one GPU, every run against the CPU executor's result
+stress() { # the race check: 8 ranks on one GPU, every run against the CPU executor's result;
+    # the two dtypes side by side (the CPU executor's and the reference's time dominate), their
+    # JSON lines written whole (line-buffered) into the one log, so a run cut short keeps them
     local reps=$1 fail=0 dt
     for dt in bf16 fp16; do
-        "$bin/dcp-attn-test" --device cuda --dtype $dt --heads 4 --kv-heads 2 --head-dim 128 \
-            --block 512 --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
+        stdbuf -oL "$bin/dcp-attn-test" --device cuda --dtype $dt --heads 4 --kv-heads 2 \
+            --head-dim 128 --block 512 --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
             --mask full,causal,lambda:64:1024 --strategy ring,zigzag,lpt,metis \
-            --check --backward --repeat "$reps" --warmup 0 --iters 1 --json || fail=1
+            --check --backward --repeat "$reps" --warmup 0 --iters 1 --json &
     done
+    for dt in bf16 fp16; do wait -n || fail=1; done
     return $fail
 }
 
@@ -231,8 +252,22 @@ env_info() { # the machine, the libraries found, and the engine libdcp picks her
 cpu_suites() { "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment; }
 export -f env_info bundle_check gpu_tests sanitize stress cpu_suites
 export bin lib work sanitizer
+# lanes: the correctness steps side by side (each its own instance of this script,
+# writing into this work folder), then the rest below, alone on the GPU
+if [ $lanes = 1 ] && [ -z "$lane_work" ] && [ $gpu = 1 ]; then
+    lane_steps=("gpu-suite" "graph,torch" "memcheck,racecheck,synccheck" "stress" "attn" "engine")
+    echo "== lanes (${lane_budget} s each): ${lane_steps[*]}"
+    for l in "${lane_steps[@]}"; do
+        mine=
+        for s in ${l//,/ }; do wanted "$s" && mine+="${mine:+,}$s" && in_lanes+=" $s"; done
+        [ -n "$mine" ] || continue
+        "$0" --"$mode" --lane-work "$work" --budget "$lane_budget" --steps "$mine" \
+            ${build:+--build "$build"} "$out" >"$work/logs/lane-${mine%%,*}.out" 2>&1 &
+    done
+fi
 step env cpu 60 env_info "$( [ $gpu = 1 ] && echo cuda || echo cpu)"
 step bundle cpu 60 bundle_check
+[ -z "$in_lanes" ] || { wait; report; }
 if [ $gpu = 0 ]; then
     step cpu-suites cpu 240 cpu_suites
     step cpu-attn cpu 240 "$bin/dcp-attn-test" --device cpu --dtype bf16 --heads 4 --kv-heads 2 \
@@ -248,8 +283,8 @@ step racecheck sanitizer "$(q 150 300)" sanitize racecheck $(q "attention_gqa_di
     "attention_gqa_dims_and_edges backward_gqa_dims_and_edges fully_masked_rows merge_and_copy bwd_delta")
 step synccheck sanitizer "$(q 100 200)" sanitize synccheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges" \
     "attention_gqa_dims_and_edges backward_gqa_dims_and_edges merge_and_copy accumulate_grads")
-step stress gpu "$(q 150 540)" stress "$(q 3 50)"
-step attn gpu "$(q 180 400)" "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens "$(q 8192 16384)" \
+step stress gpu "$(q 300 540)" stress "$(q 3 50)"
+step attn gpu "$(q 300 400)" "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens "$(q 8192 16384)" \
     --heads 8 --kv-heads 2 --head-dim 128 --block 1024 \
     --mask "$(q full,causal,lambda,blockwise full,causal,window,lambda,blockwise,shared-question)" \
     --strategy all --check --backward --warmup 1 --iters 3 --json
@@ -263,7 +298,7 @@ engines() { # own, then cudnn, on the same plans: times side by side, both check
     return $fail
 }
 export -f engines
-step engine gpu "$(q 150 300)" engines "$(q 8192 16384)" "$(q metis all)"
+step engine gpu "$(q 300 300)" engines "$(q 8192 16384)" "$(q metis all)"
 step host-us gpu 120 "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens 16384 --heads 8 \
     --kv-heads 2 --head-dim 128 --block 1024 --mask causal --strategy all --backward --warmup 2 --iters 20 --json
 step graph gpu 60 "$bin/dcp-tests" -s gpu -t graph_capture_forward_backward -v
@@ -273,7 +308,7 @@ torch_checks() {
 }
 export -f torch_checks
 export py tests
-step torch torch "$(q 240 400)" torch_checks
+step torch torch "$(q 300 400)" torch_checks
 kernel_benches() { # dcp's kernels, then the same tiles through cuDNN (reported, not failed, when
     # cuDNN is missing or refused: the engine step fails for that)
     "$bin/dcp-kernel-bench" --total "$1" --tile "$2" --head-dim 128 --gqa "$3" --json || return 1
@@ -282,6 +317,7 @@ kernel_benches() { # dcp's kernels, then the same tiles through cuDNN (reported,
 }
 export -f kernel_benches
 step kernel-bench gpu "$(q 150 300)" kernel_benches "$(q 16384 16384,65536)" "$(q 2048,4096 1024,2048,4096)" "$(q 8:2 8:2,64:8)"
+step compare-sdpa torch "$(q 180 400)" "$py" "$tests/perf/compare_sdpa.py" --lib "$lib/libdcp.so" --json $(q "--totals 16384" "")
 warp_rows() { # the forward in FlashAttention-2's shape (DCP_ATTN_WARP_ROWS=32): its tests and
     # sanitizers, then both shapes timed side by side (JSON warp_rows 16 and 32)
     local fail=0 t wr
@@ -303,7 +339,6 @@ warp_rows() { # the forward in FlashAttention-2's shape (DCP_ATTN_WARP_ROWS=32):
 }
 export -f warp_rows
 step warp-rows gpu "$(q 150 300)" warp_rows "$(q causal,lambda,blockwise full,causal,window,lambda,blockwise,shared-question)" "$(q 16384 16384,65536)" "$(q 2048 1024,2048,4096)"
-step compare-sdpa torch "$(q 180 400)" "$py" "$tests/perf/compare_sdpa.py" --lib "$lib/libdcp.so" --json $(q "--totals 16384" "")
 report
 echo "gpu_check: report in $out/gpu_check.txt and $out/gpu_check.json, logs in $out/gpu_check_logs.tar.gz"
 awk -F'\t' '$2 == "fail" || $2 == "timeout" {bad = 1} END {exit bad}' "$work/steps.tsv"

@@ -36,14 +36,17 @@ def suite_tests(text):
 
 
 def sanitizer_errors(text):
-    """compute-sanitizer's ERROR SUMMARY per test run (the --- lines name them)."""
+    """compute-sanitizer's summary per test run (the --- lines name them): memcheck and
+    synccheck end with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards
+    displayed (E errors, W warnings)"; hazards count as errors."""
     res, current = {}, None
     for line in text.splitlines():
         m = re.match(r"^--- \w+: (\w+)$", line)
         if m:
             current = m.group(1)
             res[current] = None
-        m = re.search(r"ERROR SUMMARY: (\d+) error", line)
+        m = (re.search(r"ERROR SUMMARY: (\d+) error", line) or
+             re.search(r"RACECHECK SUMMARY: (\d+) hazard", line))
         if m and current:
             res[current] = int(m.group(1))
     return res

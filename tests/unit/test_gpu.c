@@ -13,6 +13,7 @@
 #include "kernels/cpu.h"
 #include "kernels/cuda/device.h"
 #include "kernels/reference.h"
+#include "partition/mask.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/tile_case.h"
 #include "tests/unit/suites.h"
@@ -387,27 +388,43 @@ static void bcase_run(bcase_t *b)
     CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
 }
 
-/* FlashAttention-2's rule on the fetched dq, dk, dv; an exact zero wherever the reference
- * is exactly zero (no pair contributes: masked rows, unseen keys); 1 when all hold. */
+/* 1 when no pair of the case's mask touches token t: as a query (dq) or as a key (dk, dv). */
+static int untouched(const gcase_t *c, int which, int32_t t)
+{
+    const dcp_mask_t *m = &c->tc.seq.mask;
+    const int32_t n = c->tc.total;
+    return which == 0 ? dcp_mask_pairs(m, n, t, t + 1, 0, n) == 0
+                      : dcp_mask_pairs(m, n, 0, n, t, t + 1) == 0;
+}
+
+/* FlashAttention-2's rule on the fetched dq, dk, dv, and an exact zero wherever no pair
+ * contributes (masked rows, unseen keys); 1 when all hold. A reference that is zero by
+ * cancellation (a row that sees one key: dS = P (dP - delta) = 0) is held to the rule only:
+ * the GPU's dP and delta are sums in different orders and differ in the last bits. */
 static int bcase_check(bcase_t *b, const char *what)
 {
     const gcase_t *c = &b->c;
     int ok = 1;
     for (int w = 0; w < 3; w++) {
-        const int64_t n = grad_elems(c, w);
+        const int64_t n = grad_elems(c, w), per_token = n / c->tc.total;
         float *got = malloc((size_t)n * 4);
         download(got, c->dev[grad_buf[w]], n);
         double err = 0, low = 0, ref = 0;
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++) {
             const double r = b->ref[w][i];
-            bad += !isfinite(got[i]) || (r == 0.0 && got[i] != 0.0f);
+            bad += !isfinite(got[i]) ||
+                   (got[i] != 0.0f && r == 0.0 && untouched(c, w, (int32_t)(i / per_token)));
             err = fmax(err, fabs(got[i] - r));
             low = fmax(low, fabs(b->low[w][i] - r));
             ref = fmax(ref, fabs(r));
         }
         free(got);
-        if (bad == 0 && dcpt_lowp_grad_rule_holds(c->dtype, err, low, ref)) continue;
+        /* the rule's rounding step scales with the reference's peak, which is 0 where every
+         * entry cancels (one token): there fp32's rounding of dP - delta (|dP| ~ sqrt(D) for
+         * unit normals) is the bound */
+        const int rule = dcpt_lowp_grad_rule_holds(c->dtype, err, low, ref) || err <= 1e-5;
+        if (bad == 0 && rule) continue;
         ok = 0;
         fprintf(stderr,
                 "gpu %s %s: total %d tile %d heads %d/%d D %d %s: err %.3g plain %.3g max %.3g "

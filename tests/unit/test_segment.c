@@ -296,6 +296,16 @@ static void test_cudnn_policy(void)
     CU_ASSERT_EQUAL(dcp_cudnn_policy(92100, 0, &why), both);
     CU_ASSERT_EQUAL(dcp_cudnn_policy(92700, 1, &why), 0);
     CU_ASSERT_EQUAL(dcp_cudnn_policy(92800, 1, &why), both);
+    /* the engine's classes: the policy, or every class when ungated (never a refused one) */
+    unsetenv("DCP_CUDNN_UNGATED");
+    CU_ASSERT_EQUAL(dcp_cudnn_classes(91900, 1, &why), 0);
+    setenv("DCP_CUDNN_UNGATED", "0", 1);
+    CU_ASSERT_EQUAL(dcp_cudnn_classes(91900, 1, &why), 0);
+    setenv("DCP_CUDNN_UNGATED", "1", 1);
+    CU_ASSERT_EQUAL(dcp_cudnn_classes(91900, 1, &why), both);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "DCP_CUDNN_UNGATED"));
+    CU_ASSERT_EQUAL(dcp_cudnn_classes(91000, 0, &why), 0);
+    unsetenv("DCP_CUDNN_UNGATED");
     char v[16];
     dcp_cudnn_version_string(91501, v, sizeof v);
     CU_ASSERT_STRING_EQUAL(v, "9.15.1");
