@@ -99,8 +99,8 @@ def main():
             x = inputs(dtype, 9)
             want = run_torch(*(t.double() for t in x), masks)
             plain = run_torch(*(t.cuda() for t in x), masks)
-            plan = dt.plan(LENGTHS, masks, "1x4", HQ, HKV, D, dtype, block_size=128,
-                           strategy="metis")
+            plan = dt.plan(LENGTHS, masks, "1x4", q_heads=HQ, kv_heads=HKV, head_dim=D,
+                           dtype=dtype, block_size=128, strategy="metis")
             rows.append(judge("attention_inproc", kind, dtype,
                               run_inproc(plan, *(t.cuda() for t in x)), want, plain))
     # one rank per process: a one-process gloo group, the context on the GPU
@@ -115,8 +115,8 @@ def main():
                     x = inputs(torch.bfloat16, 11)
                     want = run_torch(*(t.double() for t in x), masks)
                     plain = run_torch(*(t.cuda() for t in x), masks)
-                    plan = dt.plan(LENGTHS, masks, ctx.cluster, HQ, HKV, D, torch.bfloat16,
-                                   block_size=128)
+                    plan = dt.plan(LENGTHS, masks, ctx.cluster, q_heads=HQ, kv_heads=HKV,
+                                   head_dim=D, dtype=torch.bfloat16, block_size=128)
                     rows.append(judge("attention", kind, torch.bfloat16,
                                       run_rank(ctx, plan, *(t.cuda() for t in x)), want, plain))
         finally:
