@@ -9,7 +9,7 @@ dcp_status_t dcp_context_barrier(dcp_context_t *ctx)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
     dcp_engine_t *e = ctx->engine;
-    DCP_CHECK(e->ops->health(e));
+    DCP_CHECK(dcp_context_health(ctx)); /* relayed, as on entering a call */
     const int32_t n = e->size, r = e->rank;
     const uint64_t seq = ctx->barriers++;
     char host[2] = {1, 0};

@@ -40,6 +40,13 @@ struct dcp_context {
     dcp_attn_state_t attn; /* what runs the dense segments (attn_engine.h) */
 };
 
+/* The engine's health at the start of a call or a barrier. A peer's failure seen there is
+ * relayed to the other peers (engine abort) like one seen inside a call: peers already inside
+ * would otherwise find this rank gone once it exits, and blame it (tests/mpi/kill.sh's midrun
+ * kill: ranks 2 and 3 named rank 0, which had seen rank 1 die between calls and exited
+ * without a notice). */
+dcp_status_t dcp_context_health(dcp_context_t *ctx);
+
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */
 double dcp_context_default_timeout(void);
 

@@ -322,17 +322,7 @@ static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void
                           const void *stream)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
-    const dcp_status_t st = ctx->engine->ops->health(ctx->engine);
-    if (st != DCP_OK) {
-        /* a peer's failure seen between calls is relayed like one seen inside them: peers
-         * already in this call would otherwise find this rank gone after it exits, and blame
-         * it (tests/mpi/kill.sh's midrun kill: ranks 2 and 3 named rank 0, which had seen
-         * rank 1 die here and exited without a notice) */
-        char why[1024];
-        dcp_error_save(why, sizeof why);
-        ctx->engine->ops->abort(ctx->engine, why);
-        return dcp_set_error(st, "%s", why);
-    }
+    DCP_CHECK(dcp_context_health(ctx));
     if (!plan || !io) {
         ctx->engine->ops->abort(ctx->engine, !plan ? "plan is NULL" : "io is NULL");
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
