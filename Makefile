@@ -183,7 +183,7 @@ test: deps
 GPU_BUNDLE = $(or $(DIR),$(BUILD)/gpu-bundle)
 gpu-bundle:
 	$(MAKE) -j$(JOBS) tests tools lib
-	tests/perf/gpu_bundle.sh $(BUILD) $(GPU_BUNDLE)
+	REQUIRE_CUDA=$(NVCC) tests/perf/gpu_bundle.sh $(BUILD) $(GPU_BUNDLE)
 
 # The bundle proven self-contained here: made in a scratch folder, its report run with no GPU
 # (--dry-run: the CPU steps only) from the folder alone, with nothing on LD_LIBRARY_PATH but

@@ -18,6 +18,11 @@
 # GPU machine's PyTorch wheels; gpu_check.sh finds them). Fails when DIR would exceed
 # 64 MiB, what one device call carries.
 #
+# The MANIFEST's "cuda:" line says whether libdcp holds GPU code (a .nv_fatbin section). A
+# build made with NVCC= (or where no nvcc was found) holds none, and `make` does not rebuild
+# its objects when nvcc is named later: on a GPU such a bundle finds no GPU suite. With
+# $REQUIRE_CUDA set (make gpu-bundle, where nvcc exists) that fails here, by name.
+#
 # Usage: gpu_bundle.sh BUILD DIR   (BUILD: a finished build folder, e.g. build)
 set -euo pipefail
 build=${1:?usage: gpu_bundle.sh BUILD DIR}
@@ -33,6 +38,18 @@ for t in dcp-tests dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transpor
     objcopy --strip-debug "$build/bin/$t" "$dir/bin/$t"
 done
 so=$(basename "$(readlink -f "$build/lib/libdcp.so")")
+sections=$(objdump -h "$build/lib/$so") # (not piped into grep -q: pipefail and SIGPIPE)
+if [[ "$sections" == *" .nv_fatbin "* ]]; then
+    cuda="yes (libdcp holds GPU code)"
+else
+    cuda="none: $build was built without nvcc (NVCC= or none found); make gpu-bundle BUILD=build-gpu"
+    if [ -n "${REQUIRE_CUDA:-}" ]; then
+        echo "gpu_bundle: $build/lib/$so holds no GPU code: it was built without nvcc (NVCC= or" >&2
+        echo "  none found), and make keeps those objects; make gpu-bundle BUILD=build-gpu" >&2
+        echo "  (a fresh folder) or make clean first" >&2
+        exit 1
+    fi
+fi
 soname=$(objdump -p "$build/lib/$so" | awk '$1 == "SONAME" {print $2}')
 objcopy --strip-debug "$build/lib/$so" "$dir/lib/$so"
 [ -n "$soname" ] && [ "$soname" != "$so" ] && ln -sf "$so" "$dir/lib/$soname"
@@ -88,6 +105,7 @@ cp "$repo/tests/perf/gpu_check.sh" "$dir/gpu_check.sh"
         git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "made: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), $(ldd --version | head -1)"
     echo "libdcp: $so"
+    echo "cuda: $cuda"
     echo "files:"
     (cd "$dir" && find . -type f -printf '%10s %p\n' | sort -k2)
 } >"$dir/MANIFEST"

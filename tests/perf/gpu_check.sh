@@ -112,10 +112,13 @@ export DCP_LIB="$lib/libdcp.so" PYTHONPATH="$pydir${PYTHONPATH:+:$PYTHONPATH}" P
 
 gpu=0 why_no_gpu="--dry-run"
 if [ $dry = 0 ]; then
-    if "$bin/dcp-tests" -l 2>/dev/null | grep -q '^gpu$'; then
+    suites=$("$bin/dcp-tests" -l 2>/dev/null) # (not piped into grep -q: pipefail and SIGPIPE)
+    if grep -q '^gpu$' <<<"$suites"; then
         gpu=1
     else
         why_no_gpu="no CUDA device visible to dcp-tests"
+        grep -q '^cuda: none' "$base/MANIFEST" 2>/dev/null &&
+            why_no_gpu="the bundle holds no GPU code (MANIFEST: built without nvcc)"
     fi
 fi
 torch_cuda=0
