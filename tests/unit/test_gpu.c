@@ -244,80 +244,130 @@ static void test_accumulate(void)
     gcase_free(&c);
 }
 
-/* The GPU merge and copy against the CPU's (fp32 merge; bf16 copies and fp32 -> bf16). */
-static void test_merge_and_copy(void)
+/* One merge item of ns partials against the CPU's merge: the partials' O in src_buf (PART:
+ * fp32; SEG: the engine's bf16 staging), their LSEs in SEG32 with some -inf, the destination
+ * in ACC_O with some -inf, row 0 empty everywhere; every view `shift` elements off
+ * the buffers' starts (1: rows off 16-byte boundaries, the element path). */
+static void merge_case(int32_t rows, int32_t H, int32_t D, int32_t ns, int src_buf, int shift)
 {
-    enum { ROWS = 300, H = 4, D = 64, NS = 3 };
-    dcpt_rng_t rng = {77};
-    const int64_t w = H * D, no = ROWS * w, nl = ROWS * H;
-    float *part = randn(&rng, NS * (no + nl), DCP_DTYPE_FP32);
-    float *acc = randn(&rng, no + nl, DCP_DTYPE_FP32);
-    for (int64_t i = 0; i < NS * nl; i++)
-        part[NS * no + i] = (i % 7 == 0) ? -INFINITY : part[NS * no + i];
-    for (int64_t i = 0; i < nl; i += 5) acc[no + i] = -INFINITY;
-    dcp_merge_item_t item = {{0, (int32_t)w, DCP_BUF_ACC_O}, {0, H, DCP_BUF_ACC_LSE}, ROWS, 0, NS};
-    dcp_merge_src_t srcs[NS];
-    for (int s = 0; s < NS; s++)
-        srcs[s] = (dcp_merge_src_t){{s * no, (int32_t)w, DCP_BUF_PART},
-                                    {NS * no + s * nl, H, DCP_BUF_PART}};
-    dcp_kernel_env_t cpu = {.q_heads = H, .kv_heads = H, .head_dim = D, .dtype = DCP_DTYPE_FP32};
-    float *cpu_part = malloc((size_t)NS * (no + nl) * 4), *cpu_acc = malloc((size_t)(no + nl) * 4);
-    memcpy(cpu_part, part, (size_t)NS * (no + nl) * 4);
-    memcpy(cpu_acc, acc, (size_t)(no + nl) * 4);
-    cpu.bufs[DCP_BUF_PART] = cpu_part;
+    dcpt_rng_t rng = {77 + (uint64_t)ns};
+    const dcp_dtype_t sty = dcp_buf_dtype(src_buf, DCP_DTYPE_BF16);
+    const int64_t w = (int64_t)H * D, no = rows * w, nl = (int64_t)rows * H;
+    float *so = randn(&rng, ns * no + shift, sty),
+          *sl = randn(&rng, ns * nl + shift, DCP_DTYPE_FP32);
+    float *acc = randn(&rng, no + nl + 2 * shift, DCP_DTYPE_FP32);
+    float *dl = acc + no + 2 * shift;
+    for (int64_t i = 0; i < ns * nl; i++)
+        if (i % 7 == 0 || i % nl < H) sl[shift + i] = -INFINITY;
+    for (int64_t i = 0; i < nl; i++)
+        if (i % 5 == 0 || i < H) dl[i] = -INFINITY;
+    dcp_merge_item_t item = {
+        {shift, (int32_t)w, DCP_BUF_ACC_O}, {no + 2 * shift, H, DCP_BUF_ACC_O}, rows, 0, ns};
+    dcp_merge_src_t *srcs = malloc((size_t)ns * sizeof *srcs);
+    for (int64_t s = 0; s < ns; s++)
+        srcs[s] = (dcp_merge_src_t){{shift + s * no, (int32_t)w, src_buf},
+                                    {shift + s * nl, H, DCP_BUF_SEG32}};
+    dcp_kernel_env_t cpu = {.q_heads = H, .kv_heads = H, .head_dim = D, .dtype = DCP_DTYPE_BF16};
+    const size_t acc_bytes = (size_t)(no + nl + 2 * shift) * 4;
+    float *cpu_acc = malloc(acc_bytes), *cpu_so = malloc((size_t)(ns * no + shift) * 4);
+    memcpy(cpu_acc, acc, acc_bytes);
+    memcpy(cpu_so, so, (size_t)(ns * no + shift) * 4);
+    if (sty != DCP_DTYPE_FP32) dcp_pack_half(sty, so, (uint16_t *)cpu_so, ns * no + shift);
+    cpu.bufs[src_buf] = cpu_so;
+    cpu.bufs[DCP_BUF_SEG32] = sl;
     cpu.bufs[DCP_BUF_ACC_O] = cpu_acc;
-    cpu.bufs[DCP_BUF_ACC_LSE] = cpu_acc + no;
     CU_ASSERT_EQUAL(dcp_cpu_merge(&cpu, &item, 1, srcs), DCP_OK);
 
     dcp_kernel_env_t gpu = cpu;
-    gpu.dtype = DCP_DTYPE_BF16;
-    gpu.max_rows = ROWS;
-    void *dpart = upload(part, NS * (no + nl), DCP_DTYPE_FP32);
-    void *dacc = upload(acc, no + nl, DCP_DTYPE_FP32);
-    gpu.bufs[DCP_BUF_PART] = dpart;
+    gpu.max_rows = rows;
+    void *dso = upload(so, ns * no + shift, sty),
+         *dsl = upload(sl, ns * nl + shift, DCP_DTYPE_FP32);
+    void *dacc = upload(acc, no + nl + 2 * shift, DCP_DTYPE_FP32);
+    gpu.bufs[src_buf] = dso;
+    gpu.bufs[DCP_BUF_SEG32] = dsl;
     gpu.bufs[DCP_BUF_ACC_O] = dacc;
-    gpu.bufs[DCP_BUF_ACC_LSE] = (float *)dacc + no;
-    void *ditem = upload_bytes(&item, sizeof item), *dsrcs = upload_bytes(srcs, sizeof srcs);
+    void *ditem = upload_bytes(&item, sizeof item), *dsrcs = upload_bytes(srcs, ns * sizeof *srcs);
     CU_ASSERT_EQUAL(dcp_kernels_cuda.merge(&gpu, ditem, 1, dsrcs), DCP_OK);
-    float *got = malloc((size_t)(no + nl) * 4);
-    download(got, dacc, no + nl);
+    float *got = malloc(acc_bytes);
+    download(got, dacc, no + nl + 2 * shift);
     double err = 0;
     int64_t bad = 0;
-    for (int64_t i = 0; i < no + nl; i++) {
-        if (isinf(cpu_acc[i]) || isinf(got[i]))
-            bad += cpu_acc[i] != got[i];
+    for (int64_t i = 0; i < no + nl + 2 * shift; i++) {
+        if (isinf(cpu_acc[i]) || isinf(got[i]) || isnan(cpu_acc[i]) || isnan(got[i]))
+            bad += memcmp(&cpu_acc[i], &got[i], 4) != 0;
         else
             err = fmax(err, fabs(got[i] - cpu_acc[i]) / fmax(1.0, fabs(cpu_acc[i])));
     }
+    for (int32_t h = 0; h < H; h++) bad += got[no + 2 * shift + h] != -INFINITY; /* row 0 */
+    if (bad || err >= 1e-5)
+        printf(
+            "\n  merge %d rows, %d heads, D %d, %d partials (%s), shift %d: %lld bad, err %.3g\n",
+            rows, H, D, ns, sty == DCP_DTYPE_FP32 ? "fp32" : "bf16", shift, (long long)bad, err);
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT(err < 1e-5);
+    dcp_cuda_free(dso), dcp_cuda_free(dsl), dcp_cuda_free(dacc), dcp_cuda_free(ditem),
+        dcp_cuda_free(dsrcs);
+    free(so), free(sl), free(acc), free(srcs), free(cpu_acc), free(cpu_so), free(got);
+}
 
-    /* copies: bf16 rows to the staging buffer (bit for bit), fp32 outputs to bf16 O */
-    float *x = randn(&rng, no, DCP_DTYPE_BF16);
-    void *dq = upload(x, no, DCP_DTYPE_BF16), *dstage = dcp_cuda_alloc(0, (size_t)no * 2);
-    void *dacc2 = upload(x, no, DCP_DTYPE_FP32), *dout = dcp_cuda_alloc(0, (size_t)no * 2);
-    const dcp_copy_item_t copies[2] = {
-        {{w, (int32_t)w, DCP_BUF_Q}, {0, (int32_t)w, DCP_BUF_STAGE}, ROWS - 1, (int32_t)w},
-        {{0, (int32_t)w, DCP_BUF_ACC_O}, {0, (int32_t)w, DCP_BUF_O}, ROWS, (int32_t)w}};
-    gpu.bufs[DCP_BUF_Q] = dq;
-    gpu.bufs[DCP_BUF_STAGE] = dstage;
-    gpu.bufs[DCP_BUF_ACC_O] = dacc2;
-    gpu.bufs[DCP_BUF_O] = dout;
-    void *dcopies = upload_bytes(copies, sizeof copies);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.copy(&gpu, dcopies, 2), DCP_OK);
-    uint16_t *stage = malloc((size_t)no * 2), *out = malloc((size_t)no * 2);
-    CU_ASSERT_EQUAL(dcp_cuda_memcpy(stage, dstage, (size_t)no * 2, NULL), DCP_OK);
-    CU_ASSERT_EQUAL(dcp_cuda_memcpy(out, dout, (size_t)no * 2, NULL), DCP_OK);
-    int64_t diff = 0;
-    for (int64_t i = 0; i < (ROWS - 1) * w; i++) diff += stage[i] != dcp_f32_to_bf16(x[w + i]);
-    for (int64_t i = 0; i < no; i++) diff += out[i] != dcp_f32_to_bf16(x[i]);
+/* rows x n elements from src_buf at src_off (stride sstride) to dst_buf at dst_off (stride
+ * dstride), against the CPU's copy bit for bit: same types, or fp32 into bf16. */
+static void copy_case(int src_buf, int64_t src_off, int32_t sstride, int dst_buf, int64_t dst_off,
+                      int32_t dstride, int32_t rows, int32_t n)
+{
+    dcpt_rng_t rng = {(uint64_t)(rows * 31 + n)};
+    const dcp_dtype_t sty = dcp_buf_dtype(src_buf, DCP_DTYPE_BF16);
+    const dcp_dtype_t dty = dcp_buf_dtype(dst_buf, DCP_DTYPE_BF16);
+    const int des = dty == DCP_DTYPE_FP32 ? 4 : 2;
+    const int64_t sn = src_off + (int64_t)rows * sstride, dn = dst_off + (int64_t)rows * dstride;
+    float *x = randn(&rng, sn, sty), *y = randn(&rng, dn, dty);
+    const dcp_copy_item_t item = {
+        {src_off, sstride, src_buf}, {dst_off, dstride, dst_buf}, rows, n};
+    dcp_kernel_env_t cpu = {.q_heads = 1, .kv_heads = 1, .head_dim = n, .dtype = DCP_DTYPE_BF16};
+    void *hs = malloc((size_t)sn * 4), *hd = malloc((size_t)dn * 4);
+    if (sty == DCP_DTYPE_FP32)
+        memcpy(hs, x, (size_t)sn * 4);
+    else
+        dcp_pack_half(sty, x, hs, sn);
+    if (dty == DCP_DTYPE_FP32)
+        memcpy(hd, y, (size_t)dn * 4);
+    else
+        dcp_pack_half(dty, y, hd, dn);
+    cpu.bufs[src_buf] = hs;
+    cpu.bufs[dst_buf] = hd;
+    CU_ASSERT_EQUAL(dcp_cpu_copy(&cpu, &item, 1), DCP_OK);
+
+    dcp_kernel_env_t gpu = cpu;
+    gpu.max_rows = rows;
+    gpu.bufs[src_buf] = upload(x, sn, sty);
+    gpu.bufs[dst_buf] = upload(y, dn, dty);
+    void *ditem = upload_bytes(&item, sizeof item);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.copy(&gpu, ditem, 1), DCP_OK);
+    char *got = malloc((size_t)dn * 4);
+    CU_ASSERT_EQUAL(dcp_cuda_memcpy(got, gpu.bufs[dst_buf], (size_t)dn * des, NULL), DCP_OK);
+    const int diff = memcmp(got, hd, (size_t)dn * des) != 0; /* rows and what lies between */
+    if (diff)
+        printf("\n  copy %d x %d, buffer %d at %lld -> buffer %d at %lld differs\n", rows, n,
+               src_buf, (long long)src_off, dst_buf, (long long)dst_off);
     CU_ASSERT_EQUAL(diff, 0);
+    dcp_cuda_free(gpu.bufs[src_buf]), dcp_cuda_free(gpu.bufs[dst_buf]), dcp_cuda_free(ditem);
+    free(x), free(y), free(hs), free(hd), free(got);
+}
 
-    dcp_cuda_free(dpart), dcp_cuda_free(dacc), dcp_cuda_free(ditem), dcp_cuda_free(dsrcs);
-    dcp_cuda_free(dq), dcp_cuda_free(dstage), dcp_cuda_free(dacc2), dcp_cuda_free(dout);
-    dcp_cuda_free(dcopies);
-    free(part), free(acc), free(cpu_part), free(cpu_acc), free(got), free(x), free(stage),
-        free(out);
+/* The GPU merge and copy against the CPU's, on the 16-byte path and the element path. */
+static void test_merge_and_copy(void)
+{
+    merge_case(300, 4, 64, 3, DCP_BUF_PART, 0); /* fp32 partials, 16-byte steps */
+    merge_case(40, 3, 64, 35, DCP_BUF_PART, 1); /* more partials than lanes, element steps */
+    merge_case(50, 4, 128, 5, DCP_BUF_SEG, 0);  /* the engine's bf16 staging, 8-byte steps */
+    merge_case(20, 2, 128, 2, DCP_BUF_SEG, 1);  /* bf16 staging, element steps */
+    enum { W = 4 * 64 };
+    copy_case(DCP_BUF_Q, W, W, DCP_BUF_STAGE, 0, W, 299, W);          /* bf16, 16-byte moves */
+    copy_case(DCP_BUF_Q, 1, W, DCP_BUF_STAGE, 3, W + 1, 77, W - 3);   /* bf16, element moves */
+    copy_case(DCP_BUF_ACC_O, 0, W, DCP_BUF_O, 0, W, 300, W);          /* fp32 -> bf16 by 4 */
+    copy_case(DCP_BUF_ACC_O, 2, W + 2, DCP_BUF_O, 1, W, 33, W - 1);   /* fp32 -> bf16 by 1 */
+    copy_case(DCP_BUF_ACC_LSE, 0, 4, DCP_BUF_STAGE32, 8, 4, 1000, 4); /* fp32 rows of 16 bytes */
+    copy_case(DCP_BUF_ACC_LSE, 1, 3, DCP_BUF_STAGE32, 0, 3, 1001, 3); /* fp32 elements */
 }
 
 /* A backward case: a forward case plus dO, the forward's final O (rounded to the dtype) and
