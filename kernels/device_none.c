@@ -159,7 +159,7 @@ void dcp_cuda_graph_destroy(void *graph)
 
 int dcp_cuda_attn_warp_rows(void)
 {
-    return 16;
+    return 32;
 }
 
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream)

@@ -5,14 +5,14 @@
  * Grid: (tile group, query row block, query head). A CTA owns BM = 128 query rows of one
  * head and streams the group's KV tiles through shared memory in chunks of BN keys,
  * double-buffered with cp.async: the next needed chunk loads while the current one is
- * computed. Two shapes (template MT, the 16-row m-tiles of a warp): 8 warps of 16 rows, one
- * CTA per SM, BN = 64, Q fragments in registers (MT = 1, the default); or
- * FlashAttention-2's, 4 warps of 32 rows, two CTAs per SM, BN = 32, each K and V fragment
- * read from shared memory feeding both m-tiles (half the ldmatrix traffic per FLOP), Q
- * fragments read from shared memory per chunk at head dim 128 to fit the registers (MT = 2;
- * DCP_ATTN_WARP_ROWS=32). Per chunk the CTA decides, from every row's allowed key
- * ranges (include/base/mask_rule.h, evaluated analytically per row, or read from a custom
- * mask's range array):
+ * computed. Two shapes (template MT, the 16-row m-tiles of a warp): FlashAttention-2's, 4
+ * warps of 32 rows, two CTAs per SM, BN = 32, each K and V fragment read from shared memory
+ * feeding both m-tiles (half the ldmatrix traffic per FLOP), Q fragments read from shared
+ * memory per chunk at head dim 128 to fit the registers (MT = 2, the default: 1.17-1.33x the
+ * other's TFLOP/s on an H100 for full, causal and lambda tiles); or 8 warps of 16 rows, one
+ * CTA per SM, BN = 64, Q fragments in registers (MT = 1; DCP_ATTN_WARP_ROWS=16). Per chunk
+ * the CTA decides, from every row's allowed key ranges (include/base/mask_rule.h, evaluated
+ * analytically per row, or read from a custom mask's range array):
  *   - skip: no row sees a key of the chunk, so its K/V are never loaded;
  *   - full: every row sees every key, so no mask arithmetic runs;
  *   - partial: scores outside a row's ranges become -inf.
@@ -635,7 +635,7 @@ extern "C" int dcp_cuda_attn_warp_rows(void)
     static int rows = 0; /* read once; a race between first callers stores the same value */
     if (rows == 0) {
         const char *v = getenv("DCP_ATTN_WARP_ROWS");
-        rows = v && strcmp(v, "32") == 0 ? 32 : 16;
+        rows = v && strcmp(v, "16") == 0 ? 16 : 32;
     }
     return rows;
 }

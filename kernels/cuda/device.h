@@ -75,9 +75,9 @@ dcp_status_t dcp_cuda_graph_end(void *stream, void **graph_out);
 dcp_status_t dcp_cuda_graph_launch(void *graph, void *stream);
 void dcp_cuda_graph_destroy(void *graph);
 
-/* The attention forward's shape: query rows per warp, 16 (8 warps per CTA, the default) or
- * 32 (FlashAttention-2's 4 warps; $DCP_ATTN_WARP_ROWS=32), read once per process
- * (attn_fwd.cu; 16 without CUDA). */
+/* The attention forward's shape: query rows per warp, 32 (FlashAttention-2's 4 warps, the
+ * default) or 16 (8 warps per CTA; $DCP_ATTN_WARP_ROWS=16), read once per process
+ * (attn_fwd.cu; 32 without CUDA). */
 int dcp_cuda_attn_warp_rows(void);
 
 /* Timing: an event pair around work queued on a stream; milliseconds between them. */

@@ -232,18 +232,23 @@ sanitize() { # tool, tests...
     return $fail
 }
 stress() { # the race check: 8 ranks on one GPU, every run against the CPU executor's result;
-    # the two dtypes side by side (the CPU executor's and the reference's time dominate), their
-    # JSON lines written whole (line-buffered) into the one log, so a run cut short keeps them.
-    # The 50-run check (--full) runs dcp's kernels (--engine own): a fresh context builds its
-    # cuDNN plans anew, 0.2-2.2 s each on an H100, which 50 x 24 runs cannot afford
-    local reps=$1 engine=$2 fail=0 dt
+    # the dtypes, and with 8 cores or more the strategies, side by side (the CPU executor's
+    # and the reference's time dominate), their JSON lines written whole (line-buffered) into
+    # the one log, so a run cut short keeps them. The 50-run check (--full) runs dcp's kernels
+    # (--engine own): a fresh context builds its cuDNN plans anew, 0.2-2.2 s each on an H100,
+    # which 50 x 24 runs cannot afford
+    local reps=$1 engine=$2 fail=0 dt s n=0 strategies=ring,zigzag,lpt,metis
+    [ "$(nproc)" -lt 8 ] || strategies="ring zigzag lpt metis"
     for dt in bf16 fp16; do
-        stdbuf -oL "$bin/dcp-attn-test" --device cuda --engine "$engine" --dtype $dt --heads 4 \
-            --kv-heads 2 --head-dim 128 --block 512 --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
-            --mask full,causal,lambda:64:1024 --strategy ring,zigzag,lpt,metis \
-            --check --backward --repeat "$reps" --warmup 0 --iters 1 --json &
+        for s in $strategies; do
+            stdbuf -oL "$bin/dcp-attn-test" --device cuda --engine "$engine" --dtype $dt --heads 4 \
+                --kv-heads 2 --head-dim 128 --block 512 --ranks 8 --cluster 2x4 \
+                --seqlens 1059,3263,3870 --mask full,causal,lambda:64:1024 --strategy "$s" \
+                --check --backward --repeat "$reps" --warmup 0 --iters 1 --json &
+            n=$((n + 1))
+        done
     done
-    for dt in bf16 fp16; do wait -n || fail=1; done
+    for ((; n > 0; n--)); do wait -n || fail=1; done
     return $fail
 }
 
@@ -323,17 +328,18 @@ kernel_benches() { # dcp's kernels, then the same tiles through cuDNN (reported,
 export -f kernel_benches
 step kernel-bench gpu "$(q 150 300)" kernel_benches "$(q 16384 16384,65536)" "$(q 2048,4096 1024,2048,4096)" "$(q 8:2 8:2,64:8)"
 step compare-sdpa torch "$(q 180 400)" "$py" "$tests/perf/compare_sdpa.py" --lib "$lib/libdcp.so" --json $(q "--totals 16384" "")
-warp_rows() { # the forward in FlashAttention-2's shape (DCP_ATTN_WARP_ROWS=32): its tests and
-    # sanitizers, then both shapes timed side by side (JSON warp_rows 16 and 32)
+warp_rows() { # the forward's other shape (DCP_ATTN_WARP_ROWS=16: 8 warps of 16 rows; the
+    # default is FlashAttention-2's 32): its tests and sanitizers, then both shapes timed side by
+    # side (JSON warp_rows 16 and 32)
     local fail=0 t wr
     for t in attention_every_mask attention_gqa_dims_and_edges fully_masked_rows accumulate \
         executor_on_one_gpu; do
-        echo "--- $t, 32 rows per warp"
-        DCP_ATTN_WARP_ROWS=32 "$bin/dcp-tests" -s gpu -t "$t" -v || fail=1
+        echo "--- $t, 16 rows per warp"
+        DCP_ATTN_WARP_ROWS=16 "$bin/dcp-tests" -s gpu -t "$t" -v || fail=1
     done
     if [ -n "$sanitizer" ]; then
         for t in memcheck racecheck synccheck; do
-            DCP_ATTN_WARP_ROWS=32 sanitize $t attention_gqa_dims_and_edges || fail=1
+            DCP_ATTN_WARP_ROWS=16 sanitize $t attention_gqa_dims_and_edges || fail=1
         done
     fi
     for wr in 16 32; do
