@@ -19,7 +19,7 @@
 # reported as skipped, never started.
 #
 # On a GPU the correctness steps run side by side, in lanes (the GPU suite; graph then torch;
-# the three sanitizers; stress, its two dtypes at once; attn; engine), each lane within
+# the three sanitizers; stress, its dtypes and strategies at once; attn; engine), each lane within
 # --lane-budget S (3/5 of the budget by default), then the timing steps (host-us,
 # kernel-bench, compare-sdpa, warp-rows) alone on the GPU in what is left, so that the
 # timings are undisturbed. --serial runs every step in turn.
