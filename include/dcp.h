@@ -588,9 +588,12 @@ typedef struct {
      *           cuDNN's attention in place of cuDNN: CPU contexts only, for checking.
      * NULL: $DCP_ATTN_ENGINE, else "auto". */
     const char *attn_engine;
-    int32_t deterministic; /* 1: the backward's dense calls use engine configurations cuDNN
-                              does not mark non-deterministic (dcp's own GPU kernels still add
-                              with atomics: bitwise run-to-run equality is not promised yet) */
+    int32_t deterministic; /* 1: dQ, dK and dV are bitwise equal run to run for the same
+                              plan and inputs. The GPU backward runs dcp's deterministic kernels
+                              (each gradient element summed in a fixed order, no racing atomics;
+                              slower) on every tile, cuDNN's calls skip configurations it marks
+                              non-deterministic. CPU contexts always are. 0: as
+                              $DCP_DETERMINISTIC says ("1": on), else off. */
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it

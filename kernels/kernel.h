@@ -36,6 +36,8 @@ typedef struct {
     dcp_dtype_t dtype; /* element type of Q, K, V, O and staging buffers */
     int32_t max_rows;  /* most rows of an item of the launch (GPU grid height) */
     void *stream;      /* CUDA stream (NULL on CPU) */
+    int32_t deterministic; /* 1: the backward's sums run in a fixed order, so gradients are
+                              bitwise equal run to run (the CPU kernels always are) */
 } dcp_kernel_env_t;
 
 /* rows rows of o (plan dtype) written so that rowsum(dout * o) = delta per (row, head):

@@ -292,6 +292,47 @@ static int tile_views_ok(const where_t *w, const dcp_tile_t *t)
             view_ok(w, t->dv, n, kw, BIT(DCP_BUF_ACC_DV) | BIT(DCP_BUF_PART)));
 }
 
+typedef struct {
+    int32_t buf;
+    int64_t off, tile;
+} grad_key_t;
+
+static int grad_key_cmp(const void *a, const void *b)
+{
+    const grad_key_t *x = a, *y = b;
+    if (x->buf != y->buf) return x->buf < y->buf ? -1 : 1;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return (x->tile > y->tile) - (x->tile < y->tile);
+}
+
+/* Tiles [t0, t1) of a backward launch: two that share a dk or a dv view add into the same
+ * rows in every respect (dcp_tile_same_grads, descr.h), so that the deterministic kernels
+ * can sum each destination's tiles in tile order. */
+static dcp_status_t check_grad_dsts(const where_t *w, int64_t t0, int64_t t1)
+{
+    const dcp_plan_t *p = w->p;
+    const int64_t n = t1 - t0;
+    grad_key_t *keys;
+    DCP_CHECK(dcp_calloc(&keys, n, sizeof *keys, "plan check"));
+    dcp_status_t st = DCP_OK;
+    for (int dv = 0; dv < 2 && st == DCP_OK; dv++) {
+        for (int64_t i = 0; i < n; i++) {
+            const dcp_view_t *v = dv ? &p->tiles[t0 + i].dv : &p->tiles[t0 + i].dk;
+            keys[i] = (grad_key_t){v->buf, v->off, t0 + i};
+        }
+        qsort(keys, (size_t)n, sizeof *keys, grad_key_cmp);
+        for (int64_t i = 1; i < n && st == DCP_OK; i++) {
+            if (keys[i].buf != keys[i - 1].buf || keys[i].off != keys[i - 1].off) continue;
+            const dcp_tile_t *a = &p->tiles[keys[i - 1].tile], *b = &p->tiles[keys[i].tile];
+            if (!dcp_tile_same_grads(a, b) || a->dk.stride != b->dk.stride ||
+                a->dv.stride != b->dv.stride || a->kv_block != b->kv_block)
+                st = bad(w, "tiles of one launch share part of a gradient destination");
+        }
+    }
+    free(keys);
+    return st;
+}
+
 static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
 {
     const dcp_plan_t *p = w->p;
@@ -347,6 +388,10 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
                 st = bad(w, "two tile groups share an output");
     }
     free(keys);
+    if (st == DCP_OK && w->pass == DCP_PASS_BWD) {
+        const dcp_tile_group_t *g0 = &p->groups[in->first], *g1 = g0 + in->count - 1;
+        st = check_grad_dsts(w, g0->first_tile, (int64_t)g1->first_tile + g1->num_tiles);
+    }
     return st;
 }
 

@@ -53,7 +53,8 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
         DCP_CHECK(parse_kind(config->attn_engine, "config.attn_engine", &a->requested));
     else if (env && *env)
         DCP_CHECK(parse_kind(env, "$DCP_ATTN_ENGINE", &a->requested));
-    a->deterministic = config->deterministic != 0;
+    const char *det = getenv("DCP_DETERMINISTIC");
+    a->deterministic = config->deterministic != 0 || (det && !strcmp(det, "1"));
     a->min_rows = 64;
     const char *rows = getenv("DCP_ATTN_MIN_ROWS");
     if (rows && atoi(rows) >= 1) a->min_rows = atoi(rows);
@@ -91,6 +92,12 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
     dcp_cudnn_version_string(v, ver, sizeof ver);
     const char *why[2];
     for (int p = 0; p < DCP_PASS_COUNT; p++) a->dense[p] = dcp_cudnn_classes(v, p, &why[p]);
+    /* the engine's backward sums overlapping trimmed rows with atomics (segment.c): only
+     * dcp's deterministic kernels over the plan's tiles keep a fixed order */
+    if (a->deterministic && a->dense[DCP_PASS_BWD]) {
+        a->dense[DCP_PASS_BWD] = 0;
+        why[1] = "deterministic, dcp's kernels run every tile";
+    }
     a->active = DCP_ATTN_CUDNN;
     snprintf(a->note, sizeof a->note, "cudnn %s%s%s%s%s", ver, *why[0] ? "; forward: " : "", why[0],
              *why[1] ? "; backward: " : "", why[1]);

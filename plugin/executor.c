@@ -156,6 +156,7 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t 
     env->head_dim = p->shape.head_dim;
     env->scale = scale > 0.0f ? scale : p->shape.scale;
     env->dtype = p->shape.dtype;
+    env->deterministic = ctx->attn.deterministic;
     return start_pass(ctx, p, pass, env);
 }
 

@@ -91,6 +91,17 @@ typedef struct {
     int32_t full;     /* 1: every (query, key) pair is allowed, no mask evaluation */
 } dcp_tile_t;
 
+/* 1 when two tiles of a backward launch add into the same dK and dV rows. Tiles of one
+ * launch that share a dk or a dv view share both views, their strides and the KV block
+ * (plan_check); other destinations are other blocks' rows (ACC_DK/ACC_DV of a local block,
+ * or a PART slot of its own). Summing each destination's tiles in tile order is therefore a
+ * fixed order: the deterministic backward (kernels/cuda/attn_bwd.cu). */
+DCP_HD int dcp_tile_same_grads(const dcp_tile_t *a, const dcp_tile_t *b)
+{
+    return a->dk.buf == b->dk.buf && a->dk.off == b->dk.off && a->dv.buf == b->dv.buf &&
+           a->dv.off == b->dv.off && a->kv_len == b->kv_len;
+}
+
 /* One output block: the queries of one token block for one head group, attended against
  * tiles [first_tile, first_tile + num_tiles). Groups of one launch have distinct outputs and
  * own consecutive runs of tiles (group i + 1's run starts where group i's ends).

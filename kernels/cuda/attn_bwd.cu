@@ -24,7 +24,9 @@
  *      added to the group's dq with fp32 atomics
  * At the end of the chunk, scale dK and dV are added into the tile's dk, dv with fp32
  * atomics: several groups of a launch may share a tile's destination, and destinations are
- * zeroed by the executor, so the kernel always adds.
+ * zeroed by the executor, so the kernel always adds. Atomics that race make the last bits
+ * vary run to run; env->deterministic runs the deterministic pair of kernels instead (below,
+ * before the launch), which add each destination element once per launch.
  *
  * Masks. Per (row block, chunk) the CTA classifies as the forward does (include/base/
  * mask_rule.h, each thread evaluating its two rows): skip (no row sees a key of the chunk:
@@ -58,8 +60,8 @@ template <int D> struct Geom {
         D + PAD; /* padded row of K, V, Q, dO: ldmatrix rows hit distinct banks */
     static constexpr int HALF = D / 2;  /* columns of D per warp in phases B and C */
     static constexpr int NT = HALF / 8; /* mma n-tiles over those columns */
-    static constexpr size_t smem_bytes =
-        (size_t)(2 * BN + 4 * BM) * LD * 2 + (size_t)2 * BM * LDP * 2 + (size_t)4 * BM * 4;
+    static constexpr size_t smem_bytes = (size_t)(2 * BN + 4 * BM) * LD * 2 +
+                                         (size_t)2 * BM * LDP * 2 + (size_t)4 * BM * 4 + THREADS;
 };
 
 struct BwdParams {
@@ -75,12 +77,13 @@ struct BwdParams {
 };
 
 /* Shared memory of a CTA: the chunk's K and V, two buffers of a step's Q, dO, LSE, delta,
- * and the step's P and dS. Buffer b's pointers are computed (q(b), ...), not read from
- * arrays indexed at run time, which would live in local memory. */
+ * the step's P and dS, and the deterministic kernel's flags. Buffer b's pointers are computed
+ * (q(b), ...), not read from arrays indexed at run time, which would live in local memory. */
 template <typename T, int D> struct Smem {
     static constexpr int LD = Geom<D>::LD;
     T *k, *v, *q0, *p, *ds;
     float *stats; /* lse[0], lse[1], delta[0], delta[1]: BM floats each */
+    unsigned char *flags; /* the deterministic dK/dV kernel's window of tile matches */
 
     __device__ explicit Smem(unsigned char *raw)
     {
@@ -91,6 +94,7 @@ template <typename T, int D> struct Smem {
         p = q0 + 4 * BM * LD;
         ds = p + BM * LDP;
         stats = reinterpret_cast<float *>(ds + BM * LDP);
+        flags = reinterpret_cast<unsigned char *>(stats + 4 * BM);
     }
     __device__ __forceinline__ T *q(int b) const { return q0 + b * (BM * LD); }
     __device__ __forceinline__ T *dout(int b) const { return q0 + (2 + b) * (BM * LD); }
@@ -361,22 +365,13 @@ __device__ __forceinline__ void kv_grads(const Smem<T, D> &sm, int b, KVAcc<D> &
     }
 }
 
-/* Phase C: dQ = scale dS K for the warp's 16 rows and half of D, added to the group's dq. */
+/* Phase C's product: acc += dS K for the warp's 16 rows and half of D (unscaled). */
 template <typename T, int D>
-__device__ __forceinline__ void q_grads(const BwdParams &p, const Chunk &c, const Step &s,
-                                        const Rows &R, const Smem<T, D> &sm)
+__device__ __forceinline__ void dq_product(const Smem<T, D> &sm, float (&acc)[Geom<D>::NT][4])
 {
     constexpr int LD = Geom<D>::LD, NT = Geom<D>::NT;
-    const dcp_tile_group_t &g = *c.g;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int qs = warp & 3, d0 = (warp >> 2) * Geom<D>::HALF;
-    const int c1 = c.c0 + c.nc;
-    const bool sees0 = s.full || sees(R, 0, c.c0, c1), sees1 = s.full || sees(R, 1, c.c0, c1);
-    if (!__any_sync(0xffffffffu, sees0 || sees1)) return; /* dS is 0 on all 16 rows */
-
-    float dq[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++) {
         uint32_t a[4];
@@ -388,22 +383,50 @@ __device__ __forceinline__ void q_grads(const BwdParams &p, const Chunk &c, cons
             const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
             const int col = d0 + np * 16 + ((lane >> 4) & 1) * 8;
             ldmatrix_x4_trans(kb, sm.k + key * LD + col);
-            mma16816<T>(dq[2 * np], a, kb[0], kb[1]);
-            mma16816<T>(dq[2 * np + 1], a, kb[2], kb[3]);
+            mma16816<T>(acc[2 * np], a, kb[0], kb[1]);
+            mma16816<T>(acc[2 * np + 1], a, kb[2], kb[3]);
         }
     }
+}
 
-    const int h = c.kvh * p.rep + s.j;
+/* Adds scale x acc (the thread's part of Phase C's layout) into the group's dq at row block
+ * r0, query head h; the thread's row x only where keep[x], never past q_len. */
+template <int D>
+__device__ __forceinline__ void add_dq(const BwdParams &p, const dcp_tile_group_t &g, int r0, int h,
+                                       const float (&acc)[Geom<D>::NT][4], bool keep0, bool keep1)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+    const int qs = warp & 3, d0 = (warp >> 2) * Geom<D>::HALF;
 #pragma unroll
     for (int x = 0; x < 2; x++) {
-        const int row = s.r0 + qs * 16 + (lane >> 2) + 8 * x;
-        if (row >= g.q_len || !(x ? sees1 : sees0)) continue;
+        const int row = r0 + qs * 16 + (lane >> 2) + 8 * x;
+        if (row >= g.q_len || !(x ? keep1 : keep0)) continue;
         float *dst = (float *)p.bufs[g.dq.buf] + g.dq.off + (int64_t)row * g.dq.stride +
                      (int64_t)h * D + d0 + 2 * t4;
 #pragma unroll
-        for (int n = 0; n < NT; n++)
-            atomic_add2(dst + n * 8, p.scale * dq[n][2 * x], p.scale * dq[n][2 * x + 1]);
+        for (int n = 0; n < Geom<D>::NT; n++)
+            atomic_add2(dst + n * 8, p.scale * acc[n][2 * x], p.scale * acc[n][2 * x + 1]);
     }
+}
+
+template <int D> __device__ __forceinline__ void zero_dq(float (&acc)[Geom<D>::NT][4])
+{
+#pragma unroll
+    for (int n = 0; n < Geom<D>::NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+/* Phase C: dQ = scale dS K for the warp's 16 rows and half of D, added to the group's dq. */
+template <typename T, int D>
+__device__ __forceinline__ void q_grads(const BwdParams &p, const Chunk &c, const Step &s,
+                                        const Rows &R, const Smem<T, D> &sm)
+{
+    const int c1 = c.c0 + c.nc;
+    const bool sees0 = s.full || sees(R, 0, c.c0, c1), sees1 = s.full || sees(R, 1, c.c0, c1);
+    if (!__any_sync(0xffffffffu, sees0 || sees1)) return; /* dS is 0 on all 16 rows */
+    float dq[Geom<D>::NT][4];
+    zero_dq<D>(dq);
+    dq_product<T, D>(sm, dq);
+    add_dq<D>(p, *c.g, s.r0, c.kvh * p.rep + s.j, dq, sees0, sees1);
 }
 
 /* Adds the chunk's dK (x scale) and dV into the tile's dk, dv; keys past kv_len are not
@@ -429,9 +452,10 @@ __device__ __forceinline__ void store_kv(const BwdParams &p, const Chunk &c, con
     }
 }
 
-/* One chunk: every step with an allowed pair, then dK, dV out. Block-uniform. */
-template <typename T, int D>
-__device__ void chunk_backward(const BwdParams &p, const Chunk &c, const Smem<T, D> &sm)
+/* Every step of chunk c with an allowed pair, its dK and dV added into a; with DQ, its dQ
+ * into the group's dq as well. Block-uniform. */
+template <typename T, int D, bool DQ>
+__device__ void chunk_steps(const BwdParams &p, const Chunk &c, const Smem<T, D> &sm, KVAcc<D> &a)
 {
     Step cur = {0, 0, 0};
     Rows R;
@@ -440,12 +464,6 @@ __device__ void chunk_backward(const BwdParams &p, const Chunk &c, const Smem<T,
     load_kv<T, D>(p, c, sm);
     load_step<T, D>(p, c, cur, sm, 0);
     cp_async_commit();
-
-    KVAcc<D> a;
-#pragma unroll
-    for (int n = 0; n < Geom<D>::NT; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) a.dk[n][e] = a.dv[n][e] = 0.0f;
 
     int b = 0;
     for (bool have = true; have; b ^= 1) {
@@ -468,13 +486,20 @@ __device__ void chunk_backward(const BwdParams &p, const Chunk &c, const Smem<T,
         scores<T, D>(p, c, cur, R, sm, b);
         __syncthreads(); /* P and dS complete */
         kv_grads<T, D>(sm, b, a);
-        q_grads<T, D>(p, c, cur, R, sm);
+        if (DQ) q_grads<T, D>(p, c, cur, R, sm);
         __syncthreads(); /* buffer b, P and dS are free again */
         cur = nxt;
         R = Rn;
         have = more;
     }
-    store_kv<D>(p, c, a);
+}
+
+template <int D> __device__ __forceinline__ void zero_kv(KVAcc<D> &a)
+{
+#pragma unroll
+    for (int n = 0; n < Geom<D>::NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) a.dk[n][e] = a.dv[n][e] = 0.0f;
 }
 
 /* The group owning tile ti: the last with first_tile <= ti (groups' tiles are consecutive),
@@ -513,21 +538,160 @@ __global__ void __launch_bounds__(THREADS, 1) attn_bwd_kernel(const __grid_const
         c.kvh = blockIdx.y;
         for (c.c0 = slot * BN; c.c0 < c.t->kv_len; c.c0 += p.slots * BN) {
             c.nc = min(BN, c.t->kv_len - c.c0);
-            chunk_backward<T, D>(p, c, sm);
+            KVAcc<D> a;
+            zero_kv<D>(a);
+            chunk_steps<T, D, true>(p, c, sm, a);
+            store_kv<D>(p, c, a);
         }
     }
 }
 
+/* The deterministic backward: the same arithmetic in a fixed order, no sum racing another.
+ *   dK, dV (det_kv_kernel): an item (tile, chunk slot) runs only for the first tile of its
+ *     destination (dcp_tile_same_grads) and walks every tile of the launch with that
+ *     destination in tile order, into one register accumulator, added to dk, dv once.
+ *   dQ (det_q_kernel): a CTA per (group, row block, query head) walks the group's tiles and
+ *     their chunks in order, recomputing phase A (S, dP, dS) for phase C's dS K into
+ *     registers, added to dq once.
+ * Each destination element takes one add per launch, and launches are stream-ordered, so
+ * the bits are the same on every run. The price: phase A twice (7 matrix products a step
+ * where the atomic kernel does 5), K and V loaded without overlap in the dQ kernel, and a
+ * destination's tiles on one CTA. */
+
+/* Block-uniform: true when no tile in [first, ti) adds into tile ti's destination. */
+__device__ bool first_of_dst(const BwdParams &p, int first, int ti)
+{
+    bool seen = false;
+    for (int tj = first + (int)threadIdx.x; tj < ti && !seen; tj += THREADS)
+        seen = dcp_tile_same_grads(&p.tiles[tj], &p.tiles[ti]);
+    return !__syncthreads_or(seen);
+}
+
 template <typename T, int D>
-static cudaError_t launch(const BwdParams &p, unsigned grid_x, unsigned kv_heads,
-                          cudaStream_t stream)
+__global__ void __launch_bounds__(THREADS, 1) det_kv_kernel(const __grid_constant__ BwdParams p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const Smem<T, D> sm(smem_raw);
+    const dcp_tile_group_t &last = p.groups[p.num_groups - 1];
+    const int first = p.groups[0].first_tile, end = last.first_tile + last.num_tiles;
+    const int64_t items = (int64_t)(end - first) * p.slots;
+    for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
+        const int ti = first + (int)(w / p.slots), slot = (int)(w % p.slots);
+        const dcp_tile_t *head = &p.tiles[ti];
+        if (slot * BN >= head->kv_len || !first_of_dst(p, first, ti)) continue;
+        Chunk c;
+        c.kvh = blockIdx.y;
+        for (c.c0 = slot * BN; c.c0 < head->kv_len; c.c0 += p.slots * BN) {
+            c.nc = min(BN, head->kv_len - c.c0);
+            KVAcc<D> a;
+            zero_kv<D>(a);
+            /* the destination's tiles, a window of THREADS at a time, in tile order */
+            for (int base = ti; base < end; base += THREADS) {
+                const int tj = base + (int)threadIdx.x;
+                sm.flags[threadIdx.x] = tj < end && dcp_tile_same_grads(&p.tiles[tj], head);
+                __syncthreads();
+                for (int x = 0; x < THREADS && base + x < end; x++) {
+                    const int gi = sm.flags[x] ? find_group(p, base + x) : -1;
+                    if (gi < 0) continue;
+                    c.g = &p.groups[gi];
+                    c.t = &p.tiles[base + x];
+                    c.seq = &p.seqs[c.g->seq];
+                    chunk_steps<T, D, false>(p, c, sm, a);
+                }
+                __syncthreads(); /* every thread has read the window's flags */
+            }
+            c.t = head;
+            store_kv<D>(p, c, a);
+        }
+    }
+}
+
+/* dQ of row block s.r0, query head kvh x rep + s.j of group c.g: every tile's chunks in
+ * order, one add at the end. Block-uniform. */
+template <typename T, int D>
+__device__ void dq_rows(const BwdParams &p, Chunk &c, Step s, const Smem<T, D> &sm)
+{
+    const dcp_tile_group_t &g = *c.g;
+    const int row0 = thread_row0();
+    load_step<T, D>(p, c, s, sm, 0);
+    cp_async_commit();
+    float acc[Geom<D>::NT][4];
+    zero_dq<D>(acc);
+    bool any0 = false, any1 = false; /* the thread's rows saw a key */
+    for (int ti = g.first_tile; ti < g.first_tile + g.num_tiles; ti++) {
+        c.t = &p.tiles[ti];
+        Rows R;
+        if (c.t->full)
+            tile_rows_full(R, g, *c.t, s.r0, row0);
+        else
+            tile_rows(R, *c.seq, g, *c.t, s.r0, row0);
+        for (c.c0 = 0; c.c0 < c.t->kv_len; c.c0 += BN) {
+            c.nc = min(BN, c.t->kv_len - c.c0);
+            const int c1 = c.c0 + c.nc;
+            const bool s0 = sees(R, 0, c.c0, c1), s1 = sees(R, 1, c.c0, c1);
+            if (!__syncthreads_or(s0 || s1)) continue;
+            if (c.t->full) /* rows past q_len see nothing: a ragged block is not full */
+                s.full = c.nc == BN && s.r0 + BM <= g.q_len;
+            else
+                s.full = __syncthreads_and(sees_all(R, 0, c.c0, c1) && sees_all(R, 1, c.c0, c1)) &&
+                         c.nc == BN;
+            load_kv<T, D>(p, c, sm);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads(); /* the rows and the chunk's K, V are in shared memory */
+            scores<T, D>(p, c, s, R, sm, 0);
+            __syncthreads(); /* P and dS complete */
+            if (__any_sync(0xffffffffu, s0 || s1)) dq_product<T, D>(sm, acc);
+            any0 |= s0;
+            any1 |= s1;
+            __syncthreads(); /* K, V and dS are free again */
+        }
+    }
+    cp_async_wait<0>(); /* the rows' loads, where no chunk waited for them */
+    __syncthreads();
+    add_dq<D>(p, g, s.r0, c.kvh * p.rep + s.j, acc, any0, any1);
+}
+
+/* Items (group, row-block slot): slot's row blocks BM = BN rows apart by p.slots; y the
+ * query head. */
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS, 1) det_q_kernel(const __grid_constant__ BwdParams p)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const Smem<T, D> sm(smem_raw);
+    const int h = blockIdx.y;
+    const int64_t items = (int64_t)p.num_groups * p.slots;
+    for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
+        const dcp_tile_group_t &g = p.groups[w / p.slots];
+        Chunk c;
+        c.g = &g;
+        c.seq = &p.seqs[g.seq];
+        c.kvh = h / p.rep;
+        for (Step s = {(int)(w % p.slots) * BM, h % p.rep, 0}; s.r0 < g.q_len; s.r0 += p.slots * BM)
+            dq_rows<T, D>(p, c, s, sm);
+    }
+}
+
+template <typename K>
+static cudaError_t start(K kernel, const BwdParams &p, dim3 grid, size_t smem, cudaStream_t stream)
+{
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    kernel<<<grid, THREADS, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+/* The atomic kernel, or the deterministic pair: grid x items (gx for tiles' chunks, gq for
+ * the dQ kernel's row blocks), y the KV heads or, for dQ, the query heads. */
+template <typename T, int D>
+static cudaError_t launch(const BwdParams &p, unsigned gx, unsigned gq, unsigned kv_heads,
+                          unsigned q_heads, bool deterministic, cudaStream_t stream)
 {
     const size_t smem = Geom<D>::smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(attn_bwd_kernel<T, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return e;
-    attn_bwd_kernel<T, D><<<dim3(grid_x, kv_heads), THREADS, smem, stream>>>(p);
-    return cudaGetLastError();
+    if (!deterministic) return start(attn_bwd_kernel<T, D>, p, dim3(gx, kv_heads), smem, stream);
+    cudaError_t e = start(det_kv_kernel<T, D>, p, dim3(gx, kv_heads), smem, stream);
+    return e == cudaSuccess ? start(det_q_kernel<T, D>, p, dim3(gq, q_heads), smem, stream) : e;
 }
 
 } // namespace dcp_cuda::bwd
@@ -547,8 +711,8 @@ extern "C" dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env,
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "cuda attention backward: head_dim %d, the GPU kernels run 64 and 128",
                              env->head_dim);
-    if (num_groups > 0x7fffffff || env->kv_heads < 1 || env->kv_heads > 65535 ||
-        env->q_heads % env->kv_heads != 0 || env->max_rows < 1)
+    if (num_groups > 0x7fffffff || env->kv_heads < 1 || env->q_heads < env->kv_heads ||
+        env->q_heads > 65535 || env->q_heads % env->kv_heads != 0 || env->max_rows < 1)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "cuda attention backward: %lld groups, heads %d/%d, max_rows %d",
                              (long long)num_groups, env->q_heads, env->kv_heads, env->max_rows);
@@ -569,18 +733,22 @@ extern "C" dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env,
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e != cudaSuccess)
         return dcp_set_error(DCP_ERR_SYSTEM, "cuda attention backward: %s", cudaGetErrorString(e));
-    int64_t x = num_groups * p.slots;
+    int64_t x = num_groups * p.slots, xq = x;
     const int64_t floor_x = (2 * (int64_t)sms + env->kv_heads - 1) / env->kv_heads;
     x = x > floor_x ? x : floor_x;
     x = x < 0x7fffffff ? x : 0x7fffffff;
+    xq = xq < 0x7fffffff ? xq : 0x7fffffff;
 
     cudaStream_t s = (cudaStream_t)env->stream;
-    const bool bf = env->dtype == DCP_DTYPE_BF16;
-    const unsigned gx = (unsigned)x, hk = (unsigned)env->kv_heads;
+    const bool bf = env->dtype == DCP_DTYPE_BF16, det = env->deterministic != 0;
+    const unsigned gx = (unsigned)x, gq = (unsigned)xq, hk = (unsigned)env->kv_heads,
+                   hq = (unsigned)env->q_heads;
     if (env->head_dim == 64)
-        e = bf ? launch<__nv_bfloat16, 64>(p, gx, hk, s) : launch<__half, 64>(p, gx, hk, s);
+        e = bf ? launch<__nv_bfloat16, 64>(p, gx, gq, hk, hq, det, s)
+               : launch<__half, 64>(p, gx, gq, hk, hq, det, s);
     else
-        e = bf ? launch<__nv_bfloat16, 128>(p, gx, hk, s) : launch<__half, 128>(p, gx, hk, s);
+        e = bf ? launch<__nv_bfloat16, 128>(p, gx, gq, hk, hq, det, s)
+               : launch<__half, 128>(p, gx, gq, hk, hq, det, s);
     if (e != cudaSuccess)
         return dcp_set_error(DCP_ERR_SYSTEM, "cuda attention backward launch: %s",
                              cudaGetErrorString(e));

@@ -17,8 +17,9 @@ dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *i
                            int64_t num_items);
 
 /* The backward (attn_bwd.cu): dQ, dK, dV of every tile added with fp32 atomics into the
- * groups' dq and the tiles' dk, dv. The groups' tiles must be consecutive (group i + 1
- * starts where group i ends), as plans emit them; head_dim 64 or 128. */
+ * groups' dq and the tiles' dk, dv; with env->deterministic, each destination element once,
+ * its terms summed in tile order. The groups' tiles must be consecutive (group i + 1 starts
+ * where group i ends), as plans emit them; head_dim 64 or 128. */
 dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
                                int64_t num_groups, const dcp_tile_t *tiles);
 /* delta = rowsum(dO * O) into bufs[DCP_BUF_DELTA] (grad.cu). */

@@ -42,6 +42,7 @@ typedef struct {
     int64_t ranks_per_process; /* under mpirun: in-process ranks (threads) per process */
     int64_t repeat;            /* the race check: runs on fresh contexts, each compared */
     const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
+    int deterministic;         /* --deterministic: the contexts' mode (dcp.h) */
     int layers;                /* --layers: a kind column, a row per kind and a model row */
 } run_flags_t;
 
@@ -71,10 +72,11 @@ typedef struct {
     double bwd_comm, bwd_inter, bwd_comp_imb, bwd_gflops;
     dcpt_stats_t bwd_exec_ms, bwd_host_us;
     /* --repeat */
-    int32_t repeat_runs, mismatches, failed_checks;
+    int32_t repeat_runs, mismatches, failed_checks, unequal_fwd, unequal_bwd;
     double diff_ratio, diff[5];
     /* the attention engine (rank 0's context) */
     const char *engine, *engine_note;
+    int deterministic; /* the contexts' mode (--deterministic) */
     int64_t cudnn_version, plans_built, plan_hits, pairs[3];
     double plan_build_ms;
 } row_t;
@@ -123,6 +125,7 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "digest", DCPT_F_STR, NULL, digest),
     F("engine", -6, "engine", DCPT_F_STR, NULL, engine),
     F(NULL, 0, "engine_note", DCPT_F_STR, NULL, engine_note),
+    F(NULL, 0, "deterministic", DCPT_F_BOOL, NULL, deterministic),
     F(NULL, 0, "cudnn_version", DCPT_F_INT, NULL, cudnn_version),
     F(NULL, 0, "plans_built", DCPT_F_INT, NULL, plans_built),
     F(NULL, 0, "plan_hits", DCPT_F_INT, NULL, plan_hits),
@@ -150,7 +153,8 @@ static const dcpt_field_t bwd_fields[] = {
 };
 /* --repeat N: N more runs on fresh contexts, each compared with the CPU executor's result
  * (harness.h, dcpt_harness_repeat); diff-ratio is the worst output's distance from it over
- * the distance allowed. */
+ * the distance allowed; unequal counts the runs whose gradients (unequal_fwd: O, LSE) differ
+ * from the first run's in any bit. */
 static const dcpt_field_t repeat_fields[] = {
     F("runs", 5, "repeat_runs", DCPT_F_I32, NULL, repeat_runs),
     F("mismatch", 8, "mismatches", DCPT_F_I32, NULL, mismatches),
@@ -161,6 +165,8 @@ static const dcpt_field_t repeat_fields[] = {
     F(NULL, 0, "max_diff_dq", DCPT_F_NUM, NULL, diff[2]),
     F(NULL, 0, "max_diff_dk", DCPT_F_NUM, NULL, diff[3]),
     F(NULL, 0, "max_diff_dv", DCPT_F_NUM, NULL, diff[4]),
+    F("unequal", 7, "unequal_bwd", DCPT_F_I32, NULL, unequal_bwd),
+    F(NULL, 0, "unequal_fwd", DCPT_F_I32, NULL, unequal_fwd),
 };
 static const dcpt_field_t verdict_field = F("check", 5, NULL, DCPT_F_STR, NULL, check);
 static const dcpt_field_t kind_field = F("kind", -18, NULL, DCPT_F_STR, NULL, kind);
@@ -224,6 +230,13 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
                       dcpt_divisions_name(c->opts.divisions, divs));
 }
 
+/* The race check held: no mismatch and, in deterministic mode, the same bits every run. */
+static int repeat_ok(const dcpt_harness_repeat_t *rep, const run_flags_t *rf)
+{
+    return rep->mismatches == 0 &&
+           !(rf->deterministic && (rep->unequal_fwd > 0 || rep->unequal_bwd > 0));
+}
+
 /* The row of one run; digest: room for its text. */
 static row_t make_row(const char *mask, const char *strategy, const dcp_plan_stats_t *ps,
                       const dcpt_harness_result_t *r, const dcpt_harness_repeat_t *rep,
@@ -237,7 +250,7 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
         .strategy = strategy,
         .placement = dcp_strategy_name(ps->strategy),
         .digest = digest,
-        .check = ck ? (r->passed && rep->mismatches == 0 ? "PASS" : "FAIL") : "-",
+        .check = ck ? (r->passed && repeat_ok(rep, rf) ? "PASS" : "FAIL") : "-",
         .ranks = ps->num_ranks,
         .nodes = ps->num_nodes,
         .tokens = ps->total_tokens,
@@ -277,6 +290,7 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
     for (int g = 0; g < 3; g++) row.rel_grad[g] = ck ? r->max_rel_err_grad[g] : NAN;
     row.engine = r->engine_name[0] ? r->engine_name : "-";
     row.engine_note = r->engine_note;
+    row.deterministic = rf->deterministic;
     row.cudnn_version = r->engine.cudnn_version;
     row.plans_built = r->engine.plans_built;
     row.plan_hits = r->engine.plan_hits;
@@ -285,6 +299,8 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
     row.repeat_runs = rep->runs;
     row.mismatches = rep->mismatches;
     row.failed_checks = rep->failed_checks;
+    row.unequal_fwd = rep->unequal_fwd;
+    row.unequal_bwd = rep->unequal_bwd;
     row.diff_ratio = 0;
     for (int k = 0; k < 5; k++) {
         const int used = k < 2 || rf->backward;
@@ -453,7 +469,7 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     }
     if (!job->ctx || job->bs.rank == 0)
         print_row(mask, dcp_strategy_name(strategy), &ps, &r, &rep, rf);
-    return (rf->check && !r.passed) || rep.mismatches > 0;
+    return (rf->check && !r.passed) || !repeat_ok(&rep, rf);
 }
 
 /* Kind k of plan `p` run on harness h (its masks) as a job's rank or on in-process ranks. */
@@ -566,6 +582,8 @@ static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, cons
         st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &hs[k])
                    : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(hs[k], seed);
+        if (st == DCP_OK) hs[k]->attn_engine = rf->engine;
+        if (st == DCP_OK) hs[k]->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
             st = dcpt_harness_reference(hs[k], (int32_t)rf->threads, NULL, 0);
         free(masks);
@@ -615,6 +633,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
                                 : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(h, seed);
         if (st == DCP_OK) h->attn_engine = rf->engine;
+        if (st == DCP_OK) h->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
             st = dcpt_harness_reference(h, (int32_t)rf->threads, NULL, 0);
         free(masks);
@@ -661,7 +680,8 @@ static void *run_rank(void *arg)
     const dcp_context_config_t cfg = {.bootstrap = &job.bs,
                                       .timeout_s = a->rf->timeout,
                                       .device = a->rf->device,
-                                      .attn_engine = a->rf->engine};
+                                      .attn_engine = a->rf->engine,
+                                      .deterministic = a->rf->deterministic};
     const dcp_status_t st = dcp_context_create(&cfg, &job.ctx);
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: %s: %s\n", tool, job.bs.rank, dcp_status_string(st),
@@ -746,8 +766,8 @@ int main(int argc, char **argv)
     dcpt_common_flags_t f;
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL, 0};
-    enum { OWN = 13 };
+    run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL, 0, 0};
+    enum { OWN = 14 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -776,6 +796,8 @@ int main(int argc, char **argv)
         {"repeat", DCPT_ARG_INT, &rf.repeat, 0, 100000,
          "race check (with --check): N more runs on fresh contexts, each against the CPU's result",
          0},
+        {"deterministic", DCPT_ARG_FLAG, &rf.deterministic, 0, 0,
+         "deterministic mode: with --repeat, every run must give the first run's bits", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
     if (dcpt_mpi_launched()) dcpt_args_set_fail_hook(dcpt_mpi_fail_early); /* others name it */

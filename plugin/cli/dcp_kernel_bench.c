@@ -58,6 +58,7 @@ typedef struct {
     const char *engine;    /* "own", or the attention engine's dense engine: "cudnn", "twin" */
     dcp_cudnn_t *cudnn;
     int32_t dense[2]; /* classes the dense engine takes, forward and backward */
+    int deterministic; /* --deterministic: the backward's fixed-order kernels (kernel.h) */
 } bench_t;
 
 static void table_add(kernel_table_t *t, int32_t tile, double tflops)
@@ -253,6 +254,7 @@ static void bench_members(dcpt_json_t *j, const void *ctx)
     const bench_t *b = ctx;
     dcpt_json_str(j, "dtype", dcpt_dtype_name(b->dtype));
     dcpt_json_str(j, "device", b->dev->name);
+    dcpt_json_bool(j, "deterministic", b->deterministic);
     if (strcmp(b->dev->name, "cpu") != 0) /* the CUDA forward's shape (DCP_ATTN_WARP_ROWS) */
         dcpt_json_int(j, "warp_rows", dcp_cuda_attn_warp_rows());
     else
@@ -274,7 +276,8 @@ static dcp_kernel_env_t base_env(const bench_t *b, int32_t hq, int32_t hkv, int3
                               .scale = (float)(1.0 / sqrt((double)d)),
                               .dtype = b->dtype,
                               .max_rows = rows,
-                              .stream = b->stream};
+                              .stream = b->stream,
+                              .deterministic = b->deterministic};
 }
 
 /* Times one launch and prints its row: TFLOP/s when `flops` > 0, GB/s when `bytes` > 0. */
@@ -701,7 +704,7 @@ int main(int argc, char **argv)
     int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
     const char *engine = "own";
     double peak = 0;
-    int json = 0;
+    int json = 0, deterministic = 0;
     dcpt_arg_t args[] = {
         {"device", DCPT_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
         {"dtype", DCPT_ARG_STR, &dtype, 0, 0,
@@ -725,13 +728,15 @@ int main(int argc, char **argv)
          "the device peak --write-table divides by (default: the cluster model's, 312)", 0},
         {"engine", DCPT_ARG_STR, &engine, 0, 0,
          "own, cudnn (a GPU) or twin (cpu): what runs attn and bwd (default own)", 0},
+        {"deterministic", DCPT_ARG_FLAG, &deterministic, 0, 0,
+         "bwd: the deterministic kernels (each gradient summed in a fixed order)", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
     dcpt_args_parse(argc, argv, args, nargs, tool,
                     "Times dcp's attention (forward and backward), merge and copy kernels; TFLOP/s "
                     "from exact allowed pairs.");
     kernel_table_t table = {0};
-    bench_t b = {.sources = sources, .gpu = -1, .table = &table};
+    bench_t b = {.sources = sources, .gpu = -1, .table = &table, .deterministic = deterministic};
     if (dcp_device_parse(device, 0, "--device", &b.gpu) != DCP_OK)
         dcpt_args_fail(tool, "device", "%s", dcp_last_error());
     const int cpu = b.gpu < 0;
@@ -759,10 +764,15 @@ int main(int argc, char **argv)
         b.dense[0] = b.dense[1] = DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL);
     } else if (!strcmp(engine, "cudnn")) {
         if (cpu) dcpt_args_fail(tool, "engine", "cudnn runs on a GPU (--device cuda)");
-        if (dcp_cuda_set_device(b.gpu) != DCP_OK || dcp_cudnn_open(b.gpu, 0, &b.cudnn) != DCP_OK)
+        if (dcp_cuda_set_device(b.gpu) != DCP_OK ||
+            dcp_cudnn_open(b.gpu, b.deterministic, &b.cudnn) != DCP_OK)
             dcpt_args_fail(tool, "engine", "%s", dcp_last_error());
         const char *why[2];
         for (int p = 0; p < 2; p++) b.dense[p] = dcp_cudnn_classes(dcp_cudnn_version(b.cudnn), p, &why[p]);
+        if (b.deterministic && b.dense[1]) { /* as a context does (attn_engine.c) */
+            b.dense[1] = 0;
+            why[1] = "deterministic, dcp's kernels run every tile";
+        }
         char v[24];
         dcp_cudnn_version_string(dcp_cudnn_version(b.cudnn), v, sizeof v);
         snprintf(engine_note, sizeof engine_note, ", engine cudnn %s%s%s", v,
@@ -771,10 +781,10 @@ int main(int argc, char **argv)
         dcpt_args_fail(tool, "engine", "'%s': own, cudnn or twin", engine);
     }
     dcpt_bench_header(&b.h,
-                      "%s %s, merge of %lld partials; bwd: delta + backward, 2.5x the "
+                      "%s %s, merge of %lld partials; bwd: delta + backward%s, 2.5x the "
                       "forward's FLOPs%s",
                       cpu ? "cpu" : device, dcpt_dtype_name(b.dtype), (long long)b.sources,
-                      engine_note);
+                      b.deterministic ? " (deterministic)" : "", engine_note);
     dcpt_bench_table(&b.h);
     dcp_status_t st = run_all(&b, &l, masks, (uint64_t)seed);
     char what[96];

@@ -502,8 +502,10 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
     DCP_CHECK_GOTO(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, &r), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&times, 5 * iters, sizeof *times, "harness"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&checks, r.n, sizeof *checks, "harness"), st, out);
-    const dcp_context_config_t base = {
-        .timeout_s = timeout_s, .device = device, .attn_engine = h->attn_engine};
+    const dcp_context_config_t base = {.timeout_s = timeout_s,
+                                       .device = device,
+                                       .attn_engine = h->attn_engine,
+                                       .deterministic = h->deterministic};
     DCP_CHECK_GOTO(dcp_inproc_contexts_create(r.n, &base, &group, &ctx), st, out);
     for (int32_t i = 0; i < warmup + iters; i++) {
         DCP_CHECK_GOTO(poison(&r), st, out);
@@ -550,8 +552,10 @@ static dcp_status_t run_fresh(const dcpt_harness_t *h, const dcp_plan_t *plan, d
     DCP_CHECK(rank_io_build(h, plan, 0, ps.num_ranks, device, -1, r));
     dcp_group_t *group = NULL;
     dcp_context_t **ctx = NULL;
-    const dcp_context_config_t base = {
-        .timeout_s = timeout_s, .device = device, .attn_engine = engine};
+    const dcp_context_config_t base = {.timeout_s = timeout_s,
+                                       .device = device,
+                                       .attn_engine = engine,
+                                       .deterministic = h->deterministic};
     DCP_CHECK(dcp_inproc_contexts_create(r->n, &base, &group, &ctx));
     dcp_status_t st = poison(r);
     if (st == DCP_OK) st = dcp_forward_group(ctx, r->n, plan, r->io, NULL);
@@ -578,6 +582,16 @@ static double output_diff(const rank_io_t *a, const rank_io_t *b, int j)
         }
     }
     return d;
+}
+
+/* 1 when output tensor j of a and b holds the same bits on every rank. */
+static int output_same_bits(const rank_io_t *a, const rank_io_t *b, int j)
+{
+    for (int32_t rank = 0; rank < a->n; rank++)
+        if (memcmp(a->bufs[NT * rank + j], b->bufs[NT * rank + j],
+                   (size_t)(a->ntok[rank] * a->width[j]) * sizeof(float)))
+            return 0;
+    return 1;
 }
 
 dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t runs,
@@ -612,6 +626,7 @@ dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan
     }
     const int outs[5] = {T_O, T_LSE, T_DQ, T_DQ + 1, T_DQ + 2};
     const int nout = h->dout ? 5 : 2;
+    rank_io_t first = {0};
     for (int32_t i = 0; st == DCP_OK && i < runs; i++) {
         rank_io_t r = {0};
         st = run_fresh(h, plan, timeout_s, device, h->attn_engine, &r);
@@ -629,11 +644,23 @@ dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan
             res.runs++;
             res.mismatches += bad;
             if (bad && res.first_mismatch < 0) res.first_mismatch = i;
+            if (i > 0) {
+                int same[2] = {1, 1}; /* forward, backward */
+                for (int k = 0; k < nout; k++)
+                    same[k >= 2] &= output_same_bits(&r, &first, outs[k]);
+                res.unequal_fwd += !same[0];
+                res.unequal_bwd += !same[1];
+            }
+        }
+        if (st == DCP_OK && i == 0) {
+            first = r; /* kept for the bitwise comparisons */
+            continue;
         }
         rank_io_free(&r);
     }
     if (st == DCP_OK) *result_out = res;
     free(checks);
+    rank_io_free(&first);
     rank_io_free(&cpu);
     return st;
 }

@@ -28,6 +28,7 @@ typedef struct {
     double *ref_dq, *ref_dk, *ref_dv; /* NULL until dcpt_harness_reference() */
     float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
     const char *attn_engine;          /* the contexts' attention engine (NULL: the default) */
+    int32_t deterministic;            /* the contexts' deterministic mode (dcp.h) */
 } dcpt_harness_t;
 
 typedef struct {
@@ -88,16 +89,20 @@ dcp_status_t dcpt_harness_run(const dcpt_harness_t *h, const dcp_plan_t *plan, i
 /* The race check: `plan` run `runs` times on in-process ranks on `device`, each run on
  * fresh contexts and fresh tensors (forward, then backward when enabled), and every run
  * compared with the CPU executor's result for the same plan and storage type (run once
- * here) and with the reference. A run is a mismatch when it fails the check of
- * dcpt_harness_run (needs the reference), or when any output (O, LSE, dQ, dK, dV) is
- * further from the CPU result than both results may be from the reference together: twice
- * FlashAttention's bound (bf16/fp16), 2 tol relative (fp32), 2e-3 relative for LSE. */
+ * here), with the reference and, bit for bit, with the first run. A run is a mismatch when
+ * it fails the check of dcpt_harness_run (needs the reference), or when any output (O, LSE,
+ * dQ, dK, dV) is further from the CPU result than both results may be from the reference
+ * together: twice FlashAttention's bound (bf16/fp16), 2 tol relative (fp32), 2e-3 relative
+ * for LSE. */
 typedef struct {
     int32_t runs, mismatches;
     int32_t failed_checks;   /* runs that failed the check against the reference */
     double max_diff[5];      /* O, LSE, dQ, dK, dV: largest |run - cpu| over every run */
     double allowed[5];       /* the bound each is held to */
     int32_t first_mismatch;  /* 0-based run, -1 when none */
+    /* runs after the first whose forward outputs (O, LSE) or gradients (dQ, dK, dV) differ
+     * from the first run's in any bit: 0 and 0 with deterministic mode */
+    int32_t unequal_fwd, unequal_bwd;
 } dcpt_harness_repeat_t;
 
 dcp_status_t dcpt_harness_repeat(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t runs,

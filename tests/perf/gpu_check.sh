@@ -20,16 +20,16 @@
 #
 # On a GPU the correctness steps run side by side, in lanes (the GPU suite; graph then torch;
 # the three sanitizers; stress, its dtypes and strategies at once; attn; engine), each lane within
-# --lane-budget S (3/5 of the budget by default), then the timing steps (host-us,
-# kernel-bench, compare-sdpa, warp-rows) alone on the GPU in what is left, so that the
-# timings are undisturbed. --serial runs every step in turn.
+# --lane-budget S (3/5 of the budget by default), then the steps that time (deterministic,
+# host-us, kernel-bench, compare-sdpa, warp-rows) alone on the GPU in what is left, so that
+# the timings are undisturbed. --serial runs every step in turn.
 #
 # --dry-run (or no GPU visible) runs the steps that need no GPU (the bundle's own check that
 # every library resolves inside it, the CPU suites, a CPU attention check, the ctypes mirror)
 # and reports every GPU step as skipped with the reason: what `make test` runs on the bundle.
 #
 # Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
-#        attn engine host-us graph torch kernel-bench compare-sdpa warp-rows
+#        attn engine deterministic host-us graph torch kernel-bench compare-sdpa warp-rows
 set -uo pipefail
 mode=quick dry=0 budget=570 only= out= build= lanes=1 lane_budget= lane_work=
 while [ $# -gt 0 ]; do
@@ -309,6 +309,24 @@ engines() { # own, then cudnn, on the same plans: times side by side, both check
 }
 export -f engines
 step engine gpu "$(q 300 300)" engines "$(q 8192 16384)" "$(q metis all)"
+deterministic() { # the deterministic backward (--deterministic fails a row whose runs differ
+    # in any bit), then the atomic kernel's count of unequal runs beside it (reported); dcp's
+    # kernels; then both backward kernels timed
+    local fail=0 d
+    for d in --deterministic ""; do
+        "$bin/dcp-attn-test" --device cuda --engine own $d --dtype bf16 --heads 8 --kv-heads 2 \
+            --head-dim 128 --block 512 --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
+            --mask full,causal,lambda:64:1024,blockwise --strategy ring,lpt --check --backward \
+            --repeat "$1" --warmup 0 --iters 1 --json || { [ -z "$d" ] || fail=1; }
+    done
+    for d in --deterministic ""; do
+        "$bin/dcp-kernel-bench" --kernel bwd $d --mask full,causal,lambda,blockwise --total 16384 \
+            --tile 2048 --head-dim 128 --gqa 8:2 --json || fail=1
+    done
+    return $fail
+}
+export -f deterministic
+step deterministic gpu "$(q 200 400)" deterministic "$(q 3 10)"
 step host-us gpu 120 "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens 16384 --heads 8 \
     --kv-heads 2 --head-dim 128 --block 1024 --mask causal --strategy all --backward --warmup 2 --iters 20 --json
 step graph gpu 60 "$bin/dcp-tests" -s gpu -t graph_capture_forward_backward -v

@@ -98,6 +98,21 @@ def summarize(steps):
         for r in by["engine"]["records"]:
             notes.setdefault(r.get("engine", "-"), r.get("engine_note", ""))
         s["engine_notes"] = notes
+    if "deterministic" in by and by["deterministic"]["status"] != "skip":
+        # runs whose gradients differ from the first run's in any bit: 0 in deterministic
+        # mode; the atomic kernel's count beside it; both backward kernels' TFLOP/s
+        recs = by["deterministic"]["records"]
+        d = {}
+        for mode, key in ((True, "deterministic"), (False, "atomic")):
+            rows = [r for r in recs if "unequal_bwd" in r and bool(r.get("deterministic")) == mode]
+            d[key] = {"cases": len(rows), "runs": sum(r.get("repeat_runs", 0) for r in rows),
+                      "unequal_bwd": sum(r.get("unequal_bwd", 0) for r in rows),
+                      "unequal_fwd": sum(r.get("unequal_fwd", 0) for r in rows),
+                      "mismatches": sum(r.get("mismatches", 0) for r in rows)}
+            d[key + "_bwd_tflops"] = {r.get("mask"): r.get("tflops") for r in recs
+                                      if r.get("kernel") == "bwd" and
+                                      bool(r.get("deterministic")) == mode}
+        s["deterministic"] = d
     if "kernel-bench" in by and by["kernel-bench"]["status"] != "skip":
         best = {}
         for r in by["kernel-bench"]["records"]:
@@ -139,7 +154,8 @@ def text_report(meta, steps, summary):
                 a = attn_row(r)
                 lines.append("  " + " ".join("%s=%s" % (k, a[k]) for k in a))
             lines.append("")
-        elif st["name"] in ("kernel-bench", "warp-rows", "compare-sdpa", "torch", "env") and rows:
+        elif st["name"] in ("kernel-bench", "warp-rows", "compare-sdpa", "torch", "env",
+                            "deterministic") and rows:
             lines.append("%s:" % st["name"])
             lines += ["  " + json.dumps(r, sort_keys=True) for r in rows]
             lines.append("")

@@ -536,14 +536,68 @@ static void test_backward_fully_masked_rows(void)
     free(r);
 }
 
-/* The groups over two launches (the second adding to what the first left, tiles' dk/dv
- * shared across them) equal one launch. */
-static void test_backward_adds_across_launches(void)
+/* The deterministic pair of kernels (env.deterministic) over one case: within the rule, and
+ * the same bits in each of three runs. A tile case has every query block against each KV
+ * block, so the tiles of a KV block share its dK, dV rows across groups (where the atomic
+ * kernel's adds race) and each group's tiles its dQ rows. */
+static void det_case(const dcp_mask_t *mask, int32_t total, int32_t tile, int32_t hq, int32_t hkv,
+                     int32_t d, dcp_dtype_t dtype, uint64_t seed)
+{
+    bcase_t b;
+    bcase_init(&b, mask, total, tile, hq, hkv, d, dtype, seed);
+    b.c.env.deterministic = 1;
+    float *first[3] = {NULL, NULL, NULL};
+    for (int run = 0; run < 3; run++) {
+        for (int w = 0; w < 3; w++)
+            CU_ASSERT_EQUAL(
+                dcp_cuda_fill_f32(b.c.dev[grad_buf[w]], grad_elems(&b.c, w), 0.0f, NULL), DCP_OK);
+        bcase_run(&b);
+        if (run == 0) CU_ASSERT(bcase_check(&b, "deterministic backward"));
+        for (int w = 0; w < 3; w++) {
+            const int64_t n = grad_elems(&b.c, w);
+            float *got = malloc((size_t)n * 4);
+            download(got, b.c.dev[grad_buf[w]], n);
+            if (run == 0) {
+                first[w] = got;
+                continue;
+            }
+            const int same = memcmp(got, first[w], (size_t)n * 4) == 0;
+            if (!same)
+                fprintf(stderr, "gpu deterministic backward %s: run %d differs from run 0\n",
+                        grad_name[w], run);
+            CU_ASSERT(same);
+            free(got);
+        }
+    }
+    for (int w = 0; w < 3; w++) free(first[w]);
+    bcase_free(&b);
+}
+
+static void test_backward_deterministic(void)
+{
+    dcpt_rng_t rng = {707};
+    for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
+        const int32_t total = (int32_t)dcpt_rng_range(&rng, 300, 1500); /* ragged tiles */
+        int32_t *store;
+        const dcp_mask_t m = t_random_mask(&rng, (dcp_mask_kind_t)kind, total, &store);
+        const int odd = kind % 2;
+        det_case(&m, total, odd ? 256 : 128, 8, 2, odd ? 128 : 64,
+                 odd ? DCP_DTYPE_FP16 : DCP_DTYPE_BF16, dcpt_rng_next(&rng));
+        free(store);
+    }
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    det_case(&causal, 1100, 1024, 8, 2, 128, DCP_DTYPE_BF16, 21); /* long tiles, ragged end */
+    det_case(&causal, 777, 256, 4, 4, 64, DCP_DTYPE_FP16, 22);    /* GQA 1 */
+    det_case(&causal, 1, 64, 8, 2, 128, DCP_DTYPE_BF16, 23);      /* a 1-token sequence */
+}
+
+static void adds_across_launches(int deterministic)
 {
     const dcp_mask_t m = {.kind = DCP_MASK_LAMBDA, .sink = 16, .window = 200};
     bcase_t b;
     bcase_init(&b, &m, 900, 128, 8, 2, 128, DCP_DTYPE_BF16, 11);
     gcase_t *c = &b.c;
+    c->env.deterministic = deterministic;
     CU_ASSERT_EQUAL(dcp_kernels_cuda.bwd_delta(&c->env, (int64_t)c->tc.total * c->tc.hq), DCP_OK);
     const int64_t half = c->tc.num_groups / 2;
     const dcp_tile_group_t *g = c->groups;
@@ -551,8 +605,16 @@ static void test_backward_adds_across_launches(void)
     CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&c->env, g + half, c->tc.num_groups - half, c->tiles),
                     DCP_OK);
     CU_ASSERT_EQUAL(dcp_cuda_stream_sync(NULL), DCP_OK);
-    CU_ASSERT(bcase_check(&b, "backward in two launches"));
+    CU_ASSERT(bcase_check(&b, deterministic ? "deterministic backward in two launches"
+                                            : "backward in two launches"));
     bcase_free(&b);
+}
+
+/* The groups over two launches (the second adding to what the first left, tiles' dk/dv
+ * shared across them) equal one launch, with the atomic kernel and the deterministic pair. */
+static void test_backward_adds_across_launches(void)
+{
+    for (int det = 0; det < 2; det++) adds_across_launches(det);
 }
 
 /* delta = rowsum(dO * O) against the host in double: element pairs (D even) and single
@@ -930,6 +992,7 @@ int dcp_suite_gpu(void)
         {"backward_gqa_dims_and_edges", test_backward_gqa_dims_and_edges},
         {"backward_fully_masked_rows", test_backward_fully_masked_rows},
         {"backward_adds_across_launches", test_backward_adds_across_launches},
+        {"backward_deterministic", test_backward_deterministic},
         {"bwd_delta", test_bwd_delta},
         {"accumulate_grads", test_accumulate_grads},
         {"backward_refusals", test_backward_refusals},

@@ -251,6 +251,40 @@ static void test_backward_sums_one_per_destination(void)
     dcp_plan_destroy(p);
 }
 
+/* Tiles of one backward launch that add into the same dK rows (several query blocks against
+ * one KV block) share the dV rows too, which the deterministic kernels' per-destination sums
+ * rely on (dcp_tile_same_grads); a tile that shares only its dK rows is corrupt. */
+static void test_backward_tiles_share_whole_destinations(void)
+{
+    const int32_t len[1] = {512};
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    dcp_plan_t *p = t_plan(len, 1, &causal, "1x2", DCP_STRATEGY_LPT, 64, 1, 1);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_check_programs(p), DCP_OK);
+    int64_t a = -1, b = -1, other = -1;
+    for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, 0);
+         i < dcp_plan_prog_end(p, DCP_PASS_BWD, 0) && a < 0; i++) {
+        const dcp_instr_t *in = &p->instrs[i];
+        if (in->op != DCP_OP_ATTN) continue;
+        const dcp_tile_group_t *g0 = &p->groups[in->first], *g1 = g0 + in->count - 1;
+        for (int64_t x = g0->first_tile; x < g1->first_tile + g1->num_tiles && a < 0; x++)
+            for (int64_t y = x + 1; y < g1->first_tile + g1->num_tiles; y++) {
+                if (dcp_tile_same_grads(&p->tiles[x], &p->tiles[y]) && a < 0) a = x, b = y;
+                if (p->tiles[x].dv.off != p->tiles[y].dv.off &&
+                    p->tiles[x].dv.buf == p->tiles[y].dv.buf)
+                    other = y;
+            }
+    }
+    CU_ASSERT_FATAL(a >= 0 && other >= 0 && p->tiles[other].dv.off != p->tiles[b].dv.off);
+    CU_ASSERT(p->tiles[a].dk.stride == p->tiles[b].dk.stride);
+    const dcp_view_t dv = p->tiles[b].dv;
+    p->tiles[b].dv = p->tiles[other].dv; /* the same dK rows, another block's dV rows */
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_ERR_PLAN_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "gradient destination"));
+    p->tiles[b].dv = dv;
+    CU_ASSERT_EQUAL(dcp_plan_check_programs(p), DCP_OK);
+    dcp_plan_destroy(p);
+}
+
 static void test_serialize_arguments(void)
 {
     dcp_plan_t *p = sample_plan();
@@ -460,6 +494,7 @@ int dcp_suite_plan_io(void)
         {"old_version_refused", test_old_version_refused},
         {"backward_program_checked", test_backward_program_checked},
         {"backward_sums_one_per_destination", test_backward_sums_one_per_destination},
+        {"backward_tiles_share_whole_destinations", test_backward_tiles_share_whole_destinations},
         {"huge_transfer_count_refused", test_huge_transfer_count_refused},
         {"work_buffers_bounded", test_work_buffers_bounded},
         {"plan_bytes_canonical", test_plan_bytes_canonical},

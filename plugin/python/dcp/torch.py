@@ -602,13 +602,17 @@ class Context:
     (or use `with`): a context left to the collector is not destroyed, since a destroy
     outside the collective order could hang the job.
 
+    deterministic: gradients bitwise equal run to run for the same plan and inputs
+    (dcp_context_config_t.deterministic; slower on a GPU); default: on where
+    torch.use_deterministic_algorithms(True) is in force.
+
     After any failure (a DcpError from attention() on any rank: a peer failed or stopped,
     plans differ, a rank's tensors were refused) the context is spent and every later call
     raises at once. To go on, every rank closes it and creates a new one: closing a failed
     context is not collective, creating one is, as the first time."""
 
     def __init__(self, group=None, device=None, timeout_s=0.0, transport_intra=None,
-                 transport_inter=None, attn_engine=None):
+                 transport_inter=None, attn_engine=None, deterministic=None):
         import torch.distributed as dist
         if not dist.is_initialized():
             raise RuntimeError("dcp: torch.distributed is not initialized "
@@ -634,7 +638,9 @@ class Context:
             0, None, C.pointer(self._bootstrap), timeout_s,
             transport_intra.encode() if transport_intra else None,
             transport_inter.encode() if transport_inter else None, str(self.device).encode(),
-            attn_engine=attn_engine.encode() if attn_engine else None)
+            attn_engine=attn_engine.encode() if attn_engine else None,
+            deterministic=int(torch.are_deterministic_algorithms_enabled()
+                              if deterministic is None else bool(deterministic)))
         h = C.c_void_p()
         st = lib.lib.dcp_context_create(C.byref(cfg), C.byref(h))
         self._raise(st, "context")
