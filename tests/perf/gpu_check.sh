@@ -287,10 +287,10 @@ if [ $gpu = 0 ]; then
     step ctypes cpu 120 "$py" "$tests/perf/compare_sdpa.py" --dry-run --lib "$lib/libdcp.so" --totals 4096
 fi
 step gpu-suite gpu "$(q 240 400)" gpu_tests eight_ranks_on_one_gpu_repeated
-step memcheck sanitizer "$(q 150 300)" sanitize memcheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges merge_and_copy" \
-    "attention_every_mask attention_gqa_dims_and_edges backward_every_mask backward_gqa_dims_and_edges merge_and_copy accumulate_grads executor_on_one_gpu")
-step racecheck sanitizer "$(q 150 300)" sanitize racecheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges" \
-    "attention_gqa_dims_and_edges backward_gqa_dims_and_edges fully_masked_rows merge_and_copy bwd_delta")
+step memcheck sanitizer "$(q 150 300)" sanitize memcheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic merge_and_copy" \
+    "attention_every_mask attention_gqa_dims_and_edges backward_every_mask backward_gqa_dims_and_edges backward_deterministic merge_and_copy accumulate_grads executor_on_one_gpu")
+step racecheck sanitizer "$(q 150 300)" sanitize racecheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic" \
+    "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic fully_masked_rows merge_and_copy bwd_delta")
 step synccheck sanitizer "$(q 100 200)" sanitize synccheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges" \
     "attention_gqa_dims_and_edges backward_gqa_dims_and_edges merge_and_copy accumulate_grads")
 step stress gpu "$(q 300 540)" stress "$(q 3 50)" "$(q auto own)"
