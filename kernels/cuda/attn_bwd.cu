@@ -453,14 +453,14 @@ __device__ __forceinline__ void store_kv(const BwdParams &p, const Chunk &c, con
 }
 
 /* Every step of chunk c with an allowed pair, its dK and dV added into a; with DQ, its dQ
- * into the group's dq as well. Block-uniform. */
+ * into the group's dq as well. False when no row sees a key of the chunk. Block-uniform. */
 template <typename T, int D, bool DQ>
-__device__ void chunk_steps(const BwdParams &p, const Chunk &c, const Smem<T, D> &sm, KVAcc<D> &a)
+__device__ bool chunk_steps(const BwdParams &p, const Chunk &c, const Smem<T, D> &sm, KVAcc<D> &a)
 {
     Step cur = {0, 0, 0};
     Rows R;
     /* the previous chunk ended on a barrier: shared memory is free */
-    if (!find_rows(c, cur, R)) return;
+    if (!find_rows(c, cur, R)) return false;
     load_kv<T, D>(p, c, sm);
     load_step<T, D>(p, c, cur, sm, 0);
     cp_async_commit();
@@ -492,6 +492,7 @@ __device__ void chunk_steps(const BwdParams &p, const Chunk &c, const Smem<T, D>
         R = Rn;
         have = more;
     }
+    return true;
 }
 
 template <int D> __device__ __forceinline__ void zero_kv(KVAcc<D> &a)
@@ -540,8 +541,7 @@ __global__ void __launch_bounds__(THREADS, 1) attn_bwd_kernel(const __grid_const
             c.nc = min(BN, c.t->kv_len - c.c0);
             KVAcc<D> a;
             zero_kv<D>(a);
-            chunk_steps<T, D, true>(p, c, sm, a);
-            store_kv<D>(p, c, a);
+            if (chunk_steps<T, D, true>(p, c, sm, a)) store_kv<D>(p, c, a);
         }
     }
 }
@@ -585,6 +585,7 @@ __global__ void __launch_bounds__(THREADS, 1) det_kv_kernel(const __grid_constan
             c.nc = min(BN, head->kv_len - c.c0);
             KVAcc<D> a;
             zero_kv<D>(a);
+            bool ran = false;
             /* the destination's tiles, a window of THREADS at a time, in tile order */
             for (int base = ti; base < end; base += THREADS) {
                 const int tj = base + (int)threadIdx.x;
@@ -596,12 +597,12 @@ __global__ void __launch_bounds__(THREADS, 1) det_kv_kernel(const __grid_constan
                     c.g = &p.groups[gi];
                     c.t = &p.tiles[base + x];
                     c.seq = &p.seqs[c.g->seq];
-                    chunk_steps<T, D, false>(p, c, sm, a);
+                    ran |= chunk_steps<T, D, false>(p, c, sm, a);
                 }
                 __syncthreads(); /* every thread has read the window's flags */
             }
             c.t = head;
-            store_kv<D>(p, c, a);
+            if (ran) store_kv<D>(p, c, a);
         }
     }
 }
