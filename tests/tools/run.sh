@@ -144,7 +144,7 @@ grep -q "rank 3 ends at" "$work"/p-causal-*-timeline.svg || fail "dcp-plan --svg
 #    (--cluster Nx@FILE, its devices and figures), its kernel table as the simulator's; bad
 #    block sizes name --tiles, a missing folder --out
 "$bin/dcp-calibrate" --ranks 2 --tiles 64,128 --tokens 256 --reps 1 --warmup 0 \
-    --out "$work/cal" >"$work/cal.txt" 2>&1 || fail "dcp-calibrate: $(tail -3 "$work/cal.txt")"
+    --out "$work/cal" >"$work/cal.txt" 2>&1 || fail "dcp-calibrate: $(tail -8 "$work/cal.txt")"
 grep -q "^devices 2$" "$work/cal.node" && [ "$(grep -c '^kernel ' "$work/cal.node")" = 2 ] ||
     fail "dcp-calibrate node file: $(cat "$work/cal.node")"
 "$bin/dcp-plan" --cluster "3x@$work/cal.node" --seqlens 3000,700 --dtype fp32 --heads 4 \
