@@ -179,7 +179,7 @@ static void parse_seqlens(const char *tool, const dcpt_common_flags_t *f, dcpt_c
         char *end;
         const long long v = strtoll(items[i], &end, 10);
         if (*end != '\0' || v < 1 || v > 2147483647)
-            dcpt_args_fail(tool, "seqlens", "'%s' is not a length >= 1", items[i]);
+            dcpt_args_fail(tool, "seqlens", "'%s' is not a length in [1, 2^31 - 1]", items[i]);
         const long long scaled = llround((double)v * f->scale);
         out->lengths[i] = (int32_t)(scaled < 1 ? 1 : scaled > 2147483647 ? 2147483647 : scaled);
         total += out->lengths[i];
