@@ -592,7 +592,8 @@ typedef struct {
                               plan and inputs. The GPU backward runs dcp's deterministic kernels
                               (each gradient element summed in a fixed order, no racing atomics;
                               slower) on every tile, cuDNN's calls skip configurations it marks
-                              non-deterministic. CPU contexts always are. 0: as
+                              non-deterministic and the engine's adds run in waves of disjoint
+                              writers. CPU contexts always are. 0: as
                               $DCP_DETERMINISTIC says ("1": on), else off. */
 } dcp_context_config_t;
 

@@ -446,6 +446,7 @@ dcp_status_t dcp_seg_prog_add(dcp_seg_prog_t *prog, const dcp_seg_shape_t *shape
     l->gather_first = prog->n_copies;
     l->delta_first = prog->n_deltas;
     l->merge_first = prog->n_merges;
+    const int64_t own_tile0 = prog->n_own_tiles;
     DCP_CHECK_GOTO(
         dcp_seg_cut(seqs, groups, num_groups, tiles, shape->min_rows, shape->dense, &pc, &np), st,
         out);
@@ -602,6 +603,8 @@ dcp_status_t dcp_seg_prog_add(dcp_seg_prog_t *prog, const dcp_seg_shape_t *shape
             }
         l->acc_count = prog->n_copies - l->acc_first;
     }
+    if (bwd && shape->deterministic)
+        DCP_CHECK_GOTO(dcp_seg_waves(prog, l, shape, own_tile0), st, out);
     l->seg_elems = seg;
     l->seg32_elems = seg32;
     if (seg > prog->seg_elems) prog->seg_elems = seg;
@@ -631,6 +634,7 @@ void dcp_seg_prog_free(dcp_seg_prog_t *prog)
     free(prog->merge_srcs);
     free(prog->deltas);
     free(prog->ints);
+    free(prog->wave_ends);
     memset(prog, 0, sizeof *prog);
 }
 
@@ -671,8 +675,12 @@ dcp_status_t dcp_seg_run(const dcp_kernels_t *k, const dcp_dense_engine_t *dense
     if (l->own_count > 0) {
         env.max_rows = l->own_rows;
         const dcp_tile_group_t *g = a->own_groups + l->own_first;
-        DCP_CHECK(l->backward ? k->attn_bwd(&env, g, l->own_count, a->own_tiles)
-                              : k->attn_fwd(&env, g, l->own_count, a->own_tiles));
+        if (!l->backward) DCP_CHECK(k->attn_fwd(&env, g, l->own_count, a->own_tiles));
+        for (int64_t w = 0, b = 0; l->backward && b < l->own_count; w++) { /* its waves */
+            const int64_t e = dcp_seg_wave_end(prog, l, 0, w);
+            DCP_CHECK(k->attn_bwd(&env, g + b, e - b, a->own_tiles));
+            b = e;
+        }
     }
     for (int c = 0; c < 2; c++) {
         if (l->call[c].batch == 0) continue;
@@ -682,9 +690,11 @@ dcp_status_t dcp_seg_run(const dcp_kernels_t *k, const dcp_dense_engine_t *dense
         env.max_rows = l->merge_rows;
         DCP_CHECK(k->merge(&env, a->merges + l->merge_first, l->merge_count, a->merge_srcs));
     }
-    if (l->acc_count > 0) {
-        env.max_rows = l->merge_rows;
-        DCP_CHECK(k->accumulate(&env, a->copies + l->acc_first, l->acc_count));
+    env.max_rows = l->merge_rows;
+    for (int64_t w = 0, b = 0; b < l->acc_count; w++) { /* the adds' waves */
+        const int64_t e = dcp_seg_wave_end(prog, l, 1, w);
+        DCP_CHECK(k->accumulate(&env, a->copies + l->acc_first + b, e - b));
+        b = e;
     }
     return DCP_OK;
 }

@@ -25,7 +25,8 @@
  *             rowsum(dO * O') = delta (the dense engine takes O, dcp ships delta); run the
  *             MASKED pieces with dcp's backward kernel (into the groups' dQ and the tiles'
  *             dK, dV); one dense backward call per class; add its dQ, dK, dV into the
- *             groups' and tiles' fp32 gradient rows.
+ *             groups' and tiles' fp32 gradient rows (deterministic mode: the own kernel and
+ *             the adds in waves of disjoint writers, dcp_seg_waves).
  * An entry is a group's row range with all its FULL pieces of exactly those rows and at most
  * one CAUSAL piece, keys concatenated with the causal piece last: a row then sees every full
  * key and its diagonal, which is still bottom-right aligned over the concatenation.
@@ -104,6 +105,10 @@ typedef struct {
     int64_t merge_first, merge_count;   /* forward: merges (srcs in merge_srcs) */
     int64_t acc_first, acc_count;       /* backward: typed-source adds (copies) */
     int32_t own_rows, gather_rows, merge_rows, delta_rows; /* the most rows of an item (grids) */
+    /* deterministic backward: the own groups and the adds in waves, each one launch of its
+     * kernel, their ends (counts from own_first, acc_first) in prog.wave_ends; 0: one launch */
+    int64_t own_wave_first, own_waves;
+    int64_t acc_wave_first, acc_waves;
     dcp_dense_call_t call[2];           /* FULL, CAUSAL (batch 0: none) */
     int64_t seg_elems, seg32_elems;     /* staging this launch uses */
 } dcp_seg_launch_t;
@@ -121,9 +126,11 @@ typedef struct {
     dcp_merge_src_t *merge_srcs;
     dcp_delta_out_item_t *deltas;
     int32_t *ints;
-    int64_t n_own_groups, n_own_tiles, n_copies, n_merges, n_merge_srcs, n_deltas, n_ints;
+    int64_t *wave_ends; /* host only: the launches' waves (dcp_seg_waves) */
+    int64_t n_own_groups, n_own_tiles, n_copies, n_merges, n_merge_srcs, n_deltas, n_ints,
+        n_wave_ends;
     int64_t cap_own_groups, cap_own_tiles, cap_copies, cap_merges, cap_merge_srcs, cap_deltas,
-        cap_ints; /* allocated elements of each array */
+        cap_ints, cap_wave_ends;    /* allocated elements of each array */
     int64_t seg_elems, seg32_elems; /* the largest launch's staging */
     int64_t pairs[DCP_SEG_CLASSES]; /* allowed pairs per class, every launch */
 } dcp_seg_prog_t;
@@ -134,8 +141,9 @@ typedef struct {
 typedef struct {
     int32_t q_heads, kv_heads, head_dim;
     int32_t min_rows;
-    int32_t dense;    /* the classes the dense engine takes (DCP_SEG_BIT set) */
-    int32_t backward; /* a backward program */
+    int32_t dense;         /* the classes the dense engine takes (DCP_SEG_BIT set) */
+    int32_t backward;      /* a backward program */
+    int32_t deterministic; /* backward: adds in waves (dcp_seg_waves) */
 } dcp_seg_shape_t;
 
 /* The batch capacity of `batch` entries (see dcp_seg_shape_t). */
@@ -149,6 +157,24 @@ dcp_status_t dcp_seg_prog_add(dcp_seg_prog_t *prog, const dcp_seg_shape_t *shape
                               int64_t num_groups, const dcp_tile_t *tiles, int64_t *launch_out);
 
 void dcp_seg_prog_free(dcp_seg_prog_t *prog);
+
+/* The deterministic backward of launch l of prog (being added: its own tiles start at
+ * own_tile0): its own groups and its adds into the gradients put in waves, one kernel launch
+ * each, in which no two writers overlap, so that every gradient element takes at most one
+ * add per launch and the launches' stream order fixes the sums' order (with dcp's
+ * deterministic kernels: kernels/kernel.h). In a wave of own groups, the groups' dQ rows are
+ * disjoint, and two tiles whose dK or dV rows overlap have the very same destination
+ * (dcp_tile_same_grads: one CTA adds them in tile order); a group whose own tiles overlap
+ * that way is split into one group per tile. In a wave of adds, the destination rows are
+ * disjoint. Waves are filled first-fit in program order, each wave's groups keep consecutive
+ * runs of tiles, and the cut is a pure function of the launch. Called by dcp_seg_prog_add
+ * when shape->deterministic. */
+dcp_status_t dcp_seg_waves(dcp_seg_prog_t *prog, dcp_seg_launch_t *l, const dcp_seg_shape_t *shape,
+                           int64_t own_tile0);
+
+/* The end of wave w of a launch's own groups (acc 0) or adds (acc 1), as a count from its
+ * first: the whole range when the launch has no waves (w 0). */
+int64_t dcp_seg_wave_end(const dcp_seg_prog_t *prog, const dcp_seg_launch_t *l, int acc, int64_t w);
 
 /* What runs the dense calls of a program: dcp_dense_cpu (the CPU twin) or cuDNN
  * (kernels/cudnn.h). run executes call `cls` of launch `launch` of prog (forward or backward

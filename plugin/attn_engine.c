@@ -91,13 +91,9 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
     char ver[32];
     dcp_cudnn_version_string(v, ver, sizeof ver);
     const char *why[2];
+    /* deterministic: cuDNN's configurations marked non-deterministic are skipped, and the
+     * backward's own groups and adds run in waves of disjoint writers (dcp_seg_waves) */
     for (int p = 0; p < DCP_PASS_COUNT; p++) a->dense[p] = dcp_cudnn_classes(v, p, &why[p]);
-    /* the engine's backward sums overlapping trimmed rows with atomics (segment.c): only
-     * dcp's deterministic kernels over the plan's tiles keep a fixed order */
-    if (a->deterministic && a->dense[DCP_PASS_BWD]) {
-        a->dense[DCP_PASS_BWD] = 0;
-        why[1] = "deterministic, dcp's kernels run every tile";
-    }
     a->active = DCP_ATTN_CUDNN;
     snprintf(a->note, sizeof a->note, "cudnn %s%s%s%s%s", ver, *why[0] ? "; forward: " : "", why[0],
              *why[1] ? "; backward: " : "", why[1]);
@@ -148,7 +144,8 @@ static dcp_status_t build_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
                                    p->shape.head_dim,
                                    ctx->attn.min_rows,
                                    ctx->attn.dense[pass],
-                                   pass == DCP_PASS_BWD};
+                                   pass == DCP_PASS_BWD,
+                                   ctx->attn.deterministic};
     for (int64_t i = i0; i < i1; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         ps->launch_of[i - i0] = -1;

@@ -335,7 +335,8 @@ static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int b
 {
     memset(c, 0, sizeof *c);
     DCP_CHECK(dcp_calloc(&c->prog.launches, 1, sizeof *c->prog.launches, "bench launches"));
-    const dcp_seg_shape_t shape = {tc->hq, tc->hkv, tc->d, 64, b->dense[backward], backward};
+    const dcp_seg_shape_t shape = {tc->hq,   tc->hkv,         tc->d, 64, b->dense[backward],
+                                   backward, b->deterministic};
     int64_t launch;
     DCP_CHECK(dcp_seg_prog_add(&c->prog, &shape, &tc->seq, tc->groups, tc->num_groups, tc->tiles,
                                &launch));
@@ -768,11 +769,8 @@ int main(int argc, char **argv)
             dcp_cudnn_open(b.gpu, b.deterministic, &b.cudnn) != DCP_OK)
             dcpt_args_fail(tool, "engine", "%s", dcp_last_error());
         const char *why[2];
-        for (int p = 0; p < 2; p++) b.dense[p] = dcp_cudnn_classes(dcp_cudnn_version(b.cudnn), p, &why[p]);
-        if (b.deterministic && b.dense[1]) { /* as a context does (attn_engine.c) */
-            b.dense[1] = 0;
-            why[1] = "deterministic, dcp's kernels run every tile";
-        }
+        for (int p = 0; p < 2; p++)
+            b.dense[p] = dcp_cudnn_classes(dcp_cudnn_version(b.cudnn), p, &why[p]);
         char v[24];
         dcp_cudnn_version_string(dcp_cudnn_version(b.cudnn), v, sizeof v);
         snprintf(engine_note, sizeof engine_note, ", engine cudnn %s%s%s", v,

@@ -12,6 +12,7 @@
 #include "kernels/cpu.h"
 #include "kernels/cudnn.h"
 #include "kernels/segment.h"
+#include "partition/plan.h"
 #include "plugin/cli/harness.h"
 #include "plugin/context.h"
 #include "tests/unit/suites.h"
@@ -244,6 +245,227 @@ static void test_twin_bf16(void)
     CU_ASSERT(pairs[DCP_SEG_FULL] + pairs[DCP_SEG_CAUSAL] > 0);
 }
 
+/* Whether rows [0, ra) of view a (width wa) and rows [0, rb) of b (width wb) share an element:
+ * row by row, exact for strided views. */
+static int rows_meet(dcp_view_t a, int64_t ra, int64_t wa, dcp_view_t b, int64_t rb, int64_t wb)
+{
+    if (a.buf != b.buf) return 0;
+    for (int64_t x = 0; x < ra; x++)
+        for (int64_t y = 0; y < rb; y++) {
+            const int64_t p = a.off + x * a.stride, q = b.off + y * b.stride;
+            if (p < q + wb && q < p + wa) return 1;
+        }
+    return 0;
+}
+
+static int tile_cmp(const void *x, const void *y)
+{
+    const dcp_tile_t *a = x, *b = y;
+    const int64_t ka[4] = {a->dk.off, a->k.off, a->kv_len, a->kv_pos},
+                  kb[4] = {b->dk.off, b->k.off, b->kv_len, b->kv_pos};
+    for (int i = 0; i < 4; i++)
+        if (ka[i] != kb[i]) return ka[i] < kb[i] ? -1 : 1;
+    return 0;
+}
+
+static int copy_cmp(const void *x, const void *y)
+{
+    const dcp_copy_item_t *a = x, *b = y;
+    const int64_t ka[5] = {a->dst.buf, a->dst.off, a->src.buf, a->src.off, a->rows},
+                  kb[5] = {b->dst.buf, b->dst.off, b->src.buf, b->src.off, b->rows};
+    for (int i = 0; i < 5; i++)
+        if (ka[i] != kb[i]) return ka[i] < kb[i] ? -1 : 1;
+    return 0;
+}
+
+/* The waves of one deterministic backward launch d hold what dcp_seg_waves promises, and the
+ * launch does the same work as x, the same launch built without waves: the same own tiles
+ * against the same rows, the same adds. The launch's waves are added to *waves. */
+static void check_waves(const dcp_seg_prog_t *pd, const dcp_seg_launch_t *d,
+                        const dcp_seg_prog_t *px, const dcp_seg_launch_t *x, int64_t qw, int64_t kw,
+                        int64_t *waves)
+{
+    const dcp_tile_group_t *g = pd->own_groups + d->own_first;
+    for (int64_t w = 0, b = 0; b < d->own_count; w++) {
+        const int64_t e = dcp_seg_wave_end(pd, d, 0, w);
+        CU_ASSERT_FATAL(e > b && e <= d->own_count);
+        for (int64_t i = b; i < e; i++) {
+            if (i > 0) CU_ASSERT_EQUAL(g[i].first_tile, g[i - 1].first_tile + g[i - 1].num_tiles);
+            for (int64_t j = i + 1; j < e; j++)
+                CU_ASSERT(!rows_meet(g[i].dq, g[i].q_len, qw, g[j].dq, g[j].q_len, qw));
+        }
+        const int64_t t0 = g[b].first_tile, t1 = g[e - 1].first_tile + g[e - 1].num_tiles;
+        for (int64_t i = t0; i < t1; i++)
+            for (int64_t j = i + 1; j < t1; j++) {
+                const dcp_tile_t *t = &pd->own_tiles[i], *u = &pd->own_tiles[j];
+                if (rows_meet(t->dk, t->kv_len, kw, u->dk, u->kv_len, kw) ||
+                    rows_meet(t->dv, t->kv_len, kw, u->dv, u->kv_len, kw))
+                    CU_ASSERT(dcp_tile_same_grads(t, u));
+            }
+        (*waves)++;
+        b = e;
+    }
+    const dcp_copy_item_t *c = pd->copies + d->acc_first;
+    for (int64_t w = 0, b = 0; b < d->acc_count; w++) {
+        const int64_t e = dcp_seg_wave_end(pd, d, 1, w);
+        CU_ASSERT_FATAL(e > b && e <= d->acc_count);
+        for (int64_t i = b; i < e; i++)
+            for (int64_t j = i + 1; j < e; j++)
+                CU_ASSERT(!rows_meet(c[i].dst, c[i].rows, c[i].row_elems, c[j].dst, c[j].rows,
+                                     c[j].row_elems));
+        (*waves)++;
+        b = e;
+    }
+    /* the same work: pairs of own rows and keys, the multiset of own tiles and of adds */
+    int64_t pairs[2] = {0, 0};
+    const dcp_seg_prog_t *ps[2] = {pd, px};
+    const dcp_seg_launch_t *ls[2] = {d, x};
+    for (int k = 0; k < 2; k++)
+        for (int64_t i = 0; i < ls[k]->own_count; i++) {
+            const dcp_tile_group_t *h = &ps[k]->own_groups[ls[k]->own_first + i];
+            for (int32_t t = 0; t < h->num_tiles; t++)
+                pairs[k] += (int64_t)h->q_len * ps[k]->own_tiles[h->first_tile + t].kv_len;
+        }
+    CU_ASSERT_EQUAL(pairs[0], pairs[1]);
+    CU_ASSERT_EQUAL(d->acc_count, x->acc_count);
+    const int64_t nt[2] = {pd->n_own_tiles, px->n_own_tiles};
+    CU_ASSERT_EQUAL_FATAL(nt[0], nt[1]);
+    dcp_tile_t *tiles[2];
+    dcp_copy_item_t *adds[2];
+    for (int k = 0; k < 2; k++) {
+        tiles[k] = malloc((size_t)(nt[k] + 1) * sizeof *tiles[k]);
+        adds[k] = malloc((size_t)(ls[k]->acc_count + 1) * sizeof *adds[k]);
+        if (nt[k] > 0) {
+            memcpy(tiles[k], ps[k]->own_tiles, (size_t)nt[k] * sizeof *tiles[k]);
+            qsort(tiles[k], (size_t)nt[k], sizeof *tiles[k], tile_cmp);
+        }
+        if (ls[k]->acc_count > 0) {
+            memcpy(adds[k], ps[k]->copies + ls[k]->acc_first,
+                   (size_t)ls[k]->acc_count * sizeof *adds[k]);
+            qsort(adds[k], (size_t)ls[k]->acc_count, sizeof *adds[k], copy_cmp);
+        }
+    }
+    CU_ASSERT(memcmp(tiles[0], tiles[1], (size_t)nt[0] * sizeof *tiles[0]) == 0);
+    CU_ASSERT(memcmp(adds[0], adds[1], (size_t)d->acc_count * sizeof *adds[0]) == 0);
+    for (int k = 0; k < 2; k++) {
+        free(tiles[k]);
+        free(adds[k]);
+    }
+}
+
+/* Deterministic mode (issue 27): every backward launch of every rank, for each mask kind on
+ * two strategies, built in waves (dcp_seg_waves) keeps its writers apart wave by wave and does
+ * the launch's work; the twin then runs the waves and gives the tile list's gradients, the
+ * same bits run to run. A group whose own tiles overlap is split, one tile a wave. */
+static void test_deterministic_waves(void)
+{
+    const int32_t len[4] = {301, 1, 190, 77};
+    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
+    const char *specs[5] = {"causal", "window:37", "lambda:4:40", "blockwise:16:2",
+                            "shared-question:0.2:3"};
+    const dcp_strategy_t strategies[2] = {DCP_STRATEGY_ZIGZAG, DCP_STRATEGY_METIS};
+    int64_t launches = 0, waves = 0, pairs[3] = {0, 0, 0};
+    for (int kind = 0; kind < 5; kind++) {
+        dcp_mask_t m[4];
+        for (int s = 0; s < 4; s++)
+            CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[kind], &m[s]), DCP_OK);
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 4, m, &shape, 70 + kind, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 80 + kind), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+        for (int si = 0; si < 2; si++) {
+            dcp_plan_t *p = plan_for(h, "2x2", strategies[si], 32, 1 + kind % 2);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+            const int32_t min_rows = 1 + 4 * (kind % 2);
+            for (int32_t r = 0; r < p->num_ranks; r++)
+                for (int64_t i = dcp_plan_prog_begin(p, DCP_PASS_BWD, r);
+                     i < dcp_plan_prog_end(p, DCP_PASS_BWD, r); i++) {
+                    const dcp_instr_t *in = &p->instrs[i];
+                    if (in->op != DCP_OP_ATTN) continue;
+                    dcp_seg_prog_t pr[2];
+                    int64_t at[2];
+                    for (int det = 0; det < 2; det++) {
+                        memset(&pr[det], 0, sizeof pr[det]);
+                        pr[det].launches = calloc(1, sizeof *pr[det].launches);
+                        const dcp_seg_shape_t sh = {p->qpg,
+                                                    p->kvpg,
+                                                    p->shape.head_dim,
+                                                    min_rows,
+                                                    DCP_SEG_BIT(DCP_SEG_FULL) |
+                                                        DCP_SEG_BIT(DCP_SEG_CAUSAL),
+                                                    1,
+                                                    1 - det};
+                        CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr[det], &sh, p->seqs,
+                                                               p->groups + in->first, in->count,
+                                                               p->tiles, &at[det]),
+                                              DCP_OK);
+                    }
+                    CU_ASSERT_EQUAL(pr[1].launches[0].own_waves + pr[1].launches[0].acc_waves, 0);
+                    check_waves(&pr[0], &pr[0].launches[0], &pr[1], &pr[1].launches[0],
+                                (int64_t)p->qpg * p->shape.head_dim,
+                                (int64_t)p->kvpg * p->shape.head_dim, &waves);
+                    launches++;
+                    for (int det = 0; det < 2; det++) dcp_seg_prog_free(&pr[det]);
+                }
+            h->deterministic = 1;
+            expect_twin_matches(h, p, min_rows, specs[kind], pairs);
+            dcpt_harness_repeat_t rep;
+            h->attn_engine = "twin";
+            CU_ASSERT_EQUAL(dcpt_harness_repeat(h, p, 2, 30.0, 1e-5, "cpu", &rep), DCP_OK);
+            CU_ASSERT_EQUAL(rep.unequal_bwd, 0);
+            CU_ASSERT_EQUAL(rep.unequal_fwd, 0);
+            h->attn_engine = NULL;
+            h->deterministic = 0;
+            dcp_plan_destroy(p);
+        }
+        dcpt_harness_destroy(h);
+    }
+    /* not vacuous: some launch needed more than one wave of a kind */
+    CU_ASSERT(launches > 0);
+    CU_ASSERT(waves > 2 * launches);
+    CU_ASSERT(pairs[DCP_SEG_MASKED] > 0 && pairs[DCP_SEG_FULL] + pairs[DCP_SEG_CAUSAL] > 0);
+
+    /* one group of two tiles whose dK and dV rows overlap by half: split, a wave each */
+    enum { KW = 8, ROWS = 16 };
+    const dcp_seq_info_t seq = {64, {.kind = DCP_MASK_FULL}};
+    dcp_tile_t t[2];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < 2; i++) {
+        t[i].kv_pos = 16 * i;
+        t[i].kv_len = ROWS;
+        t[i].k = t[i].v = (dcp_view_t){(int64_t)16 * i * KW, KW, DCP_BUF_K};
+        t[i].dk = (dcp_view_t){(int64_t)(ROWS / 2) * i * KW, KW, DCP_BUF_DK};
+        t[i].dv = (dcp_view_t){(int64_t)(ROWS / 2) * i * KW, KW, DCP_BUF_DV};
+    }
+    dcp_tile_group_t g;
+    memset(&g, 0, sizeof g);
+    g.q_len = 32;
+    g.num_tiles = 2;
+    g.dq = (dcp_view_t){0, KW, DCP_BUF_DQ};
+    dcp_seg_prog_t pr;
+    memset(&pr, 0, sizeof pr);
+    pr.launches = calloc(1, sizeof *pr.launches);
+    const dcp_seg_shape_t sh = {1, 1, KW, 1, 0, 1, 1};
+    int64_t at;
+    CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr, &sh, &seq, &g, 1, t, &at), DCP_OK);
+    const dcp_seg_launch_t *l = &pr.launches[at];
+    CU_ASSERT_EQUAL(l->own_count, 2);
+    CU_ASSERT_EQUAL(l->own_waves, 2);
+    CU_ASSERT_EQUAL(dcp_seg_wave_end(&pr, l, 0, 0), 1);
+    CU_ASSERT_EQUAL(pr.own_groups[0].num_tiles, 1);
+    CU_ASSERT_EQUAL(pr.own_tiles[pr.own_groups[1].first_tile].kv_pos, 16);
+    dcp_seg_prog_free(&pr);
+    /* the same tiles with one destination share a wave */
+    t[1].dk = t[0].dk;
+    t[1].dv = t[0].dv;
+    memset(&pr, 0, sizeof pr);
+    pr.launches = calloc(1, sizeof *pr.launches);
+    CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr, &sh, &seq, &g, 1, t, &at), DCP_OK);
+    CU_ASSERT_EQUAL(pr.launches[at].own_count, 1);
+    CU_ASSERT_EQUAL(pr.launches[at].own_waves, 1);
+    dcp_seg_prog_free(&pr);
+}
+
 /* rowsum(dO * o) = delta per (row, head), for dO of any scale, and o = 0 where dO is. */
 static void test_delta_out(void)
 {
@@ -384,6 +606,7 @@ int dcp_suite_segment(void)
         {"cut_is_exact", test_cut_is_exact},
         {"twin_matches_tile_list", test_twin_matches_tile_list},
         {"twin_bf16", test_twin_bf16},
+        {"deterministic_waves", test_deterministic_waves},
         {"delta_out", test_delta_out},
         {"cudnn_policy", test_cudnn_policy},
         {"cudnn_descriptors", test_cudnn_descriptors},
