@@ -636,6 +636,9 @@ typedef struct {
     double plan_build_ms;  /* wall time spent building them */
     int64_t pairs[3];      /* allowed (query, key) pairs of the full, causal and masked segments
                               of every plan bound so far, forward (what the engine ran) */
+    int64_t bwd_launches;  /* the engine's backward launches of every plan bound so far */
+    int64_t bwd_waves;     /* deterministic mode: the kernel launches their own groups and adds
+                              took (waves of disjoint writers); 0 otherwise */
 } dcp_attn_engine_info_t;
 
 /* Fills *info_out; the strings belong to the context. */

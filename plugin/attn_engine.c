@@ -227,6 +227,11 @@ static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
         if ((size_t)g->seg32_elems * 4 > seg32) seg32 = (size_t)g->seg32_elems * 4;
         if (pass == DCP_PASS_FWD)
             for (int c = 0; c < DCP_SEG_CLASSES; c++) a->pairs[c] += g->pairs[c];
+        else
+            for (int64_t l = 0; l < g->num_launches; l++) {
+                a->bwd_launches++;
+                a->bwd_waves += g->launches[l].own_waves + g->launches[l].acc_waves;
+            }
     }
     DCP_CHECK(staging(ctx, &a->seg, &a->seg_cap, seg ? seg : 64));
     DCP_CHECK(staging(ctx, &a->seg32, &a->seg32_cap, seg32 ? seg32 : 64));
@@ -325,6 +330,8 @@ dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx, dcp_attn_engine_i
         .plans_built = cs.plans,
         .plan_hits = cs.hits,
         .plan_build_ms = cs.build_ms,
+        .bwd_launches = a->bwd_launches,
+        .bwd_waves = a->bwd_waves,
     };
     for (int c = 0; c < DCP_SEG_CLASSES; c++) info.pairs[c] = a->pairs[c];
     *info_out = info;

@@ -39,6 +39,7 @@ typedef struct {
     void *seg, *seg32; /* staging: DCP_BUF_SEG, DCP_BUF_SEG32 */
     size_t seg_cap, seg32_cap;
     int64_t pairs[DCP_SEG_CLASSES];
+    int64_t bwd_launches, bwd_waves; /* dcp_attn_engine_info_t's */
 } dcp_attn_state_t;
 
 struct dcp_context;

@@ -77,7 +77,7 @@ typedef struct {
     /* the attention engine (rank 0's context) */
     const char *engine, *engine_note;
     int deterministic; /* the contexts' mode (--deterministic) */
-    int64_t cudnn_version, plans_built, plan_hits, pairs[3];
+    int64_t cudnn_version, plans_built, plan_hits, pairs[3], bwd_launches, bwd_waves;
     double plan_build_ms;
 } row_t;
 
@@ -133,6 +133,8 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0]),
     F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[1]),
     F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[2]),
+    F(NULL, 0, "bwd_launches", DCPT_F_INT, NULL, bwd_launches),
+    F(NULL, 0, "bwd_waves", DCPT_F_INT, NULL, bwd_waves),
 };
 static const dcpt_field_t bwd_fields[] = {
     F(NULL, 0, "bwd_passed", DCPT_F_BOOL, NULL, bwd_passed),
@@ -296,6 +298,8 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
     row.plan_hits = r->engine.plan_hits;
     row.plan_build_ms = r->engine.plan_build_ms;
     for (int c = 0; c < 3; c++) row.pairs[c] = r->engine.pairs[c];
+    row.bwd_launches = r->engine.bwd_launches;
+    row.bwd_waves = r->engine.bwd_waves;
     row.repeat_runs = rep->runs;
     row.mismatches = rep->mismatches;
     row.failed_checks = rep->failed_checks;

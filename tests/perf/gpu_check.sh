@@ -310,14 +310,15 @@ engines() { # own, then cudnn, on the same plans: times side by side, both check
 export -f engines
 step engine gpu "$(q 300 300)" engines "$(q 8192 16384)" "$(q metis all)"
 deterministic() { # the deterministic backward (--deterministic fails a row whose runs differ
-    # in any bit), then the atomic kernel's count of unequal runs beside it (reported); dcp's
-    # kernels; then both backward kernels timed
+    # in any bit) on dcp's kernels and on the engine cuDNN runs in (auto: its waves where its
+    # backward is on), then the atomic kernel's count of unequal runs beside it (reported);
+    # then both backward kernels timed
     local fail=0 d
-    for d in --deterministic ""; do
-        "$bin/dcp-attn-test" --device cuda --engine own $d --dtype bf16 --heads 8 --kv-heads 2 \
+    for d in "own --deterministic" "auto --deterministic" own; do
+        "$bin/dcp-attn-test" --device cuda --engine $d --dtype bf16 --heads 8 --kv-heads 2 \
             --head-dim 128 --block 512 --ranks 8 --cluster 2x4 --seqlens 1059,3263,3870 \
             --mask full,causal,lambda:64:1024,blockwise --strategy ring,lpt --check --backward \
-            --repeat "$1" --warmup 0 --iters 1 --json || { [ -z "$d" ] || fail=1; }
+            --repeat "$1" --warmup 0 --iters 1 --json || { [ "$d" = own ] || fail=1; }
     done
     for d in --deterministic ""; do
         "$bin/dcp-kernel-bench" --kernel bwd $d --mask full,causal,lambda,blockwise --total 16384 \
@@ -326,7 +327,7 @@ deterministic() { # the deterministic backward (--deterministic fails a row whos
     return $fail
 }
 export -f deterministic
-step deterministic gpu "$(q 200 400)" deterministic "$(q 3 10)"
+step deterministic gpu "$(q 260 480)" deterministic "$(q 3 10)"
 step host-us gpu 120 "$bin/dcp-attn-test" --device cuda --ranks 8 --cluster 2x4 --tokens 16384 --heads 8 \
     --kv-heads 2 --head-dim 128 --block 1024 --mask causal --strategy all --backward --warmup 2 --iters 20 --json
 step graph gpu 60 "$bin/dcp-tests" -s gpu -t graph_capture_forward_backward -v

@@ -100,15 +100,20 @@ def summarize(steps):
         s["engine_notes"] = notes
     if "deterministic" in by and by["deterministic"]["status"] != "skip":
         # runs whose gradients differ from the first run's in any bit: 0 in deterministic
-        # mode; the atomic kernel's count beside it; both backward kernels' TFLOP/s
+        # mode, dcp's kernels and the cuDNN engine (its waves counted); the atomic kernel's
+        # count beside them; both backward kernels' TFLOP/s
         recs = by["deterministic"]["records"]
         d = {}
-        for mode, key in ((True, "deterministic"), (False, "atomic")):
-            rows = [r for r in recs if "unequal_bwd" in r and bool(r.get("deterministic")) == mode]
+        for key, mode, own in (("deterministic", True, True), ("atomic", False, True),
+                               ("engine_deterministic", True, False)):
+            rows = [r for r in recs if "unequal_bwd" in r and bool(r.get("deterministic")) == mode
+                    and (r.get("engine", "own") == "own") == own]
             d[key] = {"cases": len(rows), "runs": sum(r.get("repeat_runs", 0) for r in rows),
                       "unequal_bwd": sum(r.get("unequal_bwd", 0) for r in rows),
                       "unequal_fwd": sum(r.get("unequal_fwd", 0) for r in rows),
-                      "mismatches": sum(r.get("mismatches", 0) for r in rows)}
+                      "mismatches": sum(r.get("mismatches", 0) for r in rows),
+                      "bwd_waves": sum(r.get("bwd_waves", 0) for r in rows)}
+        for mode, key in ((True, "deterministic"), (False, "atomic")):
             d[key + "_bwd_tflops"] = {r.get("mask"): r.get("tflops") for r in recs
                                       if r.get("kernel") == "bwd" and
                                       bool(r.get("deterministic")) == mode}

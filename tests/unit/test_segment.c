@@ -414,8 +414,16 @@ static void test_deterministic_waves(void)
             CU_ASSERT_EQUAL(dcpt_harness_repeat(h, p, 2, 30.0, 1e-5, "cpu", &rep), DCP_OK);
             CU_ASSERT_EQUAL(rep.unequal_bwd, 0);
             CU_ASSERT_EQUAL(rep.unequal_fwd, 0);
+            /* the engine reports its backward's waves in this mode only */
+            for (int det = 1; det >= 0; det--) {
+                h->deterministic = det;
+                dcpt_harness_result_t r;
+                CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, 1e-5, "cpu", &r), DCP_OK);
+                CU_ASSERT(r.engine.bwd_launches > 0);
+                if (det) CU_ASSERT(r.engine.bwd_waves >= r.engine.bwd_launches);
+                if (!det) CU_ASSERT_EQUAL(r.engine.bwd_waves, 0);
+            }
             h->attn_engine = NULL;
-            h->deterministic = 0;
             dcp_plan_destroy(p);
         }
         dcpt_harness_destroy(h);
