@@ -7,12 +7,13 @@
  * into waves, one kernel launch each, in which none overlaps another, so every element takes
  * at most one add per launch.
  *
- * Each writer (a unit: an own group, or an add) is a set of spans, the buffer elements its
- * rows cover ([off, off + (rows - 1) stride + width), a superset where rows are strided).
- * Spans are sorted by (buffer, start) and swept once, which yields every overlapping pair at
- * O(n log n) plus the pairs; two spans of tiles with the very same gradient destination do
- * not conflict (dcp's deterministic kernel adds those in tile order itself). Units then take
- * the first wave none of their earlier conflicts holds, in program order.
+ * Each writer (a unit: an own group, or an add) is a set of spans, the buffer elements from
+ * its first row's first to its last row's last. Spans are sorted by (buffer, start) and swept
+ * once, which yields every overlapping pair at O(n log n) plus the pairs; a pair conflicts
+ * when its rows share an element (exact for strided rows: the head groups of one row range
+ * interleave without meeting), except two tiles with the very same gradient destination
+ * (dcp's deterministic kernel adds those in tile order itself). Units then take the first
+ * wave none of their earlier conflicts holds, in program order.
  */
 #include "kernels/segment.h"
 
@@ -24,9 +25,10 @@
 
 typedef struct {
     int32_t buf;
-    int64_t lo, hi;         /* elements [lo, hi) of buffer buf */
-    int64_t unit;           /* the writer */
-    const dcp_tile_t *tile; /* a tile's dK or dV rows, else NULL */
+    int64_t lo, hi;              /* elements [lo, hi) of buffer buf */
+    int64_t stride, rows, width; /* rows at lo + r x stride, width elements each */
+    int64_t unit;                /* the writer */
+    const dcp_tile_t *tile;      /* a tile's dK or dV rows, else NULL */
 } span_t;
 
 typedef struct {
@@ -35,7 +37,27 @@ typedef struct {
 
 static span_t span_of(dcp_view_t v, int64_t rows, int64_t width, int64_t unit, const dcp_tile_t *t)
 {
-    return (span_t){v.buf, v.off, v.off + (rows - 1) * v.stride + width, unit, t};
+    return (span_t){v.buf, v.off, v.off + (rows - 1) * v.stride + width, v.stride, rows, width,
+                    unit,  t};
+}
+
+static int64_t floor_div(int64_t a, int64_t b) /* b > 0 */
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/* Whether the rows of two spans share an element. With one stride S >= both widths, row x of
+ * a and row y of b meet when d - wa < k S < d + wb (k = x - y, d = b.lo - a.lo), for some k
+ * in [-(rows_b - 1), rows_a - 1]; spans of other shapes are taken to meet. */
+static int rows_meet(const span_t *a, const span_t *b)
+{
+    const int64_t s = a->stride;
+    if (b->stride != s || s < a->width || s < b->width || s <= 0) return 1;
+    const int64_t d = b->lo - a->lo;
+    int64_t k0 = floor_div(d - a->width, s) + 1, k1 = floor_div(d + b->width - 1, s);
+    if (k0 < -(b->rows - 1)) k0 = -(b->rows - 1);
+    if (k1 > a->rows - 1) k1 = a->rows - 1;
+    return k0 <= k1;
 }
 
 static int span_cmp(const void *x, const void *y)
@@ -71,6 +93,7 @@ static dcp_status_t sweep(span_t *s, int64_t n, uint8_t *self, conflict_t **out,
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = i + 1; j < n && s[j].buf == s[i].buf && s[j].lo < s[i].hi; j++) {
             if (s[i].tile && s[j].tile && same_destination(s[i].tile, s[j].tile)) continue;
+            if (!rows_meet(&s[i], &s[j])) continue;
             if (s[i].unit == s[j].unit) {
                 if (self && s[i].tile && s[j].tile) self[s[i].unit] = 1;
                 continue;
