@@ -137,9 +137,18 @@ dcp_status_t dcp_mask_format(const dcp_mask_t *mask, char *buf, size_t capacity)
     case DCP_MASK_BLOCKWISE:
         n = snprintf(buf, capacity, "blockwise:%d:%d", mask->block, mask->k);
         break;
-    case DCP_MASK_SHARED_QUESTION:
-        n = snprintf(buf, capacity, "shared-question:%g:%d", mask->question_frac, mask->answers);
+    case DCP_MASK_SHARED_QUESTION: {
+        /* the fewest digits that read back as the same double: "0.2", not "0.20000000000000001" */
+        const double p = mask->question_frac;
+        int digits = 15;
+        char num[40];
+        for (; digits < 17; digits++) {
+            snprintf(num, sizeof num, "%.*g", digits, p);
+            if (strtod(num, NULL) == p) break;
+        }
+        n = snprintf(buf, capacity, "shared-question:%.*g:%d", digits, p, mask->answers);
         break;
+    }
     case DCP_MASK_CUSTOM:
         n = snprintf(buf, capacity, "custom");
         break;

@@ -180,13 +180,21 @@ static void test_parse_and_format(void)
               {"blockwise", "blockwise:256:2"},
               {"blockwise:8:0", "blockwise:8:0"},
               {"shared-question", "shared-question:0.2:4"},
-              {"shared-question:0.5:3", "shared-question:0.5:3"}};
+              {"shared-question:0.5:3", "shared-question:0.5:3"},
+              {"shared-question:0.10:3", "shared-question:0.1:3"},
+              /* the text reads back as the same mask: no digit of p is lost */
+              {"shared-question:0.123456789:3", "shared-question:0.123456789:3"},
+              {"shared-question:0.30000000000000004:2", "shared-question:0.30000000000000004:2"}};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
-        dcp_mask_t m;
+        dcp_mask_t m, back;
         char buf[64];
         CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(ok[i].in, &m), DCP_OK);
         CU_ASSERT_EQUAL(dcp_mask_format(&m, buf, sizeof buf), DCP_OK);
         CU_ASSERT_STRING_EQUAL(buf, ok[i].out);
+        CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(buf, &back), DCP_OK);
+        CU_ASSERT(back.kind == m.kind && back.window == m.window && back.sink == m.sink &&
+                  back.block == m.block && back.k == m.k && back.answers == m.answers &&
+                  back.question_frac == m.question_frac);
     }
     const char *bad[] = {"",
                          "diagonal",
@@ -200,6 +208,8 @@ static void test_parse_and_format(void)
                          "blockwise:4:-1",
                          "shared-question:1.5:4",
                          "shared-question:0.2:0",
+                         "shared-question:nan:2",
+                         "window:2147483648",
                          "causal:3",
                          "custom"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
