@@ -99,17 +99,18 @@ static const preset_t presets[] = {
 };
 
 /* Parses a positive integer that spans [s, end) exactly. */
-static int parse_count(const char *s, const char *end, int32_t *out)
+/* The decimal count in [s, end): its value (saturated past DCP_MAX_RANKS), or -1 when it is
+ * not digits. */
+static int64_t parse_count(const char *s, const char *end)
 {
-    if (s == end) return 0;
-    long v = 0;
+    if (s == end) return -1;
+    int64_t v = 0;
     for (const char *p = s; p < end; p++) {
-        if (*p < '0' || *p > '9') return 0;
+        if (*p < '0' || *p > '9') return -1;
         v = v * 10 + (*p - '0');
-        if (v > DCP_MAX_RANKS) return 0;
+        if (v > DCP_MAX_RANKS) v = DCP_MAX_RANKS + 1;
     }
-    *out = (int32_t)v;
-    return v >= 1;
+    return v;
 }
 
 static const preset_t *find_preset(const char *s, const char *end)
@@ -173,17 +174,25 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     const char *colon = strchr(spec, ':');
     const char *shape_end = colon ? colon : spec + strlen(spec);
     const char *x = memchr(spec, 'x', (size_t)(shape_end - spec));
-    int32_t nodes = 0, devs = 0;
+    int32_t devs = 0;
     const preset_t *pre = x ? find_preset(x + 1, shape_end) : NULL;
     const int file = x && x[1] == '@';
-    if (!x || !parse_count(spec, x, &nodes) ||
-        (!pre && !file && !parse_count(x + 1, shape_end, &devs)))
+    const int64_t nodes = x ? parse_count(spec, x) : -1,
+                  g = x && !pre && !file ? parse_count(x + 1, shape_end) : 1;
+    if (nodes < 0 || g < 0)
         return dcp_set_error(
             DCP_ERR_INVALID_ARG,
             "cluster spec '%s': expected NxG, NxPRESET (a100-efa, p4de, h100-ib, a100-1nic) or "
             "Nx@NODE (an hwloc XML capture or a dcp-calibrate node file) "
             "[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps][:bwd=X][:nics=N]",
             spec);
+    const int64_t per_node = pre ? pre->devs : g;
+    if (nodes < 1 || per_node < 1 || nodes * per_node > DCP_MAX_RANKS)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "cluster spec '%s': N nodes x G devices needs N >= 1, G >= 1 and "
+                             "at most %d ranks in all",
+                             spec, DCP_MAX_RANKS);
+    devs = (int32_t)per_node;
     dcp_perf_model_t node_perf;
     dcp_perf_model_default(&node_perf);
     int32_t nics = 0; /* a node file's; 0: one per device */
@@ -201,7 +210,7 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
             DCP_CHECK(dcp_node_figures_from_xml(path, &devs, &node_perf));
     }
     dcp_cluster_t *c = NULL;
-    DCP_CHECK(dcp_cluster_create(nodes, pre ? pre->devs : devs, &c));
+    DCP_CHECK(dcp_cluster_create((int32_t)nodes, devs, &c));
     c->perf = node_perf;
     if (nics > 0) c->nics_per_node = nics;
     if (pre) {

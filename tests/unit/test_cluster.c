@@ -44,6 +44,20 @@ static void test_presets(void)
     c = NULL;
     CU_ASSERT_EQUAL(dcp_cluster_from_spec("2xa100-40g", &c), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NULL(c);
+    /* counts out of range name the rule, not the grammar */
+    const char *counts[] = {"0x4",     "4x0",       "99999x99999",
+                            "65537x1", "8193xp4de", "99999999999999999999x2"};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        CU_ASSERT_EQUAL(dcp_cluster_from_spec(counts[i], &c), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NULL(c);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "at most 65536 ranks"));
+    }
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("8192xp4de", &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_num_ranks(c), 65536);
+    dcp_cluster_destroy(c);
+    c = NULL;
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("x4", &c), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "expected NxG"));
 }
 
 /* A node file in a temporary path; returns the path (static buffer). */
