@@ -1,6 +1,7 @@
 #include "partition/export.h"
 
 #include "include/base/error.h"
+#include "include/base/out_file.h"
 #include "partition/plan.h"
 
 #include <errno.h>
@@ -182,21 +183,11 @@ dcp_status_t dcp_export_partition(FILE *f, const dcp_blocks_t *b, const dcp_plac
 
 typedef enum { FMT_HMETIS, FMT_PATOH, FMT_PARTITION } fmt_t;
 
-static dcp_status_t write_file(const char *path, fmt_t fmt, const dcp_placed_t *x,
-                               const dcp_hypergraph_t *g)
+static dcp_status_t write_body(FILE *f, fmt_t fmt, const dcp_placed_t *x, const dcp_hypergraph_t *g)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return dcp_set_error(DCP_ERR_INVALID_ARG, "export '%s': %s", path, strerror(errno));
-    dcp_status_t st;
-    if (fmt == FMT_HMETIS)
-        st = dcp_export_hmetis(f, &x->b, g);
-    else if (fmt == FMT_PATOH)
-        st = dcp_export_patoh(f, &x->b, g);
-    else
-        st = dcp_export_partition(f, &x->b, &x->pl);
-    if (fclose(f) != 0 && st == DCP_OK)
-        st = dcp_set_error(DCP_ERR_SYSTEM, "export '%s': close failed", path);
-    return st;
+    if (fmt == FMT_HMETIS) return dcp_export_hmetis(f, &x->b, g);
+    if (fmt == FMT_PATOH) return dcp_export_patoh(f, &x->b, g);
+    return dcp_export_partition(f, &x->b, &x->pl);
 }
 
 dcp_status_t dcp_export_write(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -211,14 +202,20 @@ dcp_status_t dcp_export_write(const dcp_batch_t *batch, const dcp_attn_shape_t *
     dcp_plan_destroy(p);
     dcp_placed_t x = {0};
     dcp_hypergraph_t g = {0};
+    const char *const path[3] = {paths->hmetis, paths->patoh, paths->partition};
+    static const char *const what[3] = {"hmetis export", "patoh export", "partition export"};
+    dcp_out_file_t file[3] = {{0}};
     dcp_status_t st;
     DCP_CHECK_GOTO(dcp_place_batch(batch, shape, &o, cluster, &x), st, out);
     DCP_CHECK_GOTO(dcp_hypergraph_build(&x.b, &g), st, out);
-    const char *const path[3] = {paths->hmetis, paths->patoh, paths->partition};
+    /* every file is opened before any is written, and all replace their targets or none */
     for (int k = 0; k < 3; k++)
-        if (path[k]) DCP_CHECK_GOTO(write_file(path[k], (fmt_t)k, &x, &g), st, out);
+        if (path[k]) DCP_CHECK_GOTO(dcp_out_file_open(&file[k], path[k], what[k]), st, out);
+    for (int k = 0; k < 3; k++)
+        if (path[k]) DCP_CHECK_GOTO(write_body(file[k].f, (fmt_t)k, &x, &g), st, out);
     if (placed_out) *placed_out = o;
 out:
+    for (int k = 0; k < 3; k++) st = dcp_out_file_close(&file[k], st, what[k]);
     dcp_hypergraph_release(&g);
     dcp_placed_release(&x);
     return st;

@@ -61,7 +61,8 @@ typedef struct {
  * returns: its blocks and its placement (METIS's kept try, or zigzag's plan where the planner
  * kept that; auto's choice). placed_out (may be NULL) gets the options that placed it (the
  * strategy, block size and seed of the plan returned). A path that cannot be opened fails
- * with DCP_ERR_INVALID_ARG naming it. */
+ * with DCP_ERR_INVALID_ARG naming it. The files are written whole or not at all, all of them
+ * or none (include/base/out_file.h). */
 dcp_status_t dcp_export_write(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               const dcp_plan_options_t *opts, const dcp_cluster_t *cluster,
                               const dcp_export_paths_t *paths, dcp_plan_options_t *placed_out);

@@ -31,6 +31,7 @@
  *           copies too.
  */
 #include "include/base/error.h"
+#include "include/base/out_file.h"
 #include "include/dcp.h"
 #include "plugin/cli/args.h"
 #include "plugin/cli/bench.h"
@@ -217,8 +218,7 @@ typedef struct {
 static dcp_status_t kcase_build(const cal_t *c, int32_t block, kcase_t *k)
 {
     const int32_t len = 4 * block;
-    int32_t n = (int32_t)(c->f->tokens / len);
-    if (n < 1) n = 1;
+    const int32_t n = (int32_t)(c->f->tokens / len); /* >= 1: --tiles is checked */
     int32_t *lengths = calloc((size_t)n, sizeof *lengths);
     dcp_mask_t *masks = calloc((size_t)n, sizeof *masks);
     dcp_status_t st = lengths && masks ? DCP_OK : DCP_ERR_NO_MEMORY;
@@ -442,10 +442,8 @@ static figures_t derive(const cal_t *c, const results_t *res)
 }
 
 /* PREFIX.node: the planner's figures (topo/node_file.c). */
-static int write_node(const cal_t *c, const results_t *res, const figures_t *g, const char *path)
+static void write_node(const cal_t *c, const results_t *res, const figures_t *g, FILE *f)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
     fprintf(f, "# dcp-calibrate: %d nodes x %d ranks, %s %s, heads %d/%d x %d; measured\n",
             c->nodes, c->devs, c->f->device, dcpt_dtype_name(c->shape.dtype), c->shape.num_heads,
             c->shape.num_kv_heads, c->shape.head_dim);
@@ -463,16 +461,13 @@ static int write_node(const cal_t *c, const results_t *res, const figures_t *g, 
         const double e = find(res, "attn", res->tiles[t])->all.median / g->peak;
         fprintf(f, "kernel %d %.6g\n", res->tiles[t], e < 1 ? e : 1.0);
     }
-    return fclose(f) == 0;
 }
 
 /* PREFIX.json: the simulator's kernel table (plugin/cli/sim_kernels.c reads the kernel rows),
  * one rank's rates where the ranks share processors, else every rank's; first a record of
  * every figure. */
-static int write_sim(const cal_t *c, const results_t *res, const figures_t *g, const char *path)
+static void write_sim(const cal_t *c, const results_t *res, const figures_t *g, FILE *f)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
     fprintf(f,
             "{\"calibration\": \"%s\", \"nodes\": %d, \"devices\": %d, \"nics\": %d, "
             "\"intra_gbps\": %.6g, \"inter_gbps\": %.6g, \"lat_us\": %.6g, \"tflops\": %.6g, "
@@ -495,17 +490,27 @@ static int write_sim(const cal_t *c, const results_t *res, const figures_t *g, c
                 "\"error\": null}\n",
                 k ? "copy" : "merge", g->best, c->shape.head_dim,
                 one ? g->copy->one.median : g->copy->all.median);
-    return fclose(f) == 0;
 }
 
-static int write_files(const cal_t *c, const results_t *res)
+/* Both files, each written whole (include/base/out_file.h); a failure to open or write
+ * either leaves both targets as they were. */
+static dcp_status_t write_files(const cal_t *c, const results_t *res)
 {
     const figures_t g = derive(c, res);
-    char path[4096];
-    snprintf(path, sizeof path, "%s.node", c->f->out);
-    if (!write_node(c, res, &g, path)) return 0;
-    snprintf(path, sizeof path, "%s.json", c->f->out);
-    return write_sim(c, res, &g, path);
+    char path[2][4096];
+    snprintf(path[0], sizeof path[0], "%s.node", c->f->out);
+    snprintf(path[1], sizeof path[1], "%s.json", c->f->out);
+    dcp_out_file_t o[2] = {{0}};
+    dcp_status_t st = dcp_out_file_open(&o[0], path[0], "--out");
+    if (st == DCP_OK) st = dcp_out_file_open(&o[1], path[1], "--out");
+    if (st == DCP_OK) {
+        write_node(c, res, &g, o[0].f);
+        write_sim(c, res, &g, o[1].f);
+        if (fflush(o[0].f) || fflush(o[1].f) || ferror(o[0].f) || ferror(o[1].f))
+            st = dcp_set_error(DCP_ERR_SYSTEM, "--out: cannot write %s.node and .json", c->f->out);
+    }
+    st = dcp_out_file_close(&o[0], st, "--out");
+    return dcp_out_file_close(&o[1], st, "--out");
 }
 
 static void *run_rank(void *arg)
@@ -547,9 +552,7 @@ static void *run_rank(void *arg)
     if (st == DCP_OK && c->rank == 0) {
         for (int32_t i = 0; i < res->n; i++) dcpt_bench_row(&b, &res->rows[i], NULL, NULL);
         fflush(stdout);
-        if (!write_files(c, res))
-            st = dcp_set_error(DCP_ERR_INVALID_ARG, "--out: cannot write %s.node / .json", f->out);
-        else
+        if ((st = write_files(c, res)) == DCP_OK)
             fprintf(stderr,
                     "%s: wrote %s.node (--cluster %dx@%s.node) and %s.json "
                     "(--sim-kernels)\n",
@@ -629,6 +632,11 @@ int main(int argc, char **argv)
         const long v = strtol(items[i], &end, 10);
         if (*end || v < 16 || v > (1 << 20) || (i > 0 && v <= atol(items[i - 1])))
             dcpt_args_fail(tool, "tiles", "'%s': increasing block sizes in 16..1048576", items[i]);
+        if (4 * (int64_t)v > f.tokens) /* a case is sequences of 4 blocks: one at least */
+            dcpt_args_fail(tool, "tiles",
+                           "'%s': a kernel case runs sequences of 4 blocks, more than --tokens "
+                           "%lld (give --tokens >= %ld)",
+                           items[i], (long long)f.tokens, 4 * v);
     }
     free(items);
     free(storage);

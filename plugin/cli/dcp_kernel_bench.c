@@ -19,6 +19,7 @@
  */
 #include "include/base/error.h"
 #include "include/base/half.h"
+#include "include/base/out_file.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cudnn.h"
 #include "kernels/device.h"
@@ -73,10 +74,12 @@ static void table_add(kernel_table_t *t, int32_t tile, double tflops)
 
 /* The file --kernel-table reads: lines 'tile_tokens efficiency', tiles increasing, the
  * efficiency the mean forward TFLOP/s at that tile over `peak`, at most 1. */
-static int table_write(const kernel_table_t *t, const char *path, double peak, const char *what)
+static dcp_status_t table_write(const kernel_table_t *t, const char *path, double peak,
+                                const char *what)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
+    dcp_out_file_t o;
+    DCP_CHECK(dcp_out_file_open(&o, path, "--write-table"));
+    FILE *f = o.f;
     fprintf(f, "# dcp-kernel-bench: %s, forward attention, efficiency = TFLOP/s / %g\n", what,
             peak);
     for (int32_t done = 0, last = 0; done < t->num; done++) {
@@ -87,7 +90,7 @@ static int table_write(const kernel_table_t *t, const char *path, double peak, c
         const double e = t->tflops[best] / t->n[best] / peak;
         fprintf(f, "%d %.6g\n", last, e < 1 ? e : 1.0);
     }
-    return fclose(f) == 0;
+    return dcp_out_file_close(&o, DCP_OK, "--write-table");
 }
 
 /* n elements of N(0, 1) (or `lse_like`: log-sums around 5) in element type `ty`. */
@@ -753,6 +756,11 @@ int main(int argc, char **argv)
     dcp_mask_t *masks;
     char *storage[6];
     lists_parse(text, cpu, &l, &masks, storage);
+    int times_attn = 0;
+    for (int i = 0; i < l.nkernels; i++) times_attn |= !strcmp(l.kernels[i], "attn");
+    if (write_table && !times_attn)
+        dcpt_args_fail(tool, "write-table",
+                       "the table is forward attention's: add attn to --kernel");
     b.dev = dcp_device_of(b.gpu);
     if (b.dev->stream_create(b.gpu, &b.stream) != DCP_OK) {
         fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
@@ -789,12 +797,9 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "%s %s", b.dev->name, dcpt_dtype_name(b.dtype));
     if (st == DCP_OK && write_table) { /* after the table: a failure here is reported too */
         if (!table.num)
-            fprintf(stderr, "%s: --write-table: no forward attention was timed (--kernel attn)\n",
-                    tool);
-        else if (!table_write(&table, write_table, peak > 0 ? peak : 312.0, what))
-            st =
-                dcp_set_error(DCP_ERR_INVALID_ARG, "--write-table: cannot write '%s'", write_table);
-        else
+            st = dcp_set_error(DCP_ERR_INVALID_ARG,
+                               "--write-table: no forward attention was timed (--kernel attn)");
+        else if ((st = table_write(&table, write_table, peak > 0 ? peak : 312.0, what)) == DCP_OK)
             fprintf(stderr, "%s: wrote %s\n", tool, write_table);
     }
     if (st != DCP_OK)

@@ -15,9 +15,9 @@
 #include "plugin/cli/svg.h"
 
 #include "include/base/error.h"
+#include "include/base/out_file.h"
 #include "partition/plan_walk.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,18 +346,16 @@ dcp_status_t dcpt_svg_write(const dcp_plan_t *p, const char *path, const char *t
     st = body(&s, title);
     fclose(s.f);
     if (st != DCP_OK) goto out;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        st = dcp_set_error(DCP_ERR_INVALID_ARG, "svg '%s': %s", path, strerror(errno));
-        goto out;
-    }
+    dcp_out_file_t o;
+    DCP_CHECK_GOTO(dcp_out_file_open(&o, path, "svg"), st, out);
+    FILE *f = o.f;
     fprintf(f,
             "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%.0f' "
             "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
             WIDTH, s.y);
     fwrite(text, 1, len, f);
     fprintf(f, "</svg>\n");
-    st = fclose(f) == 0 ? DCP_OK : dcp_set_error(DCP_ERR_SYSTEM, "svg '%s': write failed", path);
+    st = dcp_out_file_close(&o, DCP_OK, "svg");
 out:
     free(text);
     free(s.seq_first);

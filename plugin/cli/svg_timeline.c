@@ -10,6 +10,7 @@
 #include "plugin/cli/svg.h"
 
 #include "include/base/error.h"
+#include "include/base/out_file.h"
 #include "partition/simulate.h"
 
 #include <errno.h>
@@ -188,11 +189,13 @@ dcp_status_t dcpt_svg_timeline(const dcp_plan_t *p, const dcp_sim_trace_t tr[DCP
     legend(&c);
     for (int k = 0; k < DCP_PASS_COUNT; k++) pass_panel(&c, p, &tr[k], &ex[k], rank, end[k]);
     fclose(f);
-    FILE *out = fopen(path, "w");
-    if (!out) {
+    dcp_out_file_t o;
+    const dcp_status_t st = dcp_out_file_open(&o, path, "timeline svg");
+    if (st != DCP_OK) {
         free(body);
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "cannot write '%s': %s", path, strerror(errno));
+        return st;
     }
+    FILE *out = o.f;
     fprintf(out,
             "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%.0f' "
             "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
@@ -210,7 +213,5 @@ dcp_status_t dcpt_svg_timeline(const dcp_plan_t *p, const dcp_sim_trace_t tr[DCP
     fwrite(body, 1, body_len, out);
     free(body);
     fputs("</svg>\n", out);
-    if (fclose(out) != 0)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "cannot write '%s': %s", path, strerror(errno));
-    return DCP_OK;
+    return dcp_out_file_close(&o, DCP_OK, "timeline svg");
 }

@@ -381,6 +381,46 @@ static void test_bad_path_is_named(void)
     fixture_free(&fx);
 }
 
+/* Files are written whole or not at all: a later path that cannot be opened leaves the
+ * earlier targets as they were (an old file keeps its text, a new one is never made), and no
+ * temporary file stays behind. */
+static void test_all_or_none(void)
+{
+    fixture_t fx;
+    fixture(&fx, "causal", DCP_STRATEGY_LPT);
+    char dir[] = "/tmp/dcp-export-XXXXXX";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    char old[96], fresh[96], cmd[160];
+    snprintf(old, sizeof old, "%s/old.hgr", dir);
+    snprintf(fresh, sizeof fresh, "%s/new.patoh", dir);
+    FILE *f = fopen(old, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("before\n", f);
+    fclose(f);
+    const dcp_export_paths_t bad = {old, fresh, "/nonexistent-dir/x.part"};
+    CU_ASSERT_EQUAL(dcp_export_write(&fx.batch, &shape, &fx.opts, fx.cluster, &bad, NULL),
+                    DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "/nonexistent-dir/x.part"));
+    char text[16] = {0};
+    f = fopen(old, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT(fgets(text, sizeof text, f) && !strcmp(text, "before\n"));
+    fclose(f);
+    CU_ASSERT_NOT_EQUAL(access(fresh, F_OK), 0);
+    const dcp_export_paths_t good = {old, fresh, NULL};
+    CU_ASSERT_EQUAL(dcp_export_write(&fx.batch, &shape, &fx.opts, fx.cluster, &good, NULL), DCP_OK);
+    CU_ASSERT_EQUAL(access(fresh, F_OK), 0);
+    f = fopen(old, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT(fgets(text, sizeof text, f) && strcmp(text, "before\n") != 0);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", dir);
+    CU_ASSERT_NOT_EQUAL(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+    fixture_free(&fx);
+}
+
 int dcp_suite_export(void)
 {
     static const dcp_test_t tests[] = {
@@ -389,6 +429,7 @@ int dcp_suite_export(void)
         {"partition_is_the_plan_returned", test_partition_is_the_plan_returned},
         {"scale_fits_32_bits", test_scale_fits_32_bits},
         {"bad_path_is_named", test_bad_path_is_named},
+        {"all_or_none", test_all_or_none},
         {NULL, NULL},
     };
     return dcp_add_suite("export", tests);
