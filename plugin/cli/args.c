@@ -172,6 +172,11 @@ void dcpt_args_parse(int argc, char **argv, dcpt_arg_t *args, int nargs, const c
         }
         const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!val) dcpt_args_fail(tool, a->name, "needs a value");
+        /* "--svg --json" is a forgotten value, not a file named --json */
+        if (!eq && !strncmp(val, "--", 2))
+            dcpt_args_fail(tool, a->name,
+                           "needs a value, got the flag %s (--%s=%s takes it as the value)", val,
+                           a->name, val);
         set_value(tool, a, val);
     }
 }

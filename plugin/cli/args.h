@@ -1,5 +1,6 @@
-/* Command-line flags for the tools: "--name value" or "--name=value". A bad flag or value
- * prints a message naming the flag and exits with status 2; --version prints dcp's version;
+/* Command-line flags for the tools: "--name value" or "--name=value" (a value that starts
+ * with "--" only in the second form, so that a flag missing its value is caught). A bad flag or
+ * value prints a message naming the flag and exits with status 2; --version prints dcp's version;
  * --help prints the table, each flag's default read from its variable before parsing (a
  * help text that states its own default, for defaults that depend on other flags, is
  * printed as it is). */

@@ -169,6 +169,18 @@ static void resolve_strategies(const char *tool, const dcpt_common_flags_t *f, d
     free(storage);
 }
 
+/* A length times --scale: at least 1 token, and never past 2^31 - 1 (exits 2 naming
+ * --scale). */
+static int32_t scaled_length(const char *tool, int64_t len, double scale)
+{
+    const double d = (double)len * scale;
+    if (d > 2147483647.0)
+        dcpt_args_fail(tool, "scale", "a length of %lld x %g is more than 2^31 - 1 tokens",
+                       (long long)len, scale);
+    const long long r = llround(d);
+    return (int32_t)(r < 1 ? 1 : r);
+}
+
 static void parse_seqlens(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
     char **items, *storage;
@@ -180,8 +192,7 @@ static void parse_seqlens(const char *tool, const dcpt_common_flags_t *f, dcpt_c
         const long long v = strtoll(items[i], &end, 10);
         if (*end != '\0' || v < 1 || v > 2147483647)
             dcpt_args_fail(tool, "seqlens", "'%s' is not a length in [1, 2^31 - 1]", items[i]);
-        const long long scaled = llround((double)v * f->scale);
-        out->lengths[i] = (int32_t)(scaled < 1 ? 1 : scaled > 2147483647 ? 2147483647 : scaled);
+        out->lengths[i] = scaled_length(tool, v, f->scale);
         total += out->lengths[i];
     }
     if (total > 2147483647)
@@ -206,8 +217,9 @@ static void sample_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_
         src = (dcpt_length_source_t){pool, n};
     }
     if (f->batches > 0) {
-        if (dcpt_lengths_pack(&src, f->tokens, f->scale, (int32_t)f->batches, (uint64_t)f->seed,
-                              &out->lengths, &out->batch_first, &out->num_batches) != DCP_OK)
+        if (dcpt_lengths_pack(&src, f->tokens, (int32_t)(f->max_len > 0 ? f->max_len : INT32_MAX),
+                              f->scale, (int32_t)f->batches, (uint64_t)f->seed, &out->lengths,
+                              &out->batch_first, &out->num_batches) != DCP_OK)
             dcpt_args_fail(tool, "batches", "%s", dcp_last_error());
         if (out->num_batches < f->batches)
             fprintf(stderr, "%s: the lengths fill only %d batches of %lld tokens\n", tool,
@@ -219,10 +231,8 @@ static void sample_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_
                               (int32_t)(max_len < 2147483647 ? max_len : 2147483647),
                               (uint64_t)f->seed, &out->lengths, &n) != DCP_OK)
             dcpt_args_fail(tool, "max-len", "%s", dcp_last_error());
-        for (int32_t i = 0; i < n; i++) {
-            const long long s = llround(out->lengths[i] * f->scale);
-            out->lengths[i] = (int32_t)(s < 1 ? 1 : s > 2147483647 ? 2147483647 : s);
-        }
+        for (int32_t i = 0; i < n; i++)
+            out->lengths[i] = scaled_length(tool, out->lengths[i], f->scale);
         out->num_batches = 1;
         out->batch_first = calloc(2, sizeof *out->batch_first);
         out->batch_first[1] = n;
@@ -230,11 +240,16 @@ static void sample_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_
     free(pool);
 }
 
-static void resolve_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
+static void resolve_lengths(const char *tool, const dcpt_common_flags_t *f, const dcpt_arg_t *args,
+                            dcpt_common_t *out)
 {
     if (f->seqlens && f->lengths_file)
         dcpt_args_fail(tool, "seqlens", "give either --seqlens or --lengths-file");
     if (!(f->scale > 0)) dcpt_args_fail(tool, "scale", "must be > 0");
+    static const char *const sampling[2] = {"tokens", "max-len"};
+    for (int k = 0; f->seqlens && k < 2; k++) /* the lengths are given: nothing is sampled */
+        if (dcpt_args_seen(args, DCPT_COMMON_NARGS, sampling[k]))
+            dcpt_args_fail(tool, sampling[k], "samples lengths; --seqlens gives them");
     if (f->seqlens)
         parse_seqlens(tool, f, out);
     else
@@ -251,7 +266,7 @@ void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const d
     else
         resolve_masks(tool, f, out);
     resolve_strategies(tool, f, out);
-    resolve_lengths(tool, f, out);
+    resolve_lengths(tool, f, args, out);
     if (f->heads % f->kv_heads != 0)
         dcpt_args_fail(tool, "kv-heads", "%lld does not divide --heads %lld",
                        (long long)f->kv_heads, (long long)f->heads);

@@ -386,13 +386,14 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
     dcp_plan_options_t placed;
     const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths, &placed);
     free(masks);
-    if (st != DCP_OK)
-        dcpt_args_fail(tool,
-                       pf->hgr     ? "hgr"
-                       : pf->patoh ? "patoh"
-                                   : "partition",
-                       "%s", dcp_last_error());
     const char *const path[3] = {pf->hgr, pf->patoh, pf->partition};
+    if (st != DCP_OK) { /* the flag of the file the error names, else the first given */
+        static const char *const flag[3] = {"hgr", "patoh", "partition"};
+        int k = -1;
+        for (int i = 0; i < 3; i++)
+            if (path[i] && (k < 0 || strstr(dcp_last_error(), path[i]))) k = i;
+        dcpt_args_fail(tool, flag[k], "%s", dcp_last_error());
+    }
     for (int k = 0; k < 3; k++)
         if (path[k])
             fprintf(stderr, "%s: wrote %s (%s: the plan returned, %s placement, seed %llu)\n", tool,
@@ -480,6 +481,13 @@ int main(int argc, char **argv)
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + NOWN, tool,
                     "Plans batches with each strategy and reports traffic, balance, planning time\n"
                     "and the cost model's predicted attention time, forward and backward.");
+    const int nargs = DCPT_COMMON_NARGS + NOWN;
+    if (f.seqlens && dcpt_args_seen(args, nargs, "batches"))
+        dcpt_args_fail(tool, "batches", "packs sampled lengths; --seqlens gives them");
+    static const char *const sim_only[2] = {"sim-kernels", "sim-host-cores"};
+    for (int k = 0; k < 2; k++)
+        if (!pf.simulate && dcpt_args_seen(args, nargs, sim_only[k]))
+            dcpt_args_fail(tool, sim_only[k], "sets the simulator up: add --simulate");
     dcpt_common_t c;
     dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);

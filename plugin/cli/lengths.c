@@ -39,26 +39,30 @@ dcp_status_t dcpt_lengths_read(const char *path, int32_t **lengths_out, int64_t 
         return dcp_set_error(DCP_ERR_INVALID_ARG, "lengths file '%s': %s", path, strerror(errno));
     int32_t *v = NULL;
     int64_t n = 0, cap = 0, line = 0;
-    char buf[256];
+    char *buf = NULL; /* whole lines, however long */
+    size_t bufsize = 0;
+    ssize_t got;
     dcp_status_t st = DCP_OK;
-    while (st == DCP_OK && fgets(buf, sizeof buf, f)) {
+    while (st == DCP_OK && (got = getline(&buf, &bufsize, f)) >= 0) {
         line++;
         char *s = buf;
         while (*s == ' ' || *s == '\t') s++;
-        if (*s == '#' || *s == '\n' || *s == '\r' || *s == '\0') continue;
+        const int nul = strlen(buf) != (size_t)got; /* a NUL byte inside the line */
+        if (!nul && (*s == '#' || *s == '\n' || *s == '\r' || *s == '\0')) continue;
         char *end;
         errno = 0;
         const long long x = strtoll(s, &end, 10);
         while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
-        if (end == s || *end != '\0' || errno != 0 || x < 1 || x > INT32_MAX) {
+        if (nul || end == s || *end != '\0' || errno != 0 || x < 1 || x > INT32_MAX) {
             st = dcp_set_error(DCP_ERR_INVALID_ARG,
-                               "lengths file '%s' line %lld: expected a length >= 1", path,
-                               (long long)line);
+                               "lengths file '%s' line %lld: expected one length in [1, 2^31 - 1]",
+                               path, (long long)line);
             break;
         }
         st = dcp_reserve(&v, &cap, n + 1, sizeof *v, "lengths");
         if (st == DCP_OK) v[n++] = (int32_t)x;
     }
+    free(buf);
     fclose(f);
     if (st == DCP_OK && n == 0)
         st = dcp_set_error(DCP_ERR_INVALID_ARG, "lengths file '%s' has no lengths", path);
@@ -116,12 +120,13 @@ static int next_length(const dcpt_length_source_t *src, const int64_t *order, in
     return 1;
 }
 
-dcp_status_t dcpt_lengths_pack(const dcpt_length_source_t *src, int64_t tokens, double scale,
-                               int32_t max_batches, uint64_t seed, int32_t **lengths_out,
-                               int32_t **first_out, int32_t *num_batches_out)
+dcp_status_t dcpt_lengths_pack(const dcpt_length_source_t *src, int64_t tokens, int32_t max_len,
+                               double scale, int32_t max_batches, uint64_t seed,
+                               int32_t **lengths_out, int32_t **first_out, int32_t *num_batches_out)
 {
-    if (tokens < 1 || max_batches < 1 || !(scale > 0))
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "pack: tokens, batches and scale must be > 0");
+    if (tokens < 1 || max_len < 1 || max_batches < 1 || !(scale > 0))
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "pack: tokens, max_len, batches and scale must be > 0");
     dcpt_rng_t rng = {seed};
     int64_t *order = NULL, pos = 0, n = 0, cap = 0, fcap = 0;
     int32_t *v = NULL, *first = NULL, nb = 0, cur_n = 0;
@@ -140,7 +145,9 @@ dcp_status_t dcpt_lengths_pack(const dcpt_length_source_t *src, int64_t tokens, 
     int32_t len;
     while (nb < max_batches && next_length(src, order, &pos, &rng, &len)) {
         if (++draws > 100000000) break;
-        const int64_t l = llround(len * scale) > 0 ? llround(len * scale) : 1;
+        const double scaled = (double)len * scale; /* compared before llround can overflow */
+        if (len > max_len || scaled > (double)tokens) continue;
+        const int64_t l = llround(scaled) > 0 ? llround(scaled) : 1;
         if (l > tokens) continue;
         if (cur_tokens + l > tokens) { /* close the batch: keep it if >= 75% full */
             if (4 * cur_tokens >= 3 * tokens) {

@@ -26,12 +26,14 @@ dcp_status_t dcpt_lengths_fill(const dcpt_length_source_t *src, int64_t tokens, 
 
 /* DCP's packing of consecutive batches of `tokens` tokens: lengths come from the file in
  * an order shuffled with the seed (or as seeded draws from the histogram), each multiplied
- * by `scale` (at least 1 token); lengths above `tokens` are dropped; lengths are added to
+ * by `scale` (at least 1 token); lengths above max_len before scaling, or above `tokens`
+ * after it, are dropped; lengths are added to
  * the current batch while they fit, and a batch is kept when it is at least 75% full.
  * Writes up to max_batches batches: batch b is lengths[first[b] .. first[b + 1]) (both
  * malloc'ed); fewer when a file runs out. */
-dcp_status_t dcpt_lengths_pack(const dcpt_length_source_t *src, int64_t tokens, double scale,
-                               int32_t max_batches, uint64_t seed, int32_t **lengths_out,
-                               int32_t **first_out, int32_t *num_batches_out);
+dcp_status_t dcpt_lengths_pack(const dcpt_length_source_t *src, int64_t tokens, int32_t max_len,
+                               double scale, int32_t max_batches, uint64_t seed,
+                               int32_t **lengths_out, int32_t **first_out,
+                               int32_t *num_batches_out);
 
 #endif

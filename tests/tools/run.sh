@@ -52,6 +52,29 @@ expect 2 "--tokens:" "$bin/dcp-plan" --tokens 0
 # 3. outputs are checked before any work: a --svg in a missing folder fails at once
 expect 2 "--svg:" "$bin/dcp-plan" --svg "$work/missing/plan.svg" --tokens 1000000 --batches 50
 expect 2 "--write-table:" "$bin/dcp-kernel-bench" --device cpu --write-table "$work/missing/t"
+expect 2 "add attn to --kernel" "$bin/dcp-kernel-bench" --device cpu --kernel merge \
+    --write-table "$work/t"
+# ... a flag where a value belongs is a missing value, not a file named --json; nothing
+# sampled or simulated is ignored silently; --scale never wraps a length
+expect 2 "--hgr: needs a value, got the flag --json" "$bin/dcp-plan" --seqlens 100 --hgr --json
+[ ! -e ./--json ] && [ ! -e "$work/--json" ] || fail "dcp-plan wrote a file named --json"
+expect 2 "--tokens:" "$bin/dcp-plan" --seqlens 100 --tokens 5000
+expect 2 "--batches:" "$bin/dcp-plan" --seqlens 100 --batches 2
+expect 2 "--sim-kernels:" "$bin/dcp-plan" --seqlens 100 --sim-kernels h100
+expect 2 "--scale: a length of 200 x 1e+17" "$bin/dcp-plan" --seqlens 200 --scale 1e17
+"$bin/dcp-plan" --tokens 4096 --max-len 500 --batches 2 --ranks 2 --block 64 \
+    --strategy ring >"$work/maxlen" 2>&1 || fail "dcp-plan --max-len: $(tail -3 "$work/maxlen")"
+grep -q "longest [1-4][0-9][0-9])" "$work/maxlen" || fail "dcp-plan --batches ignores --max-len"
+# ... outputs are written whole or not at all: a failing --partition leaves no --hgr behind
+expect 2 "--partition:" "$bin/dcp-plan" --seqlens 300 --block 64 --strategy ring \
+    --hgr "$work/all.hgr" --partition /proc/dcp-no-such-file
+[ ! -e "$work/all.hgr" ] || fail "dcp-plan left --hgr behind when --partition failed"
+ls "$work"/*.tmp.* >/dev/null 2>&1 && fail "dcp-plan left a temporary file: $(ls "$work"/*.tmp.*)"
+# ... a lengths file is read by whole lines, however long
+{ printf '%*s123\n' 300 ''; echo 77; } >"$work/long.lengths"
+"$bin/dcp-plan" --lengths-file "$work/long.lengths" --tokens 200 --ranks 2 --block 64 \
+    --strategy ring >"$work/lf" 2>&1 || fail "dcp-plan --lengths-file: $(tail -3 "$work/lf")"
+grep -q "2 sequences (longest 123)" "$work/lf" || fail "long line: $(head -1 "$work/lf")"
 
 # 4. --help shows the defaults the runs use (dcp-plan's are its own, not the shared ones)
 "$bin/dcp-plan" --help >"$work/help" || fail "dcp-plan --help"
@@ -143,7 +166,7 @@ grep -q "rank 3 ends at" "$work"/p-causal-*-timeline.svg || fail "dcp-plan --svg
 # 11. dcp-calibrate's files are ones the tools read: its node file as a cluster
 #    (--cluster Nx@FILE, its devices and figures), its kernel table as the simulator's; bad
 #    block sizes name --tiles, a missing folder --out
-"$bin/dcp-calibrate" --ranks 2 --tiles 64,128 --tokens 256 --reps 1 --warmup 0 \
+"$bin/dcp-calibrate" --ranks 2 --tiles 64,128 --tokens 512 --reps 1 --warmup 0 \
     --out "$work/cal" >"$work/cal.txt" 2>&1 || fail "dcp-calibrate: $(tail -8 "$work/cal.txt")"
 grep -q "^devices 2$" "$work/cal.node" && [ "$(grep -c '^kernel ' "$work/cal.node")" = 2 ] ||
     fail "dcp-calibrate node file: $(cat "$work/cal.node")"
@@ -152,6 +175,7 @@ grep -q "^devices 2$" "$work/cal.node" && [ "$(grep -c '^kernel ' "$work/cal.nod
     >"$work/calp.json" || fail "dcp-plan reads dcp-calibrate's files"
 json_check "$work/calp.json" 'rows[0]["ranks"] == 6 and rows[0]["sim_fwd_ms"] > 0'
 expect 2 "--tiles:" "$bin/dcp-calibrate" --out "$work/x" --tiles 128,64
+expect 2 "--tiles:" "$bin/dcp-calibrate" --out "$work/x" --tiles 64,100000 --tokens 2048
 expect 2 "--out:" "$bin/dcp-calibrate" --out "$work/missing/x"
 
 # 12. --version on every tool: the library's version, equal to the header's

@@ -115,7 +115,8 @@ static void check_packed(const dcpt_length_source_t *src, int64_t tokens, const 
 {
     static const char *masks[] = {"causal", "shared-question:0.2:4"};
     int32_t *len = NULL, *first = NULL, nb = 0;
-    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(src, tokens, 1.0, 3, 7, &len, &first, &nb), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(src, tokens, INT32_MAX, 1.0, 3, 7, &len, &first, &nb),
+                          DCP_OK);
     CU_ASSERT(nb >= 1);
     for (int32_t b = 0; b < nb; b++)
         for (int k = 0; k < 2; k++)
@@ -140,7 +141,8 @@ static void test_default_by_training_step(void)
 {
     const dcpt_length_source_t hist = {NULL, 0};
     int32_t *len = NULL, *first = NULL, nb = 0;
-    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 16384, 1.0, 1, 25, &len, &first, &nb), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 16384, INT32_MAX, 1.0, 1, 25, &len, &first, &nb),
+                          DCP_OK);
     const int32_t n = first[1] - first[0];
     dcp_mask_t *m = calloc((size_t)n, sizeof *m);
     for (int32_t i = 0; i < n; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
@@ -172,7 +174,8 @@ static void test_small_batches_place_blocks(void)
     static const char *masks[] = {"causal", "lambda:64:4096", "full"};
     const dcpt_length_source_t hist = {NULL, 0};
     int32_t *len = NULL, *first = NULL, nb = 0;
-    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 8192, 1.0, 10, 1, &len, &first, &nb), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_lengths_pack(&hist, 8192, INT32_MAX, 1.0, 10, 1, &len, &first, &nb),
+                          DCP_OK);
     const dcp_attn_shape_t sh = {8, 2, 128, DCP_DTYPE_BF16, 0.0f};
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
