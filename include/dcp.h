@@ -506,7 +506,8 @@ typedef struct {
     void *o;
     float *lse;
     /* The softmax scale of this call, finite and >= 0; 0 (the value a zero-initialised struct
-     * has): the plan's (dcp_attn_shape_t.scale). Every rank of a call passes the same, and the
+     * has): the plan's (dcp_attn_shape_t.scale). Every rank of a call passes the same (a
+     * rank whose scale differs fails the call on every rank, naming both scales), and the
      * backward reads it from its `fwd` tensors, so both passes use one scale. */
     float softmax_scale;
 } dcp_tensors_t;

@@ -246,7 +246,7 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
     dcp_kernel_env_t launch_env = *env_in;
     const dcp_kernel_env_t *env = &launch_env;
     const int fwd = pass == DCP_PASS_FWD;
-    DCP_CHECK(dcp_stamps_launch(ctx, p, pass));
+    DCP_CHECK(dcp_stamps_launch(ctx, p, pass, env_in->scale));
     for (int64_t i = dcp_plan_prog_begin(p, pass, ctx->rank);
          i < dcp_plan_prog_end(p, pass, ctx->rank); i++) {
         const dcp_instr_t *in = &p->instrs[i];

@@ -5,6 +5,7 @@
 #include "partition/plan.h"
 #include "plugin/context.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,13 +77,15 @@ static dcp_status_t bind(dcp_stamps_t *s, const dcp_plan_t *p, int32_t rank)
     return DCP_OK;
 }
 
-dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass)
+dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
+                               float scale)
 {
     dcp_stamps_t *s = &ctx->stamps;
     DCP_CHECK(bind(s, p, ctx->rank));
     uint32_t checksum;
     DCP_CHECK(dcp_plan_checksum(p, &checksum));
-    s->mine = (dcp_stamp_t){DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass, ctx->rank};
+    s->mine =
+        (dcp_stamp_t){DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass, ctx->rank, scale, 0};
     const int32_t n = s->npeers[pass];
     if (n == 0) return DCP_OK;
     memset(s->theirs, 0, (size_t)n * sizeof *s->theirs);
@@ -117,6 +120,16 @@ static dcp_status_t differ(const dcp_stamp_t *a, const dcp_stamp_t *b)
                          (unsigned long long)b->call);
 }
 
+/* A float in the fewest digits that read back as it ("0.3", not "0.300000012"). */
+static const char *scale_text(float x, char buf[24])
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, 24, "%.*g", digits, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
 dcp_status_t dcp_stamps_settle(dcp_context_t *ctx)
 {
     dcp_stamps_t *s = &ctx->stamps;
@@ -135,6 +148,16 @@ dcp_status_t dcp_stamps_settle(dcp_context_t *ctx)
                                  s->peers[pass][k], ctx->rank);
         if (t->checksum != s->mine.checksum || t->pass != s->mine.pass || t->call != s->mine.call)
             return differ(&s->mine, t);
+        if (memcmp(&t->scale, &s->mine.scale, sizeof t->scale) != 0) {
+            const dcp_stamp_t *a = t->rank < s->mine.rank ? t : &s->mine,
+                              *b = a == t ? &s->mine : t;
+            char sa[24], sb[24];
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "softmax scales differ: rank %d computes its %s with scale %s, "
+                                 "rank %d with %s; every rank must give the same softmax_scale",
+                                 a->rank, pass_name[pass & 1], scale_text(a->scale, sa), b->rank,
+                                 scale_text(b->scale, sb));
+        }
     }
     return DCP_OK;
 }

@@ -2,7 +2,8 @@
  * Call stamps: ranks that disagree stop at once and say so.
  *
  * At every forward and backward call a rank sends its stamp (the plan's checksum, the pass,
- * its context's call count) to every rank it exchanges blocks with in that pass and to its two
+ * its context's call count, the call's softmax scale) to every rank it exchanges blocks with
+ * in that pass and to its two
  * ring neighbours, and receives theirs, in the call's first exchange. Ranks that run
  * different plans, or different calls (one skipped a step, one runs its backward while the
  * others run a forward), find a stamp that is not theirs: the call fails naming both ranks
@@ -30,6 +31,8 @@ typedef struct {
     uint64_t call;     /* the sender context's forward and backward calls before this one */
     int32_t pass;      /* dcp_pass_t */
     int32_t rank;      /* the sender */
+    float scale;       /* the call's softmax scale (the plan's when the call gives none) */
+    uint32_t reserved; /* 0 */
 } dcp_stamp_t;
 
 typedef struct {
@@ -48,8 +51,10 @@ typedef struct {
 typedef struct dcp_context dcp_context_t;
 typedef struct dcp_plan dcp_plan_t;
 
-/* Starts the exchange of this call's stamps (the context's call count is this call's). */
-dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass);
+/* Starts the exchange of this call's stamps (the context's call count is this call's;
+ * `scale` the softmax scale the call computes with). */
+dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
+                               float scale);
 
 /* Waits for the exchange in flight (a no-op when none) and compares every stamp with this
  * rank's: DCP_ERR_INVALID_ARG naming both ranks and plans at the first difference. */

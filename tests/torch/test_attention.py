@@ -6,6 +6,7 @@ surface: plans, layouts, bytes, errors.
 
     PYTHONPATH=plugin/python python3 tests/torch/test_attention.py [-v]
 """
+import ctypes as C
 import random
 import unittest
 import warnings
@@ -325,6 +326,48 @@ class Surface(unittest.TestCase):
                 extra = {"block_size": 8.5} if text == "block_size" else {}
                 dt.plan(lengths, mask, "1x2", **SHAPE, **extra)
             self.assertIn(text, str(e.exception))
+
+    def test_values_that_do_not_fit_c_are_refused_by_name(self):
+        """ctypes would wrap them silently (2**32 + 20 tokens planned as 20)."""
+        big = 2 ** 32 + 20
+        cases = [([big, 13], "causal", {}, ValueError, "lengths[0] = 4294967316"),
+                 ([20, 13], "causal", {"q_heads": 2 ** 32 + 2}, ValueError, "q_heads"),
+                 ([20, 13], "causal", {"block_size": big}, ValueError, "block_size"),
+                 ([20, 13], "causal", {"seed": 2 ** 64}, ValueError, "seed"),
+                 ([20, 13], "causal", {"strategy": 2 ** 32}, ValueError, "strategy"),
+                 ([20, 13], "causal", {"strategy": True}, TypeError, "strategy"),
+                 ([20, 13], {"g": "causal"}, {"layers": {"g": big}}, ValueError, "layers['g']"),
+                 ([6, 13], [[(0, big, 0, 0)] * 6, "causal"], {}, ValueError, "ranges[1]"),
+                 ([20, 13], "causal\0junk", {}, ValueError, "NUL"),
+                 ([20, 13], "causal", {"softmax_scale": 1e-50}, ValueError, "float32"),
+                 ([20, 13], "causal", {"softmax_scale": "0.5"}, TypeError, "softmax_scale"),
+                 ([20, 13], "causal", {"eps_inter": "x"}, TypeError, "eps_inter")]
+        for lengths, mask, extra, exc, text in cases:
+            with self.subTest(text=text), self.assertRaises(exc) as e:
+                args = dict(SHAPE)
+                args.update(extra)
+                dt.plan(lengths, mask, "1x2", **args)
+            self.assertIn(text, str(e.exception))
+        with self.assertRaises(ValueError):
+            dt.plan([20, 13], "causal", "1x2\0zz", **SHAPE)
+        lib = dcp.load()
+        with self.assertRaises(ValueError) as e:
+            lib.allowed(lib.mask("causal"), big, 5)
+        self.assertIn("length", str(e.exception))
+        with self.assertRaises(ValueError) as e:  # the safety net under every C call
+            lib.lib.dcp_mask_allowed(C.byref(lib.mask("causal")), big, 5, (C.c_int32 * 4)())
+        self.assertIn("dcp_mask_allowed: argument 2", str(e.exception))
+
+    def test_closing_a_cluster_closes_its_planners_first(self):
+        """A planner reads its cluster: closed under it, it would plan from freed memory."""
+        cl = dcp.load().cluster("1x2")
+        planner = dt.Planner(cl)
+        ticket = planner.submit([20, 13], "causal", **SHAPE)
+        planner.wait(ticket)
+        cl.close()
+        with self.assertRaises(ValueError) as e:
+            planner.submit([20, 13], "causal", **SHAPE)
+        self.assertIn("closed", str(e.exception))
 
     def test_reference_masks_match_the_library(self):
         lib = dcp.load()

@@ -6,6 +6,9 @@ why on every rank, and go on with new contexts:
   skipped step   rank 3 skips a step after an error of its own and runs the next batch
   local check    rank 1's q has a row too few: it raises ValueError, the others DcpError
                  naming rank 1 and its reason
+  scales differ  rank 1 passes softmax_scale=0.3, the others the plan's (0.25)
+  undispatch     rank 1's rows are a row short, then float64: every rank raises ValueError
+                 naming rank 1 (not a backend abort, not a wait for the group's timeout)
   new contexts   after each failure every rank closes its context and makes a new one; the
                  next step runs and its outputs, gathered with Plan.undispatch, and its
                  gradients match plain PyTorch attention in float64
@@ -41,7 +44,7 @@ def make_plan(dt, ctx, step, block=BLOCK):
                    strategy="metis")
 
 
-def attend(dt, ctx, plan, step, rows_off=0):
+def attend(dt, ctx, plan, step, rows_off=0, scale=None):
     """This rank's attention of step `step`'s batch; the time it took, and its error."""
     q, k, v, dout = inputs(LENGTHS[step])
     idx = plan.local_indices(ctx.rank)
@@ -50,8 +53,20 @@ def attend(dt, ctx, plan, step, rows_off=0):
         q = q[rows_off:]
     t0 = time.perf_counter()
     try:
-        o = dt.attention(ctx, plan, q, k, v)
+        o = dt.attention(ctx, plan, q, k, v, softmax_scale=scale)
         o.backward(dout[idx].float())
+        return time.perf_counter() - t0, None
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        return time.perf_counter() - t0, "%s: %s" % (type(e).__name__, e)
+
+
+def undispatch(ctx, plan, bad):
+    """Plan.undispatch of this rank's rows, spoilt by `bad` (a function of the rows) on rank
+    1; the time it took and its error."""
+    q = inputs(LENGTHS[0])[0][plan.local_indices(ctx.rank)].float()
+    t0 = time.perf_counter()
+    try:
+        plan.undispatch(bad(q) if ctx.rank == 1 else q, ctx)
         return time.perf_counter() - t0, None
     except Exception as e:  # noqa: BLE001 - reported to the parent
         return time.perf_counter() - t0, "%s: %s" % (type(e).__name__, e)
@@ -95,6 +110,18 @@ def worker(rank, rdzv, out):
     results["local check"] = attend(dt, ctx, make_plan(dt, ctx, 0), 0,
                                     rows_off=1 if rank == 1 else 0) + (0,)
     ctx.close()
+    # scales differ: rank 1 passes a softmax scale of its own
+    ctx = dt.Context(timeout_s=TIMEOUT)
+    results["scales differ"] = attend(dt, ctx, make_plan(dt, ctx, 0), 0,
+                                      scale=0.3 if rank == 1 else None) + (0,)
+    ctx.close()
+    # undispatch: rank 1's rows are a row short, then of another dtype; every rank raises
+    # ValueError naming rank 1 at once, and the context stays usable
+    ctx = dt.Context(timeout_s=TIMEOUT)
+    plan = make_plan(dt, ctx, 0)
+    results["undispatch rows"] = undispatch(ctx, plan, lambda q: q[1:]) + (0,)
+    results["undispatch dtype"] = undispatch(ctx, plan, lambda q: q.double()) + (0,)
+    ctx.close()
     # new contexts after the failures: a correct step
     with dt.Context(timeout_s=TIMEOUT) as ctx:
         results["new contexts"] = (0.0, None, good_step(dt, ctx))
@@ -112,7 +139,10 @@ def main():
         got = torch.load(out)
     ok = True
     expect = {"plans differ": "plans differ", "skipped step": "plans differ",
-              "local check": "rank 1 refused its own inputs"}
+              "local check": "rank 1 refused its own inputs",
+              "scales differ": "softmax scales differ",
+              "undispatch rows": "ValueError: dcp: undispatch: rank 1 has",
+              "undispatch dtype": "ValueError: dcp: undispatch: rank 1's dtype"}
     for name, text in expect.items():
         secs = [got[r][name][0] for r in range(WORLD)]
         print("  %-13s every rank stopped within %.3f s (timeout %.0f s): %s" %

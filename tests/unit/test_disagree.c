@@ -28,6 +28,7 @@ typedef struct {
     const dcp_plan_t *plan;
     int action;
     int rounds; /* > 1: after a failure every rank destroys its context and makes a new one */
+    float scale; /* the call's softmax_scale (0: the plan's) */
     dcp_status_t st[2];
     char msg[2][512];
     double secs[2];
@@ -41,7 +42,7 @@ static dcp_status_t act(dcp_context_t *ctx, const drank_t *d)
     float *mem = calloc((size_t)(n * 4 * 8 * 8 + 16), sizeof *mem); /* 8 row-sized arrays */
     const int64_t q = n * 4 * 8, kv = n * 2 * 8;
     dcp_grad_tensors_t g = {
-        {mem, mem + q, mem + q + kv, mem + q + 2 * kv, mem + 2 * q + 2 * kv, 0.0f},
+        {mem, mem + q, mem + q + kv, mem + q + 2 * kv, mem + 2 * q + 2 * kv, d->scale},
         mem + 3 * q + 2 * kv,
         mem + 4 * q + 2 * kv,
         mem + 5 * q + 2 * kv,
@@ -201,6 +202,34 @@ static void test_calls_differ(void)
     dcp_plan_destroy(a);
 }
 
+/* Rank 3 gives the call a softmax scale of its own (the others the plan's): every rank
+ * stops at once naming both scales, in the forward and in the backward; scales that agree
+ * run. */
+static void test_scales_differ(void)
+{
+    dcp_plan_t *a = plan_with(DCP_STRATEGY_METIS);
+    for (int action = DO_FORWARD; action <= DO_BACKWARD; action++) {
+        drank_t d[RANKS] = {{0}};
+        for (int32_t r = 0; r < RANKS; r++) d[r] = (drank_t){.plan = a, .action = action};
+        d[3].scale = 0.5f;
+        run(d, 0);
+        int found = 0;
+        for (int32_t r = 0; r < RANKS; r++) {
+            CU_ASSERT(d[r].st[0] == DCP_ERR_INVALID_ARG || d[r].st[0] == DCP_ERR_PEER);
+            CU_ASSERT(d[r].secs[0] < 10.0);
+            CU_ASSERT_PTR_NOT_NULL(strstr(d[r].msg[0], "softmax scales differ"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(d[r].msg[0], "0.5"));
+            found |= d[r].st[0] == DCP_ERR_INVALID_ARG;
+        }
+        CU_ASSERT(found);
+        for (int32_t r = 0; r < RANKS; r++) d[r] = (drank_t){.plan = a, .action = action};
+        for (int32_t r = 0; r < RANKS; r++) d[r].scale = 0.5f;
+        run(d, 0);
+        for (int32_t r = 0; r < RANKS; r++) CU_ASSERT_EQUAL(d[r].st[0], DCP_OK);
+    }
+    dcp_plan_destroy(a);
+}
+
 /* Rank 2 gives up before the call; then every rank makes a new context and the next call
  * works (over UCX, where contexts of a failed job must not leave the bootstrap's collectives
  * out of step). */
@@ -259,6 +288,7 @@ int dcp_suite_disagree(void)
         {"plans_differ_threads", test_plans_differ_threads},
         {"plans_differ_ucx", test_plans_differ_ucx},
         {"calls_differ", test_calls_differ},
+        {"scales_differ", test_scales_differ},
         {"kinds_differ", test_kinds_differ},
         {"abort_names_reason_then_recreate", test_abort_names_reason_then_recreate},
         {"checksum_is_the_bytes", test_checksum_is_the_bytes},

@@ -18,6 +18,7 @@ import ctypes.util
 import os
 import struct
 import threading
+import weakref
 
 # ---- the mirror of dcp.h -----------------------------------------------------------------
 
@@ -206,6 +207,25 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
 }
 
 
+_INT_TYPES = (C.c_int, C.c_int32, C.c_int64, C.c_uint32, C.c_uint64, C.c_size_t)
+
+
+def _checked_call(fn, name, ints):
+    """fn with its integer arguments range-checked: a ValueError naming the function and
+    the argument, never a wrapped value reaching libdcp."""
+    limits = [(i, int_range(t)) for i, t in ints]
+
+    def call(*args):
+        for i, (lo, hi) in limits:
+            v = args[i] if i < len(args) else None
+            if isinstance(v, int) and not lo <= v <= hi:
+                raise ValueError("dcp: %s: argument %d = %d does not fit the C type (%d to %d)"
+                                 % (name, i + 1, v, lo, hi))
+        return fn(*args)
+    call.__name__ = name
+    return call
+
+
 class DcpError(RuntimeError):
     """A libdcp call failed: `status` (int), `status_name` ("DCP_ERR_INVALID_ARG"),
     `message` (dcp_last_error() of the failing call) and `what` (the call, as this package
@@ -255,6 +275,9 @@ class Library:
             if fn is None:  # an older library: the call fails when used, not at load
                 continue
             fn.restype, fn.argtypes = res, args
+            ints = [(i, t) for i, t in enumerate(args) if t in _INT_TYPES]
+            if ints:  # ctypes wraps out-of-range ints silently: check them first
+                setattr(self.lib, name, _checked_call(fn, name, ints))
 
     def has(self, name):
         return hasattr(self.lib, name)
@@ -277,7 +300,8 @@ class Library:
         if isinstance(spec, CustomMask):
             return spec.mask
         m = Mask()
-        self.check(self.lib.dcp_mask_parse(str(spec).encode(), C.byref(m)), "mask %r" % spec)
+        self.check(self.lib.dcp_mask_parse(check_text(spec, "mask"), C.byref(m)),
+                   "mask %r" % spec)
         return m
 
     def mask_name(self, m):
@@ -288,16 +312,19 @@ class Library:
     def allowed(self, m, length, query):
         """The allowed keys of a query as the list of key positions."""
         r = (C.c_int32 * 4)()
-        self.check(self.lib.dcp_mask_allowed(C.byref(m), length, query, r), "mask allowed")
+        self.check(self.lib.dcp_mask_allowed(C.byref(m), check_int(length, "length"),
+                                             check_int(query, "query"), r), "mask allowed")
         return list(range(r[0], r[1])) + list(range(r[2], r[3]))
 
     def pairs(self, m, length, q0=0, q1=None, k0=0, k1=None):
         """Allowed (query, key) pairs of the tile [q0, q1) x [k0, k1) (whole sequence by
         default)."""
         n = C.c_int64()
+        length = check_int(length, "length")
+        q1, k1 = (length if x is None else x for x in (q1, k1))
         self.check(self.lib.dcp_mask_count_pairs(
-            C.byref(m), length, q0, length if q1 is None else q1, k0,
-            length if k1 is None else k1, C.byref(n)), "mask count pairs")
+            C.byref(m), length, check_int(q0, "q0"), check_int(q1, "q1"), check_int(k0, "k0"),
+            check_int(k1, "k1"), C.byref(n)), "mask count pairs")
         return n.value
 
     # -- clusters, plans --
@@ -306,10 +333,11 @@ class Library:
         return Cluster.from_spec(self, spec)
 
     def strategy(self, name):
-        if isinstance(name, int):
-            return name
+        if hasattr(name, "__index__"):
+            return check_int(name, "strategy", C.c_int)
         s = C.c_int()
-        self.check(self.lib.dcp_strategy_parse(str(name).encode(), C.byref(s)), "strategy")
+        self.check(self.lib.dcp_strategy_parse(check_text(name, "strategy"), C.byref(s)),
+                   "strategy")
         return s.value
 
     def strategy_name(self, value):
@@ -329,15 +357,17 @@ class Library:
                 raise TypeError("dcp: unknown plan option %r (one of %s)" %
                                 (key, ", ".join(sorted(names))))
             if key == "strategy":
-                value = self.strategy(value)
+                value = check_int(self.strategy(value), key, C.c_int)
             elif key == "expansion" and isinstance(value, str):
                 value = _choice(EXPANSIONS, value, key)
             elif key == "comm_schedule" and isinstance(value, str):
                 value = _choice(COMM_SCHEDULES, value, key)
             elif types[key] is C.c_double:
+                if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+                    raise TypeError("dcp: %s = %r is not a number" % (key, value))
                 value = float(value)
             else:
-                value = check_int(value, key)
+                value = check_int(value, key, types[key])
             setattr(opts, key, value)
         return opts
 
@@ -438,15 +468,29 @@ class Cluster(_Handle):
     @classmethod
     def from_spec(cls, library, spec):
         h = C.c_void_p()
-        library.check(library.lib.dcp_cluster_from_spec(spec.encode(), C.byref(h)),
+        library.check(library.lib.dcp_cluster_from_spec(check_text(spec, "cluster"),
+                                                        C.byref(h)),
                       "cluster %r" % spec)
         return cls(library, h)
 
     def close(self):
+        """Frees the cluster (a borrowed one is only let go); the planners made on it are
+        closed first, since they read it."""
+        for ref in getattr(self, "_dependents", ()):
+            dep = ref()
+            if dep is not None:
+                dep.close()
+        self._dependents = []
         if self._owned:
             super().close()
         else:
             self.handle = None
+
+    def _depend(self, obj):
+        """Closes `obj` (a Planner) before this cluster goes."""
+        if not hasattr(self, "_dependents"):
+            self._dependents = []
+        self._dependents.append(weakref.ref(obj))
 
     @property
     def num_ranks(self):
@@ -466,19 +510,56 @@ class Group(_Handle):
         super().__init__(library, h)
 
 
-def check_int(value, what):
+def int_range(ctype):
+    """The (lowest, highest) value of a ctypes integer type."""
+    bits = 8 * C.sizeof(ctype)
+    if ctype(-1).value < 0:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def check_int(value, what, ctype=C.c_int32):
     """value as an int, or TypeError naming `what`: ints (and numpy or torch integer
-    scalars) only; a float, even 3.0, is refused rather than truncated."""
+    scalars) only; a float, even 3.0, is refused rather than truncated. ValueError when it
+    does not fit `ctype`, the C type it goes to (ctypes would wrap 2**32 + 5 to 5)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError("dcp: %s = %r is not an integer" % (what, value))
-    return int(value.__index__())
+    value = int(value.__index__())
+    lo, hi = int_range(ctype)
+    if not lo <= value <= hi:
+        raise ValueError("dcp: %s = %d does not fit the C field (%d to %d)" %
+                         (what, value, lo, hi))
+    return value
 
 
-def int_list(values, what):
+def int_list(values, what, ctype=C.c_int32):
     """A list of ints from any sequence, each checked by check_int as what[i]."""
-    if isinstance(values, (str, bytes)):
-        raise TypeError("dcp: %s is a string, not a sequence of integers" % what)
-    return [check_int(x, "%s[%d]" % (what, i)) for i, x in enumerate(values)]
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError("dcp: %s = %r is not a sequence of integers" % (what, values))
+    return [check_int(x, "%s[%d]" % (what, i), ctype) for i, x in enumerate(values)]
+
+
+def check_scale(value, what):
+    """A softmax scale as the float32 the C side reads: a real number, finite and > 0 in
+    float32 too (1e-50 would round to 0.0, which means "the default"), or an error naming
+    `what`."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        raise TypeError("dcp: %s = %r is not a number" % (what, value))
+    s = float(value)
+    f32 = C.c_float(s).value
+    if not (s > 0 and f32 > 0 and f32 != float("inf")):
+        raise ValueError("dcp: %s = %r, must be finite and > 0 as a float32 (%g to %g)" %
+                         (what, value, 1.4e-45, 3.4e38))
+    return s
+
+
+def check_text(value, what):
+    """A str for a C string: bytes of UTF-8 without NUL (which would cut it short)."""
+    if not isinstance(value, str):
+        raise TypeError("dcp: %s = %r is not a string" % (what, value))
+    if "\0" in value:
+        raise ValueError("dcp: %s = %r holds a NUL character" % (what, value))
+    return value.encode()
 
 
 def _is_float_tensor(x):
@@ -660,12 +741,15 @@ class Planner(_Handle):
         if not library.has("dcp_planner_create"):
             raise DcpError(ERR_UNSUPPORTED, "this libdcp (%s) has no planner service"
                            % library.path, "planner")
-        cfg = PlannerConfig(num_threads, cache_entries, cache_bytes)
+        cfg = PlannerConfig(check_int(num_threads, "num_threads"),
+                            check_int(cache_entries, "cache_entries"),
+                            check_int(cache_bytes, "cache_bytes", C.c_int64))
         h = C.c_void_p()
         library.check(library.lib.dcp_planner_create(C.byref(cfg), cluster._live(), C.byref(h)),
                       "planner")
         super().__init__(library, h)
         self.cluster = cluster
+        cluster._depend(self)
         self._shapes = {}
 
     def submit(self, batch, shape, opts):
@@ -680,6 +764,7 @@ class Planner(_Handle):
     def wait(self, ticket):
         """The Plan of a ticket, waiting for it (the ticket is spent)."""
         h = C.c_void_p()
+        ticket = check_int(ticket, "ticket", C.c_uint64)
         st = self.dcp.lib.dcp_planner_wait(self._live(), ticket, C.byref(h))
         shape = self._shapes.pop(ticket, None)
         self.dcp.check(st, "planner wait (ticket %d)" % ticket)
@@ -688,6 +773,7 @@ class Planner(_Handle):
     def try_wait(self, ticket):
         """The Plan of a ticket, or None while it is being made."""
         h = C.c_void_p()
+        ticket = check_int(ticket, "ticket", C.c_uint64)
         st = self.dcp.lib.dcp_planner_try(self._live(), ticket, C.byref(h))
         if st != OK:
             self._shapes.pop(ticket, None)

@@ -27,6 +27,7 @@ timeout. After any failure the context is spent: close it on every rank and make
 """
 import ctypes as C
 import warnings
+import zlib
 import weakref
 from collections.abc import Mapping
 
@@ -155,8 +156,7 @@ def _request(where, lengths, mask, legacy, q_heads, kv_heads, head_dim, dtype, l
         raise ValueError("dcp: layers= needs a mapping of layer kind name to mask")
     else:
         batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
-    shape = core.Shape(q_heads, kv_heads, head_dim, _dtype_code(dtype),
-                       0.0 if softmax_scale is None else softmax_scale)
+    shape = core.Shape(q_heads, kv_heads, head_dim, _dtype_code(dtype), _scale(softmax_scale))
     opts = lib.plan_options(**options)
     return batch, shape, opts, names
 
@@ -474,10 +474,7 @@ def _scale(softmax_scale):
     """The call's dcp_tensors_t.softmax_scale (0: the plan's)."""
     if softmax_scale is None:
         return 0.0
-    s = float(softmax_scale)
-    if not s > 0 or s == float("inf"):
-        raise ValueError("dcp: softmax_scale = %r, must be finite and > 0" % softmax_scale)
-    return s
+    return core.check_scale(softmax_scale, "softmax_scale")
 
 
 def _outputs(q):
@@ -802,19 +799,45 @@ def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=
     return (o, lse) if return_lse else o
 
 
+_MAX_TAIL = 7  # trailing dimensions undispatch exchanges (a [tokens, ...] tensor of 8 dims)
+
+
 class _Undispatch(torch.autograd.Function):
     """Every rank's local rows all-gathered into the global order (rows padded to the
     longest rank's for the collective)."""
 
     @staticmethod
+    def _agree(local, plan, dctx):
+        """Every rank's rows, dtype and trailing shape, exchanged before the rows are: a
+        rank whose tensor the plan does not fit, or that differs from rank 0's, is named by
+        every rank's ValueError, at once (the row all-gather would otherwise fail inside
+        the backend, or wait for the process group's timeout)."""
+        tail = tuple(local.shape[1:])
+        mine = [local.shape[0], zlib.crc32(str(local.dtype).encode()), len(tail)]
+        mine += list(tail[:_MAX_TAIL]) + [0] * (_MAX_TAIL - min(len(tail), _MAX_TAIL))
+        t = torch.tensor(mine, dtype=torch.int64, device=dctx._comm_device)
+        parts = [torch.empty_like(t) for _ in range(plan.num_ranks)]
+        dctx._dist.all_gather(parts, t, group=dctx._group)
+        rows = [p.tolist() for p in parts]
+        bad = []
+        for r, d in enumerate(rows):
+            if d[0] != plan.local_tokens(r):
+                bad.append("rank %d has %d rows, the plan gives it %d" %
+                           (r, d[0], plan.local_tokens(r)))
+            elif d[2] > _MAX_TAIL:
+                bad.append("rank %d's tensor has %d dimensions, at most %d" %
+                           (r, d[2] + 1, _MAX_TAIL + 1))
+            elif d[1:] != rows[0][1:]:
+                bad.append("rank %d's dtype or trailing shape differs from rank 0's (%s %s "
+                           "here on rank %d)" % (r, local.dtype, list(tail), dctx.rank))
+        if bad:
+            raise ValueError("dcp: undispatch: " + "; ".join(bad))
+
+    @staticmethod
     def forward(ctx, local, plan, dctx):
         dist, group = dctx._dist, dctx._group
         rank = dctx.rank
-        if local.shape[0] != plan.local_tokens(rank):
-            err = ValueError("dcp: undispatch: rank %d has %d rows, the plan gives it %d" %
-                             (rank, local.shape[0], plan.local_tokens(rank)))
-            dctx.abort(str(err))
-            raise err
+        _Undispatch._agree(local, plan, dctx)
         most = max(plan.local_tokens(r) for r in range(plan.num_ranks))
         dev = dctx._comm_device
         pad = local.detach().new_zeros((most,) + tuple(local.shape[1:]), device=dev)
