@@ -88,27 +88,33 @@ dcp_status_t dcp_mask_parse(const char *spec, dcp_mask_t *mask_out)
         if (given != mn->nparams || (p2 && strchr(p2, ':')))
             return dcp_set_error(DCP_ERR_INVALID_ARG, "mask '%s': %s takes %d parameter%s", spec,
                                  mn->name, mn->nparams, mn->nparams == 1 ? "" : "s");
-        int ok = 1;
+        /* the first parameter that does not read: 1 or 2; 0 when both do */
+        int bad = 0;
         switch (mn->kind) {
         case DCP_MASK_WINDOW:
-            ok = parse_int(p1, n1, &m.window);
+            bad = !parse_int(p1, n1, &m.window);
             break;
         case DCP_MASK_LAMBDA:
-            ok = parse_int(p1, n1, &m.sink) && parse_int(p2, n2, &m.window);
+            bad = !parse_int(p1, n1, &m.sink) ? 1 : !parse_int(p2, n2, &m.window) ? 2 : 0;
             break;
         case DCP_MASK_BLOCKWISE:
-            ok = parse_int(p1, n1, &m.block) && parse_int(p2, n2, &m.k);
+            bad = !parse_int(p1, n1, &m.block) ? 1 : !parse_int(p2, n2, &m.k) ? 2 : 0;
             break;
         case DCP_MASK_SHARED_QUESTION:
-            ok = parse_double(p1, n1, &m.question_frac) && parse_int(p2, n2, &m.answers);
+            bad = !parse_double(p1, n1, &m.question_frac) ? 1
+                  : !parse_int(p2, n2, &m.answers)        ? 2
+                                                          : 0;
             break;
         default:
-            ok = 0;
+            bad = 1;
             break;
         }
-        if (!ok)
-            return dcp_set_error(DCP_ERR_INVALID_ARG, "mask '%s': parameters are not numbers",
-                                 spec);
+        if (bad)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "mask '%s': parameter %d ('%.*s') is not %s",
+                                 spec, bad, (int)(bad == 1 ? n1 : n2), bad == 1 ? p1 : p2,
+                                 bad == 1 && mn->kind == DCP_MASK_SHARED_QUESTION
+                                     ? "a finite number"
+                                     : "an integer in [-2^31, 2^31 - 1]");
     }
     char field[96];
     snprintf(field, sizeof field, "mask '%s'", spec);

@@ -9,15 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-double dcp_context_default_timeout(void)
+dcp_status_t dcp_context_default_timeout(double *timeout_s_out)
 {
-    const char *env = getenv("DCP_TIMEOUT_S");
-    if (env) {
-        char *end;
-        const double v = strtod(env, &end);
-        if (end != env && *end == '\0' && isfinite(v) && v > 0) return v;
-    }
-    return 60.0;
+    if (dcp_timeout_env(timeout_s_out)) return DCP_OK;
+    return dcp_set_error(DCP_ERR_INVALID_ARG,
+                         "$DCP_TIMEOUT_S = \"%.40s\": a number of seconds > 0 (unset: 60)",
+                         getenv("DCP_TIMEOUT_S"));
 }
 
 /* Threads of one process: the in-process engine over the group's hub, on every link. */
@@ -143,13 +140,14 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
                            config->compute_stream ? "compute_stream" : "transfer_stream");
     if (st == DCP_OK && !ctx->dev->host_memory) st = attach_device(ctx, config);
     if (st == DCP_OK) st = dcp_attn_init(ctx, config);
+    double timeout_s = config->timeout_s;
+    if (st == DCP_OK && !(timeout_s > 0)) st = dcp_context_default_timeout(&timeout_s);
     if (st != DCP_OK) {
         dcp_engine_destroy(ctx->engine);
         release(ctx);
         return st;
     }
-    ctx->timeout_s = dcp_timeout_clamp(config->timeout_s > 0 ? config->timeout_s
-                                                             : dcp_context_default_timeout());
+    ctx->timeout_s = dcp_timeout_clamp(timeout_s);
     const char *progress = getenv("DCP_PROGRESS");
     ctx->drive_progress = ctx->engine->needs_progress && !(progress && !strcmp(progress, "none"));
     *ctx_out = ctx;

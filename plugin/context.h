@@ -47,8 +47,9 @@ struct dcp_context {
  * without a notice). */
 dcp_status_t dcp_context_health(dcp_context_t *ctx);
 
-/* Default per-wait timeout: $DCP_TIMEOUT_S when set to a positive number, else 60 s. */
-double dcp_context_default_timeout(void);
+/* Default per-wait timeout: $DCP_TIMEOUT_S when set, else 60 s; a value that is not a
+ * number of seconds > 0 is refused naming the variable. */
+dcp_status_t dcp_context_default_timeout(double *timeout_s_out);
 
 /* In-process ranks: a group and one context per rank, each configured as `base` (timeout,
  * device, attention engine; its rank and group are set here), created together and destroyed

@@ -148,6 +148,18 @@ static dcp_status_t find_gpus(hwloc_topology_t t, const char *const *busids, int
             if (!pci)
                 return dcp_set_error(DCP_ERR_INVALID_ARG,
                                      "topo: GPU bus id '%s' is not in the topology", busids[i]);
+            /* display (0x03) or processing accelerator (0x12): a NIC or a bridge is no GPU */
+            const unsigned cls = pci->attr->pcidev.class_id >> 8;
+            if (cls != 0x03 && cls != 0x12)
+                return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                     "topo: bus id '%s' is a PCI device of class 0x%04x, not a "
+                                     "GPU (class 0x03xx or 0x12xx)",
+                                     busids[i], pci->attr->pcidev.class_id);
+            for (int32_t k = 0; k < n->num_gpus; k++)
+                if (objs[k] == pci)
+                    return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                         "topo: GPU bus id '%s' is listed twice (GPUs %d and %d)",
+                                         busids[i], k, i);
             objs[n->num_gpus++] = pci;
         }
     } else {
@@ -229,8 +241,10 @@ static dcp_status_t load(hwloc_topology_t *t, const char *xml_path)
 dcp_status_t dcp_node_discover(const char *xml_path, const char *const *busids, int32_t num_busids,
                                dcp_node_topo_t *node_out)
 {
-    if (!node_out || (busids && (num_busids < 0 || num_busids > DCP_NODE_MAX_DEVS)))
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "topo: bad arguments");
+    if (!node_out) return dcp_set_error(DCP_ERR_INVALID_ARG, "topo: node_out is NULL");
+    if (busids && (num_busids < 0 || num_busids > DCP_NODE_MAX_DEVS))
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "topo: %d GPU bus ids; at most %d", num_busids,
+                             DCP_NODE_MAX_DEVS);
     hwloc_topology_t t;
     DCP_CHECK(load(&t, xml_path));
     dcp_node_topo_t *n = NULL;

@@ -8,13 +8,9 @@
 double dcp_bootstrap_timeout(const dcp_bootstrap_t *bs)
 {
     if (bs->timeout_s > 0) return dcp_timeout_clamp(bs->timeout_s);
-    const char *env = getenv("DCP_TIMEOUT_S");
-    if (env) {
-        char *end;
-        const double v = strtod(env, &end);
-        if (end != env && *end == '\0' && v > 0) return dcp_timeout_clamp(v);
-    }
-    return 60.0;
+    double t;
+    (void)dcp_timeout_env(&t); /* a bad value: 60 s here; context creation refuses it */
+    return dcp_timeout_clamp(t);
 }
 
 dcp_status_t dcp_bootstrap_allgather(const dcp_bootstrap_t *bs, const void *send, void *recv,

@@ -220,7 +220,7 @@ static void sample_lengths(const char *tool, const dcpt_common_flags_t *f, dcpt_
         if (dcpt_lengths_pack(&src, f->tokens, (int32_t)(f->max_len > 0 ? f->max_len : INT32_MAX),
                               f->scale, (int32_t)f->batches, (uint64_t)f->seed, &out->lengths,
                               &out->batch_first, &out->num_batches) != DCP_OK)
-            dcpt_args_fail(tool, "batches", "%s", dcp_last_error());
+            dcpt_args_fail(tool, "tokens", "%s", dcp_last_error());
         if (out->num_batches < f->batches)
             fprintf(stderr, "%s: the lengths fill only %d batches of %lld tokens\n", tool,
                     out->num_batches, (long long)f->tokens);

@@ -817,6 +817,14 @@ int main(int argc, char **argv)
     if (dcp_device_parse(rf.device, 0, "--device", &ordinal) != DCP_OK)
         dcpt_args_fail(tool, "device", "%s", dcp_last_error());
     const int gpu = ordinal >= 0;
+    if (rf.engine) { /* the names the contexts take, checked before any planning */
+        static const char *const engines[4] = {"auto", "own", "cudnn", "twin"};
+        int known = 0;
+        for (int i = 0; i < 4; i++) known |= !strcmp(rf.engine, engines[i]);
+        if (!known) dcpt_args_fail(tool, "engine", "'%s': auto, own, cudnn or twin", rf.engine);
+        if (gpu && !strcmp(rf.engine, "twin"))
+            dcpt_args_fail(tool, "engine", "twin runs on the CPU (--device cpu)");
+    }
     dcpt_common_t c;
     dcpt_common_resolve(tool, &f, args, &c);
     rf.layers = c.num_kinds > 0;

@@ -641,6 +641,7 @@ int main(int argc, char **argv)
     free(items);
     free(storage);
     if (f.heads % f.kv_heads) dcpt_args_fail(tool, "kv-heads", "must divide --heads");
+    if (f.timeout < 0) dcpt_args_fail(tool, "timeout", "must be >= 0");
 
     dcp_bootstrap_t procs = {.rank = 0, .size = 1, .allgather = solo_allgather};
     int32_t threads = (int32_t)f.ranks;

@@ -18,6 +18,7 @@
 #include "plugin/cli/seg_share.h"
 #include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
+#include "topo/cluster.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -137,17 +138,31 @@ static void read_kernel_table(const char *path, dcp_cluster_t *c)
 {
     FILE *f = fopen(path, "r");
     if (!f) dcpt_args_fail(tool, "kernel-table", "cannot open '%s'", path);
-    double t[32], e[32];
-    int n = 0;
+    double t[DCP_MAX_KERNEL_POINTS], e[DCP_MAX_KERNEL_POINTS];
+    int n = 0, line_no = 0;
     char line[256];
     while (fgets(line, sizeof line, f)) {
+        line_no++;
         if (line[0] == '#' || line[0] == '\n') continue;
-        if (n == 32 || sscanf(line, "%lf %lf", &t[n], &e[n]) != 2)
-            dcpt_args_fail(tool, "kernel-table", "'%s': expected lines 'tile_tokens efficiency'",
-                           path);
-        n++;
+        char extra[2];
+        int tile = 0;
+        if (!strchr(line, '\n') && !feof(f))
+            dcpt_args_fail(tool, "kernel-table", "'%s' line %d: longer than %zu bytes", path,
+                           line_no, sizeof line - 2);
+        if (sscanf(line, "%d %lf %1s", &tile, &e[n], extra) != 2 || tile < 1)
+            dcpt_args_fail(tool, "kernel-table",
+                           "'%s' line %d: expected 'tile_tokens efficiency' (a whole tile of "
+                           "tokens, then a number)",
+                           path, line_no);
+        if (n == DCP_MAX_KERNEL_POINTS)
+            dcpt_args_fail(tool, "kernel-table", "'%s': more than %d rows", path,
+                           DCP_MAX_KERNEL_POINTS);
+        t[n++] = tile;
     }
+    const int failed = ferror(f);
     fclose(f);
+    if (failed) dcpt_args_fail(tool, "kernel-table", "'%s' cannot be read (a folder?)", path);
+    if (n == 0) dcpt_args_fail(tool, "kernel-table", "'%s' has no rows", path);
     if (dcp_cluster_set_kernel_table(c, n, t, e) != DCP_OK)
         dcpt_args_fail(tool, "kernel-table", "%s", dcp_last_error());
 }

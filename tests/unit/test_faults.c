@@ -104,6 +104,30 @@ static void test_timed_bootstrap_names_the_rank(void)
     CU_ASSERT_EQUAL(dcp_bootstrap_timeout(&bs), 60.0);
 }
 
+/* A $DCP_TIMEOUT_S that is not a number of seconds > 0 fails context creation naming the
+ * variable (it used to mean 60 s without a word); a good one is the context's timeout. */
+static void test_timeout_variable_checked(void)
+{
+    dcp_group_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(1, &g), DCP_OK);
+    const dcp_context_config_t cfg = {.group = g};
+    const char *bad[4] = {"abc", "-1", "nan", "5s"};
+    for (int i = 0; i < 4; i++) {
+        setenv("DCP_TIMEOUT_S", bad[i], 1);
+        dcp_context_t *ctx = NULL;
+        CU_ASSERT_EQUAL(dcp_context_create(&cfg, &ctx), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NULL(ctx);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "$DCP_TIMEOUT_S"));
+    }
+    setenv("DCP_TIMEOUT_S", "7.5", 1);
+    dcp_context_t *ctx = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cfg, &ctx), DCP_OK);
+    CU_ASSERT_EQUAL(ctx->timeout_s, 7.5);
+    dcp_context_destroy(ctx);
+    unsetenv("DCP_TIMEOUT_S");
+    dcp_group_destroy(g);
+}
+
 /* The engine's aborts of one context, counted on their way to the real one. */
 static const dcp_engine_ops_t *spied;
 static int spy_aborts;
@@ -147,6 +171,7 @@ int dcp_suite_faults(void)
         {"size_limits_refused", test_size_limits_refused},
         {"timeouts_clamp", test_timeouts_clamp},
         {"timed_bootstrap_names_the_rank", test_timed_bootstrap_names_the_rank},
+        {"timeout_variable_checked", test_timeout_variable_checked},
         {"failure_seen_between_calls_is_relayed", test_failure_seen_between_calls_is_relayed},
         {NULL, NULL},
     };

@@ -219,6 +219,10 @@ static void test_parse_and_format(void)
         CU_ASSERT(strlen(dcp_last_error()) > 0);
     }
     dcp_mask_t m;
+    CU_ASSERT_EQUAL(dcp_mask_parse("shared-question:0.5:0.5", &m), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "parameter 2 ('0.5') is not an integer"));
+    CU_ASSERT_EQUAL(dcp_mask_parse("window:2147483648", &m), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "parameter 1 ('2147483648')"));
     char tiny[4];
     CU_ASSERT_EQUAL(dcp_mask_parse("lambda:64:4096", &m), DCP_OK);
     CU_ASSERT_EQUAL(dcp_mask_format(&m, tiny, sizeof tiny), DCP_ERR_INVALID_ARG);

@@ -85,7 +85,8 @@ static void test_this_machine(void)
     free(t);
 }
 
-/* GPUs in the order CUDA reports them; an unknown bus id is an error that names it. */
+/* GPUs in the order CUDA reports them; an unknown bus id, a device that is no GPU and a GPU
+ * named twice are errors that name the bus id. */
 static void test_busid_order(void)
 {
     const char *ids[3] = {"0000:a0:1d.0", "0000:10:1c.0", "0000:90:1c.0"};
@@ -96,6 +97,12 @@ static void test_busid_order(void)
     const char *bad[1] = {"0000:77:00.0"};
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/a100-efa.xml", bad, 1, t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "0000:77:00.0"));
+    /* a NIC's bus id is no GPU's, and a GPU is not listed twice */
+    const char *nic[1] = {"0000:99:00.0"}, *twice[2] = {"0000:9a:00.0", "0000:9a:00.0"};
+    CU_ASSERT_EQUAL(dcp_node_discover("tests/data/h100-ib.xml", nic, 1, t), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "class 0x0207, not a GPU"));
+    CU_ASSERT_EQUAL(dcp_node_discover("tests/data/h100-ib.xml", twice, 2, t), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "listed twice"));
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/nonexistent.xml", NULL, 0, t),
                     DCP_ERR_INVALID_ARG);
     free(t);
