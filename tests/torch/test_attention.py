@@ -358,6 +358,33 @@ class Surface(unittest.TestCase):
             lib.lib.dcp_mask_allowed(C.byref(lib.mask("causal")), big, 5, (C.c_int32 * 4)())
         self.assertIn("dcp_mask_allowed: argument 2", str(e.exception))
 
+    def test_wrong_kinds_of_argument_are_named(self):
+        plan = dt.plan([20, 13], "causal", "1x2", **SHAPE)
+        q = torch.randn(33, HQ, D)
+        cases = [
+            (lambda: dt.plan([20], None, "1x2", **SHAPE), TypeError, "mask = None"),
+            (lambda: dt.plan([20], b"causal", "1x2", **SHAPE), TypeError, "mask = b'causal'"),
+            (lambda: dt.plan([20, 13], ["causal", 5], "1x2", **SHAPE), TypeError,
+             "mask[1] = 5 is not a mask"),
+            (lambda: dt.plan([20], "causal", "1x2", like=(None, None)), ValueError, "like[0]"),
+            (lambda: dt.plan([20], "causal", "1x2", like=(q, q, q)), ValueError, "3 tensors"),
+            (lambda: dt.plan([20], "causal", "1x2", like=(q, q[:5])), ValueError,
+             "same tokens"),
+            (lambda: dt.plan([20], {"a": "causal"}, "1x2", layers=[1, 2], **SHAPE), TypeError,
+             "layers = [1, 2]"),
+            (lambda: dt.plan_from_bytes(None), TypeError, "not NoneType"),
+            (lambda: plan.local_indices(1.5), TypeError, "rank = 1.5"),
+            (lambda: plan.rank_stats("0"), TypeError, "rank = '0'"),
+            (lambda: plan.dispatch(torch.randn(40, HQ, D), 0), ValueError, "of 33 rows"),
+            (lambda: plan.gather([q[:17], q[:16]]), ValueError, "rank 0's tensor has 17 rows"),
+            (lambda: dt.attention_inproc(None, [q], [q], [q]), TypeError, "a dcp.torch.Plan"),
+            (lambda: dt.attention(None, plan, q, q, q), TypeError, "a dcp.torch.Context"),
+            (lambda: dt.Planner("1x2", num_threads="2"), TypeError, "num_threads = '2'")]
+        for fn, exc, text in cases:
+            with self.subTest(text=text), self.assertRaises(exc) as e:
+                fn()
+            self.assertIn(text, str(e.exception))
+
     def test_closing_a_cluster_closes_its_planners_first(self):
         """A planner reads its cluster: closed under it, it would plan from freed memory."""
         cl = dcp.load().cluster("1x2")

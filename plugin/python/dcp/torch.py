@@ -69,6 +69,9 @@ def _mask_item(m, what):
     nested list of (s0, e0, s1, e1) rows as a custom mask."""
     if isinstance(m, (str, CustomMask, core.Mask)):
         return m
+    if not (torch.is_tensor(m) or isinstance(m, (list, tuple)) or hasattr(m, "tolist")):
+        raise TypeError("dcp: %s = %r is not a mask: a spec such as \"causal\", a CustomMask "
+                        "or its [length, 4] key ranges" % (what, m))
     return CustomMask(m, what=what)
 
 
@@ -76,6 +79,10 @@ def _masks(mask, num_seqs):
     one = isinstance(mask, (str, CustomMask, core.Mask)) or torch.is_tensor(mask)
     if one:
         return [_mask_item(mask, "mask")] * num_seqs
+    if not isinstance(mask, (list, tuple)):
+        raise TypeError("dcp: mask = %r: give a spec such as \"causal\" (every sequence), a "
+                        "CustomMask, a list with one per sequence, or a mapping of layer kind "
+                        "name to those" % (mask,))
     return [_mask_item(m, "mask[%d]" % i) for i, m in enumerate(mask)]
 
 
@@ -103,10 +110,17 @@ def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where):
         head_dim = given.get("head_dim", head_dim)
         dtype = given.get("dtype", dtype)
     if like is not None:
-        q, k = (like if isinstance(like, (tuple, list)) else (like, None))[:2]
+        pair = list(like) if isinstance(like, (tuple, list)) else [like]
+        if not 1 <= len(pair) <= 2:
+            raise ValueError("dcp: like= takes q or (q, k), not %d tensors" % len(pair))
+        q, k = pair[0], (pair[1] if len(pair) == 2 else None)
         for name, t in (("like[0] (q)", q), ("like[1] (k)", k)):
-            if t is not None and (not torch.is_tensor(t) or t.dim() != 3):
+            if (t is not None or name.startswith("like[0]")) and (
+                    not torch.is_tensor(t) or t.dim() != 3):
                 raise ValueError("dcp: %s must be a [tokens, heads, head_dim] tensor" % name)
+        if k is not None and (k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]):
+            raise ValueError("dcp: like=(q, k): q is %s and k %s; they need the same tokens "
+                             "and head_dim" % (list(q.shape), list(k.shape)))
         q_heads = q.shape[1] if q_heads is None else q_heads
         head_dim = q.shape[2] if head_dim is None else head_dim
         dtype = q.dtype if dtype is None else dtype
@@ -124,6 +138,9 @@ def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where):
 def _kinds(mask, layers, num_seqs):
     """A mapping of layer kind name to mask as (names, per-kind mask lists, layer counts):
     layers maps a name to its count of model layers (default 1 each)."""
+    if layers is not None and not isinstance(layers, Mapping):
+        raise TypeError("dcp: layers = %r: a mapping of layer kind name to its count of model "
+                        "layers" % (layers,))
     layers = dict(layers or {})
     names = list(mask)
     unknown = set(layers) - set(names)
@@ -277,6 +294,11 @@ class Plan:
 
     def dispatch(self, x, rank):
         """Rank `rank`'s rows of a global [total_tokens, ...] tensor, in its local order."""
+        total = sum(self.lengths)
+        if not torch.is_tensor(x) or x.dim() < 1 or x.shape[0] != total:
+            raise ValueError("dcp: dispatch: x must be a [total_tokens, ...] tensor of %d rows, "
+                             "not %s" % (total, list(x.shape) if torch.is_tensor(x) else
+                                         type(x).__name__))
         return x[self.local_indices(rank, device=x.device)]
 
     def gather(self, locals_):
@@ -286,6 +308,11 @@ class Plan:
         if len(locals_) != self.num_ranks:
             raise ValueError("dcp: gather: %d tensors for a %d-rank plan" %
                              (len(locals_), self.num_ranks))
+        for r, x in enumerate(locals_):
+            if not torch.is_tensor(x) or x.dim() < 1 or x.shape[0] != self.local_tokens(r):
+                raise ValueError("dcp: gather: rank %d's tensor has %s rows, the plan gives it %d"
+                                 % (r, x.shape[0] if torch.is_tensor(x) and x.dim() else "no",
+                                    self.local_tokens(r)))
         idx = torch.cat([self.local_indices(r, device=locals_[0].device)
                          for r in range(self.num_ranks)])
         flat = torch.cat(list(locals_))
@@ -318,6 +345,7 @@ class Plan:
         self._plan.close()
 
     def _rank_ok(self, rank):
+        rank = core.check_int(rank, "rank")
         if not 0 <= rank < self.num_ranks:
             raise ValueError("dcp: rank %d of a %d-rank plan" % (rank, self.num_ranks))
 
@@ -361,6 +389,9 @@ def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=
 
 def plan_from_bytes(data):
     """A Plan from Plan.to_bytes() bytes (any rank's: plans are byte-identical)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("dcp: plan_from_bytes takes the bytes of Plan.to_bytes(), not %s" %
+                        type(data).__name__)
     return Plan(_lib().plan_from_bytes(data))
 
 
@@ -577,6 +608,9 @@ def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False, 
     log, -inf for a query with no allowed key). Differentiable with respect to every q, k
     and v through dcp's backward; softmax_scale overrides the plan's for this call. `kind`:
     the layer kind of a plan of several (its name or index; default the first)."""
+    if not isinstance(plan, Plan):
+        raise TypeError("dcp: attention_inproc takes a dcp.torch.Plan first, not %s" %
+                        type(plan).__name__)
     n = plan.num_ranks
     if not (len(qs) == len(ks) == len(vs) == n):
         raise ValueError("dcp: %d/%d/%d q/k/v tensors for a %d-rank plan" %
@@ -741,6 +775,10 @@ class Context:
         return torch.cuda.current_stream(t.device).cuda_stream or None
 
 
+def _not_a_plan(plan):
+    raise TypeError("dcp: attention takes a dcp.torch.Plan second, not %s" % type(plan).__name__)
+
+
 def _checked(dctx, fn, *args):
     """fn(*args); a ValueError or TypeError it raises (this rank's inputs are wrong) is told
     to the peers first, so that they stop now instead of waiting for this rank."""
@@ -793,6 +831,11 @@ def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=
     plan of several (its name or index; default the first). Every rank of the context calls
     it with the same plan and kind. Differentiable with respect to q, k and v (the backward
     is collective too: every rank runs it). On a GPU it runs on PyTorch's current stream."""
+    if not isinstance(ctx, Context):
+        raise TypeError("dcp: attention takes a dcp.torch.Context first, not %s" %
+                        type(ctx).__name__)
+    if not isinstance(plan, Plan):
+        _checked(ctx, _not_a_plan, plan)
     scale = _checked(ctx, _scale, softmax_scale)
     _checked(ctx, plan.kind_index, kind)  # a bad kind: the peers hear of it at once
     o, lse = _RankAttention.apply(ctx, plan, kind, scale, q, k, v)
