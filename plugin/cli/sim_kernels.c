@@ -3,6 +3,8 @@
 #include "include/base/error.h"
 #include "plugin/cli/report.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,22 +29,39 @@ static const char *field(const char *line, const char *key)
     return at;
 }
 
+/* A positive int at `at` (a JSON number, then ',', '}' or space), or -1. */
+static long positive_int(const char *at)
+{
+    char *end;
+    const long v = strtol(at, &end, 10);
+    return end != at && (*end == ',' || *end == '}' || *end == ' ') && v > 0 && v <= INT32_MAX ? v
+                                                                                               : -1;
+}
+
+/* 1: a row (r filled); 0: a line that is no row, or a row without a figure (the bench writes
+ * "error" or null for a case that did not run); -1: a row that does not read. */
 static int parse_row(const char *line, row_t *r)
 {
-    const char *k = field(line, "kernel"), *t = field(line, "tile"), *d = field(line, "head_dim");
+    const char *k = field(line, "kernel");
+    if (!k) return 0;
     const char *e = field(line, "error"); /* the bench writes "error": null on good rows */
-    if (!k || !t || !d || (e && strncmp(e, "null", 4))) return 0;
+    if (e && strncmp(e, "null", 4)) return 0;
     r->kind = -1;
     for (int i = 0; i < K_COUNT; i++)
         if (!strncmp(k, "\"", 1) && !strncmp(k + 1, kinds[i], strlen(kinds[i])) &&
             k[1 + strlen(kinds[i])] == '"')
             r->kind = i;
+    const char *t = field(line, "tile"), *d = field(line, "head_dim");
     const char *v = field(line, r->kind == K_MERGE || r->kind == K_COPY ? "gbps" : "tflops");
-    if (r->kind < 0 || !v) return 0;
-    r->tile = atoi(t);
-    r->head_dim = atoi(d);
-    r->value = strtod(v, NULL); /* null (no figure) reads as 0 */
-    return r->value > 0 && r->tile > 0;
+    if (r->kind < 0 || !t || !d || !v) return -1;
+    const long tile = positive_int(t), dim = positive_int(d);
+    if (tile < 0 || dim < 0) return -1;
+    r->tile = (int32_t)tile;
+    r->head_dim = (int32_t)dim;
+    if (!strncmp(v, "null", 4)) return 0; /* no figure */
+    char *end;
+    r->value = strtod(v, &end);
+    return end != v && r->value > 0 && isfinite(r->value) ? 1 : -1;
 }
 
 /* Median of the rows of `kind` (and tile, where tile > 0), preferring head_dim; -1 if none. */
@@ -73,10 +92,21 @@ static dcp_status_t load_rows(const char *path, row_t **rows_out, int64_t *n_out
     row_t *rows = NULL;
     int64_t n = 0, cap = 0;
     char line[4096];
+    int64_t line_no = 0;
     dcp_status_t st = DCP_OK;
     while (st == DCP_OK && fgets(line, sizeof line, f)) {
+        line_no++;
         row_t r;
-        if (!parse_row(line, &r)) continue;
+        const int got = parse_row(line, &r);
+        if (got < 0) {
+            st = dcp_set_error(DCP_ERR_INVALID_ARG,
+                               "kernel table '%s' line %lld: a kernel row without a known "
+                               "kernel, a whole tile and head_dim > 0, and a figure > 0 (or "
+                               "null)",
+                               path, (long long)line_no);
+            break;
+        }
+        if (!got) continue;
         st = dcp_reserve(&rows, &cap, n + 1, sizeof *rows, "kernel table rows");
         if (st == DCP_OK) rows[n++] = r;
     }

@@ -112,6 +112,9 @@ json_check "$work/at.json" \
     fail "dcp-kernel-bench --json"
 "$bin/dcp-plan" --sim-kernels "$work/kb.json" --simulate --tokens 8192 --strategy zigzag \
     >/dev/null || fail "dcp-plan --sim-kernels reads dcp-kernel-bench --json"
+sed '2s/"tile": 128/"tile": -64/' "$work/kb.json" >"$work/kb-bad.json"
+expect 2 "kb-bad.json' line 2" "$bin/dcp-plan" --sim-kernels "$work/kb-bad.json" --simulate \
+    --tokens 8192 --strategy zigzag
 
 # 8. the attention engine: the twin runs cuDNN's data path on the CPU and passes, the race
 #    check counts its runs, the pairs per class add up; a CPU context asked for cuDNN runs
