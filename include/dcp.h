@@ -337,6 +337,11 @@ typedef struct {
 
 DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
 
+/* The attention shape the plan was made for (or loaded with), as dcp_plan_create() took it
+ * but with its defaults resolved: scale is never 0 (1/sqrt(head_dim) where it was). What the
+ * caller's tensors must match; a layer kind's view gives its plan's. Thread-safe. */
+DCP_API dcp_status_t dcp_plan_get_shape(const dcp_plan_t *plan, dcp_attn_shape_t *shape_out);
+
 typedef struct {
     int64_t local_tokens; /* rows of this rank's Q/K/V/O/LSE tensors */
     int64_t flops;        /* forward FLOPs this rank computes */

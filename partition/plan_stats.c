@@ -153,6 +153,14 @@ dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_
     return DCP_OK;
 }
 
+dcp_status_t dcp_plan_get_shape(const dcp_plan_t *plan, dcp_attn_shape_t *shape_out)
+{
+    if (!plan || !shape_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "shape_out" : "plan");
+    *shape_out = plan->shape;
+    return DCP_OK;
+}
+
 dcp_status_t dcp_plan_get_rank_stats(const dcp_plan_t *plan, int32_t rank,
                                      dcp_rank_stats_t *stats_out)
 {

@@ -174,6 +174,35 @@ static void test_local_layout_arguments(void)
     dcp_plan_destroy(p);
 }
 
+/* The shape a plan was made for, scale resolved, from the plan and from its bytes alike. */
+static void test_plan_shape(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_BF16);
+    dcp_attn_shape_t s, keep = {-7, -7, -7, DCP_DTYPE_FP32, -7.0f};
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(p, &s), DCP_OK);
+    CU_ASSERT(s.num_heads == 4 && s.num_kv_heads == 2 && s.head_dim == 8);
+    CU_ASSERT_EQUAL(s.dtype, DCP_DTYPE_BF16);
+    CU_ASSERT_DOUBLE_EQUAL(s.scale, 1.0 / sqrt(8.0), 1e-7); /* 0 resolved */
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
+    void *bytes = malloc(n);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes, n, &n), DCP_OK);
+    dcp_plan_t *q = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_deserialize(bytes, n, &q), DCP_OK);
+    dcp_attn_shape_t t;
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(q, &t), DCP_OK);
+    CU_ASSERT_EQUAL(memcmp(&s, &t, sizeof s), 0);
+    dcp_attn_shape_t u = keep;
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(NULL, &u), DCP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(dcp_last_error(), "plan") != NULL);
+    CU_ASSERT_EQUAL(memcmp(&u, &keep, sizeof u), 0); /* nothing written on failure */
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(p, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(dcp_last_error(), "shape_out") != NULL);
+    free(bytes);
+    dcp_plan_destroy(q);
+    dcp_plan_destroy(p);
+}
+
 typedef struct {
     dcp_tensors_t io[2];
     float *mem[2][5];
@@ -507,6 +536,7 @@ int dcp_suite_api(void)
         {"last_error_after_success", test_last_error_after_success},
         {"plan_create_rejects_bad_input", test_plan_create_rejects_bad_input},
         {"local_layout_arguments", test_local_layout_arguments},
+        {"plan_shape", test_plan_shape},
         {"failing_rank_ends_its_peers", test_failing_rank_ends_its_peers},
         {"backward_arguments", test_backward_arguments},
         {"failed_group_stays_failed", test_failed_group_stays_failed},

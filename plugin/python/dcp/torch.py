@@ -240,15 +240,14 @@ class Plan:
 
     @property
     def dtype(self):
-        """The torch dtype of Q, K, V and O (None when unknown)."""
-        s = self._plan.shape
-        return None if s is None else _TO_TORCH[s.dtype]
+        """The torch dtype of Q, K, V and O."""
+        return _TO_TORCH[self._plan.shape.dtype]
 
     @property
     def shape(self):
-        """(q_heads, kv_heads, head_dim), or None when unknown."""
+        """(q_heads, kv_heads, head_dim)."""
         s = self._plan.shape
-        return None if s is None else (s.num_heads, s.num_kv_heads, s.head_dim)
+        return (s.num_heads, s.num_kv_heads, s.head_dim)
 
     @property
     def checksum(self):
