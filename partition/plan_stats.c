@@ -29,8 +29,9 @@ typedef struct {
 static void tally_attn(const dcp_plan_t *p, const dcp_instr_t *in, pass_tally_t *t)
 {
     /* the backward recomputes the scores and forms dV, dP, dQ, dK: 2.5x the forward */
-    const int64_t per_pair =
-        (in->arg == DCP_PASS_BWD ? 10 : 4) * (int64_t)p->shape.head_dim * p->qpg;
+    const int64_t per_pair = (in->arg == DCP_PASS_BWD ? dcp_shape_pair_flops_bwd(&p->shape)
+                                                      : dcp_shape_pair_flops(&p->shape)) *
+                             p->qpg;
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
         const dcp_seq_info_t *s = &p->seqs[gr->seq];

@@ -8,6 +8,7 @@
 #include "plugin/binding.h"
 #include "plugin/job.h"
 #include "plugin/stamp.h"
+#include "plugin/variants.h"
 #include "transport/engine.h"
 #include "transport/inproc.h"
 #include "transport/select.h"
@@ -38,6 +39,7 @@ struct dcp_context {
     double wait_blocked_s; /* host time spent blocked in COMM_WAIT, summed over calls */
     int drive_progress;    /* the executor tests transfers in flight while it computes */
     dcp_attn_state_t attn; /* what runs the dense segments (attn_engine.h) */
+    dcp_variants_t variants; /* the max logit's maxima (variants.h) */
 };
 
 /* The engine's health at the start of a call or a barrier. A peer's failure seen there is

@@ -78,14 +78,14 @@ static dcp_status_t bind(dcp_stamps_t *s, const dcp_plan_t *p, int32_t rank)
 }
 
 dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                               float scale)
+                               float scale, uint32_t flags)
 {
     dcp_stamps_t *s = &ctx->stamps;
     DCP_CHECK(bind(s, p, ctx->rank));
     uint32_t checksum;
     DCP_CHECK(dcp_plan_checksum(p, &checksum));
-    s->mine =
-        (dcp_stamp_t){DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass, ctx->rank, scale, 0};
+    s->mine = (dcp_stamp_t){DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass,
+                            ctx->rank,       scale,    flags};
     const int32_t n = s->npeers[pass];
     if (n == 0) return DCP_OK;
     memset(s->theirs, 0, (size_t)n * sizeof *s->theirs);
@@ -157,6 +157,14 @@ dcp_status_t dcp_stamps_settle(dcp_context_t *ctx)
                                  "rank %d with %s; every rank must give the same softmax_scale",
                                  a->rank, pass_name[pass & 1], scale_text(a->scale, sa), b->rank,
                                  scale_text(b->scale, sb));
+        }
+        if (t->flags != s->mine.flags) {
+            const dcp_stamp_t *asks = t->flags & DCP_STAMP_MAX_LOGIT ? t : &s->mine,
+                              *other = asks == t ? &s->mine : t;
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "max logit: rank %d asks for it (io.max_logit), rank %d does "
+                                 "not; every rank of a call passes one, or none",
+                                 asks->rank, other->rank);
         }
     }
     return DCP_OK;

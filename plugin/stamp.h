@@ -32,8 +32,11 @@ typedef struct {
     int32_t pass;      /* dcp_pass_t */
     int32_t rank;      /* the sender */
     float scale;       /* the call's softmax scale (the plan's when the call gives none) */
-    uint32_t reserved; /* 0 */
+    uint32_t flags;    /* what the call adds that every rank must join: DCP_STAMP_* */
 } dcp_stamp_t;
+
+/* The call reduces the max logit over every rank (plugin/variants.h). */
+#define DCP_STAMP_MAX_LOGIT 1u
 
 typedef struct {
     uint64_t serial;                /* the plan the peer lists were made for; 0: none */
@@ -52,9 +55,9 @@ typedef struct dcp_context dcp_context_t;
 typedef struct dcp_plan dcp_plan_t;
 
 /* Starts the exchange of this call's stamps (the context's call count is this call's;
- * `scale` the softmax scale the call computes with). */
+ * `scale` the softmax scale the call computes with, `flags` its DCP_STAMP_* bits). */
 dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                               float scale);
+                               float scale, uint32_t flags);
 
 /* Waits for the exchange in flight (a no-op when none) and compares every stamp with this
  * rank's: DCP_ERR_INVALID_ARG naming both ranks and plans at the first difference. */

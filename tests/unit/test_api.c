@@ -472,11 +472,31 @@ static void test_context_and_executor_arguments(void)
     const dcp_attn_shape_t d100 = {4, 2, 100, DCP_DTYPE_BF16, 0.0f};
     CU_ASSERT_EQUAL(dcp_context_check_shape(ctx, &d100), DCP_OK);
     CU_ASSERT_EQUAL(dcp_context_check_shape(ctx, NULL), DCP_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(100, DCP_DTYPE_BF16), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(&d100), DCP_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim = 100"));
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(256, DCP_DTYPE_FP16), DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(128, DCP_DTYPE_FP32), DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(64, DCP_DTYPE_BF16), DCP_OK);
+    /* dims the CUDA kernels are built for: 64 to 256 and MLA's 192/128; not 320, not 128/64,
+     * not fp32 */
+    static const int32_t dims[][3] = {{64, 0, DCP_OK},
+                                      {96, 96, DCP_OK},
+                                      {128, 0, DCP_OK},
+                                      {192, 0, DCP_OK},
+                                      {256, 256, DCP_OK},
+                                      {192, 128, DCP_OK},
+                                      {320, 0, DCP_ERR_UNSUPPORTED},
+                                      {128, 64, DCP_ERR_UNSUPPORTED},
+                                      {80, 0, DCP_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+        const dcp_attn_shape_t s = {.num_heads = 4,
+                                    .num_kv_heads = 2,
+                                    .head_dim = dims[i][0],
+                                    .dtype = DCP_DTYPE_FP16,
+                                    .head_dim_v = dims[i][1]};
+        CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(&s), (dcp_status_t)dims[i][2]);
+    }
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim = 80, head_dim_v = 80"));
+    const dcp_attn_shape_t f32 = {4, 2, 128, DCP_DTYPE_FP32, 0.0f};
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(&f32), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "dtype"));
     /* a CPU context takes no stream: refused by name (and the group learns of it) */
     const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL, 0.0f};
     dcp_plan_t *two = small_plan("1x2", DCP_DTYPE_FP32);
