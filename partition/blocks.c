@@ -227,6 +227,7 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
     b->shape = *shape;
     if (b->shape.scale == 0.0f) b->shape.scale = (float)(1.0 / sqrt((double)shape->head_dim));
     b->shape.head_dim_v = dcp_shape_dv(shape);
+    b->shape.softcap = shape->softcap == 0.0f ? 0.0f : shape->softcap; /* never -0.0 */
     b->head_blocks = head_blocks;
     b->qpg = shape->num_heads / head_blocks;
     b->kvpg = shape->num_kv_heads / head_blocks;

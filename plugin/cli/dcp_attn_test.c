@@ -44,6 +44,7 @@ typedef struct {
     const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
     int deterministic;         /* --deterministic: the contexts' mode (dcp.h) */
     int layers;                /* --layers: a kind column, a row per kind and a model row */
+    int sinks, max_logit;      /* --sinks, --max-logit: the variants every call asks for */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -201,6 +202,13 @@ static double max3(const double *x)
     return fmax(x[0], fmax(x[1], x[2]));
 }
 
+/* --sinks and --max-logit on a harness (before its reference). */
+static dcp_status_t enable_variants(dcpt_harness_t *h, const run_flags_t *rf, uint64_t seed)
+{
+    if (rf->sinks) DCP_CHECK(dcpt_harness_enable_sinks(h, seed));
+    return rf->max_logit ? dcpt_harness_enable_max_logit(h) : DCP_OK;
+}
+
 static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
                          const dcpt_harness_t *h, const job_t *job, const run_flags_t *rf)
 {
@@ -220,16 +228,26 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         snprintf(ranks, sizeof ranks, "threads");
     dcpt_field_t fields[MAXFIELDS];
     const dcpt_bench_t b = bench_of(rf, fields);
-    char divs[16];
+    char divs[16], dims[32], variants[96] = "";
+    const int32_t dv = c->shape.head_dim_v > 0 ? c->shape.head_dim_v : c->shape.head_dim;
+    if (dv == c->shape.head_dim)
+        snprintf(dims, sizeof dims, "%d", c->shape.head_dim);
+    else
+        snprintf(dims, sizeof dims, "%d/%d", c->shape.head_dim, dv);
+    snprintf(variants, sizeof variants, "%s%s%s", rf->sinks ? ", sinks" : "",
+             rf->max_logit ? ", max logit" : "", c->shape.softcap > 0 ? ", softcap " : "");
+    if (c->shape.softcap > 0)
+        snprintf(variants + strlen(variants), sizeof variants - strlen(variants), "%g",
+                 (double)c->shape.softcap);
     dcpt_bench_header(&b,
                       "%d ranks (%dx%d) as %s, %lld tokens in %d sequences (longest %d), heads "
-                      "%d/%d x %d, %s %s, block %d, head blocks %d, divisions %s",
+                      "%d/%d x %s, %s %s, block %d, head blocks %d, divisions %s%s",
                       dcp_cluster_num_ranks(cluster), dcp_cluster_num_nodes(cluster),
                       dcp_cluster_num_ranks(cluster) / dcp_cluster_num_nodes(cluster), ranks,
                       (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads,
-                      c->shape.num_kv_heads, c->shape.head_dim, dcpt_dtype_name(c->shape.dtype),
-                      rf->device, c->opts.block_size, c->opts.head_blocks,
-                      dcpt_divisions_name(c->opts.divisions, divs));
+                      c->shape.num_kv_heads, dims, dcpt_dtype_name(c->shape.dtype), rf->device,
+                      c->opts.block_size, c->opts.head_blocks,
+                      dcpt_divisions_name(c->opts.divisions, divs), variants);
 }
 
 /* The race check held: no mismatch and, in deterministic mode, the same bits every run. */
@@ -586,6 +604,7 @@ static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, cons
         st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &hs[k])
                    : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(hs[k], seed);
+        if (st == DCP_OK) st = enable_variants(hs[k], rf, seed);
         if (st == DCP_OK) hs[k]->attn_engine = rf->engine;
         if (st == DCP_OK) hs[k]->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
@@ -636,6 +655,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
         dcp_status_t st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
                                 : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(h, seed);
+        if (st == DCP_OK) st = enable_variants(h, rf, seed);
         if (st == DCP_OK) h->attn_engine = rf->engine;
         if (st == DCP_OK) h->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
@@ -771,7 +791,7 @@ int main(int argc, char **argv)
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL, 0, 0};
-    enum { OWN = 14 };
+    enum { OWN = 16 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -802,6 +822,12 @@ int main(int argc, char **argv)
          0},
         {"deterministic", DCPT_ARG_FLAG, &rf.deterministic, 0, 0,
          "deterministic mode: with --repeat, every run must give the first run's bits", 0},
+        {"sinks", DCPT_ARG_FLAG, &rf.sinks, 0, 0,
+         "learnable sinks (GPT-OSS) of random logits in every call (with --check --backward: "
+         "d sinks checked too)",
+         0},
+        {"max-logit", DCPT_ARG_FLAG, &rf.max_logit, 0, 0,
+         "every forward returns the max logit per query head (checked on every rank)", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
     if (dcpt_mpi_launched()) dcpt_args_set_fail_hook(dcpt_mpi_fail_early); /* others name it */

@@ -278,6 +278,53 @@ static void test_value_head_dim_in_the_plan(void)
     dcp_plan_destroy(b);
 }
 
+/* Plans are made for their softcap and value head dim: the planner's cache keeps batches that
+ * differ only there apart, the plans' checksums differ, and a softcap of -0.0 plans as 0
+ * (its bytes load again). */
+static void test_plans_keep_variants_apart(void)
+{
+    static const int32_t len[2] = {90, 40};
+    dcp_mask_t m[2];
+    for (int s = 0; s < 2; s++) dcp_mask_parse("causal", &m[s]);
+    const dcp_batch_t b = {.num_seqs = 2, .lengths = len, .masks = m};
+    const dcp_attn_shape_t shapes[4] = {{4, 2, 64, DCP_DTYPE_BF16, 0.0f, 0.0f, 0},
+                                        {4, 2, 64, DCP_DTYPE_BF16, 0.0f, 30.0f, 0},
+                                        {4, 2, 64, DCP_DTYPE_BF16, 0.0f, 0.0f, 32},
+                                        {4, 2, 64, DCP_DTYPE_BF16, 0.0f, -0.0f, 64}};
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &c), DCP_OK);
+    dcp_planner_t *pl = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_planner_create(NULL, c, &pl), DCP_OK);
+    uint32_t sums[4];
+    for (int i = 0; i < 4; i++) {
+        uint64_t t;
+        dcp_plan_t *p = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcp_planner_submit(pl, &b, &shapes[i], NULL, &t), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcp_planner_wait(pl, t, &p), DCP_OK);
+        CU_ASSERT_EQUAL(dcp_plan_checksum(p, &sums[i]), DCP_OK);
+        size_t n;
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
+        void *bytes = malloc(n);
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes, n, &n), DCP_OK);
+        dcp_plan_t *q = NULL;
+        CU_ASSERT_EQUAL(dcp_plan_deserialize(bytes, n, &q), DCP_OK);
+        dcp_attn_shape_t got;
+        CU_ASSERT_EQUAL(dcp_plan_get_shape(q, &got), DCP_OK);
+        CU_ASSERT(got.softcap == shapes[i].softcap && !signbit(got.softcap));
+        free(bytes);
+        dcp_plan_destroy(q);
+        dcp_plan_destroy(p);
+    }
+    dcp_planner_stats_t st;
+    CU_ASSERT_EQUAL(dcp_planner_stats(pl, &st), DCP_OK);
+    CU_ASSERT_EQUAL(st.cache_hits, 1); /* the last: the first's shape, -0.0 and 64 resolved */
+    CU_ASSERT_EQUAL(st.planned, 3);
+    CU_ASSERT(sums[0] != sums[1] && sums[0] != sums[2] && sums[1] != sums[2]);
+    CU_ASSERT_EQUAL(sums[3], sums[0]);
+    dcp_planner_destroy(pl);
+    dcp_cluster_destroy(c);
+}
+
 int dcp_suite_variants(void)
 {
     static const dcp_test_t tests[] = {
@@ -290,6 +337,7 @@ int dcp_suite_variants(void)
         {"wrong_requests_refused", test_wrong_requests_refused},
         {"bad_shapes_refused", test_bad_shapes_refused},
         {"value_head_dim_in_the_plan", test_value_head_dim_in_the_plan},
+        {"plans_keep_variants_apart", test_plans_keep_variants_apart},
         {NULL, NULL},
     };
     return dcp_add_suite("variants", tests);
