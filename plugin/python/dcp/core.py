@@ -59,7 +59,8 @@ MAX_KINDS = 4
 
 class Shape(C.Structure):
     _fields_ = [("num_heads", C.c_int32), ("num_kv_heads", C.c_int32),
-                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float)]
+                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float),
+                ("softcap", C.c_float), ("head_dim_v", C.c_int32)]
 
 
 class PlanOptions(C.Structure):
@@ -146,12 +147,13 @@ class AttnEngineInfo(C.Structure):
 
 class Tensors(C.Structure):
     _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
-                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float)]
+                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float),
+                ("sinks", C.c_void_p), ("max_logit", C.c_void_p)]
 
 
 class GradTensors(C.Structure):
     _fields_ = [("fwd", Tensors), ("dout", C.c_void_p), ("dq", C.c_void_p),
-                ("dk", C.c_void_p), ("dv", C.c_void_p)]
+                ("dk", C.c_void_p), ("dv", C.c_void_p), ("dsinks", C.c_void_p)]
 
 
 _P = C.c_void_p
@@ -550,6 +552,19 @@ def check_scale(value, what):
     if not (s > 0 and f32 > 0 and f32 != float("inf")):
         raise ValueError("dcp: %s = %r, must be finite and > 0 as a float32 (%g to %g)" %
                          (what, value, 1.4e-45, 3.4e38))
+    return s
+
+
+def check_softcap(value, what="softcap"):
+    """A logit softcap as the float32 the C side reads: a real number, finite and >= 0 in
+    float32 too (0: off), or an error naming `what`."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        raise TypeError("dcp: %s = %r is not a number" % (what, value))
+    s = float(value)
+    f32 = C.c_float(s).value
+    if not (s >= 0 and f32 != float("inf")):
+        raise ValueError("dcp: %s = %r, must be finite and >= 0 as a float32 (0: off)" %
+                         (what, value))
     return s
 
 
