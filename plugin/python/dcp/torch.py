@@ -614,7 +614,7 @@ class _InprocAttention(torch.autograd.Function):
         ins = [_rank_inputs(plan, r, qkv[r], qkv[n + r], qkv[2 * n + r]) for r in range(n)]
         outs = [_outputs(q, v, want_max) for q, _, v in ins]
         sk = [_sinks_ready(sinks, plan, q.device) for q, _, _ in ins]  # each rank's device
-        io = (core.Tensors * n)(*[_tensors(*i, *o, scale, s)
+        io = (core.Tensors * n)(*[_tensors(*i, o[0], o[1], scale, s, o[2])
                                   for i, o, s in zip(ins, outs, sk)])
         device = _inproc_device([q for q, _, _ in ins])
         _sync([q for q, _, _ in ins])  # the contexts' streams do not follow PyTorch's
