@@ -312,7 +312,7 @@ typedef struct {
     int32_t num_token_blocks;
     int64_t num_comp_blocks; /* (q block, kv block, head group) triples with work */
     int64_t total_tokens;
-    int64_t total_flops;      /* forward FLOPs: allowed pairs x 4 x D x query heads */
+    int64_t total_flops;      /* forward FLOPs: allowed pairs x 2 (D + D_v) x query heads */
     int64_t comm_bytes;       /* bytes moved between ranks (inputs and partial outputs) */
     int64_t inter_node_bytes; /* the part of comm_bytes that crosses nodes */
     int64_t max_rank_bytes;   /* max over ranks of bytes sent + received */

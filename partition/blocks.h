@@ -16,7 +16,7 @@
 
 /* Largest sequence and total token count a plan accepts (positions are int32). */
 #define DCP_MAX_TOKENS INT32_MAX
-/* Largest forward FLOP bound (sum of L^2 x 4 x D x Hq) and batch size in bytes (Q, K, V, O,
+/* Largest forward FLOP bound (sum of L^2 x 2 (D + D_v) x Hq) and batch size in bytes (Q, K, V, O,
  * LSE of every token) a plan accepts: with 2.5x for the backward and a net spanning up to
  * 2^16 ranks, every FLOP and byte count of a plan fits int64 (bounded here, once). */
 #define DCP_MAX_FLOPS       ((int64_t)1 << 61)

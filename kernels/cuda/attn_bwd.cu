@@ -82,8 +82,8 @@ template <int DK, int DV> struct Geom {
                   "the warps' columns are whole 16-column ldmatrix steps");
     static constexpr size_t bytes(int nbuf)
     {
-        return (size_t)(BN * (LDK + LDV) + nbuf * BM * (LDK + LDV)) * 2 +
-               (size_t)2 * BM * LDP * 2 + (size_t)4 * BM * 4 + THREADS;
+        return (size_t)(BN * (LDK + LDV) + nbuf * BM * (LDK + LDV)) * 2 + (size_t)2 * BM * LDP * 2 +
+               (size_t)4 * BM * 4 + THREADS;
     }
     /* buffers of a step's Q and dO: two (the next step's load beside this one's work) where
      * they fit sm_80's 163 KB of shared memory, else one */
@@ -126,7 +126,10 @@ template <typename T, int DK, int DV> struct Smem {
         stats = reinterpret_cast<float *>(ds + BM * G::LDP);
         flags = reinterpret_cast<unsigned char *>(stats + 4 * BM);
     }
-    __device__ __forceinline__ T *q(int b) const { return q0 + b * (BM * G::LDK); }
+    __device__ __forceinline__ T *q(int b) const
+    {
+        return q0 + b * (BM * G::LDK);
+    }
     __device__ __forceinline__ T *dout(int b) const
     {
         return q0 + G::NBUF * BM * G::LDK + b * (BM * G::LDV);
@@ -500,15 +503,15 @@ __device__ __forceinline__ void add_keys(const BwdParams &p, const Chunk &c, con
         if (key >= c.t->kv_len) continue;
         float *dst = (float *)p.bufs[v.buf] + v.off + (int64_t)key * v.stride + col + 2 * t4;
 #pragma unroll
-        for (int n = 0; n < NT; n++) atomic_add2(dst + n * 8, f * acc[n][2 * x], f * acc[n][2 * x + 1]);
+        for (int n = 0; n < NT; n++)
+            atomic_add2(dst + n * 8, f * acc[n][2 * x], f * acc[n][2 * x + 1]);
     }
 }
 
 /* Adds the chunk's dK (x scale) and dV into the tile's dk, dv; keys past kv_len are not
  * written. */
 template <int DK, int DV>
-__device__ __forceinline__ void store_kv(const BwdParams &p, const Chunk &c,
-                                         const KVAcc<DK, DV> &a)
+__device__ __forceinline__ void store_kv(const BwdParams &p, const Chunk &c, const KVAcc<DK, DV> &a)
 {
     using G = Geom<DK, DV>;
     const int warp = threadIdx.x >> 5;
@@ -774,8 +777,8 @@ static cudaError_t launch(const BwdParams &p, unsigned gx, unsigned gq, unsigned
 
 /* The head dims dcp builds (kernel.h, dcp_cuda_dims_ok), for one element type. */
 template <typename T>
-static cudaError_t launch_dims(const BwdParams &p, int32_t dk, int32_t dv, unsigned gx,
-                               unsigned gq, unsigned hk, unsigned hq, bool det, cudaStream_t s)
+static cudaError_t launch_dims(const BwdParams &p, int32_t dk, int32_t dv, unsigned gx, unsigned gq,
+                               unsigned hk, unsigned hq, bool det, cudaStream_t s)
 {
     if (dk == 192 && dv == 128) return launch<T, 192, 128>(p, gx, gq, hk, hq, det, s);
     switch (dk) {
@@ -791,7 +794,6 @@ static cudaError_t launch_dims(const BwdParams &p, int32_t dk, int32_t dv, unsig
         return launch<T, 256, 256>(p, gx, gq, hk, hq, det, s);
     }
 }
-
 
 } // namespace dcp_cuda::bwd
 

@@ -337,8 +337,7 @@ template <bool VAR> __device__ __forceinline__ float logit2(const AttnParams &p,
 template <typename T, int DK, int DV, int MT, bool VAR>
 __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &c,
                                              const Rows<MT> &R, const QFrag<DK, DV, MT> &qf,
-                                             const T *Qs, const T *Ks, const T *Vs,
-                                             Acc<DV, MT> &a)
+                                             const T *Qs, const T *Ks, const T *Vs, Acc<DV, MT> &a)
 {
     using C = Cfg<DK, DV, MT>;
     constexpr int LDK = C::LDK, LDV = C::LDV, BN = C::BN;
@@ -649,8 +648,8 @@ __global__ void __launch_bounds__(Cfg<DK, DV, MT>::THREADS, MT)
                 cp_async_wait<0>();
             }
             __syncthreads();
-            attend_chunk<T, DK, DV, MT, VAR>(p, cur, R, qf, Qs, Ks + buf * K_BUF,
-                                             Vs + buf * V_BUF, a);
+            attend_chunk<T, DK, DV, MT, VAR>(p, cur, R, qf, Qs, Ks + buf * K_BUF, Vs + buf * V_BUF,
+                                             a);
             __syncthreads();
             cur = nxt;
             R = Rn;
@@ -702,7 +701,8 @@ template <typename T>
 static cudaError_t launch_dims(const AttnParams &p, int32_t dk, int32_t dv, int64_t num_groups,
                                int32_t max_rows, int32_t q_heads, cudaStream_t s, int wr)
 {
-    if (dk == 192 && dv == 128) return launch_shape<T, 192, 128>(p, num_groups, max_rows, q_heads, s, wr);
+    if (dk == 192 && dv == 128)
+        return launch_shape<T, 192, 128>(p, num_groups, max_rows, q_heads, s, wr);
     switch (dk) {
     case 64:
         return launch_shape<T, 64, 64>(p, num_groups, max_rows, q_heads, s, wr);

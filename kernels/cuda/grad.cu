@@ -210,9 +210,8 @@ extern "C" dcp_status_t dcp_cuda_bwd_delta(const dcp_kernel_env_t *env, int64_t 
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
     cudaStream_t s = (cudaStream_t)env->stream;
     if (env->dtype == DCP_DTYPE_BF16)
-        delta_kernel<__nv_bfloat16><<<blocks, THREADS, 0, s>>>((const __nv_bfloat16 *)dout,
-                                                               (const __nv_bfloat16 *)o, delta,
-                                                               rows, d, pairs);
+        delta_kernel<__nv_bfloat16><<<blocks, THREADS, 0, s>>>(
+            (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)o, delta, rows, d, pairs);
     else
         delta_kernel<__half><<<blocks, THREADS, 0, s>>>((const __half *)dout, (const __half *)o,
                                                         delta, rows, d, pairs);

@@ -36,8 +36,7 @@ dcp_status_t dcp_cuda_sinks_fwd(const dcp_kernel_env_t *env, int64_t tokens, int
                                 const float *sinks);
 dcp_status_t dcp_cuda_sinks_bwd(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
                                 const float *sinks, float *dsinks);
-dcp_status_t dcp_cuda_max_f32(const dcp_kernel_env_t *env, float *dst, const float *src,
-                              int32_t n);
+dcp_status_t dcp_cuda_max_f32(const dcp_kernel_env_t *env, float *dst, const float *src, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -101,7 +101,7 @@ extern "C" dcp_status_t dcp_cuda_max_f32(const dcp_kernel_env_t *env, float *dst
                                          int32_t n)
 {
     if (n <= 0) return DCP_OK;
-    max_kernel<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0,
-                 (cudaStream_t)env->stream>>>(dst, src, n);
+    max_kernel<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0, (cudaStream_t)env->stream>>>(
+        dst, src, n);
     return launched("max");
 }
