@@ -622,6 +622,15 @@ DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
+/* The segment classes of the attention engine (kernels/segment.h): the index of each in
+ * dcp_attn_engine_info_t's pairs[] and its bit in dense_classes. */
+#define DCP_ATTN_CLASS_FULL 0   /* every key of the entry */
+#define DCP_ATTN_CLASS_CAUSAL 1 /* the diagonal, bottom-right aligned */
+#define DCP_ATTN_CLASS_BAND 2   /* a sliding window: left bound and diagonal */
+#define DCP_ATTN_CLASS_LEFT 3   /* a left bound alone: a window's far edge */
+#define DCP_ATTN_CLASS_MASKED 4 /* anything else: dcp's own kernels */
+#define DCP_ATTN_CLASSES 5
+
 /* The attention engine a context uses (dcp_context_config_t.attn_engine) and what it did. */
 typedef struct {
     const char *requested; /* "auto", "own", "cudnn" or "twin" */
@@ -629,14 +638,18 @@ typedef struct {
     const char *note;      /* why this engine, and what it leaves to dcp's kernels ("" when
                               nothing to say); valid while the context lives */
     int64_t cudnn_version; /* cudnnGetVersion() of the library in use, 0 when none */
-    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit 0
-                                 full, bit 1 causal (masked segments always run on dcp's
-                                 kernels) */
+    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit
+                                 DCP_ATTN_CLASS_FULL .. DCP_ATTN_CLASS_LEFT (masked segments always run on
+                                 dcp's kernels) */
     int64_t plans_built;   /* cuDNN execution plans built by this context so far */
     int64_t plan_hits;     /* dense calls bound to a plan built before (the cache) */
     double plan_build_ms;  /* wall time spent building them */
-    int64_t pairs[3];      /* allowed (query, key) pairs of the full, causal and masked segments
-                              of every plan bound so far, forward (what the engine ran) */
+    int64_t pairs[DCP_ATTN_CLASSES]; /* allowed (query, key) pairs per segment class of every
+                              plan bound so far, forward (what the engine ran) */
+    int64_t pairs_bwd[DCP_ATTN_CLASSES]; /* the same, backward */
+    int64_t plan_evictions; /* cuDNN plans dropped to keep the cache's bound ($DCP_CUDNN_PLANS) */
+    int64_t graphs_failed; /* cuDNN graphs that did not build: their classes run on dcp's
+                              kernels from then on (the note names the first) */
     int64_t bwd_launches;  /* the engine's backward launches of every plan bound so far */
     int64_t bwd_waves;     /* deterministic mode: the kernel launches their own groups and adds
                               took (waves of disjoint writers); 0 otherwise */

@@ -95,7 +95,7 @@ done
 cp -r "$repo/plugin/python/dcp" "$dir/python/"
 find "$dir/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$repo"/tests/torch/*.py "$repo/tests/torch/run.sh" "$dir/tests/torch/"
-cp "$repo"/tests/perf/compare_sdpa.py "$repo"/tests/perf/torch_cuda_check.py \
+cp "$repo"/tests/perf/compare_sdpa.py "$repo"/tests/perf/torch_cuda_check.py "$repo"/tests/perf/sdpa_capture.py \
     "$repo"/tests/perf/gpu_report.py "$dir/tests/perf/"
 cp "$repo/tests/perf/gpu_check.sh" "$dir/gpu_check.sh"
 

@@ -18,7 +18,12 @@
 # Each step runs under `timeout`, the whole under the budget: a step that would not fit is
 # reported as skipped, never started.
 #
-# On a GPU the correctness steps run side by side, in lanes (the GPU suite; graph then torch;
+# cudnn-probe builds every cuDNN graph dcp asks for (a line each: built, ms, engine, cuDNN's own
+# error) and sdpa-capture logs the cuDNN graphs PyTorch itself builds (its logs in the logs
+# tarball, logs/sdpa-capture/), the reference for dcp's graphs.
+#
+# On a GPU the correctness steps run side by side, in lanes (the probe then the capture; the
+# GPU suite; graph then torch;
 # the three sanitizers; stress, its dtypes and strategies at once; attn; engine), each lane within
 # --lane-budget S (3/5 of the budget by default), then the steps that time (deterministic,
 # host-us, kernel-bench, compare-sdpa, warp-rows) alone on the GPU in what is left, so that
@@ -28,8 +33,9 @@
 # every library resolves inside it, the CPU suites, a CPU attention check, the ctypes mirror)
 # and reports every GPU step as skipped with the reason: what `make test` runs on the bundle.
 #
-# Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
-#        attn engine deterministic host-us graph torch kernel-bench compare-sdpa warp-rows
+# Steps: env bundle cpu-suites cpu-attn ctypes cudnn-probe sdpa-capture gpu-suite memcheck
+#        racecheck synccheck stress attn engine deterministic host-us graph torch kernel-bench
+#        compare-sdpa warp-rows
 set -uo pipefail
 mode=quick dry=0 budget=570 only= out= build= lanes=1 lane_budget= lane_work=
 while [ $# -gt 0 ]; do
@@ -259,13 +265,13 @@ env_info() { # the machine, the libraries found, and the engine libdcp picks her
     "$bin/dcp-attn-test" --device "$1" --dtype bf16 --seqlens 300 --ranks 1 --cluster 1x1 \
         --heads 4 --kv-heads 2 --head-dim 64 --block 128 --engine auto --warmup 0 --iters 1 --json
 }
-cpu_suites() { "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment; }
+cpu_suites() { "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment && "$bin/dcp-tests" -s cudnn; }
 export -f env_info bundle_check gpu_tests sanitize stress cpu_suites
 export bin lib work sanitizer
 # lanes: the correctness steps side by side (each its own instance of this script,
 # writing into this work folder), then the rest below, alone on the GPU
 if [ $lanes = 1 ] && [ -z "$lane_work" ] && [ $gpu = 1 ]; then
-    lane_steps=("gpu-suite" "graph,torch" "memcheck,racecheck,synccheck" "stress" "attn" "engine")
+    lane_steps=("cudnn-probe,sdpa-capture" "gpu-suite" "graph,torch" "memcheck,racecheck,synccheck" "stress" "attn" "engine")
     echo "== lanes (${lane_budget} s each): ${lane_steps[*]}"
     for l in "${lane_steps[@]}"; do
         mine=
@@ -286,6 +292,8 @@ if [ $gpu = 0 ]; then
         --repeat 2 --warmup 0 --iters 1 --json
     step ctypes cpu 120 "$py" "$tests/perf/compare_sdpa.py" --dry-run --lib "$lib/libdcp.so" --totals 4096
 fi
+step cudnn-probe gpu 150 "$bin/dcp-kernel-bench" --device cuda --engine cudnn --probe
+step sdpa-capture torch 200 "$py" "$tests/perf/sdpa_capture.py" logs/sdpa-capture
 step gpu-suite gpu "$(q 240 400)" gpu_tests eight_ranks_on_one_gpu_repeated
 step memcheck sanitizer "$(q 150 300)" sanitize memcheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic merge_and_copy" \
     "attention_every_mask attention_gqa_dims_and_edges backward_every_mask backward_gqa_dims_and_edges backward_deterministic merge_and_copy accumulate_grads executor_on_one_gpu")
