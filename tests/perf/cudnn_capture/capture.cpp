@@ -36,7 +36,7 @@ using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 namespace
 {
 
-enum class Mask { full, causal, band };
+enum class Mask { full, causal, band, left };
 
 struct Config {
     const char *name;
@@ -46,23 +46,37 @@ struct Config {
     int64_t d_qk, d_v;
     bool force_composite; /* forward: ask for the composite implementation explicitly */
     bool max_total;       /* backward: set_max_total_seq_len_q/kv as TransformerEngine does */
+    bool deterministic;   /* backward: set_deterministic_algorithm(true) */
 };
 
 constexpr int64_t B = 8, H_Q = 32, H_KV = 8, S_Q = 128, S_KV = 256, WINDOW = 64;
 
 const Config CONFIGS[] = {
-    {"fwd_full", false, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, false, false},
-    {"fwd_full_composite", false, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, true, false},
-    {"fwd_causal", false, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false, false},
-    {"fwd_band", false, Mask::band, fe::DataType_t::BFLOAT16, 128, 128, false, false},
-    {"bwd_full", true, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, false, true},
-    {"bwd_causal", true, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false, true},
-    {"bwd_band", true, Mask::band, fe::DataType_t::BFLOAT16, 128, 128, false, true},
-    {"bwd_causal_no_max_total", true, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false,
+    {"fwd_full", false, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, false, false, false},
+    {"fwd_full_composite", false, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, true, false,
      false},
-    {"fwd_causal_fp16", false, Mask::causal, fe::DataType_t::HALF, 128, 128, false, false},
-    {"fwd_causal_mla", false, Mask::causal, fe::DataType_t::BFLOAT16, 192, 128, false, false},
-    {"bwd_causal_mla", true, Mask::causal, fe::DataType_t::BFLOAT16, 192, 128, false, true},
+    {"fwd_causal", false, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false, false, false},
+    {"fwd_band", false, Mask::band, fe::DataType_t::BFLOAT16, 128, 128, false, false, false},
+    {"fwd_left", false, Mask::left, fe::DataType_t::BFLOAT16, 128, 128, false, false, false},
+    {"bwd_full", true, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, false, true, false},
+    {"bwd_causal", true, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false, true, false},
+    {"bwd_band", true, Mask::band, fe::DataType_t::BFLOAT16, 128, 128, false, true, false},
+    {"bwd_full_no_max_total", true, Mask::full, fe::DataType_t::BFLOAT16, 128, 128, false, false,
+     false},
+    {"bwd_causal_no_max_total", true, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false,
+     false, false},
+    {"bwd_band_no_max_total", true, Mask::band, fe::DataType_t::BFLOAT16, 128, 128, false, false,
+     false},
+    {"bwd_left_no_max_total", true, Mask::left, fe::DataType_t::BFLOAT16, 128, 128, false, false,
+     false},
+    {"bwd_causal_deterministic", true, Mask::causal, fe::DataType_t::BFLOAT16, 128, 128, false,
+     false, true},
+    {"fwd_causal_fp16", false, Mask::causal, fe::DataType_t::HALF, 128, 128, false, false, false},
+    {"fwd_causal_mla", false, Mask::causal, fe::DataType_t::BFLOAT16, 192, 128, false, false,
+     false},
+    {"bwd_causal_mla", true, Mask::causal, fe::DataType_t::BFLOAT16, 192, 128, false, true, false},
+    {"bwd_causal_mla_no_max_total", true, Mask::causal, fe::DataType_t::BFLOAT16, 192, 128, false,
+     false, false},
 };
 
 /* Exposes the frontend's own workspace (protected in INode) for the report. */
@@ -138,9 +152,9 @@ Tensor int32_column(CaptureGraph &g, const char *name, int64_t n)
 template <typename Attributes> void set_mask(Attributes &a, Mask mask)
 {
     if (mask == Mask::full) return;
-    a.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-        .set_diagonal_band_right_bound(0);
-    if (mask == Mask::band) a.set_diagonal_band_left_bound(WINDOW);
+    a.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT);
+    if (mask != Mask::left) a.set_diagonal_band_right_bound(0);
+    if (mask == Mask::band || mask == Mask::left) a.set_diagonal_band_left_bound(WINDOW);
 }
 
 void build(CaptureGraph &g, Config const &c)
@@ -203,6 +217,7 @@ void build(CaptureGraph &g, Config const &c)
                  .set_seq_len_kv(seq_kv);
     set_mask(a, c.mask);
     if (c.max_total) a.set_max_total_seq_len_q(B * S_Q).set_max_total_seq_len_kv(B * S_KV);
+    if (c.deterministic) a.set_deterministic_algorithm(true);
     auto [dQ, dK, dV] = g.sdpa_backward(Q, K, V, O, dO, Stats, a);
     dQ->set_output(true)
         .set_dim({B, H_Q, S_Q, c.d_qk})
@@ -222,7 +237,8 @@ const char *mask_name(Mask m)
 {
     return m == Mask::full     ? "none (padding only)"
            : m == Mask::causal ? "causal bottom-right (alignment BOTTOM_RIGHT, right bound 0)"
-                               : "band (alignment BOTTOM_RIGHT, right bound 0, left bound 64)";
+           : m == Mask::band   ? "band (alignment BOTTOM_RIGHT, right bound 0, left bound 64)"
+                               : "left bound 64 alone (alignment BOTTOM_RIGHT, no right bound)";
 }
 
 bool report(const char *step, fe::error_t e)
@@ -275,6 +291,7 @@ int main(int argc, char **argv)
         std::printf("max_total_seq_len_q/kv: %s\n",
                     c.max_total ? "set (b s_q = 1024, b s_kv = 2048)" : "not set");
     if (c.force_composite) std::printf("implementation: COMPOSITE requested\n");
+    if (c.deterministic) std::printf("deterministic algorithm: requested\n");
 
     CaptureGraph g;
     try {
