@@ -265,9 +265,12 @@ env_info() { # the machine, the libraries found, and the engine libdcp picks her
     "$bin/dcp-attn-test" --device "$1" --dtype bf16 --seqlens 300 --ranks 1 --cluster 1x1 \
         --heads 4 --kv-heads 2 --head-dim 64 --block 128 --engine auto --warmup 0 --iters 1 --json
 }
-cpu_suites() { "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment && "$bin/dcp-tests" -s cudnn; }
+cpu_suites() { # from the base: the cudnn suite reads tests/data/cudnn_sdpa_graphs
+    cd "$base" && "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment &&
+        "$bin/dcp-tests" -s cudnn
+}
 export -f env_info bundle_check gpu_tests sanitize stress cpu_suites
-export bin lib work sanitizer
+export bin lib work sanitizer base
 # lanes: the correctness steps side by side (each its own instance of this script,
 # writing into this work folder), then the rest below, alone on the GPU
 if [ $lanes = 1 ] && [ -z "$lane_work" ] && [ $gpu = 1 ]; then
