@@ -244,16 +244,29 @@ dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
             dcp_engine_destroy(engines[i]);
         return st;
     }
-    e->base = (dcp_engine_t){&route_ops, rank, size, 1, 0};
+    e->base = (dcp_engine_t){&route_ops, rank, size, 1, 0, 1};
     e->n = n;
     for (int32_t i = 0; i < n; i++) {
         e->sub[i] = engines[i];
         e->label[i] = labels[i];
         e->base.stream_ordered &= engines[i]->stream_ordered;
         e->base.needs_progress |= engines[i]->needs_progress;
+        e->base.host_stamps &= engines[i]->host_stamps;
     }
     memcpy(e->engine_of, engine_of, (size_t)size);
     for (int32_t p = 0; p < size; p++) e->engine_peer[p] = engine_peer ? engine_peer[p] : p;
     *engine_out = &e->base;
     return DCP_OK;
+}
+
+int32_t dcp_route_leg(const dcp_engine_t *e, int32_t i, const dcp_engine_t **leg_out,
+                      const char **label_out)
+{
+    if (!e || e->ops != &route_ops) return 0;
+    const route_engine_t *r = (const route_engine_t *)e;
+    if (i >= 0 && i < r->n) {
+        *leg_out = r->sub[i];
+        *label_out = r->label[i];
+    }
+    return r->n;
 }
