@@ -87,11 +87,15 @@ static void slot_buffers_free(dcp_context_t *ctx, dcp_stamp_slot_t *slot)
     if (ctx->stamps.device) {
         ctx->dev->host_free(slot->host);
         ctx->dev->free(slot->dev);
+        for (int32_t i = 0; slot->done && i < 2 * slot->cap; i++)
+            ctx->dev->event_destroy(slot->done[i]);
     } else {
         free(slot->host);
     }
+    free(slot->done);
     free(slot->peers);
     slot->host = slot->dev = NULL;
+    slot->done = NULL;
     slot->peers = NULL;
     slot->cap = 0;
 }
@@ -113,12 +117,17 @@ static dcp_status_t slot_reserve(dcp_context_t *ctx, dcp_stamp_slot_t *slot, int
         slot->host = slot->dev = calloc(1, bytes);
     }
     slot->peers = calloc((size_t)n + 1, sizeof *slot->peers);
-    if (!slot->host || !slot->dev || !slot->peers) {
+    slot->done = calloc(2 * (size_t)n + 1, sizeof *slot->done);
+    if (!slot->host || !slot->dev || !slot->peers || !slot->done) {
         slot_buffers_free(ctx, slot);
         return dcp_set_error(DCP_ERR_NO_MEMORY, "call stamps: %zu bytes for %d peers", bytes, n);
     }
     slot->cap = n;
-    return DCP_OK;
+    dcp_status_t st = DCP_OK;
+    for (int32_t i = 0; s->device && st == DCP_OK && i < 2 * n; i++)
+        st = ctx->dev->event_create(ctx->device, &slot->done[i]);
+    if (st != DCP_OK) slot_buffers_free(ctx, slot);
+    return st;
 }
 
 /* ---- the exchange --------------------------------------------------------------------- */
@@ -139,12 +148,21 @@ static dcp_status_t launch_stage(dcp_context_t *ctx, dcp_stamp_slot_t *slot, int
     const uint64_t space = s->device ? DCP_TAG_NOTICE : DCP_TAG_STAMP;
     void *ready = s->device ? s->ready : NULL;
     for (int32_t k = 0; k < m; k++) {
-        const int32_t peer = slot->peers[first + k];
-        s->ops[2 * k] = (dcp_xfer_op_t){
-            peer, 1, space | (uint32_t)ctx->rank, &slot->dev[0], sizeof(dcp_stamp_t), ready, NULL};
-        s->ops[2 * k + 1] = (dcp_xfer_op_t){peer,  0,    space | (uint32_t)peer,
-                                            &slot->dev[1 + first + k], sizeof(dcp_stamp_t),
-                                            ready, NULL};
+        const int32_t peer = slot->peers[first + k], j = 2 * (first + k);
+        s->ops[2 * k] = (dcp_xfer_op_t){peer,
+                                        1,
+                                        space | (uint32_t)ctx->rank,
+                                        &slot->dev[0],
+                                        sizeof(dcp_stamp_t),
+                                        ready,
+                                        s->device ? slot->done[j] : NULL};
+        s->ops[2 * k + 1] = (dcp_xfer_op_t){peer,
+                                            0,
+                                            space | (uint32_t)peer,
+                                            &slot->dev[1 + first + k],
+                                            sizeof(dcp_stamp_t),
+                                            ready,
+                                            s->device ? slot->done[j + 1] : NULL};
     }
     DCP_CHECK(ctx->engine->ops->launch(ctx->engine, s->ops, 2 * (int64_t)m, &s->req[stage]));
     slot->todo[stage] = 1;

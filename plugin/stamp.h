@@ -61,6 +61,8 @@ typedef struct {
     int32_t *peers;    /* [cap] */
     int32_t cap;
     int32_t n, nring;    /* peers, and those of the ring stage (the first nring) */
+    void **done;         /* device channel: [2 cap] each op's arrival (send k: 2k, receive
+                            k: 2k + 1), the engines' done events */
     void *landed[2];     /* device channel: stage s's stamps are back in host memory */
     int32_t todo[2];     /* stage s launched (1), copied back (2), compared or dropped (0) */
 } dcp_stamp_slot_t;

@@ -48,9 +48,7 @@ void dcp_context_describe_transport(dcp_context_t *ctx)
     size_t used = engines_text(ctx->engine, buf, cap);
     const char *label = NULL;
     const dcp_engine_t *slow = unordered(ctx->engine, &label);
-    if (used < cap && ctx->dev->host_memory)
-        used += (size_t)snprintf(buf + used, cap - used, "; CPU: every step is done on return");
-    else if (used < cap && !slow)
+    if (used < cap && !slow)
         used += (size_t)snprintf(buf + used, cap - used,
                                  "; launches stream-ordered (no host synchronisation)");
     else if (used < cap)
@@ -58,6 +56,8 @@ void dcp_context_describe_transport(dcp_context_t *ctx)
                                  "; the host waits for the compute stream before each launch: "
                                  "%s (%s) completes on the host",
                                  slow->ops->name, label);
+    if (used < cap && ctx->dev->host_memory)
+        used += (size_t)snprintf(buf + used, cap - used, " (the CPU: every step done on return)");
     if (used < cap)
         snprintf(buf + used, cap - used, "; call stamps %s",
                  ctx->stamps.device ? "and abort notices in device memory"

@@ -121,7 +121,10 @@ static dcp_status_t route_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_
 
 /* While parts are in flight on several engines, every engine is tested in turn (each
  * progresses its own transfers: none waits on the host for one while another starves) and
- * asked for peer failures; the last part gets the engine's own wait. */
+ * every engine is asked for peer failures (a peer's notice may come over a leg this wait has
+ * nothing on); the last part gets the engine's own wait where that engine hears of failures
+ * itself (host_stamps: its own notices), else it is polled like the others (NCCL's wait would
+ * not learn that a peer failed on another leg). */
 static dcp_status_t route_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s,
                                void *stream)
 {
@@ -141,13 +144,12 @@ static dcp_status_t route_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double tim
             if (r->sub[i]) left++, last = i;
         }
         if (left == 0) break;
-        if (left == 1) {
+        if (left == 1 && e->sub[last]->host_stamps) {
             const double rest = deadline - dcp_now();
             DCP_CHECK(finish(e, r, last, rest > 0 ? rest : 0, stream));
             break;
         }
         for (int32_t i = 0; i < e->n; i++) {
-            if (!r->sub[i]) continue;
             const dcp_status_t st = e->sub[i]->ops->health(e->sub[i]);
             if (st != DCP_OK) return blame(e, i, st);
         }
