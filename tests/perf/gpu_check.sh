@@ -29,7 +29,9 @@
 # and reports every GPU step as skipped with the reason: what `make test` runs on the bundle.
 #
 # Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
-#        attn engine deterministic host-us graph torch kernel-bench compare-sdpa warp-rows
+#        attn engine gpupath deterministic host-us graph torch kernel-bench compare-sdpa warp-rows
+# (gpupath: GPU waits that time out, NCCL's device-memory stamps on one rank, lent NCCL
+# communicators, and PyTorch's NCCL communicator lent to a Context; ~30 s)
 set -uo pipefail
 mode=quick dry=0 budget=570 only= out= build= lanes=1 lane_budget= lane_work=
 while [ $# -gt 0 ]; do
@@ -260,12 +262,28 @@ env_info() { # the machine, the libraries found, and the engine libdcp picks her
         --heads 4 --kv-heads 2 --head-dim 64 --block 128 --engine auto --warmup 0 --iters 1 --json
 }
 cpu_suites() { "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment; }
-export -f env_info bundle_check gpu_tests sanitize stress cpu_suites
-export bin lib work sanitizer
+# the gpu suite's tests of the gpupath step (the gpu-suite step leaves them to it)
+gpupath_tests="synchronize_times_out_behind_a_held_stream next_call_times_out_behind_a_held_stream nccl_one_rank_device_stamps nccl_lent_comm_checked"
+gpupath() { # those tests, one process each, then Context(nccl_comm="group") through PyTorch
+    local fail=0 t
+    for t in $gpupath_tests; do
+        echo "--- $t"
+        "$bin/dcp-tests" -s gpu -t "$t" -v || fail=1
+    done
+    if [ "$torch_cuda" = 1 ]; then
+        "$py" "$tests/perf/torch_cuda_check.py" --only nccl_comm --json || fail=1
+    else
+        echo "torch_cuda_check --only nccl_comm: skipped (python3 here has no PyTorch with CUDA)"
+    fi
+    return $fail
+}
+export -f env_info bundle_check gpu_tests sanitize stress cpu_suites gpupath
+export bin lib work sanitizer gpupath_tests torch_cuda py tests
 # lanes: the correctness steps side by side (each its own instance of this script,
 # writing into this work folder), then the rest below, alone on the GPU
 if [ $lanes = 1 ] && [ -z "$lane_work" ] && [ $gpu = 1 ]; then
-    lane_steps=("gpu-suite" "graph,torch" "memcheck,racecheck,synccheck" "stress" "attn" "engine")
+    lane_steps=("gpu-suite" "graph,torch" "memcheck,racecheck,synccheck" "stress" "attn" "engine"
+        "gpupath")
     echo "== lanes (${lane_budget} s each): ${lane_steps[*]}"
     for l in "${lane_steps[@]}"; do
         mine=
@@ -286,7 +304,7 @@ if [ $gpu = 0 ]; then
         --repeat 2 --warmup 0 --iters 1 --json
     step ctypes cpu 120 "$py" "$tests/perf/compare_sdpa.py" --dry-run --lib "$lib/libdcp.so" --totals 4096
 fi
-step gpu-suite gpu "$(q 240 400)" gpu_tests eight_ranks_on_one_gpu_repeated
+step gpu-suite gpu "$(q 240 400)" gpu_tests eight_ranks_on_one_gpu_repeated $gpupath_tests
 step memcheck sanitizer "$(q 150 300)" sanitize memcheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic merge_and_copy" \
     "attention_every_mask attention_gqa_dims_and_edges backward_every_mask backward_gqa_dims_and_edges backward_deterministic merge_and_copy accumulate_grads executor_on_one_gpu")
 step racecheck sanitizer "$(q 150 300)" sanitize racecheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic" \
@@ -309,6 +327,7 @@ engines() { # own, then cudnn, on the same plans: times side by side, both check
 }
 export -f engines
 step engine gpu "$(q 300 300)" engines "$(q 8192 16384)" "$(q metis all)"
+step gpupath gpu 150 gpupath
 deterministic() { # the deterministic backward (--deterministic fails a row whose runs differ
     # in any bit) on dcp's kernels and on the engine cuDNN runs in (auto: its waves where its
     # backward is on), then the atomic kernel's count of unequal runs beside it (reported);
