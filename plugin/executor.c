@@ -20,7 +20,11 @@
  *  - the caller's stream waits for the stream's last work (exit): outputs are ready for
  *    the caller's later work, and the call returns without waiting for the GPU.
  * Engines that are not stream-ordered (UCX on host memory) get a host wait for the
- * stream before each launch instead, and complete on the host.
+ * stream before each launch instead, and complete on the host (DCP_TEST_COUNT counts these
+ * host synchronisations for the tests; a UCX that moves device memory orders its launches by
+ * the ready events instead, transport/ucx.h). The call's stamps go out before its first
+ * transfer and are checked at its first COMM_WAIT (plugin/stamp.h); a GPU call's queued work
+ * is watched by the context's next call (plugin/synchronize.c).
  *
  * Progress has an owner: the executor. Engines whose transfers move only while called
  * (UCX: a rendezvous block is fetched inside the receiver's worker progress) get their
