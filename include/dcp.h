@@ -716,11 +716,12 @@ DCP_API dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan,
 /* Marks this rank failed and tells every peer at once why: their calls in flight and later
  * return DCP_ERR_PEER within a message's latency, naming this rank and `reason` (copied; up
  * to 255 bytes travel; NULL: none given), instead of waiting out the timeout for a rank that
- * will not come. Where NCCL carries the blocks (it has no messages of its own) the notice
- * travels as this rank's call stamps, to the peers of its last call (its ring neighbours
- * before any call), which find it in their next call or dcp_context_synchronize(). For a rank that fails a check of its own before a collective call (its
+ * will not come. For a rank that fails a check of its own before a collective call (its
  * inputs are wrong, a step raised): the dcp.torch layer calls it when its checks refuse a
- * rank's tensors. Never blocks longer than about a second (the notices' flush).
+ * rank's tensors. Never blocks longer than about a second (the notices' flush). Where NCCL
+ * carries the blocks (it has no messages of its own) the notice travels as this rank's call
+ * stamps, to the peers of its last call (its ring neighbours before any call), which find it
+ * in their next call or dcp_context_synchronize().
  *
  * After any failure (this one, a failed call, a peer's) the context fails every later call
  * at once with DCP_ERR_PEER; nothing on it can be resumed. To go on, every rank destroys its

@@ -124,8 +124,8 @@ static dcp_status_t check_config(const dcp_context_config_t *config)
     return DCP_OK;
 }
 
-static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap,
-                           void *user, dcp_context_t **ctx_out)
+static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap, void *user,
+                           dcp_context_t **ctx_out)
 {
     if (!config || !ctx_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
@@ -169,9 +169,8 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     return create(config, NULL, NULL, ctx_out);
 }
 
-dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config,
-                                        dcp_engine_wrap_fn wrap, void *user,
-                                        dcp_context_t **ctx_out)
+dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap,
+                                        void *user, dcp_context_t **ctx_out)
 {
     if (config && !config->group)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "context: a wrapped engine needs a group");

@@ -71,9 +71,8 @@ void dcp_context_describe_transport(dcp_context_t *ctx);
  * from then on, also on failure) and gives the engine the context uses. */
 typedef dcp_status_t (*dcp_engine_wrap_fn)(void *user, int32_t rank, dcp_engine_t *inner,
                                            dcp_engine_t **engine_out);
-dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config,
-                                        dcp_engine_wrap_fn wrap, void *user,
-                                        dcp_context_t **ctx_out);
+dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap,
+                                        void *user, dcp_context_t **ctx_out);
 
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set, else 60 s; a value that is not a
  * number of seconds > 0 is refused naming the variable. */

@@ -334,10 +334,10 @@ static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
     DCP_CHECK(dcp_context_health(ctx));
-    const char *bad = !plan                               ? "plan is NULL"
-                      : !io                               ? "io is NULL"
+    const char *bad = !plan                             ? "plan is NULL"
+                      : !io                             ? "io is NULL"
                       : stream && ctx->dev->host_memory ? "stream is not NULL on a CPU context"
-                                                          : NULL;
+                                                        : NULL;
     if (!bad) return DCP_OK;
     dcp_set_error(DCP_ERR_INVALID_ARG, "%s", bad);
     dcp_stamps_notify(ctx, plan, pass, bad);

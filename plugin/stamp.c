@@ -210,11 +210,12 @@ dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
     /* the slot's earlier exchange is checked first, waited for if it has not landed */
     const int32_t idx = (int32_t)(ctx->calls % DCP_STAMP_SLOTS);
     dcp_stamp_slot_t *slot = &s->slot[idx];
-    if (slot->todo[0] || slot->todo[1]) DCP_CHECK(dcp_stamps_check(ctx, 1, dcp_now() + ctx->timeout_s));
+    if (slot->todo[0] || slot->todo[1])
+        DCP_CHECK(dcp_stamps_check(ctx, 1, dcp_now() + ctx->timeout_s));
     uint32_t checksum;
     DCP_CHECK(dcp_plan_checksum(p, &checksum));
-    dcp_stamp_t mine = {DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass, ctx->rank, scale, 0,
-                        {0}};
+    dcp_stamp_t mine = {DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass,
+                        ctx->rank,       scale,    0,          {0}};
     s->launched = ctx->calls + 1;
     s->last_pass = pass;
     return exchange(ctx, idx, s->peers[pass], s->npeers[pass], &mine);
@@ -254,8 +255,7 @@ static const char *scale_text(float x, char buf[24])
 static dcp_status_t compare(const dcp_stamp_t *mine, const dcp_stamp_t *t, int32_t peer,
                             int32_t rank)
 {
-    if (t->magic != DCP_STAMP_MAGIC || t->rank != peer || t->pass < 0 ||
-        t->pass >= DCP_PASS_COUNT)
+    if (t->magic != DCP_STAMP_MAGIC || t->rank != peer || t->pass < 0 || t->pass >= DCP_PASS_COUNT)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "call stamps: rank %d sent rank %d a stamp this build cannot "
                              "read (another dcp version?)",
@@ -271,8 +271,8 @@ static dcp_status_t compare(const dcp_stamp_t *mine, const dcp_stamp_t *t, int32
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "softmax scales differ: rank %d computes its %s with scale %s, "
                              "rank %d with %s; every rank must give the same softmax_scale",
-                             a->rank, pass_name[mine->pass & 1], scale_text(a->scale, sa),
-                             b->rank, scale_text(b->scale, sb));
+                             a->rank, pass_name[mine->pass & 1], scale_text(a->scale, sa), b->rank,
+                             scale_text(b->scale, sb));
     }
     return DCP_OK;
 }
@@ -284,8 +284,8 @@ static const char *stage_ranks(const dcp_stamp_slot_t *slot, int stage, char *bu
     size_t used = 0;
     buf[0] = '\0';
     for (int32_t k = first; k < last && used + 16 < cap; k++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%d", k > first ? ", " : "",
-                                 slot->peers[k]);
+        used +=
+            (size_t)snprintf(buf + used, cap - used, "%s%d", k > first ? ", " : "", slot->peers[k]);
     return buf;
 }
 
@@ -372,8 +372,7 @@ static void flush(dcp_context_t *ctx)
     s->slot[s->cur].todo[0] = s->slot[s->cur].todo[1] = 0;
 }
 
-void dcp_stamps_notify(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                       const char *reason)
+void dcp_stamps_notify(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass, const char *reason)
 {
     dcp_stamps_t *s = &ctx->stamps;
     if (!s->device || s->launched == ctx->calls + 1) return; /* none, or already out */
@@ -393,12 +392,13 @@ void dcp_stamps_notify(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
         peers = s->peers[pass];
         n = s->npeers[pass];
     }
-    dcp_stamp_t mine = {DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass, ctx->rank, 0.0f, 1,
-                        {0}};
+    dcp_stamp_t mine = {DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass,
+                        ctx->rank,       0.0f,     1,          {0}};
     snprintf(mine.reason, sizeof mine.reason, "%s", reason && *reason ? reason : "no reason given");
     const int32_t idx = (int32_t)(ctx->calls % DCP_STAMP_SLOTS);
     s->launched = ctx->calls + 1;
-    if (exchange(ctx, idx, peers, n, &mine) == DCP_OK && ctx->dev->stream_sync(ctx->stream) == DCP_OK)
+    if (exchange(ctx, idx, peers, n, &mine) == DCP_OK &&
+        ctx->dev->stream_sync(ctx->stream) == DCP_OK)
         flush(ctx);
     else
         dcp_stamps_cancel(ctx);

@@ -60,11 +60,11 @@ typedef struct {
     dcp_stamp_t *dev;  /* [1 + cap]; the device channel's, else == host */
     int32_t *peers;    /* [cap] */
     int32_t cap;
-    int32_t n, nring;    /* peers, and those of the ring stage (the first nring) */
-    void **done;         /* device channel: [2 cap] each op's arrival (send k: 2k, receive
-                            k: 2k + 1), the engines' done events */
-    void *landed[2];     /* device channel: stage s's stamps are back in host memory */
-    int32_t todo[2];     /* stage s launched (1), copied back (2), compared or dropped (0) */
+    int32_t n, nring; /* peers, and those of the ring stage (the first nring) */
+    void **done;      /* device channel: [2 cap] each op's arrival (send k: 2k, receive
+                         k: 2k + 1), the engines' done events */
+    void *landed[2];  /* device channel: stage s's stamps are back in host memory */
+    int32_t todo[2];  /* stage s launched (1), copied back (2), compared or dropped (0) */
 } dcp_stamp_slot_t;
 
 typedef struct {
@@ -73,14 +73,14 @@ typedef struct {
     int32_t kind;                   /* and its layer kind (partition/plan.h) */
     int32_t *peers[DCP_PASS_COUNT]; /* per pass, ascending, without this rank */
     int32_t npeers[DCP_PASS_COUNT];
-    int32_t last_pass;              /* the pass of the last exchange launched */
+    int32_t last_pass; /* the pass of the last exchange launched */
     dcp_stamp_slot_t slot[DCP_STAMP_SLOTS];
-    uint64_t launched;              /* context call count + 1 of the last exchange; 0: none */
-    int32_t cur;                    /* the slot of the exchange in flight */
-    dcp_xfer_req_t *req[2];         /* its stages in flight; NULL: none */
-    dcp_xfer_op_t *ops;             /* scratch of one stage: 2 per peer */
+    uint64_t launched;      /* context call count + 1 of the last exchange; 0: none */
+    int32_t cur;            /* the slot of the exchange in flight */
+    dcp_xfer_req_t *req[2]; /* its stages in flight; NULL: none */
+    dcp_xfer_op_t *ops;     /* scratch of one stage: 2 per peer */
     int32_t ops_cap;
-    void *ready;                    /* device channel: this rank's stamp is on the device */
+    void *ready; /* device channel: this rank's stamp is on the device */
 } dcp_stamps_t;
 
 typedef struct dcp_context dcp_context_t;

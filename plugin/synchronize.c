@@ -58,8 +58,8 @@ static dcp_status_t overdue(const dcp_context_t *ctx, double late, int failed)
                          "returned (%s; the context's timeout is %.0f s); %s",
                          ctx->rank, pass_name[ctx->queued_pass & 1],
                          (unsigned long long)ctx->queued_call, ctx->device, late,
-                         failed ? "the context has failed" : "the context goes on",
-                         ctx->timeout_s, peers_text(ctx, who, sizeof who));
+                         failed ? "the context has failed" : "the context goes on", ctx->timeout_s,
+                         peers_text(ctx, who, sizeof who));
 }
 
 dcp_status_t dcp_context_watch(dcp_context_t *ctx)

@@ -18,8 +18,8 @@ static size_t engines_text(const dcp_engine_t *e, char *buf, size_t cap)
     size_t used = (size_t)snprintf(buf, cap, "engines");
     for (int32_t i = 0; i < n && used < cap; i++) {
         dcp_route_leg(e, i, &leg, &label);
-        used += (size_t)snprintf(buf + used, cap - used, "%s %s (%s)", i ? "," : "",
-                                 leg->ops->name, label);
+        used += (size_t)snprintf(buf + used, cap - used, "%s %s (%s)", i ? "," : "", leg->ops->name,
+                                 label);
     }
     return used;
 }
@@ -60,8 +60,7 @@ void dcp_context_describe_transport(dcp_context_t *ctx)
         used += (size_t)snprintf(buf + used, cap - used, " (the CPU: every step done on return)");
     if (used < cap)
         snprintf(buf + used, cap - used, "; call stamps %s",
-                 ctx->stamps.device ? "and abort notices in device memory"
-                                    : "in host memory");
+                 ctx->stamps.device ? "and abort notices in device memory" : "in host memory");
     const char *debug = getenv("DCP_DEBUG");
     if (debug && *debug && strcmp(debug, "0") != 0)
         fprintf(stderr, "dcp: rank %d: %s\n", ctx->rank, buf);

@@ -190,10 +190,10 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     }
     ncclResult_t nr = e->api.group_start();
     for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
-        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8,
-                                          order[k]->peer, e->comm, e->stream)
-                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8,
-                                          order[k]->peer, e->comm, e->stream);
+        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
+                                          e->comm, e->stream)
+                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
+                                          e->comm, e->stream);
     const ncclResult_t end = e->api.group_end();
     if (nr == ncclSuccess || nr == ncclInProgress) nr = end;
     if (nr == ncclInProgress) {

@@ -237,8 +237,8 @@ dcp_status_t dcp_staged_engine_create(dcp_engine_t *inner, const dcp_stager_t *s
         if (stager->release) stager->release(stager->user);
         return st;
     }
-    e->base = (dcp_engine_t){&staged_ops, inner->rank, inner->size, 0, inner->needs_progress,
-                             inner->host_stamps};
+    e->base = (dcp_engine_t){&staged_ops, inner->rank,           inner->size,
+                             0,           inner->needs_progress, inner->host_stamps};
     e->inner = inner;
     e->st = *stager;
     *engine_out = &e->base;

@@ -73,8 +73,8 @@ struct dcp_xfer_req {
     void **reqs;          /* in-flight UCX requests (NULL once complete) */
     ucs_status_t *status; /* completion status of each op */
     int32_t *peer;
-    dcp_xfer_op_t *held;  /* ops waiting for their ready event (ready NULL once posted);
-                             NULL when none were held */
+    dcp_xfer_op_t *held; /* ops waiting for their ready event (ready NULL once posted);
+                            NULL when none were held */
     int64_t nheld;
 };
 
@@ -309,8 +309,8 @@ static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int
             continue;
         }
         /* its region is not written (send) or not free (receive) yet: posted once it is */
-        if (!r->held) DCP_CHECK_GOTO(dcp_calloc(&r->held, n, sizeof *r->held, "ucx request"), st,
-                                     err);
+        if (!r->held)
+            DCP_CHECK_GOTO(dcp_calloc(&r->held, n, sizeof *r->held, "ucx request"), st, err);
         r->held[k] = ops[k];
         r->nheld++;
     }

@@ -1,6 +1,6 @@
 /*
- * Test hooks. Delay injection for the ordering tests: DCP_TEST_DELAY(site) marks a point of the runtime
- * where another thread may overtake this one (before a kernel instruction, a transfer
+ * Test hooks. Delay injection for the ordering tests: DCP_TEST_DELAY(site) marks a point of the
+ * runtime where another thread may overtake this one (before a kernel instruction, a transfer
  * launch or wait, an in-process block copy). In the library it compiles to nothing; the
  * test binary builds the files that hold such points again with -DDCP_TEST_HOOKS and
  * supplies dcp_test_delay() (tests/unit/delay_hook.c), which sleeps for seeded random
@@ -22,10 +22,7 @@ typedef enum {
 /* Events the tests count (DCP_TEST_COUNT(site), per thread): a host synchronisation is the
  * calling thread waiting for a device's queued work (a stream or event synchronisation, or
  * an event query that had to wait), which a stream-ordered call avoids. */
-typedef enum {
-    DCP_COUNT_HOST_SYNC,
-    DCP_COUNT_SITES
-} dcp_count_site_t;
+typedef enum { DCP_COUNT_HOST_SYNC, DCP_COUNT_SITES } dcp_count_site_t;
 
 #ifdef DCP_TEST_HOOKS
 void dcp_test_delay(dcp_delay_site_t site);

@@ -80,9 +80,9 @@ static void nl_destroy(dcp_engine_t *e)
     free(e);
 }
 
-static const dcp_engine_ops_t nccl_like_ops = {
-    "nccl-like", nl_register, nl_deregister, nl_launch, nl_test,
-    nl_wait,     nl_cancel,   nl_abort,      nl_health, nl_destroy};
+static const dcp_engine_ops_t nccl_like_ops = {"nccl-like", nl_register, nl_deregister, nl_launch,
+                                               nl_test,     nl_wait,     nl_cancel,     nl_abort,
+                                               nl_health,   nl_destroy};
 
 dcp_status_t t_nccl_like_create(dcp_inproc_hub_t *hub, int32_t rank, int ordered,
                                 dcp_engine_t **engine_out)

@@ -819,8 +819,7 @@ typedef struct {
     void *t[5];
 } one_gpu_rank_t;
 
-static void one_gpu_rank_timed(one_gpu_rank_t *g, void *compute, void *transfer,
-                               double timeout_s)
+static void one_gpu_rank_timed(one_gpu_rank_t *g, void *compute, void *transfer, double timeout_s)
 {
     const int32_t len = 2048;
     const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};

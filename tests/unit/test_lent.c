@@ -86,7 +86,8 @@ static void test_fitting_communicators_pass(void)
 
 static void test_size_refused(void)
 {
-    check(2, too_few, DCP_ERR_INVALID_ARG, "config.nccl_comm of rank 2 has 3 ranks, the bootstrap 4");
+    check(2, too_few, DCP_ERR_INVALID_ARG,
+          "config.nccl_comm of rank 2 has 3 ranks, the bootstrap 4");
 }
 
 static void test_rank_order_refused(void)
@@ -96,8 +97,9 @@ static void test_rank_order_refused(void)
 
 static void test_device_refused(void)
 {
-    check(3, other_gpu, DCP_ERR_INVALID_ARG, "config.nccl_comm of rank 3 is on GPU 0, the rank "
-                                             "computes on GPU 1");
+    check(3, other_gpu, DCP_ERR_INVALID_ARG,
+          "config.nccl_comm of rank 3 is on GPU 0, the rank "
+          "computes on GPU 1");
 }
 
 static void test_unreadable_refused(void)
