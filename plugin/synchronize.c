@@ -85,10 +85,14 @@ dcp_status_t dcp_context_synchronize(dcp_context_t *ctx, double timeout_s)
                              timeout_s);
     const double deadline =
         dcp_now() + (timeout_s > 0 ? dcp_timeout_clamp(timeout_s) : ctx->timeout_s);
-    DCP_CHECK(dcp_context_health(ctx));
-    for (dcp_poll_t poll = dcp_poll_start(); ctx->queued_at != 0; dcp_poll_pause(&poll)) {
-        if (dcp_now() > deadline) return overdue(ctx, dcp_now() - ctx->queued_at, 0);
-        DCP_CHECK(dcp_context_health(ctx)); /* past the context's timeout: fails, relayed */
+    /* the health check first in every round: past the context's timeout it fails (relayed)
+     * before this wait's own deadline can say the context goes on */
+    for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
+        DCP_CHECK(dcp_context_health(ctx));
+        if (ctx->queued_at == 0) break;
+        const double now = dcp_now();
+        if (now > deadline && now - ctx->queued_at <= ctx->timeout_s)
+            return overdue(ctx, now - ctx->queued_at, 0);
     }
     /* the work is done; the stamps' copies back run on the transfer stream, just behind */
     const dcp_status_t st = dcp_stamps_check(ctx, 1, deadline);

@@ -31,7 +31,7 @@
 # Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
 #        attn engine gpupath deterministic host-us graph torch kernel-bench compare-sdpa warp-rows
 # (gpupath: GPU waits that time out, NCCL's device-memory stamps on one rank, lent NCCL
-# communicators, and PyTorch's NCCL communicator lent to a Context; ~30 s)
+# communicators, and PyTorch's NCCL communicator lent to a Context; limit 150 s)
 set -uo pipefail
 mode=quick dry=0 budget=570 only= out= build= lanes=1 lane_budget= lane_work=
 while [ $# -gt 0 ]; do
