@@ -48,7 +48,7 @@ while [ $# -gt 0 ]; do
     --lane-work) lane_work=$2; shift ;; # internal: one lane, writing into the parent's work
     --build) build=$2; shift ;;
     --build=*) build=${1#*=} ;;
-    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown flag $1 (--help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_check: one OUTDIR, got $out and $1" >&2; exit 2; }; out=$1 ;;
     esac
