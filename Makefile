@@ -145,7 +145,7 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 
 # The test binary builds the files that hold ordering points (include/base/test_hook.h)
 # again with the delay hooks on; the library itself never has them.
-HOOK_SRCS = plugin/executor.c transport/inproc.c
+HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c
 HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o)
 $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)

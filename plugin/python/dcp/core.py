@@ -199,6 +199,8 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_context_cluster": (C.c_int, [_P, C.POINTER(_P)]),
     "dcp_context_transport": (C.c_char_p, [_P, C.c_int]),
     "dcp_context_barrier": (C.c_int, [_P]),
+    "dcp_context_synchronize": (C.c_int, [_P, C.c_double]),
+    "dcp_context_transport_report": (C.c_char_p, [_P]),
     "dcp_context_abort": (C.c_int, [_P, C.c_char_p]),
     "dcp_context_check_shape": (C.c_int, [_P, C.POINTER(Shape)]),
     "dcp_context_attn_engine": (C.c_int, [_P, C.POINTER(AttnEngineInfo)]),
