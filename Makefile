@@ -57,13 +57,14 @@ CU_SRCS = $(wildcard kernels/cuda/*.cu)
 LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cudnn_none.c,$(LIB_SRCS))
 # the NCCL engine and the cuDNN engine see the CUDA runtime's, NCCL's and cuDNN's headers;
 # libnccl and libcudnn are loaded at run time
-$(BUILD)/obj/transport/nccl.o $(BUILD)/obj/kernels/cudnn_sdpa.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
+CUDNN_SRCS = kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c
+$(BUILD)/obj/transport/nccl.o $(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += -isystem $(CUDA_HOME)/include
 # ptxas fails a kernel that spills or uses local memory (README "The kernels")
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
 	--Werror all-warnings -Xptxas --warn-on-local-memory-usage,--warn-on-spills -MMD -MP
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
-LIB_SRCS := $(filter-out transport/nccl.c kernels/cudnn_sdpa.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out transport/nccl.c kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c,$(LIB_SRCS))
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
@@ -146,7 +147,7 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 
 # The test binary builds the files that hold ordering points (include/base/test_hook.h)
 # again with the delay hooks on; the library itself never has them.
-HOOK_SRCS = plugin/executor.c transport/inproc.c
+HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c
 HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o)
 $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)

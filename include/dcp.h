@@ -603,8 +603,14 @@ typedef struct {
      * own). dcp never frees or destroys them; they must outlive the context. */
     void *compute_stream;  /* cudaStream_t of the context's GPU for dcp's kernels */
     void *transfer_stream; /* cudaStream_t for its transfers (NCCL) and in-process copies */
-    void *nccl_comm;       /* ncclComm_t over exactly the bootstrap's ranks, rank for rank
-                              (process ranks whose engine is NCCL) */
+    void *nccl_comm;       /* ncclComm_t over exactly the bootstrap's ranks, rank for rank,
+                              each on its rank's device (process ranks whose engine is NCCL);
+                              checked at creation: a communicator whose size, rank or device
+                              differs fails creation on every rank with DCP_ERR_INVALID_ARG
+                              naming the rank and the field. Never aborted by dcp, not even
+                              after a timeout (the context reports; the caller decides). Every
+                              rank must call dcp into it in the same order as any other user
+                              of it: lend one that dcp alone uses */
     /* What computes the dense parts of attention (README "Attention engines"): every
      * launch's tile list is cut into full, causal and masked segments, and the engine runs the
      * full and causal ones as packed calls while dcp's own kernels run the rest.
@@ -653,6 +659,23 @@ DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
 
+/* One line on how the context moves and orders its transfers: its engines (the links each
+ * serves, behind a routing engine), whether a GPU context's launches are stream-ordered or the
+ * host waits for its compute stream before each launch (naming the engine that completes on
+ * the host, e.g. UCX without CUDA), and whether the call stamps and abort notices travel in
+ * host or device memory. Printed to stderr at creation when $DCP_DEBUG is set (not "0").
+ * Owned by the context, valid while it lives; "" for NULL. Thread-safe (fixed text). */
+DCP_API const char *dcp_context_transport_report(const dcp_context_t *ctx);
+
+/* The segment classes of the attention engine (kernels/segment.h): the index of each in
+ * dcp_attn_engine_info_t's pairs[] and its bit in dense_classes. */
+#define DCP_ATTN_CLASS_FULL 0   /* every key of the entry */
+#define DCP_ATTN_CLASS_CAUSAL 1 /* the diagonal, bottom-right aligned */
+#define DCP_ATTN_CLASS_BAND 2   /* a sliding window: left bound and diagonal */
+#define DCP_ATTN_CLASS_LEFT 3   /* a left bound alone: a window's far edge */
+#define DCP_ATTN_CLASS_MASKED 4 /* anything else: dcp's own kernels */
+#define DCP_ATTN_CLASSES 5
+
 /* The attention engine a context uses (dcp_context_config_t.attn_engine) and what it did. */
 typedef struct {
     const char *requested; /* "auto", "own", "cudnn" or "twin" */
@@ -660,14 +683,18 @@ typedef struct {
     const char *note;      /* why this engine, and what it leaves to dcp's kernels ("" when
                               nothing to say); valid while the context lives */
     int64_t cudnn_version; /* cudnnGetVersion() of the library in use, 0 when none */
-    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit 0
-                                 full, bit 1 causal (masked segments always run on dcp's
-                                 kernels) */
+    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit
+                                 DCP_ATTN_CLASS_FULL .. DCP_ATTN_CLASS_LEFT (masked segments always run on
+                                 dcp's kernels) */
     int64_t plans_built;   /* cuDNN execution plans built by this context so far */
     int64_t plan_hits;     /* dense calls bound to a plan built before (the cache) */
     double plan_build_ms;  /* wall time spent building them */
-    int64_t pairs[3];      /* allowed (query, key) pairs of the full, causal and masked segments
-                              of every plan bound so far, forward (what the engine ran) */
+    int64_t pairs[DCP_ATTN_CLASSES]; /* allowed (query, key) pairs per segment class of every
+                              plan bound so far, forward (what the engine ran) */
+    int64_t pairs_bwd[DCP_ATTN_CLASSES]; /* the same, backward */
+    int64_t plan_evictions; /* cuDNN plans dropped to keep the cache's bound ($DCP_CUDNN_PLANS) */
+    int64_t graphs_failed; /* cuDNN graphs that did not build: their classes run on dcp's
+                              kernels from then on (the note names the first) */
     int64_t bwd_launches;  /* the engine's backward launches of every plan bound so far */
     int64_t bwd_waves;     /* deterministic mode: the kernel launches their own groups and adds
                               took (waves of disjoint writers); 0 otherwise */
@@ -698,7 +725,10 @@ DCP_API int32_t dcp_context_device(const dcp_context_t *ctx);
  * success; when a peer fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of
  * hanging, and a failing rank marks its group failed so that later calls on it return
  * DCP_ERR_PEER at once. (On a GPU, a failure that happens after the call has returned, in
- * work still queued, is reported by the context's next call.) After a failure, destroy the
+ * work still queued, is reported by the context's next call or dcp_context_synchronize():
+ * NCCL's asynchronous error, work still unfinished after the context's timeout
+ * (DCP_ERR_TIMEOUT naming the peers), or, where NCCL carries the blocks, a peer whose plan or
+ * call differs or that failed before its transfers.) After a failure, destroy the
  * context before freeing or overwriting that call's Q, K and V: a send to a dead peer cannot
  * always be withdrawn and may read them until the engine is gone. */
 DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
@@ -738,13 +768,28 @@ DCP_API dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan,
  * to 255 bytes travel; NULL: none given), instead of waiting out the timeout for a rank that
  * will not come. For a rank that fails a check of its own before a collective call (its
  * inputs are wrong, a step raised): the dcp.torch layer calls it when its checks refuse a
- * rank's tensors. Never blocks longer than about a second (the notices' flush).
+ * rank's tensors. Never blocks longer than about a second (the notices' flush). Where NCCL
+ * carries the blocks (it has no messages of its own) the notice travels as this rank's call
+ * stamps, to the peers of its last call (its ring neighbours before any call), which find it
+ * in their next call or dcp_context_synchronize().
  *
  * After any failure (this one, a failed call, a peer's) the context fails every later call
  * at once with DCP_ERR_PEER; nothing on it can be resumed. To go on, every rank destroys its
  * context (then not collective: no rank waits for a failed peer) and creates a new one
  * (collective, as the first); a thread group's ranks make a new group too. */
 DCP_API dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason);
+
+/* Waits, on the host, until the work of the context's calls so far has finished on its GPU,
+ * for at most timeout_s seconds (0: the context's timeout), then reports what the calls left
+ * to find: a peer that failed or sent a notice (DCP_ERR_PEER naming it and why), ranks that
+ * ran different plans or calls (DCP_ERR_INVALID_ARG, as dcp_forward). DCP_ERR_TIMEOUT when the
+ * work has not finished in time, naming the peers the unfinished call exchanges blocks with;
+ * once that work has been unfinished for longer than the context's timeout the context has
+ * failed like a failed call (its next call does so too, without this function): the peers are
+ * told, and an NCCL communicator dcp created is aborted (a lent one never is). A shorter
+ * wait that ends first leaves the context as it was. Returns at once on a CPU context, whose
+ * calls finish before they return. Not collective; one thread at a time, like the context. */
+DCP_API dcp_status_t dcp_context_synchronize(dcp_context_t *ctx, double timeout_s);
 
 /* Waits until every rank of the context has called it. Through the context's engine, so it
  * fails like dcp_forward (DCP_ERR_PEER, DCP_ERR_TIMEOUT) instead of hanging on a dead rank;

@@ -33,12 +33,6 @@ static void store(void *base, dcp_dtype_t dtype, int64_t i, float v)
         ((uint16_t *)base)[i] = dcp_half_from_f32(dtype, v);
 }
 
-/* Whether row x of an entry of sq rows and skv keys sees key y. */
-static int sees(int causal, int32_t x, int32_t y, int32_t sq, int32_t skv)
-{
-    return !causal || y <= x + skv - sq;
-}
-
 static dcp_status_t check_call(const dcp_kernel_env_t *env, const dcp_dense_call_t *call,
                                const char *what)
 {
@@ -69,7 +63,7 @@ dcp_status_t dcp_dense_cpu_fwd(const dcp_kernel_env_t *env, const dcp_dense_call
                 float mx = -INFINITY;
                 for (int32_t y = 0; y < skv; y++) {
                     s[y] = -INFINITY;
-                    if (!sees(call->cls == DCP_SEG_CAUSAL, x, y, sq, skv)) continue;
+                    if (!dcp_seg_sees(call->cls, call->window, x, y, sq, skv)) continue;
                     const int64_t kr = call->k + in.off_kv[e] +
                                        ((int64_t)y * env->kv_heads + h / rep) * d;
                     float dot = 0.0f;
@@ -133,7 +127,7 @@ dcp_status_t dcp_dense_cpu_bwd(const dcp_kernel_env_t *env, const dcp_dense_call
                     delta += dcp_cpu_load(seg, ty, grow + c) * dcp_cpu_load(seg, ty, orow + c);
                 const float lse = st[in.off_st[e] + (int64_t)x * hq + h];
                 for (int32_t y = 0; y < skv; y++) {
-                    if (!sees(call->cls == DCP_SEG_CAUSAL, x, y, sq, skv)) continue;
+                    if (!dcp_seg_sees(call->cls, call->window, x, y, sq, skv)) continue;
                     const int64_t kr = k0 + ((int64_t)y * hkv + kh) * d,
                                   vr = v0 + ((int64_t)y * hkv + kh) * d;
                     float dot = 0.0f, dp = 0.0f;

@@ -110,6 +110,12 @@ dcp_status_t dcp_cuda_event_sync(void *event)
     return no_cuda("cuda event");
 }
 
+dcp_status_t dcp_cuda_event_query(void *event, int *state_out)
+{
+    (void)event, (void)state_out;
+    return no_cuda("cuda event");
+}
+
 dcp_status_t dcp_cuda_event_record(void *event, void *stream)
 {
     (void)event, (void)stream;
@@ -309,4 +315,5 @@ const dcp_device_t dcp_device_cuda = {
     .event_sync = dcp_cuda_event_sync,
     .timer_start = dcp_cuda_timer_start,
     .timer_stop = dcp_cuda_timer_stop,
+    .event_query = dcp_cuda_event_query,
 };

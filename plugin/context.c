@@ -2,6 +2,7 @@
 #include "plugin/context.h"
 
 #include "include/base/error.h"
+#include "include/base/test_hook.h"
 #include "include/base/timeout.h"
 
 #include <math.h>
@@ -39,7 +40,7 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
 static dcp_status_t attach_job(dcp_context_t *ctx, const dcp_context_config_t *config)
 {
     dcp_job_t job;
-    DCP_CHECK(dcp_job_attach(config, &job));
+    DCP_CHECK(dcp_job_attach(config, ctx->timeout_s, &job));
     ctx->engine = job.engine;
     ctx->peers = job.peers;
     memcpy(ctx->engine_kind, job.engine_kind, sizeof ctx->engine_kind);
@@ -64,6 +65,7 @@ static dcp_status_t mover_copy(void *user, const dcp_xfer_op_t *send, const dcp_
     if (recv->ready) DCP_CHECK(dev->stream_wait(s, recv->ready));
     DCP_CHECK(dev->copy(recv->ptr, send->ptr, send->bytes, s));
     const int ordered = same_device && send->done && recv->done;
+    if (!ordered) DCP_TEST_COUNT(DCP_COUNT_HOST_SYNC);
     if (!ordered) return dev->stream_sync(s);
     DCP_CHECK(dev->event_record(send->done, s));
     return dev->event_record(recv->done, s);
@@ -122,7 +124,8 @@ static dcp_status_t check_config(const dcp_context_config_t *config)
     return DCP_OK;
 }
 
-dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
+static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap, void *user,
+                           dcp_context_t **ctx_out)
 {
     if (!config || !ctx_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
@@ -131,7 +134,15 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     DCP_CHECK(dcp_calloc(&ctx, 1, sizeof *ctx, "context"));
     ctx->device = -1;
     ctx->rank = config->group ? config->rank : config->bootstrap->rank;
-    dcp_status_t st = config->group ? attach_group(ctx, config) : attach_job(ctx, config);
+    double timeout_s = config->timeout_s;
+    dcp_status_t st = timeout_s > 0 ? DCP_OK : dcp_context_default_timeout(&timeout_s);
+    ctx->timeout_s = dcp_timeout_clamp(timeout_s);
+    if (st == DCP_OK) st = config->group ? attach_group(ctx, config) : attach_job(ctx, config);
+    if (st == DCP_OK && wrap) {
+        dcp_engine_t *inner = ctx->engine;
+        ctx->engine = NULL;
+        st = wrap(user, ctx->rank, inner, &ctx->engine);
+    }
     ctx->dev = dcp_device_of(ctx->device);
     if (st == DCP_OK && (config->compute_stream || config->transfer_stream) &&
         ctx->dev->host_memory)
@@ -140,30 +151,42 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
                            config->compute_stream ? "compute_stream" : "transfer_stream");
     if (st == DCP_OK && !ctx->dev->host_memory) st = attach_device(ctx, config);
     if (st == DCP_OK) st = dcp_attn_init(ctx, config);
-    double timeout_s = config->timeout_s;
-    if (st == DCP_OK && !(timeout_s > 0)) st = dcp_context_default_timeout(&timeout_s);
     if (st != DCP_OK) {
         dcp_engine_destroy(ctx->engine);
         release(ctx);
         return st;
     }
-    ctx->timeout_s = dcp_timeout_clamp(timeout_s);
     const char *progress = getenv("DCP_PROGRESS");
     ctx->drive_progress = ctx->engine->needs_progress && !(progress && !strcmp(progress, "none"));
+    dcp_stamps_init(ctx);
+    dcp_context_describe_transport(ctx);
     *ctx_out = ctx;
     return DCP_OK;
+}
+
+dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
+{
+    return create(config, NULL, NULL, ctx_out);
+}
+
+dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap,
+                                        void *user, dcp_context_t **ctx_out)
+{
+    if (config && !config->group)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "context: a wrapped engine needs a group");
+    return create(config, wrap, user, ctx_out);
 }
 
 void dcp_context_destroy(dcp_context_t *ctx)
 {
     if (!ctx) return;
     dcp_stamps_cancel(ctx);
-    dcp_stamps_free(&ctx->stamps);
     dcp_attn_release(ctx);
     dcp_binding_release(ctx);
     /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);
     dcp_binding_free_buffers(ctx);
+    dcp_stamps_free(ctx);
     dcp_variants_free(ctx);
     release(ctx);
 }
@@ -177,7 +200,8 @@ dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_sh
 
 dcp_status_t dcp_context_health(dcp_context_t *ctx)
 {
-    const dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    if (st == DCP_OK) st = dcp_context_watch(ctx);
     if (st == DCP_OK) return DCP_OK;
     char why[1024];
     dcp_error_save(why, sizeof why);
@@ -188,6 +212,7 @@ dcp_status_t dcp_context_health(dcp_context_t *ctx)
 dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
+    dcp_stamps_notify(ctx, NULL, DCP_PASS_FWD, reason);
     ctx->engine->ops->abort(ctx->engine, reason);
     return DCP_OK;
 }

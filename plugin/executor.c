@@ -20,7 +20,11 @@
  *  - the caller's stream waits for the stream's last work (exit): outputs are ready for
  *    the caller's later work, and the call returns without waiting for the GPU.
  * Engines that are not stream-ordered (UCX on host memory) get a host wait for the
- * stream before each launch instead, and complete on the host.
+ * stream before each launch instead, and complete on the host (DCP_TEST_COUNT counts these
+ * host synchronisations for the tests; a UCX that moves device memory orders its launches by
+ * the ready events instead, transport/ucx.h). The call's stamps go out before its first
+ * transfer and are checked at its first COMM_WAIT (plugin/stamp.h); a GPU call's queued work
+ * is watched by the context's next call (plugin/synchronize.c).
  *
  * Progress has an owner: the executor. Engines whose transfers move only while called
  * (UCX: a rendezvous block is fetched inside the receiver's worker progress) get their
@@ -189,10 +193,12 @@ static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_ke
 {
     dcp_binding_t *bd = &ctx->bound;
     void *ready = bd->ready[in->arg];
-    if (ctx->engine->stream_ordered)
+    if (ctx->engine->stream_ordered) {
         DCP_CHECK(ctx->dev->event_record(ready, ctx->stream));
-    else
+    } else {
+        DCP_TEST_COUNT(DCP_COUNT_HOST_SYNC);
         DCP_CHECK(ctx->dev->stream_sync(ctx->stream));
+    }
     for (int64_t i = 0; i < in->count; i++) {
         const dcp_comm_op_t *op = &p->comm[in->first + i];
         const size_t es = (size_t)dcp_plan_elem_bytes(p, op->buf);
@@ -305,7 +311,9 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
     DCP_CHECK(dcp_stamps_settle(ctx)); /* a rank without transfers checks its neighbours */
     /* the caller's later work runs after the outputs are written */
     DCP_CHECK(ctx->dev->event_record(ctx->exit, ctx->stream));
-    return ctx->dev->stream_wait(caller, ctx->exit);
+    DCP_CHECK(ctx->dev->stream_wait(caller, ctx->exit));
+    dcp_context_queued(ctx, pass);
+    return DCP_OK;
 }
 
 /* Every failure of a rank, bad arguments included, is announced to its peers: they are
@@ -318,6 +326,8 @@ static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pas
     dcp_status_t st = check_call(ctx, plan, pass, io, scale, v);
     if (st == DCP_OK) st = prepare(ctx, plan, pass, io, scale, v, caller, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, v, caller);
+    if (st != DCP_OK) /* before its stamps went out: a notice in their place (stamp.h) */
+        dcp_stamps_notify(ctx, plan, pass, dcp_last_error());
     ctx->calls++;
     if (st != DCP_OK) {
         ctx->engine->ops->abort(ctx->engine, dcp_last_error());
@@ -336,26 +346,26 @@ static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pas
 
 /* Arguments that cannot reach the peers' collective (no context) fail locally; the rest go
  * through run_pass. */
-static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void *io,
-                          const void *stream)
+static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t pass,
+                          const void *io, const void *stream)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
     DCP_CHECK(dcp_context_health(ctx));
-    if (!plan || !io) {
-        ctx->engine->ops->abort(ctx->engine, !plan ? "plan is NULL" : "io is NULL");
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
-    }
-    if (stream && ctx->dev->host_memory) {
-        ctx->engine->ops->abort(ctx->engine, "stream is not NULL on a CPU context");
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "stream is not NULL on a CPU context");
-    }
-    return DCP_OK;
+    const char *bad = !plan                             ? "plan is NULL"
+                      : !io                             ? "io is NULL"
+                      : stream && ctx->dev->host_memory ? "stream is not NULL on a CPU context"
+                                                        : NULL;
+    if (!bad) return DCP_OK;
+    dcp_set_error(DCP_ERR_INVALID_ARG, "%s", bad);
+    dcp_stamps_notify(ctx, plan, pass, bad);
+    ctx->engine->ops->abort(ctx->engine, bad);
+    return DCP_ERR_INVALID_ARG;
 }
 
 dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io,
                          void *stream)
 {
-    DCP_CHECK(enter(ctx, plan, io, stream));
+    DCP_CHECK(enter(ctx, plan, DCP_PASS_FWD, io, stream));
     const caller_bufs_t bufs = forward_bufs(io);
     const dcp_call_variants_t v = {io->sinks, io->max_logit, NULL};
     return run_pass(ctx, plan, DCP_PASS_FWD, &bufs, io->softmax_scale, &v, stream);
@@ -364,7 +374,7 @@ dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_t
 dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
                           void *stream)
 {
-    DCP_CHECK(enter(ctx, plan, io, stream));
+    DCP_CHECK(enter(ctx, plan, DCP_PASS_BWD, io, stream));
     const caller_bufs_t bufs = backward_bufs(io);
     const dcp_call_variants_t v = {io->fwd.sinks, NULL, io->dsinks};
     return run_pass(ctx, plan, DCP_PASS_BWD, &bufs, io->fwd.softmax_scale, &v, stream);

@@ -145,7 +145,7 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
     const dcp_bootstrap_t *bs = config->bootstrap;
     if (kind == DCP_ENGINE_NCCL)
         return dcp_nccl_engine_create_on(bs, t, job->device, config->nccl_comm,
-                                         config->transfer_stream, out);
+                                         config->transfer_stream, job->timeout_s, out);
     int ucx_cuda = 1;
     for (int32_t r = 0; r < t->size; r++) ucx_cuda &= t->peer[r].ucx_cuda;
     if (kind == DCP_ENGINE_UCX && job->device >= 0 && !ucx_cuda) {
@@ -153,6 +153,13 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
         dcp_engine_t *ucx = NULL;
         DCP_CHECK(dcp_ucx_engine_create_on(bs, t, &ucx));
         return stage(job->device, ucx, out);
+    }
+    if (kind == DCP_ENGINE_UCX && job->device >= 0) {
+        /* device memory moved by UCX itself: its launches ordered by the ops' ready events,
+         * so that a job of NCCL and UCX legs queues its launches without a host wait */
+        DCP_CHECK(dcp_ucx_engine_create_on(bs, t, out));
+        dcp_ucx_engine_order_by(*out, dcp_device_of(job->device)->event_query);
+        return DCP_OK;
     }
     if (kind == DCP_ENGINE_UCX) return dcp_ucx_engine_create_on(bs, t, out);
     return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine for process ranks",
@@ -256,9 +263,10 @@ static dcp_status_t attach(const dcp_context_config_t *config, dcp_job_t *job)
     return create_engines(config, &job->peers, job);
 }
 
-dcp_status_t dcp_job_attach(const dcp_context_config_t *config, dcp_job_t *job_out)
+dcp_status_t dcp_job_attach(const dcp_context_config_t *config, double timeout_s,
+                            dcp_job_t *job_out)
 {
-    dcp_job_t job = {.device = -1};
+    dcp_job_t job = {.device = -1, .timeout_s = timeout_s};
     const dcp_status_t st = attach(config, &job);
     if (st != DCP_OK) {
         dcp_cluster_destroy(job.cluster);

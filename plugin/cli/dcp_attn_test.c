@@ -78,7 +78,8 @@ typedef struct {
     /* the attention engine (rank 0's context) */
     const char *engine, *engine_note;
     int deterministic; /* the contexts' mode (--deterministic) */
-    int64_t cudnn_version, plans_built, plan_hits, pairs[3], bwd_launches, bwd_waves;
+    int64_t cudnn_version, plans_built, plan_hits, pairs[2][DCP_ATTN_CLASSES], bwd_launches,
+        bwd_waves, graphs_failed;
     double plan_build_ms;
 } row_t;
 
@@ -131,9 +132,17 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "plans_built", DCPT_F_INT, NULL, plans_built),
     F(NULL, 0, "plan_hits", DCPT_F_INT, NULL, plan_hits),
     F(NULL, 0, "plan_build_ms", DCPT_F_NUM, NULL, plan_build_ms),
-    F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0]),
-    F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[1]),
-    F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[2]),
+    F(NULL, 0, "graphs_failed", DCPT_F_INT, NULL, graphs_failed),
+    F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_FULL]),
+    F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_CAUSAL]),
+    F(NULL, 0, "pairs_band", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_BAND]),
+    F(NULL, 0, "pairs_left", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_LEFT]),
+    F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_MASKED]),
+    F(NULL, 0, "bwd_pairs_full", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_FULL]),
+    F(NULL, 0, "bwd_pairs_causal", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_CAUSAL]),
+    F(NULL, 0, "bwd_pairs_band", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_BAND]),
+    F(NULL, 0, "bwd_pairs_left", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_LEFT]),
+    F(NULL, 0, "bwd_pairs_masked", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_MASKED]),
     F(NULL, 0, "bwd_launches", DCPT_F_INT, NULL, bwd_launches),
     F(NULL, 0, "bwd_waves", DCPT_F_INT, NULL, bwd_waves),
 };
@@ -315,7 +324,11 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
     row.plans_built = r->engine.plans_built;
     row.plan_hits = r->engine.plan_hits;
     row.plan_build_ms = r->engine.plan_build_ms;
-    for (int c = 0; c < 3; c++) row.pairs[c] = r->engine.pairs[c];
+    for (int c = 0; c < DCP_ATTN_CLASSES; c++) {
+        row.pairs[0][c] = r->engine.pairs[c];
+        row.pairs[1][c] = r->engine.pairs_bwd[c];
+    }
+    row.graphs_failed = r->engine.graphs_failed;
     row.bwd_launches = r->engine.bwd_launches;
     row.bwd_waves = r->engine.bwd_waves;
     row.repeat_runs = rep->runs;

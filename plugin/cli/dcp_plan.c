@@ -43,7 +43,7 @@ typedef struct {
     double bwd_comm, bwd_inter, bwd_predicted;
     double comp_imb, mem_imb, bwd_comp_imb; /* worst batch */
     int32_t fallbacks, n;
-    double seg[3]; /* --segments: allowed pairs per class (full, causal, masked), all batches */
+    double seg[2][DCP_ATTN_CLASSES]; /* --segments: allowed pairs per pass and class, all batches */
     double *plan_ms;
     int64_t n_ms;
     dcpt_sim_agg_t sim;
@@ -90,7 +90,7 @@ typedef struct {
     int32_t batch, block;
     dcpt_stats_t plan_ms;
     dcp_plan_stats_t s;
-    double seg[3]; /* --segments: the share of the forward's pairs per class, else NaN */
+    double seg[2][DCP_ATTN_CLASSES]; /* --segments: each pass's share of pairs per class, else NaN */
 } json_row_t;
 
 #define J(key, kind, member)                                                                       \
@@ -127,9 +127,16 @@ static const dcpt_field_t json_fields[] = {
     J("bwd_num_transfers", DCPT_F_I32, s.bwd_num_transfers),
     J("bwd_num_phases", DCPT_F_I32, s.bwd_num_phases),
     J("bwd_predicted_ms", DCPT_F_NUM, s.bwd_predicted_ms),
-    J("seg_full", DCPT_F_NUM, seg[0]),
-    J("seg_causal", DCPT_F_NUM, seg[1]),
-    J("seg_masked", DCPT_F_NUM, seg[2]),
+    J("seg_full", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_FULL]),
+    J("seg_causal", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_CAUSAL]),
+    J("seg_band", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_BAND]),
+    J("seg_left", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_LEFT]),
+    J("seg_masked", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_MASKED]),
+    J("bwd_seg_full", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_FULL]),
+    J("bwd_seg_causal", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_CAUSAL]),
+    J("bwd_seg_band", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_BAND]),
+    J("bwd_seg_left", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_LEFT]),
+    J("bwd_seg_masked", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_MASKED]),
 };
 #undef J
 #define NJSON ((int)(sizeof json_fields / sizeof json_fields[0]))
@@ -234,7 +241,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     dcp_plan_stats_t st = {0};
     dcpt_sim_row_t sim;
     dcp_status_t rc = DCP_OK;
-    double seg[3] = {0, 0, 0};
+    double seg[2][DCP_ATTN_CLASSES] = {{0}};
     for (int64_t k = 0; k < pf->repeat && rc == DCP_OK; k++) {
         dcp_plan_t *p = NULL;
         rc = dcp_plan_create(&batch, &c->shape, &o, c->cluster, &p);
@@ -287,9 +294,13 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
                           c->opts.block_size,
                           dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
                           st,
-                          {NAN, NAN, NAN}};
-        const double all = seg[0] + seg[1] + seg[2];
-        for (int k = 0; pf->segments && all > 0 && k < 3; k++) row.seg[k] = seg[k] / all;
+                          {{0}}};
+        for (int pass = 0; pass < 2; pass++) {
+            double all = 0;
+            for (int k = 0; k < DCP_ATTN_CLASSES; k++) all += seg[pass][k];
+            for (int k = 0; k < DCP_ATTN_CLASSES; k++)
+                row.seg[pass][k] = pf->segments && all > 0 ? seg[pass][k] / all : NAN;
+        }
         dcpt_report_row(stdout, 1, json_fields, NJSON, &row, pf->simulate ? sim_json : NULL, &sim);
     }
     a->comm += (double)st.comm_bytes;
@@ -304,7 +315,8 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     a->bwd_comp_imb = fmax(a->bwd_comp_imb, st.bwd_compute_imbalance);
     a->mem_imb = fmax(a->mem_imb, st.memory_imbalance);
     a->fallbacks += st.fallback;
-    for (int k = 0; k < 3; k++) a->seg[k] += seg[k];
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < DCP_ATTN_CLASSES; k++) a->seg[pass][k] += seg[pass][k];
     a->n++;
     return 0;
 }
@@ -339,16 +351,22 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
         dcpt_report_row(stdout, 0, table_fields, NTABLE, &r, NULL, NULL);
     }
     if (pf->segments) {
-        printf(
-            "\nsegments (share of the forward's allowed pairs; dense runs of 64 rows or more):\n");
-        printf("%-8s %8s %8s %8s\n", "strategy", "full(%)", "causal(%)", "masked(%)");
-        for (int32_t i = 0; i < c->num_strategies; i++) {
-            const agg_t *a = &aggs[i];
-            const double all = a->seg[0] + a->seg[1] + a->seg[2];
-            if (!a->n || !(all > 0)) continue;
-            printf("%-8s %8.1f %9.1f %9.1f\n", dcp_strategy_name(c->strategies[i]),
-                   100 * a->seg[0] / all, 100 * a->seg[1] / all, 100 * a->seg[2] / all);
-        }
+        printf("\nsegments (share of the allowed pairs per class; dense runs of 64 rows or "
+               "more):\n");
+        printf("%-8s %-4s %8s %9s %8s %8s %9s\n", "strategy", "pass", "full(%)", "causal(%)",
+               "band(%)", "left(%)", "masked(%)");
+        for (int32_t i = 0; i < c->num_strategies; i++)
+            for (int pass = 0; pass < 2; pass++) {
+                const agg_t *a = &aggs[i];
+                double all = 0;
+                for (int k = 0; k < DCP_ATTN_CLASSES; k++) all += a->seg[pass][k];
+                if (!a->n || !(all > 0)) continue;
+                printf("%-8s %-4s %8.1f %9.1f %8.1f %8.1f %9.1f\n",
+                       dcp_strategy_name(c->strategies[i]), pass ? "bwd" : "fwd",
+                       100 * a->seg[pass][0] / all, 100 * a->seg[pass][1] / all,
+                       100 * a->seg[pass][2] / all, 100 * a->seg[pass][3] / all,
+                       100 * a->seg[pass][4] / all);
+            }
     }
     if (!pf->simulate) return;
     dcpt_sim_agg_t *sim = calloc((size_t)(uint32_t)c->num_strategies, sizeof *sim);

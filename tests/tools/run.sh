@@ -117,15 +117,17 @@ expect 2 "kb-bad.json' line 2" "$bin/dcp-plan" --sim-kernels "$work/kb-bad.json"
     --tokens 8192 --strategy zigzag
 
 # 8. the attention engine: the twin runs cuDNN's data path on the CPU and passes, the race
-#    check counts its runs, the pairs per class add up; a CPU context asked for cuDNN runs
-#    dcp's kernels and says why
+#    check counts its runs, the window goes to the band classes, forward and backward; a CPU
+#    context asked for cuDNN runs dcp's kernels and says why
 "$bin/dcp-attn-test" --tokens 1024 --strategy lpt --mask causal,window:300 --check --backward \
     --engine twin --repeat 2 --warmup 0 --iters 1 --json >"$work/eng.json" ||
     fail "dcp-attn-test --engine twin --repeat 2"
 json_check "$work/eng.json" \
     'all(r["engine"] == "twin" and r["passed"] and r["bwd_passed"] and r["repeat_runs"] == 2
-         and r["mismatches"] == 0 and r["pairs_full"] + r["pairs_causal"] > 0 for r in rows)
-     and rows[1]["pairs_masked"] > 0'
+         and r["mismatches"] == 0 for r in rows)
+     and rows[0]["pairs_full"] + rows[0]["pairs_causal"] > 0
+     and rows[1]["pairs_band"] + rows[1]["pairs_left"] > 0
+     and rows[1]["bwd_pairs_band"] + rows[1]["bwd_pairs_left"] > 0'
 DCP_ATTN_ENGINE=cudnn "$bin/dcp-attn-test" --tokens 1024 --warmup 0 --iters 1 --json \
     >"$work/eng2.json" || fail "DCP_ATTN_ENGINE=cudnn dcp-attn-test on the CPU"
 json_check "$work/eng2.json" 'all(r["engine"] == "own" and "CPU" in r["engine_note"] for r in rows)'

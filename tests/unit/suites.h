@@ -37,6 +37,9 @@ int dcp_suite_ucx(void);
 int dcp_suite_kinds(void);
 int dcp_suite_disagree(void);
 int dcp_suite_segment(void);
+int dcp_suite_cudnn(void);
+int dcp_suite_stamps(void);
+int dcp_suite_lent(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {

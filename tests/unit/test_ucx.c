@@ -12,6 +12,8 @@
 
 #include <CUnit/CUnit.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@ struct scenario {
     dcp_status_t create_st[MAXR], st[MAXR];
     double secs[MAXR];
     char msg[MAXR][256];
-    int32_t round;
+    atomic_int round;
 };
 
 typedef struct {
@@ -190,6 +192,71 @@ static void test_wait_times_out(void)
     run(&s, 2, waiting);
     CU_ASSERT_EQUAL(s.st[0], DCP_ERR_TIMEOUT);
     CU_ASSERT(s.secs[0] >= 0.3 && s.secs[0] < 5.0);
+}
+
+/* ---- launches ordered by ready events --------------------------------------------------- */
+
+/* A ready event of the test: an int that says whether the work before it has run. */
+static atomic_int test_ready_flag;
+
+static dcp_status_t flag_query(void *event, int *state_out)
+{
+    *state_out = atomic_load((atomic_int *)event);
+    return DCP_OK;
+}
+
+/* Rank 0 sends behind a ready event that is not reached: the launch returns at once and the
+ * block is not posted (rank 1's receive times out) until the event is reached and rank 0's
+ * engine is tested again; then it arrives whole. */
+static void event_ordered(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    static int32_t word[2];
+    if (r == 0) {
+        dcp_ucx_engine_order_by(e, flag_query);
+        word[0] = 0x5eed;
+        const dcp_xfer_op_t op = {1, 1, 11, &word[0], sizeof word[0], &test_ready_flag, NULL};
+        dcp_xfer_req_t *req = NULL;
+        const double t0 = dcp_now();
+        s->st[0] = e->ops->launch(e, &op, 1, &req);
+        s->secs[0] = dcp_now() - t0;
+        if (s->st[0] != DCP_OK) return;
+        int done = 1;
+        const dcp_status_t tested = e->ops->test(e, req, &done);
+        if (tested != DCP_OK || done) s->st[0] = DCP_ERR_INTERNAL; /* held, not sent */
+        while (atomic_load(&s->round) == 0) { /* until rank 1's first wait has timed out */
+            (void)e->ops->test(e, req, &done);
+            sched_yield();
+        }
+        atomic_store(&test_ready_flag, 1); /* the kernels before the event have run */
+        const dcp_status_t waited = e->ops->wait(e, req, 20.0, NULL);
+        if (s->st[0] == DCP_OK) s->st[0] = waited;
+        if (waited != DCP_OK) e->ops->cancel(e, req);
+        return;
+    }
+    const dcp_xfer_op_t op = {0, 0, 11, &word[1], sizeof word[1], NULL, NULL};
+    dcp_xfer_req_t *req = NULL;
+    s->st[1] = e->ops->launch(e, &op, 1, &req);
+    if (s->st[1] != DCP_OK) return;
+    const dcp_status_t early = e->ops->wait(e, req, 0.3, NULL);
+    atomic_store(&s->round, 1);
+    if (early == DCP_ERR_TIMEOUT) {
+        s->st[1] = e->ops->wait(e, req, 20.0, NULL);
+        if (s->st[1] != DCP_OK) e->ops->cancel(e, req);
+    } else {
+        s->st[1] = DCP_ERR_INTERNAL; /* it came before its ready event */
+        if (early != DCP_OK) e->ops->cancel(e, req);
+    }
+    if (s->st[1] == DCP_OK && word[1] != 0x5eed) s->st[1] = DCP_ERR_INTERNAL;
+}
+
+static void test_launch_ordered_by_ready_events(void)
+{
+    scenario_t s = {0};
+    atomic_store(&test_ready_flag, 0);
+    run(&s, 2, event_ordered);
+    CU_ASSERT_EQUAL(s.st[0], DCP_OK);
+    CU_ASSERT_EQUAL(s.st[1], DCP_OK);
+    CU_ASSERT(s.secs[0] < 0.2); /* the launch did not wait for its event */
 }
 
 /* ---- bad arguments --------------------------------------------------------------------- */
@@ -463,6 +530,7 @@ int dcp_suite_ucx(void)
         {"size_mismatch_is_an_error", test_size_mismatch_is_an_error},
         {"abort_ends_peer_wait", test_abort_ends_peer_wait},
         {"wait_times_out", test_wait_times_out},
+        {"launch_ordered_by_ready_events", test_launch_ordered_by_ready_events},
         {"bad_arguments", test_bad_arguments},
         {"job_contexts_match_threads", test_job_contexts_match_threads},
         {"hybrid_job_matches_threads", test_hybrid_job_matches_threads},

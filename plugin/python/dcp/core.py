@@ -141,8 +141,10 @@ class AttnEngineInfo(C.Structure):
     _fields_ = [("requested", C.c_char_p), ("engine", C.c_char_p), ("note", C.c_char_p),
                 ("cudnn_version", C.c_int64), ("dense_classes", C.c_int32 * 2),
                 ("plans_built", C.c_int64), ("plan_hits", C.c_int64),
-                ("plan_build_ms", C.c_double), ("pairs", C.c_int64 * 3),
-                ("bwd_launches", C.c_int64), ("bwd_waves", C.c_int64)]
+                ("plan_build_ms", C.c_double), ("pairs", C.c_int64 * 5),
+                ("pairs_bwd", C.c_int64 * 5), ("plan_evictions", C.c_int64),
+                ("graphs_failed", C.c_int64), ("bwd_launches", C.c_int64),
+                ("bwd_waves", C.c_int64)]
 
 
 class Tensors(C.Structure):
@@ -199,6 +201,8 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_context_cluster": (C.c_int, [_P, C.POINTER(_P)]),
     "dcp_context_transport": (C.c_char_p, [_P, C.c_int]),
     "dcp_context_barrier": (C.c_int, [_P]),
+    "dcp_context_synchronize": (C.c_int, [_P, C.c_double]),
+    "dcp_context_transport_report": (C.c_char_p, [_P]),
     "dcp_context_abort": (C.c_int, [_P, C.c_char_p]),
     "dcp_context_check_shape": (C.c_int, [_P, C.POINTER(Shape)]),
     "dcp_context_attn_engine": (C.c_int, [_P, C.POINTER(AttnEngineInfo)]),
@@ -407,8 +411,9 @@ class Library:
                 "note": i.note.decode(errors="replace"), "cudnn_version": i.cudnn_version,
                 "dense_classes": list(i.dense_classes), "plans_built": i.plans_built,
                 "plan_hits": i.plan_hits, "plan_build_ms": i.plan_build_ms,
-                "pairs": list(i.pairs), "bwd_launches": i.bwd_launches,
-                "bwd_waves": i.bwd_waves}
+                "pairs": list(i.pairs), "pairs_bwd": list(i.pairs_bwd),
+                "plan_evictions": i.plan_evictions, "graphs_failed": i.graphs_failed,
+                "bwd_launches": i.bwd_launches, "bwd_waves": i.bwd_waves}
 
 
 def _choice(table, value, what):

@@ -708,13 +708,28 @@ class Context:
     (dcp_context_config_t.deterministic; slower on a GPU); default: on where
     torch.use_deterministic_algorithms(True) is in force.
 
+    nccl_comm: the NCCL communicator dcp's transfers use where they run on NCCL, instead of
+    one dcp would make (dcp_context_config_t.nccl_comm): "group", the communicator of `group`
+    itself, where PyTorch exposes it (ProcessGroupNCCL's _comm_ptr(); made here by a
+    one-element all_reduce on the group when PyTorch has not made it yet), or an ncclComm_t's
+    address (int) over exactly the group's ranks, in its order, each on its rank's GPU
+    (checked when the context is made: a misfit raises DcpError naming the rank and the
+    field). Rules:
+      - deadlock: dcp queues its transfers on the communicator in its own order, and NCCL
+        needs every rank to queue a communicator's operations in one order, so lend one that
+        nothing else uses while dcp runs: with "group", pass a group made for dcp alone,
+        `dist.new_group(ranks, backend="nccl")`, on which the job runs no other collective;
+      - lifetime: the communicator (and its group) must outlive the Context; dcp never
+        destroys or aborts it, not even after a timeout: the Context reports and the job
+        decides (dist.destroy_process_group(group) after close()).
+
     After any failure (a DcpError from attention() on any rank: a peer failed or stopped,
     plans differ, a rank's tensors were refused) the context is spent and every later call
     raises at once. To go on, every rank closes it and creates a new one: closing a failed
     context is not collective, creating one is, as the first time."""
 
     def __init__(self, group=None, device=None, timeout_s=0.0, transport_intra=None,
-                 transport_inter=None, attn_engine=None, deterministic=None):
+                 transport_inter=None, attn_engine=None, deterministic=None, nccl_comm=None):
         import torch.distributed as dist
         if not dist.is_initialized():
             raise RuntimeError("dcp: torch.distributed is not initialized "
@@ -731,6 +746,7 @@ class Context:
             torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
             else self.device)
         self._into_tensor = backend == "nccl" and hasattr(dist, "all_gather_into_tensor")
+        comm = _nccl_comm(dist, group, backend, self.device, nccl_comm)
         self._callback_error = None
         self._dependents = []
         self._fn = core.ALLGATHER_FN(self._allgather)  # kept: libdcp calls it until close()
@@ -740,7 +756,7 @@ class Context:
             0, None, C.pointer(self._bootstrap), timeout_s,
             transport_intra.encode() if transport_intra else None,
             transport_inter.encode() if transport_inter else None, str(self.device).encode(),
-            attn_engine=attn_engine.encode() if attn_engine else None,
+            attn_engine=attn_engine.encode() if attn_engine else None, nccl_comm=comm,
             deterministic=int(torch.are_deterministic_algorithms_enabled()
                               if deterministic is None else bool(deterministic)))
         h = C.c_void_p()
@@ -819,6 +835,23 @@ class Context:
     def barrier(self):
         self._raise(_lib().lib.dcp_context_barrier(self._live()), "barrier")
 
+    def synchronize(self, timeout_s=0.0):
+        """Waits until the work of this rank's calls so far has finished on its GPU, for at
+        most timeout_s seconds (0: the context's timeout), and raises DcpError for what the
+        calls left to find (dcp_context_synchronize): a peer that failed, plans that differ,
+        work unfinished in time (DCP_ERR_TIMEOUT naming the peers; past the context's
+        timeout the context is spent). At once on the CPU. Not collective."""
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise TypeError("dcp: timeout_s = %r is not a number of seconds" % (timeout_s,))
+        self._raise(_lib().lib.dcp_context_synchronize(self._live(), float(timeout_s)),
+                    "synchronize")
+
+    @property
+    def transport_report(self):
+        """How this context moves and orders its transfers (dcp_context_transport_report):
+        engines and links, stream order or host waits, where the call stamps travel."""
+        return _lib().lib.dcp_context_transport_report(self._live()).decode()
+
     def close(self):
         """Destroys the context (collective unless it failed). Planners made on it are closed
         first."""
@@ -844,6 +877,43 @@ class Context:
         if self.device.type != "cuda":
             return None
         return torch.cuda.current_stream(t.device).cuda_stream or None
+
+
+def _nccl_comm(dist, group, backend, device, nccl_comm):
+    """The ncclComm_t address Context lends dcp (None: dcp makes its own); see Context."""
+    if nccl_comm is None:
+        return None
+    if isinstance(nccl_comm, str) and nccl_comm == "group":
+        if backend != "nccl":
+            raise ValueError('dcp: nccl_comm = "group": the group\'s backend is %s, not nccl: '
+                             "it has no NCCL communicator" % backend)
+        if device.type != "cuda":
+            raise ValueError('dcp: nccl_comm = "group" on device %s: NCCL serves CUDA '
+                             "contexts" % device)
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        try:
+            nccl = pg._get_backend(device)
+        except (AttributeError, RuntimeError):
+            nccl = pg  # PyTorch before 2.0: the group is the backend
+        if not hasattr(nccl, "_comm_ptr"):
+            raise ValueError('dcp: nccl_comm = "group": PyTorch %s does not expose its NCCL '
+                             "communicator (ProcessGroupNCCL._comm_ptr); pass an ncclComm_t "
+                             "address, or None for dcp's own" % torch.__version__)
+        ptr = nccl._comm_ptr()
+        if not ptr:  # made at the group's first collective
+            dist.all_reduce(torch.zeros(1, device=device), group=group)
+            torch.cuda.synchronize(device)
+            ptr = nccl._comm_ptr()
+        if not ptr:
+            raise ValueError('dcp: nccl_comm = "group": the group has no NCCL communicator '
+                             "for %s after a collective" % device)
+        return int(ptr)
+    if isinstance(nccl_comm, bool) or not isinstance(nccl_comm, int):
+        raise TypeError('dcp: nccl_comm = %r: "group", an ncclComm_t address (int) or None'
+                        % (nccl_comm,))
+    if nccl_comm <= 0 or nccl_comm >= 2 ** 64:
+        raise ValueError("dcp: nccl_comm = %d is not an address" % nccl_comm)
+    return nccl_comm
 
 
 def _not_a_plan(plan):
