@@ -63,6 +63,7 @@ typedef struct {
     int64_t tokens, comm_bytes, inter_node_bytes, max_rank_bytes, flops, transfers, max_buffer;
     int checked, passed;
     double max_abs_err, max_rel_err, max_lse_err; /* NaN (null, "-") when not checked */
+    double max_logit_err, dsinks_err;             /* --max-logit, --sinks: harness.h's */
     double comm, inter, max_rank;                 /* the bytes above, as doubles */
     double comp_imb, mem_imb, plan_ms, gflops;
     dcpt_stats_t exec_ms, host_us, wait_us;
@@ -105,6 +106,8 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "passed", DCPT_F_BOOL, NULL, passed),
     F(NULL, 0, "max_abs_err", DCPT_F_NUM, NULL, max_abs_err),
     F(NULL, 0, "max_lse_err", DCPT_F_NUM, NULL, max_lse_err),
+    F(NULL, 0, "max_logit_err", DCPT_F_NUM, NULL, max_logit_err),
+    F(NULL, 0, "dsinks_err", DCPT_F_NUM, NULL, dsinks_err),
     SCALED("comm(MB)", 9, NULL, "%.2f", comm, 1e-6),
     F(NULL, 0, "comm_bytes", DCPT_F_INT, NULL, comm_bytes),
     SCALED("inter(MB)", 9, NULL, "%.2f", inter, 1e-6),
@@ -294,6 +297,8 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
         .max_abs_err = ck ? r->max_abs_err : NAN,
         .max_rel_err = ck ? r->max_rel_err : NAN,
         .max_lse_err = ck ? r->max_lse_err : NAN,
+        .max_logit_err = ck && rf->max_logit ? r->max_logit_err : NAN,
+        .dsinks_err = ck && rf->sinks && rf->backward ? r->dsinks_err : NAN,
         .comm = (double)ps->comm_bytes,
         .inter = (double)ps->inter_node_bytes,
         .max_rank = (double)ps->max_rank_bytes,
@@ -406,6 +411,8 @@ static void model_add(row_t *m, const row_t *r, int32_t layers)
     m->max_abs_err = fmax(m->max_abs_err, r->max_abs_err);
     m->max_rel_err = fmax(m->max_rel_err, r->max_rel_err);
     m->max_lse_err = fmax(m->max_lse_err, r->max_lse_err);
+    m->max_logit_err = fmax(m->max_logit_err, r->max_logit_err);
+    m->dsinks_err = fmax(m->dsinks_err, r->dsinks_err);
     for (int g = 0; g < 3; g++) m->rel_grad[g] = fmax(m->rel_grad[g], r->rel_grad[g]);
     m->rel_grad_max = fmax(m->rel_grad_max, r->rel_grad_max);
     m->bwd_flops += layers * r->bwd_flops;
@@ -591,6 +598,8 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
     if (job->ctx && job->bs.rank != 0) return failed;
     model.check = rf->check ? (model.passed && model.bwd_passed ? "PASS" : "FAIL") : "-";
     if (!rf->check) model.max_abs_err = model.max_rel_err = model.max_lse_err = NAN;
+    if (!rf->check || !rf->max_logit) model.max_logit_err = NAN;
+    if (!rf->check || !rf->sinks || !rf->backward) model.dsinks_err = NAN;
     if (!rf->check) model.rel_grad_max = model.rel_grad[0] = model.rel_grad[1] = NAN;
     if (!rf->check) model.rel_grad[2] = NAN;
     for (int32_t k = 0; k < c->num_kinds; k++) {
