@@ -264,7 +264,8 @@ $(BUILD)/bin/dcp-plan-fuzz: $(BUILD)/obj/tests/fuzz/plan_fuzz.o $(BUILD)/obj/tes
 # libudev-dev: hwloc's `pkg-config --static` names -ludev; iproute2 (ip, tc) and util-linux
 # (unshare): the emulated cluster of tests/cluster
 DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
-	openmpi-bin pkg-config procps python3-torch python3-venv iproute2 util-linux
+	openmpi-bin pkg-config procps python3-torch python3-venv iproute2 util-linux slurmd slurmctld \
+	slurm-client munge mpich libmpich-dev
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \

@@ -606,8 +606,9 @@ DCP_API dcp_status_t dcp_context_create(const dcp_context_config_t *config,
                                         dcp_context_t **ctx_out);
 DCP_API void dcp_context_destroy(dcp_context_t *ctx);
 
-/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name,
- * devices per node, and link figures where the NICs report them. Owned by the context.
+/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name and
+ * boot id (two machines that share a host name are two nodes), devices per node, and link
+ * figures where the NICs report them. Owned by the context.
  * DCP_ERR_UNSUPPORTED when the ranks are not placed node by node with the same count on
  * every node (the cluster model numbers ranks node by node). */
 DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,

@@ -1,9 +1,10 @@
 /*
  * Contexts of process ranks (one rank per process, any number of nodes): every rank
  * describes itself (host, process, hwloc's view of its node, what its UCX moves), the
- * ranks gather the peer table once over the bootstrap, ranks with the same host name form
- * a node, the engine of each link class is chosen from the table (transport/select.h), and
- * where the classes in use get different engines a routing engine holds them all.
+ * ranks gather the peer table once over the bootstrap, ranks with the same host name and
+ * boot id form a node, the engine of each link class is chosen from the table
+ * (transport/select.h), and where the classes in use get different engines a routing engine
+ * holds them all.
  */
 #include "plugin/job.h"
 
@@ -24,17 +25,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Nodes by host name; the cluster when ranks are placed node by node, evenly. */
+/* Nodes by identity (host name and boot id); the cluster when ranks are placed node by node,
+ * evenly. */
 static dcp_status_t build_cluster(dcp_job_t *job, const dcp_peer_table_t *t)
 {
     const dcp_peer_t *all = t->peer;
     const int32_t n = t->size;
-    /* runs of ranks on one host: each host one run, every run as long */
+    /* runs of ranks on one node: each node one run, every run as long */
     int32_t nodes = 0, per = 0, blocked = 1;
     for (int32_t r = 0; r < n;) {
         int32_t e = r;
-        while (e < n && !strcmp(all[e].host, all[r].host)) e++;
-        for (int32_t q = 0; q < r; q++) blocked &= strcmp(all[q].host, all[r].host) != 0;
+        while (e < n && dcp_peers_same_node(t, e, r)) e++;
+        for (int32_t q = 0; q < r; q++) blocked &= !dcp_peers_same_node(t, q, r);
         if (nodes++ == 0)
             per = e - r;
         else
