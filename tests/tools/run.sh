@@ -44,6 +44,30 @@ json_check "$work/topo.json" \
     'rows[0]["host"] == "h100 \"ib\" node\\x" and rows[0]["figures"]["inter_gbps"] > 0 and
      all(n["link_gbps"] is None or n["link_gbps"] > 0 for n in rows[0]["nics"])'
 
+# ... rails and pinning: a p5 (after aws-ofi-nccl's published layout) gives each GPU its four
+# EFA (50 GB/s summed, UCX_NET_DEVICES listing the four, FI_PROVIDER=efa for the job); a DGX
+# H100 one InfiniBand HCA each (NCCL_IB_HCA with '=' for the exact name); captures leave
+# GPUDirect RDMA unchecked (null), the live machine reports it
+"$bin/dcp-topo" --xml "$here/p5.xml" --json >"$work/p5.json" || fail "dcp-topo --xml p5.xml"
+json_check "$work/p5.json" \
+    'all(len(g["nics"]) == 4 and abs(g["net_gbps"] - 50) < 1e-9 for g in rows[0]["gpus"]) and
+     rows[0]["gpus"][1]["env"]["ucx"] == "UCX_NET_DEVICES=rdmap96s0:1,rdmap97s0:1,rdmap98s0:1,rdmap99s0:1" and
+     rows[0]["gpus"][1]["env"]["nccl"] is None and rows[0]["job_env"] == "FI_PROVIDER=efa" and
+     all(n["fabric"] == "EFA" and n["gpus"] == 1 for n in rows[0]["nics"]) and
+     rows[0]["figures"]["inter_gbps"] == 50 and rows[0]["figures"]["nics"] == 32 and
+     rows[0]["gdr"] is None'
+"$bin/dcp-topo" --xml "$here/h100-ib.xml" --json >"$work/dgx.json" || fail "dcp-topo --xml h100-ib.xml"
+json_check "$work/dgx.json" \
+    'all(len(g["nics"]) == 1 for g in rows[0]["gpus"]) and
+     rows[0]["gpus"][3]["env"]["nccl"] == "NCCL_IB_HCA==mlx5_3:1" and
+     rows[0]["gpus"][3]["env"]["ucx"] == "UCX_NET_DEVICES=mlx5_3:1" and
+     [n["fabric"] for n in rows[0]["nics"] if n["gpus"]] == ["InfiniBand"] * 8 and
+     rows[0]["job_env"] is None'
+"$bin/dcp-topo" --xml "$here/p5.xml" | grep -q "^3) export UCX_NET_DEVICES=rdmap130s0:1,rdmap131s0:1,rdmap132s0:1,rdmap133s0:1 ;;$" ||
+    fail "dcp-topo --xml p5.xml: no pinning line for local rank 3"
+"$bin/dcp-topo" --json >"$work/here.json" || fail "dcp-topo on this machine"
+json_check "$work/here.json" 'isinstance(rows[0]["gdr"]["possible"], bool) and rows[0]["gdr"]["kernel"]'
+
 # 2. flag blame: a bad bus id names --busids, a bad capture --xml
 expect 2 "--busids:" "$bin/dcp-topo" --xml "$here/h100-ib.xml" --busids 0000:ff:00.0
 expect 2 "--xml:" "$bin/dcp-topo" --xml "$work/missing.xml" --busids 0000:ff:00.0
