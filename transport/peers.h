@@ -24,8 +24,11 @@ typedef struct {
     uint64_t pidns;    /* inode of /proc/self/ns/pid, 0 unknown */
     int32_t nic;       /* best NIC kind of the node (dcp_nic_kind_t) */
     int32_t gpus;      /* GPUs hwloc sees on the node */
-    double inter_gbps; /* per-device network figure of its node, 0 unknown */
+    int32_t nics;      /* the node's NICs in the cluster model's terms, 0 unknown
+                          (dcp_node_model_nics) */
+    double inter_gbps; /* per-device network figure of its node (its NICs summed), 0 unknown */
     double lat_us;
+    uint64_t figures;  /* digest of the node file this rank prices the job with, 0 none */
     int32_t ucx_cuda; /* its UCX moves CUDA device memory */
     int32_t device;   /* CUDA ordinal, -1: the CPU (set by dcp_peers_set_device) */
     char busid[32];   /* the GPU's PCI bus id, "" on the CPU */
