@@ -253,6 +253,12 @@ test-run:
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
 	tests/cluster/run.sh $(BUILD)/bin
+	@# a build on site modules in a scratch prefix, MPICH among them (not under ASan: the
+	@# sanitizer's flags would have to reach that build), then Slurm on the emulated cluster,
+	@# whose srun --mpi=pmi2 job runs that MPICH build
+	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/pkg/prefix.sh $(BUILD); \
+	else echo "tests/pkg/prefix.sh skipped (ASan build)"; fi
+	tests/cluster/srun.sh $(BUILD)/bin
 	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:
 	@# python would need the sanitizer runtime preloaded)
 	@if command -v python3 >/dev/null && ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \

@@ -25,6 +25,7 @@ if ! command -v mpirun.mpich >/dev/null || [ ! -f /usr/include/x86_64-linux-gnu/
 fi
 command -v patchelf >/dev/null || { echo "prefix: SKIPPED: no patchelf"; exit 0; }
 start=$SECONDS
+unset MAKEFLAGS MFLAGS MAKELEVEL # (under make test: the prefix build takes only its own flags)
 rm -rf "$out"
 site=$out/site
 mkdir -p "$site" || fail "cannot make $site"
