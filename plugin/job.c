@@ -205,7 +205,7 @@ static void stage_release(void *user)
     free(s);
 }
 
-static dcp_status_t stage(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
+dcp_status_t dcp_job_staged_engine(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
 {
     stager_t *s = calloc(1, sizeof *s);
     dcp_status_t st = s ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "job: stager");
@@ -235,7 +235,7 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
         /* device memory over a UCX that cannot move it: staged through host memory */
         dcp_engine_t *ucx = NULL;
         DCP_CHECK(dcp_ucx_engine_create_on(bs, t, &ucx));
-        return stage(job->device, ucx, out);
+        return dcp_job_staged_engine(job->device, ucx, out);
     }
     if (kind == DCP_ENGINE_UCX) return dcp_ucx_engine_create_on(bs, t, out);
     return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine for process ranks",

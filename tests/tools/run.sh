@@ -109,14 +109,30 @@ grep -q -- "--tokens N .*(default 131072)" "$work/help" || fail "dcp-plan --help
 # 5. capacity errors name the strategy asked for and exit 2
 expect 2 "strategy zigzag" "$bin/dcp-plan" --strategy zigzag --mem-cap 1000 --tokens 8192
 
-# 6. the bench harness: median within [min, max], units beside ucx_perftest's
+# 6. the bench harness: median within [min, max], units beside ucx_perftest's; the transport
+#    bench in nccl-tests' shape: -b/-e/-f sweeps, every pair of 3 ranks, the data check (which
+#    sees a flipped bit), flags it cannot honour refused by name
 "$bin/dcp-transport-bench" --engine inproc --sizes 8,64K --mb 2 --reps 3 --json \
     >"$work/tb.json" || fail "dcp-transport-bench --json"
 json_check "$work/tb.json" \
-    'all(r["gbps_min"] <= r["gbps"] <= r["gbps_max"] and
+    'all(r["time_us_min"] <= r["time_us"] <= r["time_us_max"] and
          r["latency_us_min"] <= r["latency_us"] <= r["latency_us_max"] and
-         abs(r["mibps"] - r["gbps"] * 1e9 / 2**20) < 1e-3 * r["mibps"] + 1e-9 and
+         abs(r["algbw"] - r["size"] / r["time_us"] / 1e3) < 1e-4 * r["algbw"] and
+         r["busbw"] == r["algbw"] and r["wrong"] == 0 and r["count"] == r["size"] and
+         abs(r["mibps"] - r["algbw"] * 1e9 / 2**20) < 1e-3 * r["mibps"] + 1e-9 and
          r["link"] == "threads" and r["ucx_tls"] is None for r in rows)'
+"$bin/dcp-transport-bench" --engine inproc --ranks 3 -b 1K -e 64K -f 8 --mb 1 --reps 2 --json \
+    >"$work/tb3.json" || fail "dcp-transport-bench --ranks 3 -b 1K -e 64K -f 8"
+json_check "$work/tb3.json" \
+    '[(r["peers"], r["size"]) for r in rows] ==
+     [(p, s) for p in ("0->1", "0->2", "1->2") for s in (1024, 8192, 65536)]'
+DCP_FAULT=1:check:flip expect 1 "the check found 1 bytes that differ" \
+    "$bin/dcp-transport-bench" --engine inproc --sizes 4K --mb 1 --reps 1
+grep -q "Out of bounds values : 1 FAILED" "$work/out" || fail "a flipped bit is not counted: $(tail -3 "$work/out")"
+expect 2 "--memory: inproc moves host memory" "$bin/dcp-transport-bench" --engine inproc --memory device
+expect 2 "--pattern: rails join nodes" "$bin/dcp-transport-bench" --engine inproc --pattern rails
+expect 2 "--maxbytes: 1K is below --minbytes 4K" "$bin/dcp-transport-bench" --engine inproc -b 4K -e 1K
+expect 2 "--sizes: give a list or -b/-e/-f" "$bin/dcp-transport-bench" --engine inproc --sizes 8 -b 8
 "$bin/dcp-attn-test" --tokens 1024 --strategy zigzag --json --warmup 1 --iters 3 \
     >"$work/at.json" || fail "dcp-attn-test --json"
 json_check "$work/at.json" \
