@@ -73,8 +73,7 @@ static dcp_status_t load_node_file(const dcp_context_config_t *config, node_file
 
 /* The node file's figures in place of hwloc's, once every rank is known to have loaded the
  * same and the file's devices are the job's ranks per node. */
-static dcp_status_t apply_node_file(dcp_job_t *job, const dcp_peer_table_t *t,
-                                    const node_file_t *f)
+static dcp_status_t apply_node_file(dcp_job_t *job, const dcp_peer_table_t *t, const node_file_t *f)
 {
     for (int32_t r = 1; r < t->size; r++)
         if (t->peer[r].figures != t->peer[0].figures)
@@ -82,8 +81,8 @@ static dcp_status_t apply_node_file(dcp_job_t *job, const dcp_peer_table_t *t,
                                  "%s: ranks price the job differently: rank 0 with %s, rank %d "
                                  "with %s (every rank must load the same node file)",
                                  f->path ? f->field : "config.node_file",
-                                 t->peer[0].figures ? "a node file's figures" : "hwloc's",
-                                 r, t->peer[r].figures ? "a node file's figures" : "hwloc's");
+                                 t->peer[0].figures ? "a node file's figures" : "hwloc's", r,
+                                 t->peer[r].figures ? "a node file's figures" : "hwloc's");
     if (!f->path) return DCP_OK;
     if (!job->cluster)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s '%s': no cluster to price: %s", f->field,

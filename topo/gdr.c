@@ -42,8 +42,8 @@ void dcp_gdr_probe(const char *root, dcp_gdr_t *out)
     read_line(root, "/proc/driver/nvidia/version", version, sizeof version);
     out->nvidia = version[0] != '\0';
     out->open_module = strstr(version, "Open Kernel Module") != NULL;
-    out->peermem = exists(root, "/sys/module/nvidia_peermem") ||
-                   exists(root, "/sys/module/nv_peer_mem");
+    out->peermem =
+        exists(root, "/sys/module/nvidia_peermem") || exists(root, "/sys/module/nv_peer_mem");
     out->gdrcopy = exists(root, "/dev/gdrdrv") || exists(root, "/sys/module/gdrdrv");
     read_line(root, "/proc/sys/kernel/osrelease", out->kernel, sizeof out->kernel);
     out->dmabuf = out->open_module && kernel_at_least(out->kernel, 5, 12);

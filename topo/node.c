@@ -30,9 +30,12 @@ const char *dcp_nic_fabric(const dcp_nic_info_t *nic)
     if (nic->kind == DCP_NIC_EFA || nic->link_layer == DCP_LINK_LAYER_EFA) return "EFA";
     if (nic->kind == DCP_NIC_ETH) return "Ethernet";
     switch (nic->link_layer) {
-    case DCP_LINK_LAYER_INFINIBAND: return "InfiniBand";
-    case DCP_LINK_LAYER_ETHERNET: return "RoCE";
-    default: return "RDMA, link layer unknown";
+    case DCP_LINK_LAYER_INFINIBAND:
+        return "InfiniBand";
+    case DCP_LINK_LAYER_ETHERNET:
+        return "RoCE";
+    default:
+        return "unknown";
     }
 }
 
@@ -197,9 +200,9 @@ static dcp_status_t find_nics(hwloc_topology_t t, int live, dcp_node_topo_t *n, 
         else
             nic->link_layer =
                 live ? live_link_layer(nic->name)
-                     : captured_link_layer(ofed_of[k], net_of[k] ? hwloc_obj_get_info_by_name(
-                                                                       net_of[k], "Address")
-                                                                 : NULL);
+                     : captured_link_layer(
+                           ofed_of[k],
+                           net_of[k] ? hwloc_obj_get_info_by_name(net_of[k], "Address") : NULL);
     }
     return DCP_OK;
 }

@@ -85,7 +85,7 @@ const char *dcp_path_name(dcp_path_t path);
 const char *dcp_nic_kind_name(dcp_nic_kind_t kind);
 
 /* The fabric of a NIC, for people: "EFA", "InfiniBand", "RoCE", "Ethernet" (a plain NIC:
- * TCP) or "RDMA, link layer unknown". */
+ * TCP) or "unknown" (an RDMA NIC whose link layer is not known). */
 const char *dcp_nic_fabric(const dcp_nic_info_t *nic);
 
 /* GPUs that use NIC k (the GPUs sharing it). */

@@ -2,10 +2,10 @@
  * The peer table: what every rank of a job knows about every other, gathered once per job
  * over the bootstrap (as NCCL gathers one peer-info record per rank) and handed to engine
  * choice and engine creation: node identity (host name and boot id: containers of two machines
- * may share a host name, and the emulated hosts of one machine share a boot id), process (pid and pid namespace: two ranks are
- * the same process, or can see each other's pid, only when host and namespace match), the
- * GPU (CUDA ordinal and PCI bus id, filled in once the device is known), the node's best
- * NIC kind and network figures, and whether its UCX moves CUDA memory.
+ * may share a host name, and the emulated hosts of one machine share a boot id), process (pid and
+ * pid namespace: two ranks are the same process, or can see each other's pid, only when host and
+ * namespace match), the GPU (CUDA ordinal and PCI bus id, filled in once the device is known), the
+ * node's best NIC kind and network figures, and whether its UCX moves CUDA memory.
  */
 #ifndef DCP_TRANSPORT_PEERS_H
 #define DCP_TRANSPORT_PEERS_H
@@ -18,8 +18,8 @@
 /* One rank's record; the same layout on every rank (one build). */
 typedef struct {
     char host[64];
-    char boot[40];     /* the kernel's boot id (/proc/sys/kernel/random/boot_id), else the
-                          machine id (/etc/machine-id), else "" */
+    char boot[40]; /* the kernel's boot id (/proc/sys/kernel/random/boot_id), else the
+                      machine id (/etc/machine-id), else "" */
     int64_t pid;
     uint64_t pidns;    /* inode of /proc/self/ns/pid, 0 unknown */
     int32_t nic;       /* best NIC kind of the node (dcp_nic_kind_t) */
@@ -28,7 +28,7 @@ typedef struct {
                           (dcp_node_model_nics) */
     double inter_gbps; /* per-device network figure of its node (its NICs summed), 0 unknown */
     double lat_us;
-    uint64_t figures;  /* digest of the node file this rank prices the job with, 0 none */
+    uint64_t figures; /* digest of the node file this rank prices the job with, 0 none */
     int32_t ucx_cuda; /* its UCX moves CUDA device memory */
     int32_t device;   /* CUDA ordinal, -1: the CPU (set by dcp_peers_set_device) */
     char busid[32];   /* the GPU's PCI bus id, "" on the CPU */

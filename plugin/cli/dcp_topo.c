@@ -80,8 +80,8 @@ static void print_nics(const dcp_node_topo_t *n)
 static void print_pinning(const dcp_node_topo_t *n)
 {
     if (n->num_gpus == 0) return;
-    printf("\nPinning: local rank r on GPU r (CUDA_DEVICE_ORDER=PCI_BUS_ID), bound to its NUMA "
-           "node and NICs\n%-5s %-4s %-5s %-11s %s\n",
+    printf("\nPinning: local rank r on GPU r (CUDA_DEVICE_ORDER=PCI_BUS_ID), its NUMA node and "
+           "its NICs\n%-5s %-4s %-5s %-11s %s\n",
            "rank", "gpu", "numa", "fabric", "nic(s)");
     for (int32_t g = 0; g < n->num_gpus; g++) {
         dcpt_pin_t pin;
@@ -96,8 +96,8 @@ static void print_pinning(const dcp_node_topo_t *n)
     for (int32_t g = 0; g < n->num_gpus; g++) {
         dcpt_pin_t pin;
         dcpt_pin_gpu(n, g, &pin);
-        printf("%d) export%s%s%s%s ;;\n", g, pin.ucx[0] ? " " : "", pin.ucx,
-               pin.nccl[0] ? " " : "", pin.nccl);
+        printf("%d) export%s%s%s%s ;;\n", g, pin.ucx[0] ? " " : "", pin.ucx, pin.nccl[0] ? " " : "",
+               pin.nccl);
     }
     printf("esac\n");
     if (job[0])
@@ -114,7 +114,7 @@ static void print_gdr(const char *xml, const engines_t *e)
     }
     dcp_gdr_t g;
     dcp_gdr_probe(NULL, &g);
-    printf("  nvidia driver   %s\n", !g.nvidia        ? "not loaded"
+    printf("  nvidia driver   %s\n", !g.nvidia       ? "not loaded"
                                      : g.open_module ? "loaded (open kernel module)"
                                                      : "loaded (proprietary kernel module)");
     printf("  nvidia-peermem  %s\n", g.peermem ? "loaded" : "not loaded");

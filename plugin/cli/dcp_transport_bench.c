@@ -103,10 +103,7 @@ static int64_t size_of(const char *s)
 {
     char *end;
     const long long v = strtoll(s, &end, 10);
-    const long long unit = *end == 'K'   ? 1024
-                           : *end == 'M' ? 1 << 20
-                           : *end == 'G' ? 1 << 30
-                                         : 1;
+    const long long unit = *end == 'K' ? 1024 : *end == 'M' ? 1 << 20 : *end == 'G' ? 1 << 30 : 1;
     if (unit > 1) end++;
     if (end == s || *end != '\0' || v < 1 || v > (1ll << 30) / unit) return -1;
     return v * unit;
@@ -150,7 +147,7 @@ typedef struct {
     dcp_bootstrap_t bs;
     dcp_engine_t *e;
     int32_t rank, size;
-    int gpu; /* CUDA ordinal of device buffers, -1 host */
+    int gpu;                  /* CUDA ordinal of device buffers, -1 host */
     char *sync, *send, *recv; /* SYNC_BYTES; window x the largest size each */
     uint8_t *host;            /* host staging of one message (fill, check) */
     int32_t *node, *local;    /* [size]: every rank's node and place in it */
@@ -234,10 +231,10 @@ static dcp_status_t stream(const rank_t *r, peers_t p, int64_t bytes, int64_t it
     int64_t n = 0;
     for (int64_t k = 0; k < w; k++) {
         if (p.to >= 0)
-            ops[n++] = (dcp_xfer_op_t){p.to, 1, (uint64_t)k, r->send + k * bytes, (size_t)bytes,
-                                       NULL, NULL};
+            ops[n++] = (dcp_xfer_op_t){p.to,          1,    (uint64_t)k, r->send + k * bytes,
+                                       (size_t)bytes, NULL, NULL};
         if (p.from >= 0)
-            ops[n++] = (dcp_xfer_op_t){p.from, 0, (uint64_t)k, r->recv + k * bytes,
+            ops[n++] = (dcp_xfer_op_t){p.from,        0,    (uint64_t)k, r->recv + k * bytes,
                                        (size_t)bytes, NULL, NULL};
     }
     double *times = calloc((size_t)r->size, sizeof *times);
@@ -358,18 +355,18 @@ static void print_header(const rank_t *r)
     const bench_t *b = r->b;
     const dcpt_bench_t h = {tool, b->json, b->warmup, b->reps, fields, NFIELDS};
     const char *tls = getenv("UCX_TLS");
-    dcpt_bench_header(&h,
-                      "engine %s%s%s%s, %s memory, %d ranks on %d node(s), pattern %s, window %lld, "
-                      "~%lld MB per measurement, check %s; time per message, algbw = size / time, "
-                      "busbw = algbw (point to point), GB/s = 1e9 B/s",
-                      engine_names[b->engine],
-                      b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? " (UCX_TLS " : "",
-                      b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? (tls ? tls : "auto")
-                                                                            : "",
-                      b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? ")" : "",
-                      b->device_mem ? "device" : "host", r->size, r->nodes,
-                      b->pattern == RAILS ? "rails" : "pairs", (long long)b->window,
-                      (long long)b->budget_mb, b->check ? "on" : "off");
+    dcpt_bench_header(
+        &h,
+        "engine %s%s%s%s, %s memory, %d ranks on %d node(s), pattern %s, window %lld, "
+        "~%lld MB per measurement, check %s; time per message, algbw = size / time, "
+        "busbw = algbw (point to point), GB/s = 1e9 B/s",
+        engine_names[b->engine],
+        b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? " (UCX_TLS " : "",
+        b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? (tls ? tls : "auto") : "",
+        b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? ")" : "",
+        b->device_mem ? "device" : "host", r->size, r->nodes,
+        b->pattern == RAILS ? "rails" : "pairs", (long long)b->window, (long long)b->budget_mb,
+        b->check ? "on" : "off");
     if (b->json) return;
     for (int32_t q = 0; q < r->size; q++)
         printf("#  Rank %3d on %-16s node %d, local rank %d\n", q, r->hosts[q], r->node[q],
@@ -414,15 +411,17 @@ static dcp_status_t run_pattern(const rank_t *r, int32_t a, int32_t b, totals_t 
         if (bn->check) DCP_CHECK(check(r, p, bytes, &row.wrong));
         if (bn->check && row.wrong > 0 && tot->wrong == 0)
             snprintf(tot->first_wrong, sizeof tot->first_wrong, "%lld bytes, %s", (long long)bytes,
-                     bn->pattern == RAILS ? "rails" : a == 0 && b == 1 ? "0->1" : "a pair");
+                     bn->pattern == RAILS ? "rails"
+                     : a == 0 && b == 1   ? "0->1"
+                                          : "a pair");
         if (bn->check && row.wrong > 0) tot->wrong += row.wrong;
         if (r->rank != 0) continue;
         row.algbw = (double)bytes / (row.time_us.median * 1e-6) / 1e9;
         row.busbw = row.algbw;
         row.mibps = row.algbw * 1e9 / 1048576.0;
         const char *tls = getenv("UCX_TLS");
-        row.tls = bn->engine == ENGINE_UCX || bn->engine == ENGINE_STAGED ? (tls ? tls : "auto")
-                                                                          : NULL;
+        row.tls =
+            bn->engine == ENGINE_UCX || bn->engine == ENGINE_STAGED ? (tls ? tls : "auto") : NULL;
         if (bn->pattern == RAILS) {
             row.peers = "rails";
             row.link = "rails";
@@ -527,13 +526,15 @@ static dcp_status_t make_engine(rank_t *r)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "inproc: not a threads bootstrap");
         return dcp_inproc_engine_create(hub, local, &r->e);
     }
-    case ENGINE_NCCL: return dcp_nccl_engine_create(&r->bs, r->gpu, NULL, NULL, &r->e);
+    case ENGINE_NCCL:
+        return dcp_nccl_engine_create(&r->bs, r->gpu, NULL, NULL, &r->e);
     case ENGINE_STAGED: {
         dcp_engine_t *ucx = NULL;
         DCP_CHECK(dcp_ucx_engine_create(&r->bs, &ucx));
         return dcp_job_staged_engine(r->gpu, ucx, &r->e);
     }
-    default: return dcp_ucx_engine_create(&r->bs, &r->e);
+    default:
+        return dcp_ucx_engine_create(&r->bs, &r->e);
     }
 }
 
@@ -563,7 +564,8 @@ static dcp_status_t run_rank(rank_t *r)
             for (int32_t b = a + 1; b < r->size; b++) DCP_CHECK(run_pattern(r, a, b, &tot));
     if (r->rank == 0 && !r->b->json) {
         if (r->b->check)
-            printf("# Out of bounds values : %.0f %s\n", tot.wrong, tot.wrong > 0 ? "FAILED" : "OK");
+            printf("# Out of bounds values : %.0f %s\n", tot.wrong,
+                   tot.wrong > 0 ? "FAILED" : "OK");
         else
             printf("# Out of bounds values : not checked (-c 0)\n");
         printf("# Avg bus bandwidth    : %.3f GB/s\n", tot.rows ? tot.bus_sum / tot.rows : 0.0);
@@ -628,14 +630,14 @@ static int run_threads(const bench_t *b, int32_t n)
         t[l].r.size = t[l].r.bs.size;
     }
     int started = 0;
-    for (int32_t l = 1; l < n; l++) started += pthread_create(&tid[l], NULL, thread_main, &t[l]) == 0;
+    for (int32_t l = 1; l < n; l++)
+        started += pthread_create(&tid[l], NULL, thread_main, &t[l]) == 0;
     if (started == n - 1) thread_main(&t[0]);
     for (int32_t l = 1; l <= started; l++) pthread_join(tid[l], NULL);
     int failed = started != n - 1;
     for (int32_t l = 0; l < n && !failed; l++)
         if (t[l].st != DCP_OK) {
-            fprintf(stderr, "%s: rank %d: %s: %s\n", tool, l, dcp_status_string(t[l].st),
-                    t[l].why);
+            fprintf(stderr, "%s: rank %d: %s: %s\n", tool, l, dcp_status_string(t[l].st), t[l].why);
             failed = 1;
         }
     dcp_hybrid_destroy(hybrid);
@@ -674,9 +676,9 @@ static int run_processes(int *argc, char ***argv, const bench_t *b)
 /* nccl-tests' short flags (-b 8 -e 128M -f 2 -c 0) as the long ones. */
 static void long_flags(int argc, char **argv)
 {
-    static const char *const shorts[][2] = {
-        {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-c", "--check"},
-        {"-w", "--warmup"},   {"-n", "--reps"}};
+    static const char *const shorts[][2] = {{"-b", "--minbytes"},   {"-e", "--maxbytes"},
+                                            {"-f", "--stepfactor"}, {"-c", "--check"},
+                                            {"-w", "--warmup"},     {"-n", "--reps"}};
     for (int i = 1; i < argc; i++)
         for (size_t k = 0; k < sizeof shorts / sizeof shorts[0]; k++)
             if (!strcmp(argv[i], shorts[k][0])) argv[i] = (char *)shorts[k][1];
@@ -685,8 +687,8 @@ static void long_flags(int argc, char **argv)
 int main(int argc, char **argv)
 {
     bench_t b = {.window = 8, .reps = 5, .warmup = 1, .budget_mb = 64, .check = 1};
-    const char *sizes = NULL, *engine = "ucx", *memory = NULL, *pattern = "pairs",
-               *minb = "8", *maxb = "4M";
+    const char *sizes = NULL, *engine = "ucx", *memory = NULL, *pattern = "pairs", *minb = "8",
+               *maxb = "4M";
     int64_t factor = 4, ranks = 2, check = 1;
     dcpt_arg_t args[] = {
         {"engine", DCPT_ARG_STR, &engine, 0, 0,
@@ -729,7 +731,8 @@ int main(int argc, char **argv)
         b.pattern = RAILS;
     else if (strcmp(pattern, "pairs"))
         dcpt_args_fail(tool, "pattern", "'%s': use pairs or rails", pattern);
-    if (sizes && (dcpt_args_seen(args, nargs, "minbytes") || dcpt_args_seen(args, nargs, "maxbytes")))
+    if (sizes &&
+        (dcpt_args_seen(args, nargs, "minbytes") || dcpt_args_seen(args, nargs, "maxbytes")))
         dcpt_args_fail(tool, "sizes", "give a list or -b/-e/-f, not both");
     if (sizes)
         parse_sizes(sizes, &b);
@@ -743,11 +746,13 @@ int main(int argc, char **argv)
     else if (memory)
         dcpt_args_fail(tool, "memory", "'%s': use host or device", memory);
     if (b.device_mem && b.engine == ENGINE_INPROC)
-        dcpt_args_fail(tool, "memory", "inproc moves host memory (device memory between threads "
-                                       "is the executor's, not a transport's)");
+        dcpt_args_fail(tool, "memory",
+                       "inproc moves host memory (device memory between threads "
+                       "is the executor's, not a transport's)");
     if (b.device_mem && b.engine == ENGINE_UCX && !dcp_ucx_supports_cuda())
-        dcpt_args_fail(tool, "memory", "this UCX was built without CUDA: --engine staged moves "
-                                       "device memory over it");
+        dcpt_args_fail(tool, "memory",
+                       "this UCX was built without CUDA: --engine staged moves "
+                       "device memory over it");
     if (!b.device_mem && (b.engine == ENGINE_NCCL || b.engine == ENGINE_STAGED))
         dcpt_args_fail(tool, "memory", "%s moves device memory", engine_names[b.engine]);
     if (buffer_bytes(&b) > (1ll << 31))

@@ -188,8 +188,9 @@ dcp_status_t dcpt_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_
         int len = 0;
         MPI_Get_library_version(lib, &len);
         lib[strcspn(lib, "\n")] = '\0';
+        for (char *c = lib; *c; c++) *c = *c == '\t' ? ' ' : *c;
         return dcp_set_error(DCP_ERR_SYSTEM,
-                             "MPI_COMM_WORLD has %d ranks but the launcher started %d (%s): this "
+                             "MPI_COMM_WORLD has %d rank(s) but the launcher started %d (%s): this "
                              "MPI (%s) did not speak the launcher's process-management interface "
                              "(%s) and started alone; under srun use the --mpi= plugin it was "
                              "built for (Open MPI: pmix; MPICH: pmi2, or pmix where built with it)",

@@ -4,6 +4,7 @@
 #  - srun -N 2 --ntasks-per-node 2 --mpi=pmix dcp-attn-test --check --backward: one job of 4
 #    ranks that finds 2 nodes x 2 (Open MPI taking PMIx from slurmstepd), checked;
 #  - --mpi=pmi2: the same job built with MPICH (tests/pkg/prefix.sh's build, where it ran);
+#    that build under --mpi=pmix, whose PMI it does not speak, stops naming it;
 #  - --mpi=none: every task says it has no PMI, naming the variables it read, and stops;
 #  - $DCP_NODE_FILE: the job priced with a node file; a file that says the network is 10^4
 #    times slower gives another plan (other bytes between the hosts), both checked;
@@ -82,6 +83,14 @@ else
     else
         fail "srun --mpi=pmi2 (MPICH): $(tail -3 "$work/pmi2.err") $(head -3 "$work/pmi2.out")"
     fi
+    # ... and under PMIx, which it does not speak: it starts alone, and says so
+    srun4 --mpi=pmix "$mpich_bin/dcp-attn-test" "${job[@]}" >/dev/null 2>"$work/mpich-pmix.err"
+    said=$(grep -c "MPI_COMM_WORLD has 1 rank(s) but the launcher started 4 (SLURM_STEP_NUM_TASKS)" \
+        "$work/mpich-pmix.err")
+    [ "$said" = 4 ] && grep -q "interface (PMIx)" "$work/mpich-pmix.err" &&
+        echo "ok   srun --mpi=pmix (MPICH): all 4 tasks stop: a world of 1 where 4 were started" ||
+        fail "MPICH under --mpi=pmix: $said of 4 tasks named the PMI: $(head -c 300 "$work/mpich-pmix.err")"
+    
 fi
 
 # ---- no PMI: each task names what it lacks and stops -----------------------------------------

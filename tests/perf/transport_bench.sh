@@ -2,7 +2,8 @@
 # dcp-transport-bench beside ucx_perftest on the emulated cluster (tests/cluster/lib.sh, its
 # Slurm from tests/cluster/slurm.sh): two hosts whose links are shaped to $RATE, UCX over TCP on
 # each host's eth0.
-#  - ucx_perftest -t tag_bw between the hosts (server on h1, client on h0), per size;
+#  - ucx_perftest -t tag_bw between the hosts (server on h1, client on h0), per size, at most
+#    $WINDOW sends outstanding (-O), as dcp's window;
 #  - dcp-transport-bench under srun -N 2 --ntasks-per-node 1 --mpi=pmix, the same sizes (one
 #    pair: 0->1, window $WINDOW), then -N 2 --ntasks-per-node 2 --pattern rails (both ranks of
 #    each host at once to the other host: the rails share its one link);
@@ -37,7 +38,7 @@ bytes() { # 64K -> 65536
 }
 
 echo
-echo "## ucx_perftest -t tag_bw, h0 -> h1 (-n: $MB MB per size, -w: a tenth of that first)"
+echo "## ucx_perftest -t tag_bw -O $WINDOW, h0 -> h1 (-n: $MB MB per size, -w: a tenth of that first)"
 declare -A perftest
 port=13337
 for s in ${SIZES//,/ }; do
@@ -49,7 +50,7 @@ for s in ${SIZES//,/ }; do
     srv=$!
     sleep 1
     cluster_host_exec 0 env UCX_TLS=tcp,self timeout 120 ucx_perftest "$cluster_subnet.2" -p $port \
-        -t tag_bw -s "$n" -n "$iters" -w $((iters / 10)) >"$work/perftest.$s" 2>&1
+        -t tag_bw -s "$n" -n "$iters" -w $((iters / 10)) -O "$WINDOW" >"$work/perftest.$s" 2>&1
     wait $srv
     line=$(grep '^Final:' "$work/perftest.$s")
     perftest[$s]=$(awk '{print $7}' <<<"$line")

@@ -500,8 +500,7 @@ static void test_job_node_file(void)
     char fast[] = "/tmp/dcp-fast-XXXXXX", slow[] = "/tmp/dcp-slow-XXXXXX",
          other[] = "/tmp/dcp-other-XXXXXX";
     const char *text[3] = {"devices 4\nnics 1\nintra 40\ninter 2\nlat 4\n",
-                           "devices 4\nnics 1\nintra 0.05\ninter 0.01\nlat 400\n",
-                           "devices 8\n"};
+                           "devices 4\nnics 1\nintra 0.05\ninter 0.01\nlat 400\n", "devices 8\n"};
     char *paths[3] = {fast, slow, other};
     for (int i = 0; i < 3; i++) {
         const int fd = mkstemp(paths[i]);
