@@ -53,6 +53,11 @@ echo "# Slurm $(ip netns exec "$(cluster_sw)" sinfo -V | cut -d' ' -f2) on 2 emu
     "($(ip netns exec "$(cluster_sw)" sinfo -h -N -o %N | tr '\n' ' ')idle after $((SECONDS - t0)) s)"
 export UCX_NET_DEVICES=eth0 UCX_TLS=sm,tcp,self OMPI_MCA_mpi_yield_when_idle=1 DCP_TIMEOUT_S=60
 job=(--tokens 4096 --block 256 --warmup 0 --iters 1)
+asan=
+if [ -n "${ASAN_OPTIONS:-}" ]; then # MPI jobs run 5-10x slower under ASan (tests/cluster/run.sh)
+    asan=1
+    job=(--tokens 1024 --block 128 --warmup 0 --iters 1)
+fi
 srun4() { slurm_srun -N 2 --ntasks-per-node 2 --time 3 "$@"; }
 
 # ---- PMIx: Open MPI's tool, one job of 4 ranks on 2 nodes ------------------------------------
@@ -105,7 +110,8 @@ else
 fi
 
 # ---- a node file reaches the job ----------------------------------------------------------------
-node_job=(--seqlens 2048,512,512,256 --block 128 --mask causal --warmup 0 --iters 1 --check --json)
+node_job=(--seqlens 2048,512,512,256 --block 128 --mask causal --warmup 0 --iters 1 --json)
+[ -z "$asan" ] && node_job+=(--check) # (the plans are the point; under ASan the reference is slow)
 printf '# 2 CPU ranks per host\ndevices 2\nintra 2\ninter 1\nlat 20\ntflops 0.004\n' >"$work/fast.node"
 sed 's/^inter 1$/inter 0.0001/; s/^lat 20$/lat 200000/' "$work/fast.node" >"$work/slow.node"
 for speed in fast slow; do
@@ -115,10 +121,11 @@ done
 field() { python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$@" 2>/dev/null; }
 fb=$(field "$work/fast.json" comm_bytes) sb=$(field "$work/slow.json" comm_bytes)
 fi_=$(field "$work/fast.json" inter_node_bytes) si=$(field "$work/slow.json" inter_node_bytes)
-if [ "$(field "$work/fast.json" passed)" = True ] && [ "$(field "$work/slow.json" passed)" = True ] &&
+checked() { [ "$(field "$1" checked)" = True ] && [ "$(field "$1" passed)" = True ]; }
+if { [ -n "$asan" ] || { checked "$work/fast.json" && checked "$work/slow.json"; }; } &&
     [ -n "$fb" ] && [ -n "$sb" ] && [ "$fb:$fi_" != "$sb:$si" ]; then
     echo "ok   \$DCP_NODE_FILE: inter 1 GB/s: $fb bytes moved ($fi_ between hosts); inter 0.0001 GB/s:" \
-        "$sb bytes ($si between hosts); both checked"
+        "$sb bytes ($si between hosts)$([ -z "$asan" ] && echo "; both checked")"
 else
     fail "\$DCP_NODE_FILE: the plan did not change with the network (fast $fb/$fi_, slow $sb/$si)" \
         "$(head -c 200 "$work/slow.err")"
