@@ -817,6 +817,7 @@ int main(int argc, char **argv)
          "deterministic mode: with --repeat, every run must give the first run's bits", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
+    dcpt_mpi_require_pmi(tool);
     if (dcpt_mpi_launched()) dcpt_args_set_fail_hook(dcpt_mpi_fail_early); /* others name it */
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + OWN, tool,
                     "Plans a batch, runs dynamic context-parallel attention on in-process ranks\n"
