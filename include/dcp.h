@@ -632,6 +632,15 @@ typedef struct {
                               non-deterministic and the engine's adds run in waves of disjoint
                               writers. CPU contexts always are. 0: as
                               $DCP_DETERMINISTIC says ("1": on), else off. */
+    /* Process ranks: a node file (dcp-calibrate's OUT.node, the node's figures as measured on
+     * the cluster; format in README "Cost model and clusters") whose figures replace the ones
+     * hwloc gives the cluster the ranks form (dcp_context_cluster): bandwidths, latency, NICs,
+     * peak, kernel curve. Checked against the job: its `devices` must equal the ranks per node,
+     * and every rank must load the same figures (DCP_ERR_INVALID_ARG on every rank, naming
+     * the file or the ranks that differ). Borrowed; read during dcp_context_create only.
+     * NULL: $DCP_NODE_FILE, else none. Not for in-process ranks (their cluster is the
+     * caller's: name the file in its spec, "Nx@FILE"). */
+    const char *node_file;
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
@@ -642,8 +651,10 @@ DCP_API dcp_status_t dcp_context_create(const dcp_context_config_t *config,
                                         dcp_context_t **ctx_out);
 DCP_API void dcp_context_destroy(dcp_context_t *ctx);
 
-/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name,
- * devices per node, and link figures where the NICs report them. Owned by the context.
+/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name and
+ * boot id (two machines that share a host name are two nodes), devices per node, and link
+ * figures where the NICs report them, or the node file's (config.node_file). Owned by the
+ * context.
  * DCP_ERR_UNSUPPORTED when the ranks are not placed node by node with the same count on
  * every node (the cluster model numbers ranks node by node). */
 DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,

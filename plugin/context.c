@@ -30,6 +30,11 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "config.nccl_comm is set on in-process ranks (they copy blocks "
                              "between themselves; NCCL serves process ranks)");
+    if (config->node_file)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config.node_file is set on in-process ranks (they plan with the "
+                             "caller's cluster: name the file in its spec, \"Nx@%.200s\")",
+                             config->node_file);
     snprintf(ctx->cluster_why, sizeof ctx->cluster_why,
              "the ranks are threads: plan with a cluster of the caller's choosing");
     DCP_CHECK(dcp_device_parse(config->device, config->rank, "config.device", &ctx->device));

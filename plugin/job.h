@@ -24,4 +24,9 @@ typedef struct {
 dcp_status_t dcp_job_attach(const dcp_context_config_t *config, double timeout_s,
                             dcp_job_t *job_out);
 
+/* Device memory of GPU `device` over `ucx`, an engine of host memory: the staging engine
+ * (transport/staged.h) with the device table's page-locked memory and copies on a stream of
+ * that GPU. Takes `ucx` (released here on failure). */
+dcp_status_t dcp_job_staged_engine(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out);
+
 #endif

@@ -852,6 +852,7 @@ int main(int argc, char **argv)
          "every forward returns the max logit per query head (checked on every rank)", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
+    dcpt_mpi_require_pmi(tool);
     if (dcpt_mpi_launched()) dcpt_args_set_fail_hook(dcpt_mpi_fail_early); /* others name it */
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + OWN, tool,
                     "Plans a batch, runs dynamic context-parallel attention on in-process ranks\n"

@@ -391,11 +391,12 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
     char divs[16];
     dcpt_bench_header(
         &b,
-        "%d ranks (%dx%d), %d batch(es), %lld tokens, %d sequences (longest %lld), "
-        "heads %d/%d x %d %s, block %d, head blocks %d, divisions %s, %s, %s expansion; "
-        "plan(ms): each batch planned --repeat times",
-        nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
-        (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
+        "%d ranks (%dx%d), network %.4g GB/s per device (%d NICs per node), %d batch(es), "
+        "%lld tokens, %d sequences (longest %lld), heads %d/%d x %d %s, block %d, head blocks "
+        "%d, divisions %s, %s, %s expansion; plan(ms): each batch planned --repeat times",
+        nr, nn, nr / nn, c->cluster->perf.inter_gbps, dcp_cluster_node_nics(c->cluster),
+        c->num_batches, (long long)tokens, c->batch_first[c->num_batches], (long long)longest,
+        c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
         dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
         dcpt_divisions_name(c->opts.divisions, divs),
         c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",

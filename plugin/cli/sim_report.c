@@ -182,8 +182,8 @@ void dcpt_sim_header(FILE *f, const dcpt_sim_t *sim)
 {
     const dcp_sim_machine_t *m = &sim->machine;
     fprintf(f,
-            "# simulator: kernels %s; links %.4g GB/s (%.3g us) in a node, %d NIC(s) per node "
-            "at %.4g GB/s (%.3g us), full duplex; ",
+            "# simulator: kernels %s; links %.4g GB/s (%.3g us) in a node, %d network link(s) "
+            "per node at %.4g GB/s (%.3g us), full duplex; ",
             sim->kernels_name, m->intra_gbps, m->intra_lat_us, m->nics_per_node, m->nic_gbps,
             m->inter_lat_us);
     if (m->compute_slots > 0)

@@ -134,7 +134,8 @@ class ContextConfig(C.Structure):
                 ("transport_intra", C.c_char_p), ("transport_inter", C.c_char_p),
                 ("device", C.c_char_p), ("compute_stream", C.c_void_p),
                 ("transfer_stream", C.c_void_p), ("nccl_comm", C.c_void_p),
-                ("attn_engine", C.c_char_p), ("deterministic", C.c_int32)]
+                ("attn_engine", C.c_char_p), ("deterministic", C.c_int32),
+                ("node_file", C.c_char_p)]
 
 
 class AttnEngineInfo(C.Structure):
