@@ -26,8 +26,8 @@ typedef struct {
 static const variant_t variants[] = {
     {"sinks", {8, 2, 32, DCP_DTYPE_FP32, 0.0f, 0.0f, 0}, 1},
     {"softcap", {4, 4, 16, DCP_DTYPE_FP32, 0.0f, 2.0f, 0}, 0},
-    {"d256", {4, 2, 256, DCP_DTYPE_FP32, 0.0f, 0.0f, 0}, 0},
-    {"mla-192-128", {4, 2, 192, DCP_DTYPE_FP32, 0.0f, 0.0f, 128}, 0},
+    {"d256", {2, 1, 256, DCP_DTYPE_FP32, 0.0f, 0.0f, 0}, 0},
+    {"mla-192-128", {2, 1, 192, DCP_DTYPE_FP32, 0.0f, 0.0f, 128}, 0},
 };
 
 static dcp_plan_t *plan_for(const dcpt_harness_t *h, const char *cluster, dcp_strategy_t s)
