@@ -169,9 +169,16 @@ typedef struct {
     int32_t num_heads;    /* query heads Hq >= 1 */
     int32_t num_kv_heads; /* KV heads Hkv >= 1, Hq % Hkv == 0 (GQA): query head h attends
                              with KV head h / (Hq / Hkv), so consecutive query heads share one */
-    int32_t head_dim;     /* D >= 1 */
+    int32_t head_dim;     /* D >= 1: query and key head dim (and value, see head_dim_v) */
     dcp_dtype_t dtype;    /* storage type of Q, K, V and O; LSE is always fp32 */
     float scale;          /* softmax scale; 0 means 1/sqrt(D) */
+    /* Logit softcap c (Gemma 2), finite and >= 0; 0: off. Each scaled score s becomes
+     * c tanh(s / c) before the mask and the softmax, in every kernel (the backward multiplies
+     * by 1 - tanh^2). Part of the shape: plans are made for it. */
+    float softcap;
+    /* Value head dim D_v, in [0, 4096]; 0: D. V, O, dO and dV rows hold D_v elements per head,
+     * Q, K, dQ and dK rows D (MLA, as DeepSeek-V3: D 192, D_v 128). */
+    int32_t head_dim_v;
 } dcp_attn_shape_t;
 
 typedef enum {
@@ -305,7 +312,7 @@ typedef struct {
     int32_t num_token_blocks;
     int64_t num_comp_blocks; /* (q block, kv block, head group) triples with work */
     int64_t total_tokens;
-    int64_t total_flops;      /* forward FLOPs: allowed pairs x 4 x D x query heads */
+    int64_t total_flops;      /* forward FLOPs: allowed pairs x 2 (D + D_v) x query heads */
     int64_t comm_bytes;       /* bytes moved between ranks (inputs and partial outputs) */
     int64_t inter_node_bytes; /* the part of comm_bytes that crosses nodes */
     int64_t max_rank_bytes;   /* max over ranks of bytes sent + received */
@@ -336,6 +343,11 @@ typedef struct {
 } dcp_plan_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
+
+/* The attention shape the plan was made for (or loaded with), as dcp_plan_create() took it
+ * but with its defaults resolved: scale is never 0 (1/sqrt(head_dim) where it was). What the
+ * caller's tensors must match; a layer kind's view gives its plan's. Thread-safe. */
+DCP_API dcp_status_t dcp_plan_get_shape(const dcp_plan_t *plan, dcp_attn_shape_t *shape_out);
 
 typedef struct {
     int64_t local_tokens; /* rows of this rank's Q/K/V/O/LSE tensors */
@@ -481,15 +493,17 @@ DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats
  * ------------------------------------------------------------------------------------- */
 
 /* One rank's tensors, borrowed for the call, rows in dcp_plan_local_layout() order.
- * q: [local_tokens, Hq, D]; k, v: [local_tokens, Hkv, D]; o: [local_tokens, Hq, D], all in
- * the plan's dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key
- * gets O = 0 and LSE = -inf. Pointers may be NULL on a rank with no local tokens.
+ * q: [local_tokens, Hq, D]; k: [local_tokens, Hkv, D]; v: [local_tokens, Hkv, D_v]; o:
+ * [local_tokens, Hq, D_v] (D_v: the shape's head_dim_v, D where it is 0), all in the plan's
+ * dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key gets O = 0
+ * and LSE = -inf (with sinks, its sink's logit). Pointers may be NULL on a rank with no local
+ * tokens.
  *
  * q, k, v and o are untyped (void *) because their element type is the plan's dtype: each
  * points at the first byte of a dense, row-major array with no padding, so element
  * (t, h, d) of q lives at byte ((t x Hq + h) x D + d) x sizeof(dtype), with sizeof 4 for
- * FP32 and 2 for BF16 and FP16 (k and v use Hkv). Strided views must be made contiguous
- * first.
+ * FP32 and 2 for BF16 and FP16 (k and v use Hkv, v and o D_v). Strided views must be made
+ * contiguous first.
  *
  * Non-finite inputs propagate, so that a diverging run sees NaN in its loss: a NaN or Inf in
  * a query's Q row (of a head), or in the K or V row of a key it may attend (of that head's
@@ -510,6 +524,22 @@ typedef struct {
      * rank whose scale differs fails the call on every rank, naming both scales), and the
      * backward reads it from its `fwd` tensors, so both passes use one scale. */
     float softmax_scale;
+    /* Learnable sinks (GPT-OSS): [Hq] fp32 logits s_h, one per query head, where the context
+     * computes (device memory of its GPU, 4-byte aligned); NULL: none. Every row's softmax of
+     * head h gets one more term, exp(s_h), that carries no value, applied after the merge of
+     * partial outputs: O' = O sigmoid(LSE - s_h), LSE' = logaddexp(LSE, s_h) (a query with no
+     * allowed key: O = 0, LSE = s_h). No bytes travel and no kernel changes; the backward reads
+     * them from its `fwd` tensors (with the O and LSE they gave). Every rank passes the same. */
+    const float *sinks;
+    /* Forward output where not NULL: [Hq] fp32, where the context computes, per query head
+     * the largest logit of an allowed (query, key) pair over the whole batch - after the scale
+     * and the softcap, sinks excluded; -inf for a head with no allowed pair - the same on every
+     * rank after the call (MuonClip's QK-clip). Every rank of a call passes one, or none (the
+     * call stamps name a rank that differs). It costs a dissemination all-reduce of Hq x 4
+     * bytes over the context's engine (ceil(log2 R) rounds, each a host wait on the GPU), and
+     * the call runs dcp's kernels on every tile (cuDNN's graphs do not return it). The
+     * backward ignores it. */
+    float *max_logit;
 } dcp_tensors_t;
 
 /* How the ranks of a job (processes, possibly on many nodes) find each other: an allgather
@@ -631,8 +661,9 @@ DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
                                          const dcp_cluster_t **cluster_out);
 
 /* DCP_OK when the context's device runs plans of this shape, else DCP_ERR_UNSUPPORTED naming
- * the field (a CUDA context: head_dim 64 or 128, dtype bf16 or fp16; the CPU runs any). To
- * refuse a shape before planning; dcp_forward() checks it too, before any exchange. */
+ * the field (a CUDA context: head_dim 64, 96, 128, 192 or 256 with the same value head dim,
+ * or 192 with value head dim 128, dtype bf16 or fp16; the CPU runs any). To refuse a shape
+ * before planning; dcp_forward() checks it too, before any exchange. */
 DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
                                              const dcp_attn_shape_t *shape);
 
@@ -717,15 +748,21 @@ DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
 /* One rank's tensors for the backward pass, borrowed for the call, rows in
  * dcp_plan_local_layout() order. `fwd` holds the forward call's tensors as they were passed
  * to dcp_forward(), with the O and LSE it wrote (only read here), so one dcp_tensors_t
- * serves both calls. dout, dq: [local_tokens, Hq, D]; dk, dv: [local_tokens, Hkv, D], dK and
- * dV summed over the query heads of each KV head (GQA); all in the plan's dtype. Partial
- * gradients are kept and summed in fp32 on every rank. */
+ * serves both calls. dout: [local_tokens, Hq, D_v]; dq: [local_tokens, Hq, D]; dk:
+ * [local_tokens, Hkv, D], dv: [local_tokens, Hkv, D_v], dK and dV summed over the query heads
+ * of each KV head (GQA); all in the plan's dtype. Partial gradients are kept and summed in
+ * fp32 on every rank. */
 typedef struct {
     dcp_tensors_t fwd;
     const void *dout; /* gradient of the loss with respect to O */
     void *dq;
     void *dk;
     void *dv;
+    /* With fwd.sinks: [Hq] fp32 where the context computes, the gradient of the loss with
+     * respect to the sinks over this rank's rows, -sum over rows of exp(s_h - LSE) delta
+     * (delta = rowsum(dO * O)); the framework's gradient reduction sums it over the ranks, as
+     * for any replicated parameter. NULL: not computed. Needs fwd.sinks. */
+    float *dsinks;
 } dcp_grad_tensors_t;
 
 /* Runs this rank's backward program of `plan`: dQ, dK and dV from Q, K, V, the forward's O

@@ -234,6 +234,26 @@ static dcp_status_t delta_out_none(const dcp_kernel_env_t *env, const dcp_delta_
     return no_cuda("cuda delta out");
 }
 
+static dcp_status_t sinks_fwd_none(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                                   const float *sinks)
+{
+    (void)env, (void)tokens, (void)heads, (void)sinks;
+    return no_cuda("cuda sinks");
+}
+
+static dcp_status_t sinks_bwd_none(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                                   const float *sinks, float *dsinks)
+{
+    (void)env, (void)tokens, (void)heads, (void)sinks, (void)dsinks;
+    return no_cuda("cuda sinks backward");
+}
+
+static dcp_status_t max_none(const dcp_kernel_env_t *env, float *dst, const float *src, int32_t n)
+{
+    (void)env, (void)dst, (void)src, (void)n;
+    return no_cuda("cuda max");
+}
+
 const dcp_kernels_t dcp_kernels_cuda = {
     .name = "cuda",
     .attn_fwd = attn_none,
@@ -244,6 +264,9 @@ const dcp_kernels_t dcp_kernels_cuda = {
     .accumulate = accumulate_none,
     .check_shape = dcp_cuda_shape_check,
     .delta_out = delta_out_none,
+    .sinks_fwd = sinks_fwd_none,
+    .sinks_bwd = sinks_bwd_none,
+    .max_f32 = max_none,
 };
 
 static dcp_status_t set_device_none(int32_t device)

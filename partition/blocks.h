@@ -10,12 +10,13 @@
 #define DCP_PARTITION_BLOCKS_H
 
 #include "include/base/descr.h"
+#include "include/base/shape.h"
 
 #include <stdint.h>
 
 /* Largest sequence and total token count a plan accepts (positions are int32). */
 #define DCP_MAX_TOKENS INT32_MAX
-/* Largest forward FLOP bound (sum of L^2 x 4 x D x Hq) and batch size in bytes (Q, K, V, O,
+/* Largest forward FLOP bound (sum of L^2 x 2 (D + D_v) x Hq) and batch size in bytes (Q, K, V, O,
  * LSE of every token) a plan accepts: with 2.5x for the backward and a net spanning up to
  * 2^16 ranks, every FLOP and byte count of a plan fits int64 (bounded here, once). */
 #define DCP_MAX_FLOPS       ((int64_t)1 << 61)
@@ -147,7 +148,7 @@ static inline int64_t dcp_blocks_token_bytes(const dcp_blocks_t *b, int64_t len)
  * layer kinds, the most of any kind. */
 static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
 {
-    return b->tile_pairs[t] * 4 * b->shape.head_dim * b->qpg;
+    return b->tile_pairs[t] * dcp_shape_pair_flops(&b->shape) * b->qpg;
 }
 
 /* Forward FLOPs of one computation block of tile t in layer kind k (k = 0 in a model of one
@@ -155,7 +156,7 @@ static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
 static inline int64_t dcp_blocks_kind_flops(const dcp_blocks_t *b, int64_t t, int32_t k)
 {
     const int64_t pairs = b->num_kinds > 1 ? b->kind_pairs[t * b->num_kinds + k] : b->tile_pairs[t];
-    return pairs * 4 * b->shape.head_dim * b->qpg;
+    return pairs * dcp_shape_pair_flops(&b->shape) * b->qpg;
 }
 
 /* The kinds of transferred block (one token block, one head group). Inputs travel from

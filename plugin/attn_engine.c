@@ -222,6 +222,7 @@ static dcp_kernel_env_t engine_env(const dcp_context_t *ctx, const dcp_plan_t *p
     env.q_heads = p->qpg;
     env.kv_heads = p->kvpg;
     env.head_dim = p->shape.head_dim;
+    env.head_dim_v = dcp_shape_dv(&p->shape);
     env.scale = p->shape.scale;
     env.dtype = p->shape.dtype;
     env.stream = ctx->stream;
@@ -286,6 +287,16 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     /* the layer kinds of a plan share its serial, not their programs */
     if (a->active == DCP_ATTN_OWN || (a->serial == p->serial && a->kind == p->kind)) return DCP_OK;
     a->serial = 0;
+    if (p->shape.softcap != 0.0f || dcp_shape_dv(&p->shape) != p->shape.head_dim) {
+        /* the dense engine's graphs have no softcap and one head dim: dcp's kernels run every
+         * tile of such a plan (the programs of the last plan bound are dropped) */
+        for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
+        static const char variants[] = "; plans with a softcap or a value head dim of their "
+                                       "own run on dcp's kernels";
+        if (!strstr(a->note, variants) && strlen(a->note) + sizeof variants <= sizeof a->note)
+            strcat(a->note, variants);
+        return DCP_OK;
+    }
     if (a->active == DCP_ATTN_CUDNN &&
         (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
          p->shape.head_dim > 256)) { /* cuDNN's SDPA: fp16/bf16, head dim a multiple of 8 <= 256 */

@@ -192,6 +192,7 @@ void dcp_context_destroy(dcp_context_t *ctx)
     dcp_engine_destroy(ctx->engine);
     dcp_binding_free_buffers(ctx);
     dcp_stamps_free(ctx);
+    dcp_variants_free(ctx);
     release(ctx);
 }
 
@@ -199,7 +200,7 @@ dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_sh
 {
     if (!ctx || !shape)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "shape" : "ctx");
-    return ctx->dev->kernels->check_shape(shape->head_dim, shape->dtype);
+    return ctx->dev->kernels->check_shape(shape);
 }
 
 dcp_status_t dcp_context_health(dcp_context_t *ctx)

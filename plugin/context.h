@@ -8,6 +8,7 @@
 #include "plugin/binding.h"
 #include "plugin/job.h"
 #include "plugin/stamp.h"
+#include "plugin/variants.h"
 #include "transport/engine.h"
 #include "transport/inproc.h"
 #include "transport/select.h"
@@ -43,6 +44,7 @@ struct dcp_context {
     char transport_note[256]; /* dcp_context_transport_note() */
     int drive_progress;    /* the executor tests transfers in flight while it computes */
     dcp_attn_state_t attn; /* what runs the dense segments (attn_engine.h) */
+    dcp_variants_t variants; /* the max logit's maxima (variants.h) */
 };
 
 /* The engine's health and dcp_context_watch() at the start of a call or a barrier. A

@@ -203,7 +203,7 @@ static dcp_status_t exchange(dcp_context_t *ctx, int32_t idx, const int32_t *pee
 }
 
 dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                               float scale)
+                               float scale, uint32_t flags)
 {
     dcp_stamps_t *s = &ctx->stamps;
     DCP_CHECK(bind(s, p, ctx->rank));
@@ -215,7 +215,8 @@ dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
     uint32_t checksum;
     DCP_CHECK(dcp_plan_checksum(p, &checksum));
     dcp_stamp_t mine = {DCP_STAMP_MAGIC, checksum, ctx->calls, (int32_t)pass,
-                        ctx->rank,       scale,    0,          {0}};
+                        ctx->rank,       scale,    0,          {0},
+                        flags};
     s->launched = ctx->calls + 1;
     s->last_pass = pass;
     return exchange(ctx, idx, s->peers[pass], s->npeers[pass], &mine);
@@ -273,6 +274,14 @@ static dcp_status_t compare(const dcp_stamp_t *mine, const dcp_stamp_t *t, int32
                              "rank %d with %s; every rank must give the same softmax_scale",
                              a->rank, pass_name[mine->pass & 1], scale_text(a->scale, sa), b->rank,
                              scale_text(b->scale, sb));
+    }
+    if (t->flags != mine->flags) {
+        const dcp_stamp_t *asks = t->flags & DCP_STAMP_MAX_LOGIT ? t : mine,
+                          *other = asks == t ? mine : t;
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "max logit: rank %d asks for it (io.max_logit), rank %d does not; "
+                             "every rank of a call passes one, or none",
+                             asks->rank, other->rank);
     }
     return DCP_OK;
 }

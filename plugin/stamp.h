@@ -48,7 +48,11 @@ typedef struct {
     float scale;       /* the call's softmax scale (the plan's when the call gives none) */
     uint32_t failed;   /* 1: a notice: the sender failed, `reason` says why */
     char reason[DCP_ABORT_REASON_CAP];
+    uint32_t flags; /* what the call adds that every rank must join: DCP_STAMP_* */
 } dcp_stamp_t;
+
+/* The call reduces the max logit over every rank (plugin/variants.h). */
+#define DCP_STAMP_MAX_LOGIT 1u
 
 /* Exchanges whose received stamps may wait for their check (device channel). */
 #define DCP_STAMP_SLOTS 4
@@ -90,9 +94,9 @@ typedef struct dcp_plan dcp_plan_t;
 void dcp_stamps_init(dcp_context_t *ctx);
 
 /* Starts the exchange of this call's stamps (the context's call count is this call's;
- * `scale` the softmax scale the call computes with). */
+ * `scale` the softmax scale the call computes with, `flags` its DCP_STAMP_* bits). */
 dcp_status_t dcp_stamps_launch(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                               float scale);
+                               float scale, uint32_t flags);
 
 /* Completes the exchange in flight (a no-op when none): the host channel waits for it and
  * compares; the device channel queues the copy back and compares what has landed. A

@@ -47,7 +47,10 @@ void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *a)
         {"seed", DCPT_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors", 0},
         {"heads", DCPT_ARG_INT, &f->heads, 1, 65536, "query heads", 0},
         {"kv-heads", DCPT_ARG_INT, &f->kv_heads, 1, 65536, "KV heads", 0},
-        {"head-dim", DCPT_ARG_INT, &f->head_dim, 1, 4096, "head dimension", 0},
+        {"head-dim", DCPT_ARG_INT, &f->head_dim, 1, 4096, "head dimension (of Q and K)", 0},
+        {"head-dim-v", DCPT_ARG_INT, &f->head_dim_v, 0, 4096,
+         "value head dimension (of V and O; 0: --head-dim; MLA: 128 with --head-dim 192)", 0},
+        {"softcap", DCPT_ARG_DOUBLE, &f->softcap, 0, 0, "logit softcap c tanh(s / c) (0: off)", 0},
         {"block", DCPT_ARG_INT, &f->block, 1, 2147483647, "tokens per block", 0},
         {"head-blocks", DCPT_ARG_INT, &f->head_blocks, 1, 65536, "head groups", 0},
         {"divisions", DCPT_ARG_INT, &f->divisions, 0, 1024,
@@ -273,8 +276,11 @@ void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const d
     if (f->kv_heads % f->head_blocks != 0)
         dcpt_args_fail(tool, "head-blocks", "%lld does not divide --kv-heads %lld",
                        (long long)f->head_blocks, (long long)f->kv_heads);
-    out->shape = (dcp_attn_shape_t){(int32_t)f->heads, (int32_t)f->kv_heads, (int32_t)f->head_dim,
-                                    DCP_DTYPE_FP32, 0.0f};
+    if (!(f->softcap >= 0) || !isfinite(f->softcap))
+        dcpt_args_fail(tool, "softcap", "%g: must be finite and >= 0 (0: off)", f->softcap);
+    out->shape = (dcp_attn_shape_t){
+        (int32_t)f->heads, (int32_t)f->kv_heads,  (int32_t)f->head_dim, DCP_DTYPE_FP32, 0.0f,
+        (float)f->softcap, (int32_t)f->head_dim_v};
     dcp_plan_options_default(&out->opts);
     out->opts.block_size = (int32_t)f->block;
     out->opts.head_blocks = (int32_t)f->head_blocks;

@@ -8,6 +8,8 @@
 
 typedef struct {
     int64_t ranks, tokens, max_len, seed, heads, kv_heads, head_dim, block, head_blocks, divisions;
+    int64_t head_dim_v; /* 0: head_dim */
+    double softcap;     /* 0: off */
     int64_t mem_cap;
     const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
     const char *layers; /* MASK:COUNT,...: the layer kinds of one model (replaces --mask) */
@@ -16,7 +18,7 @@ typedef struct {
 } dcpt_common_flags_t;
 
 /* Number of table entries dcpt_common_args() fills. */
-#define DCPT_COMMON_NARGS 17
+#define DCPT_COMMON_NARGS 19
 
 void dcpt_common_defaults(dcpt_common_flags_t *f);
 void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *args);

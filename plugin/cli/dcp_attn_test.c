@@ -44,6 +44,7 @@ typedef struct {
     const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
     int deterministic;         /* --deterministic: the contexts' mode (dcp.h) */
     int layers;                /* --layers: a kind column, a row per kind and a model row */
+    int sinks, max_logit;      /* --sinks, --max-logit: the variants every call asks for */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -62,6 +63,7 @@ typedef struct {
     int64_t tokens, comm_bytes, inter_node_bytes, max_rank_bytes, flops, transfers, max_buffer;
     int checked, passed;
     double max_abs_err, max_rel_err, max_lse_err; /* NaN (null, "-") when not checked */
+    double max_logit_err, dsinks_err;             /* --max-logit, --sinks: harness.h's */
     double comm, inter, max_rank;                 /* the bytes above, as doubles */
     double comp_imb, mem_imb, plan_ms, gflops;
     dcpt_stats_t exec_ms, host_us, wait_us;
@@ -104,6 +106,8 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "passed", DCPT_F_BOOL, NULL, passed),
     F(NULL, 0, "max_abs_err", DCPT_F_NUM, NULL, max_abs_err),
     F(NULL, 0, "max_lse_err", DCPT_F_NUM, NULL, max_lse_err),
+    F(NULL, 0, "max_logit_err", DCPT_F_NUM, NULL, max_logit_err),
+    F(NULL, 0, "dsinks_err", DCPT_F_NUM, NULL, dsinks_err),
     SCALED("comm(MB)", 9, NULL, "%.2f", comm, 1e-6),
     F(NULL, 0, "comm_bytes", DCPT_F_INT, NULL, comm_bytes),
     SCALED("inter(MB)", 9, NULL, "%.2f", inter, 1e-6),
@@ -210,6 +214,13 @@ static double max3(const double *x)
     return fmax(x[0], fmax(x[1], x[2]));
 }
 
+/* --sinks and --max-logit on a harness (before its reference). */
+static dcp_status_t enable_variants(dcpt_harness_t *h, const run_flags_t *rf, uint64_t seed)
+{
+    if (rf->sinks) DCP_CHECK(dcpt_harness_enable_sinks(h, seed));
+    return rf->max_logit ? dcpt_harness_enable_max_logit(h) : DCP_OK;
+}
+
 static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
                          const dcpt_harness_t *h, const job_t *job, const run_flags_t *rf)
 {
@@ -229,16 +240,26 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         snprintf(ranks, sizeof ranks, "threads");
     dcpt_field_t fields[MAXFIELDS];
     const dcpt_bench_t b = bench_of(rf, fields);
-    char divs[16];
+    char divs[16], dims[32], variants[96] = "";
+    const int32_t dv = c->shape.head_dim_v > 0 ? c->shape.head_dim_v : c->shape.head_dim;
+    if (dv == c->shape.head_dim)
+        snprintf(dims, sizeof dims, "%d", c->shape.head_dim);
+    else
+        snprintf(dims, sizeof dims, "%d/%d", c->shape.head_dim, dv);
+    snprintf(variants, sizeof variants, "%s%s%s", rf->sinks ? ", sinks" : "",
+             rf->max_logit ? ", max logit" : "", c->shape.softcap > 0 ? ", softcap " : "");
+    if (c->shape.softcap > 0)
+        snprintf(variants + strlen(variants), sizeof variants - strlen(variants), "%g",
+                 (double)c->shape.softcap);
     dcpt_bench_header(&b,
                       "%d ranks (%dx%d) as %s, %lld tokens in %d sequences (longest %d), heads "
-                      "%d/%d x %d, %s %s, block %d, head blocks %d, divisions %s",
+                      "%d/%d x %s, %s %s, block %d, head blocks %d, divisions %s%s",
                       dcp_cluster_num_ranks(cluster), dcp_cluster_num_nodes(cluster),
                       dcp_cluster_num_ranks(cluster) / dcp_cluster_num_nodes(cluster), ranks,
                       (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads,
-                      c->shape.num_kv_heads, c->shape.head_dim, dcpt_dtype_name(c->shape.dtype),
-                      rf->device, c->opts.block_size, c->opts.head_blocks,
-                      dcpt_divisions_name(c->opts.divisions, divs));
+                      c->shape.num_kv_heads, dims, dcpt_dtype_name(c->shape.dtype), rf->device,
+                      c->opts.block_size, c->opts.head_blocks,
+                      dcpt_divisions_name(c->opts.divisions, divs), variants);
 }
 
 /* The race check held: no mismatch and, in deterministic mode, the same bits every run. */
@@ -276,6 +297,8 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
         .max_abs_err = ck ? r->max_abs_err : NAN,
         .max_rel_err = ck ? r->max_rel_err : NAN,
         .max_lse_err = ck ? r->max_lse_err : NAN,
+        .max_logit_err = ck && rf->max_logit ? r->max_logit_err : NAN,
+        .dsinks_err = ck && rf->sinks && rf->backward ? r->dsinks_err : NAN,
         .comm = (double)ps->comm_bytes,
         .inter = (double)ps->inter_node_bytes,
         .max_rank = (double)ps->max_rank_bytes,
@@ -388,6 +411,8 @@ static void model_add(row_t *m, const row_t *r, int32_t layers)
     m->max_abs_err = fmax(m->max_abs_err, r->max_abs_err);
     m->max_rel_err = fmax(m->max_rel_err, r->max_rel_err);
     m->max_lse_err = fmax(m->max_lse_err, r->max_lse_err);
+    m->max_logit_err = fmax(m->max_logit_err, r->max_logit_err);
+    m->dsinks_err = fmax(m->dsinks_err, r->dsinks_err);
     for (int g = 0; g < 3; g++) m->rel_grad[g] = fmax(m->rel_grad[g], r->rel_grad[g]);
     m->rel_grad_max = fmax(m->rel_grad_max, r->rel_grad_max);
     m->bwd_flops += layers * r->bwd_flops;
@@ -573,6 +598,8 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
     if (job->ctx && job->bs.rank != 0) return failed;
     model.check = rf->check ? (model.passed && model.bwd_passed ? "PASS" : "FAIL") : "-";
     if (!rf->check) model.max_abs_err = model.max_rel_err = model.max_lse_err = NAN;
+    if (!rf->check || !rf->max_logit) model.max_logit_err = NAN;
+    if (!rf->check || !rf->sinks || !rf->backward) model.dsinks_err = NAN;
     if (!rf->check) model.rel_grad_max = model.rel_grad[0] = model.rel_grad[1] = NAN;
     if (!rf->check) model.rel_grad[2] = NAN;
     for (int32_t k = 0; k < c->num_kinds; k++) {
@@ -599,6 +626,7 @@ static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, cons
         st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &hs[k])
                    : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(hs[k], seed);
+        if (st == DCP_OK) st = enable_variants(hs[k], rf, seed);
         if (st == DCP_OK) hs[k]->attn_engine = rf->engine;
         if (st == DCP_OK) hs[k]->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
@@ -649,6 +677,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
         dcp_status_t st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
                                 : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(h, seed);
+        if (st == DCP_OK) st = enable_variants(h, rf, seed);
         if (st == DCP_OK) h->attn_engine = rf->engine;
         if (st == DCP_OK) h->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
@@ -784,7 +813,7 @@ int main(int argc, char **argv)
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL, 0, 0};
-    enum { OWN = 14 };
+    enum { OWN = 16 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -815,6 +844,12 @@ int main(int argc, char **argv)
          0},
         {"deterministic", DCPT_ARG_FLAG, &rf.deterministic, 0, 0,
          "deterministic mode: with --repeat, every run must give the first run's bits", 0},
+        {"sinks", DCPT_ARG_FLAG, &rf.sinks, 0, 0,
+         "learnable sinks (GPT-OSS) of random logits in every call (with --check --backward: "
+         "d sinks checked too)",
+         0},
+        {"max-logit", DCPT_ARG_FLAG, &rf.max_logit, 0, 0,
+         "every forward returns the max logit per query head (checked on every rank)", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
     dcpt_mpi_require_pmi(tool);

@@ -23,6 +23,7 @@ int dcp_suite_route(void);
 int dcp_suite_staged(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);
+int dcp_suite_variants(void);
 int dcp_suite_ordering(void);
 int dcp_suite_gpu(void);
 int dcp_suite_metis(void);

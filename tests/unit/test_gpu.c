@@ -3,7 +3,9 @@
  * double-precision reference with FlashAttention's rule (max error at most twice that of the
  * plain low-precision computation plus one rounding step; LSE within 1e-3) over every mask,
  * ragged tiles, 1-token sequences, fully masked rows, GQA 1/4/8, head dims 64/128, bf16 and
- * fp16; accumulation; merge and copy against the CPU; the GPU executor end to end.
+ * fp16; accumulation; merge and copy against the CPU; the GPU executor end to end, and the
+ * attention variants through it (head dims 96, 192, 256, MLA's 192/128, softcap, sinks, max
+ * logit).
  * Backward: dQ, dK, dV against the double reference backward by FlashAttention-2's gradient
  * rule (at most three times the plain low-precision error plus a rounding step) over the same
  * cases, exact zeros where no pair contributes; delta and gradient accumulation against the
@@ -700,9 +702,15 @@ static void test_backward_refusals(void)
 {
     static const dcp_tile_group_t g[1]; /* refused before any descriptor is read */
     dcp_kernel_env_t env = {
-        .q_heads = 8, .kv_heads = 2, .head_dim = 96, .dtype = DCP_DTYPE_BF16, .max_rows = 64};
+        .q_heads = 8, .kv_heads = 2, .head_dim = 80, .dtype = DCP_DTYPE_BF16, .max_rows = 64};
     CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim 96"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head dims 80/80"));
+    env.head_dim = 128;
+    env.head_dim_v = 64; /* MLA's 192/128 only */
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_fwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head dims 128/64"));
+    env.head_dim_v = 0;
     env.head_dim = 64;
     env.dtype = DCP_DTYPE_FP32;
     CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
@@ -745,6 +753,74 @@ static void test_executor_on_one_gpu(void)
         dcpt_harness_destroy(h);
         for (int s = 0; s < 4; s++) free(store[s]);
     }
+}
+
+/* The attention variants on the GPU kernels, through the executor on 4 in-process ranks
+ * sharing the GPU (2x2, the default strategy) and on one (zigzag): head dims 64, 96, 128, 192,
+ * 256 and MLA's 192/128, a softcap, learnable sinks, the max logit, bf16 and fp16, every mask,
+ * forward and backward, by FlashAttention's rules (harness.h: d sinks and the max logit too);
+ * deterministic mode on one of them. Sized for the GPU report's suite step (the host's double
+ * reference dominates: 858 tokens a case). */
+static void test_variants_on_one_gpu(void)
+{
+    static const struct {
+        int32_t d, dv;
+        float softcap;
+        int sinks;
+        dcp_dtype_t dtype;
+    } cases[] = {
+        {64, 0, 0.0f, 1, DCP_DTYPE_BF16},     {96, 0, 0.0f, 0, DCP_DTYPE_FP16},
+        {128, 0, 30.0f, 1, DCP_DTYPE_BF16},   {192, 0, 0.0f, 0, DCP_DTYPE_BF16},
+        {256, 0, 50.0f, 0, DCP_DTYPE_FP16},   {192, 128, 0.0f, 1, DCP_DTYPE_BF16},
+        {192, 128, 20.0f, 0, DCP_DTYPE_FP16}, {256, 0, 0.0f, 1, DCP_DTYPE_BF16},
+    };
+    const int32_t lengths[3] = {600, 1, 257};
+    dcpt_rng_t rng = {2024};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
+            dcp_mask_t masks[3];
+            int32_t *store[3];
+            for (int s = 0; s < 3; s++)
+                masks[s] = t_random_mask(&rng, (dcp_mask_kind_t)kind, lengths[s], &store[s]);
+            const dcp_attn_shape_t shape = {
+                8, 2, cases[ci].d, cases[ci].dtype, 0.0f, cases[ci].softcap, cases[ci].dv};
+            dcpt_harness_t *h = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(lengths, 3, masks, &shape, 40 + ci, &h),
+                                  DCP_OK);
+            CU_ASSERT_EQUAL(dcpt_harness_enable_backward(h, 41 + ci), DCP_OK);
+            if (cases[ci].sinks) CU_ASSERT_EQUAL(dcpt_harness_enable_sinks(h, 42 + ci), DCP_OK);
+            CU_ASSERT_EQUAL(dcpt_harness_enable_max_logit(h), DCP_OK);
+            h->deterministic = ci == 5 && kind == DCP_MASK_LAMBDA;
+            CU_ASSERT_EQUAL(dcpt_harness_reference(h, 8, NULL, 0), DCP_OK);
+            for (int run = 0; run < 2; run++) {
+                dcp_plan_options_t o;
+                dcp_plan_options_default(&o);
+                o.block_size = 128;
+                o.strategy = run == 1 ? DCP_STRATEGY_ZIGZAG : DCP_STRATEGY_METIS;
+                dcp_plan_t *p =
+                    t_plan_shape(lengths, 3, masks, run == 1 ? "1x1" : "2x2", &shape, &o);
+                CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+                dcpt_harness_result_t r;
+                const dcp_status_t st = dcpt_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r);
+                CU_ASSERT_EQUAL(st, DCP_OK);
+                CU_ASSERT(r.passed);
+                if (st != DCP_OK || !r.passed)
+                    fprintf(stderr,
+                            "gpu variants: D %d/%d softcap %g sinks %d %s mask %d run %d: %s abs "
+                            "%.3g plain %.3g lse %.3g bad %lld; grads abs %.3g %.3g %.3g plain "
+                            "%.3g %.3g %.3g bad %lld; max logit %.3g dsinks %.3g bad %lld %s\n",
+                            cases[ci].d, cases[ci].dv, (double)cases[ci].softcap, cases[ci].sinks,
+                            cases[ci].dtype == DCP_DTYPE_BF16 ? "bf16" : "fp16", kind, run,
+                            dcp_status_string(st), r.max_abs_err, r.low_abs_err, r.max_lse_err,
+                            (long long)r.bad_values, r.max_abs_err_grad[0], r.max_abs_err_grad[1],
+                            r.max_abs_err_grad[2], r.low_abs_err_grad[0], r.low_abs_err_grad[1],
+                            r.low_abs_err_grad[2], (long long)r.bwd_bad_values, r.max_logit_err,
+                            r.dsinks_err, (long long)r.variant_bad, st ? dcp_last_error() : "");
+                dcp_plan_destroy(p);
+            }
+            dcpt_harness_destroy(h);
+            for (int s = 0; s < 3; s++) free(store[s]);
+        }
 }
 
 /* A GPU context refuses fp32 plans and host pointers, naming what is wrong. */
@@ -1183,6 +1259,7 @@ int dcp_suite_gpu(void)
         {"backward_refusals", test_backward_refusals},
         {"executor_on_one_gpu", test_executor_on_one_gpu},
         {"executor_refuses_bad_input", test_executor_refuses_bad_input},
+        {"variants_on_one_gpu", test_variants_on_one_gpu},
         {"eight_ranks_on_one_gpu_repeated", test_eight_ranks_on_one_gpu_repeated},
         {"forward_returns_before_its_work", test_forward_returns_before_its_work},
         {"lent_streams_outlive_the_context", test_lent_streams_outlive_the_context},

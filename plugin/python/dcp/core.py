@@ -16,7 +16,6 @@ dcp.torch.Context).
 import ctypes as C
 import ctypes.util
 import os
-import struct
 import threading
 import weakref
 
@@ -60,7 +59,8 @@ MAX_KINDS = 4
 
 class Shape(C.Structure):
     _fields_ = [("num_heads", C.c_int32), ("num_kv_heads", C.c_int32),
-                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float)]
+                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float),
+                ("softcap", C.c_float), ("head_dim_v", C.c_int32)]
 
 
 class PlanOptions(C.Structure):
@@ -150,12 +150,13 @@ class AttnEngineInfo(C.Structure):
 
 class Tensors(C.Structure):
     _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
-                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float)]
+                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float),
+                ("sinks", C.c_void_p), ("max_logit", C.c_void_p)]
 
 
 class GradTensors(C.Structure):
     _fields_ = [("fwd", Tensors), ("dout", C.c_void_p), ("dq", C.c_void_p),
-                ("dk", C.c_void_p), ("dv", C.c_void_p)]
+                ("dk", C.c_void_p), ("dv", C.c_void_p), ("dsinks", C.c_void_p)]
 
 
 _P = C.c_void_p
@@ -180,6 +181,7 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_plan_destroy": (None, [_P]),
     "dcp_plan_kind": (C.c_int, [_P, C.c_int32, C.POINTER(_P)]),
     "dcp_plan_get_stats": (C.c_int, [_P, C.POINTER(PlanStats)]),
+    "dcp_plan_get_shape": (C.c_int, [_P, C.POINTER(Shape)]),
     "dcp_plan_get_rank_stats": (C.c_int, [_P, C.c_int32, C.POINTER(RankStats)]),
     "dcp_plan_local_layout": (C.c_int, [_P, C.c_int32, C.POINTER(TokenSpan), C.c_int32,
                                         C.POINTER(C.c_int32), C.POINTER(C.c_int64)]),
@@ -382,13 +384,13 @@ class Library:
         self.check(self.lib.dcp_plan_create(C.byref(batch.batch), C.byref(shape),
                                             C.byref(opts) if opts is not None else None,
                                             cluster.handle, C.byref(h)), "plan")
-        return Plan(self, h, shape)
+        return Plan(self, h)
 
     def plan_from_bytes(self, data):
         data = bytes(data)
         h = C.c_void_p()
         self.check(self.lib.dcp_plan_deserialize(data, len(data), C.byref(h)), "plan from bytes")
-        return Plan(self, h, shape_from_bytes(data))
+        return Plan(self, h)
 
     # -- in-process ranks (compare_sdpa.py's one-rank GPU context) --
 
@@ -559,6 +561,19 @@ def check_scale(value, what):
     return s
 
 
+def check_softcap(value, what="softcap"):
+    """A logit softcap as the float32 the C side reads: a real number, finite and >= 0 in
+    float32 too (0: off), or an error naming `what`."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        raise TypeError("dcp: %s = %r is not a number" % (what, value))
+    s = float(value)
+    f32 = C.c_float(s).value
+    if not (s >= 0 and f32 != float("inf")):
+        raise ValueError("dcp: %s = %r, must be finite and >= 0 as a float32 (0: off)" %
+                         (what, value))
+    return s
+
+
 def check_text(value, what):
     """A str for a C string: bytes of UTF-8 without NUL (which would cut it short)."""
     if not isinstance(value, str):
@@ -639,32 +654,24 @@ class BatchArgs:
         return [library.mask(m) for m in masks]
 
 
-def shape_from_bytes(data):
-    """The attention shape in serialized plan bytes (the META section that opens the
-    payload, plan format versions 4 and 5 (with layer kinds)) as a Shape, or None for another format. Read only
-    from bytes libdcp has accepted."""
-    if len(data) < 32 + 4 + 32 or data[:8] != b"DCPPLAN\0":
-        return None
-    version, header = struct.unpack_from("<II", data, 8)
-    if version not in (4, 5) or len(data) < header + 36:
-        return None
-    tag, = struct.unpack_from("<I", data, header)
-    if tag != 0x4154454d:  # "META"
-        return None
-    hq, hkv, d, dtype = struct.unpack_from("<iiii", data, header + 16)
-    scale, = struct.unpack_from("<f", data, header + 32)
-    return Shape(hq, hkv, d, dtype, scale)
-
-
 class Plan(_Handle):
-    """A plan. `shape` is its Shape (None when the bytes it came from were of another
-    format version)."""
+    """A plan."""
     _destroy_name = "dcp_plan_destroy"
 
-    def __init__(self, library, handle, shape):
+    def __init__(self, library, handle):
         super().__init__(library, handle)
-        self.shape = shape
         self._layouts = {}
+        self._shape = None
+
+    @property
+    def shape(self):
+        """The plan's Shape (dcp_plan_get_shape: scale resolved), read once."""
+        if self._shape is None:
+            s = Shape()
+            self.dcp.check(self.dcp.lib.dcp_plan_get_shape(self._live(), C.byref(s)),
+                           "plan shape")
+            self._shape = s
+        return self._shape
 
     def kind_handle(self, kind):
         """The handle of layer kind `kind` (dcp_plan_kind: a view owned by this plan; kind 0
@@ -756,7 +763,6 @@ class Planner(_Handle):
         super().__init__(library, h)
         self.cluster = cluster
         cluster._depend(self)
-        self._shapes = {}
 
     def submit(self, batch, shape, opts):
         """Queues a batch (BatchArgs, Shape, PlanOptions or None); returns the ticket."""
@@ -764,7 +770,6 @@ class Planner(_Handle):
         self.dcp.check(self.dcp.lib.dcp_planner_submit(
             self._live(), C.byref(batch.batch), C.byref(shape),
             C.byref(opts) if opts is not None else None, C.byref(t)), "planner submit")
-        self._shapes[t.value] = Shape.from_buffer_copy(shape)
         return t.value
 
     def wait(self, ticket):
@@ -772,9 +777,8 @@ class Planner(_Handle):
         h = C.c_void_p()
         ticket = check_int(ticket, "ticket", C.c_uint64)
         st = self.dcp.lib.dcp_planner_wait(self._live(), ticket, C.byref(h))
-        shape = self._shapes.pop(ticket, None)
         self.dcp.check(st, "planner wait (ticket %d)" % ticket)
-        return Plan(self.dcp, h, shape)
+        return Plan(self.dcp, h)
 
     def try_wait(self, ticket):
         """The Plan of a ticket, or None while it is being made."""
@@ -782,11 +786,10 @@ class Planner(_Handle):
         ticket = check_int(ticket, "ticket", C.c_uint64)
         st = self.dcp.lib.dcp_planner_try(self._live(), ticket, C.byref(h))
         if st != OK:
-            self._shapes.pop(ticket, None)
             raise self.dcp.error(st, "planner try (ticket %d)" % ticket)
         if not h.value:
             return None
-        return Plan(self.dcp, h, self._shapes.pop(ticket, None))
+        return Plan(self.dcp, h)
 
     def stats(self):
         s = PlannerStats()
