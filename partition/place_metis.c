@@ -369,4 +369,4 @@ static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
 }
 
 const dcp_strategy_ops_t dcp_strategy_metis = {DCP_STRATEGY_METIS, "metis", metis_chunks,
-                                               metis_place};
+                                               metis_place, NULL, NULL};

@@ -77,6 +77,10 @@ static dcp_status_t check_options(const dcp_plan_options_t *o)
     if (o->coalesce < 1 || o->coalesce > 65536)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.coalesce = %d, must be in [1, 65536]",
                              o->coalesce);
+    if (o->strategy_arg < 0)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "options.strategy_arg = %d, must be >= 0 (0: the policy's default)",
+                             o->strategy_arg);
     if (o->metis_tries < 1 || o->metis_tries > DCP_MAX_METIS_TRIES)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.metis_tries = %d, must be in [1, %d]",
                              o->metis_tries, DCP_MAX_METIS_TRIES);
