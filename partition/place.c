@@ -88,9 +88,9 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     return dcp_place_batch_free(batch, shape, o, cluster, 0, x);
 }
 
-dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                  uint32_t free_kinds, dcp_placed_t *x)
+dcp_status_t dcp_place_prepare(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                               uint32_t free_kinds, dcp_placed_t *x)
 {
     const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
     if (!ops)
@@ -124,14 +124,27 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
     DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
     DCP_CHECK(
         dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
-    const dcp_place_in_t in = {b, cluster, &x->opts};
-    DCP_CHECK(ops->place(&in, &x->pl));
+    return DCP_OK;
+}
+
+dcp_status_t dcp_place_project(dcp_placed_t *x)
+{
+    for (int32_t k = 0; k < x->num_kinds && x->num_kinds > 1; k++)
+        DCP_CHECK(dcp_kinds_project(&x->b, &x->pl, &x->kb[k], &x->kpl[k]));
+    return DCP_OK;
+}
+
+dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                  uint32_t free_kinds, dcp_placed_t *x)
+{
+    DCP_CHECK(dcp_place_prepare(batch, shape, o, cluster, free_kinds, x));
+    const dcp_place_in_t in = {&x->b, cluster, &x->opts};
+    DCP_CHECK(dcp_strategy_ops(o->strategy)->place(&in, &x->pl));
     /* the baselines' owners are their definition; METIS's only balance bytes and FLOPs */
     if (o->strategy == DCP_STRATEGY_METIS && !x->pl.fallback)
-        DCP_CHECK(dcp_place_spread_links(b, cluster, &x->pl));
-    for (int32_t k = 0; k < x->num_kinds && x->num_kinds > 1; k++)
-        DCP_CHECK(dcp_kinds_project(b, &x->pl, &x->kb[k], &x->kpl[k]));
-    return DCP_OK;
+        DCP_CHECK(dcp_place_spread_links(&x->b, cluster, &x->pl));
+    return dcp_place_project(x);
 }
 
 void dcp_placed_release(dcp_placed_t *x)

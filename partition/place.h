@@ -74,8 +74,24 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
                                   uint32_t free_kinds, dcp_placed_t *x);
 void dcp_placed_release(dcp_placed_t *x);
 
+/* dcp_place_batch_free's first half: x's options resolved, the batch cut into blocks as
+ * o->strategy cuts it, the tiles, and a zeroed placement for the caller to fill (x.pl); then
+ * dcp_place_project() gives each layer kind its part of it. */
+dcp_status_t dcp_place_prepare(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                               uint32_t free_kinds, dcp_placed_t *x);
+dcp_status_t dcp_place_project(dcp_placed_t *x);
+
 /* The strategy table entry, or NULL for an unknown id. */
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
+
+/* The default strategy's hierarchical candidate (place_hier.c): whole documents packed into
+ * nodes, then METIS on each node's devices, into x (zeroed; release it on success and failure
+ * alike). *found = 0 when the packing leaves a node beyond (1 + eps_inter) x the mean tokens
+ * or attention pairs, or no METIS result is within the balance bounds. */
+dcp_status_t dcp_place_nodes_packed(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                    const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                    dcp_placed_t *x, int *found);
 
 /* Strategies in one file each. */
 extern const dcp_strategy_ops_t dcp_strategy_ring;

@@ -368,6 +368,60 @@ static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_sh
     return DCP_OK;
 }
 
+/* The cost model's floor of the training step on placement x (dcp_cost_floor), ms. */
+static dcp_status_t step_floor_of(const dcp_placed_t *x, const dcp_cluster_t *cluster,
+                                  double *ms_out)
+{
+    double fwd = 0, bwd = 0;
+    DCP_CHECK(dcp_cost_floor(&x->b, &x->pl, cluster, &fwd, &bwd));
+    *ms_out = fwd + bwd;
+    return DCP_OK;
+}
+
+/* Placement x's plan kept in *best where the simulator runs it faster. It is built only where
+ * the cost model's floor of its step is under both *best's simulated step and *best's own
+ * floor (`incumbent`): a candidate that promises no lower bound than the plan it would replace
+ * rarely beats it. */
+static dcp_status_t screen(const dcp_placed_t *x, const dcp_cluster_t *cluster, double incumbent,
+                           candidate_t *best)
+{
+    double fl;
+    DCP_CHECK(step_floor_of(x, cluster, &fl));
+    if (fl * (1.0 - 1e-9) >= fmin(best->ms, incumbent)) return DCP_OK;
+    dcp_plan_t *p = NULL;
+    DCP_CHECK(plan_placed(x, cluster, &p));
+    return keep_faster(best, p, cluster);
+}
+
+/* The hierarchical candidate that packed DP x CP suggests (place_hier.c: documents packed
+ * into nodes, then METIS on each node's devices), screened: the packing must balance the
+ * nodes, and the cost model's floor of the candidate must be under the incumbent's simulated
+ * step and its floor (screen). Head parallelism inside a node was a second candidate (Ulysses
+ * in each node of METIS's plan): on the 36 batches of the README's comparison its floor let it
+ * be built on 24 and it lost on all 24 (1.10-1.80x the incumbent's simulated step, the
+ * re-layout's copies and transfers outweighing the balance it gives), so it is not tried. A
+ * batch of layer kinds, or a cluster of one node, has no candidate. */
+static dcp_status_t hier_candidates(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                    const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                    candidate_t *best)
+{
+    if (dcp_batch_kinds(batch) > 1 || cluster->num_nodes < 2) return DCP_OK;
+    dcp_placed_t x = {0};
+    int found = 0;
+    dcp_status_t st = dcp_place_nodes_packed(batch, shape, o, cluster, &x, &found);
+    double incumbent = 0;
+    if (st == DCP_OK && found) {
+        dcp_placed_t y = {0};
+        st = dcp_kinds_place_on(dcp_plan_root(best->plan), batch, cluster, &y);
+        if (st == DCP_OK) st = step_floor_of(&y, cluster, &incumbent);
+        dcp_placed_release(&y);
+    }
+    if (st == DCP_OK && found) st = screen(&x, cluster, incumbent, best);
+    if (st == DCP_ERR_CAPACITY) st = DCP_OK; /* the candidate does not fit the cap */
+    dcp_placed_release(&x);
+    return st;
+}
+
 /* DCP_STRATEGY_METIS, kept against the zigzag baseline: where zigzag's plan might be faster
  * per training step (forward + backward, what the METIS tries minimise too), it is built and
  * the simulator keeps the faster of the two (METIS's on a tie). (Asking both the forward and
@@ -388,10 +442,10 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
 {
     candidate_t best;
     DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &best));
+    dcp_status_t st = hier_candidates(batch, shape, o, cluster, &best);
     const dcp_plan_t *mp = best.plan;
     double fl = model_chunked_floor(mp, dcp_strategy_zigzag.chunks(cluster->num_ranks), cluster);
-    dcp_status_t st = DCP_OK;
-    if (!floor_not_faster(fl, mp)) {
+    if (st == DCP_OK && !floor_not_faster(fl, mp)) {
         dcp_plan_options_t zo = *o;
         zo.strategy = DCP_STRATEGY_ZIGZAG;
         dcp_placed_t x = {0};

@@ -17,6 +17,7 @@
 #include "plugin/cli/peer_report.h"
 #include "plugin/cli/plan_layers.h"
 #include "plugin/cli/seg_share.h"
+#include "plugin/cli/sim_kernels.h"
 #include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
 #include "topo/cluster.h"
@@ -34,7 +35,7 @@ typedef struct {
     int64_t repeat, net_cap, coalesce, metis_tries, svg_rank;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
-        *sim_kernels;
+        *sim_kernels, *kernels;
     dcpt_sim_t sim;
 } plan_flags_t;
 
@@ -482,7 +483,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 25 };
+    enum { NOWN = 26 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -523,6 +524,10 @@ int main(int argc, char **argv)
          "simulator kernel table: dcp-kernel-bench --json file, h100 or a100 (default: by "
          "cluster peak)",
          0},
+        {"kernels", DCPT_ARG_STR, &pf.kernels, 0, 0,
+         "kernel table of the planner's cost model and of --simulate: h100, a100, h100-dcp, "
+         "h100-cudnn or a dcp-kernel-bench --json file",
+         0},
         {"sim-host-cores", DCPT_ARG_DOUBLE, &pf.sim_host_cores, 0, 4096,
          "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
         {"compare", DCPT_ARG_FLAG, &pf.compare, 0, 0,
@@ -545,9 +550,22 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         if (!pf.simulate && dcpt_args_seen(args, nargs, sim_only[k]))
             dcpt_args_fail(tool, sim_only[k], "sets the simulator up: add --simulate");
+    if (pf.kernels) /* one table for both: the two that set one each are refused beside it */
+        for (int k = 0; k < 2; k++) {
+            static const char *const one[2] = {"kernel-table", "sim-kernels"};
+            if (dcpt_args_seen(args, nargs, one[k]))
+                dcpt_args_fail(tool, one[k], "not with --kernels (it sets both tables)");
+        }
     dcpt_common_t c;
     dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
+    if (pf.kernels) {
+        dcp_sim_kernels_t k;
+        if (dcpt_kernels_load(pf.kernels, c.shape.head_dim, &k) != DCP_OK ||
+            dcpt_kernels_to_cluster(&k, c.cluster) != DCP_OK)
+            dcpt_args_fail(tool, "kernels", "%s", dcp_last_error());
+        pf.sim_kernels = pf.kernels;
+    }
     if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
     if (pf.simulate)
         dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,

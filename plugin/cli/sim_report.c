@@ -20,14 +20,15 @@ void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *
     }
     if (dcp_sim_machine_check(&s.machine, cluster->devs_per_node) != DCP_OK)
         dcpt_args_fail(tool, "cluster", "%s", dcp_last_error());
-    const char *name = kernels ? kernels : dcp_sim_kernels_builtin_for(cluster->perf.peak_tflops);
-    dcp_status_t st;
-    if (!strcmp(name, "h100") || !strcmp(name, "a100"))
-        st = dcp_sim_kernels_builtin(name, &s.kernels);
-    else
-        st = dcpt_sim_kernels_read(name, head_dim, &s.kernels);
-    if (st != DCP_OK) dcpt_args_fail(tool, "sim-kernels", "%s", dcp_last_error());
-    snprintf(s.kernels_name, sizeof s.kernels_name, "%s", name);
+    if (kernels) {
+        if (dcpt_kernels_load(kernels, head_dim, &s.kernels) != DCP_OK)
+            dcpt_args_fail(tool, "sim-kernels", "%s", dcp_last_error());
+        snprintf(s.kernels_name, sizeof s.kernels_name, "%s", kernels);
+    } else { /* the cluster's own figures: the table the planner judges its plans with */
+        dcp_sim_kernels_from_perf(&cluster->perf, &s.kernels);
+        snprintf(s.kernels_name, sizeof s.kernels_name, "the cluster's (%s-class)",
+                 dcp_sim_kernels_builtin_for(cluster->perf.peak_tflops));
+    }
     *sim_out = s;
 }
 
