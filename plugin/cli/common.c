@@ -163,11 +163,25 @@ static const char *const strategy_sets[][2] = {
 
 static void resolve_strategies(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
-    const char *list = f->strategy;
+    /* the sets expanded in place, then the items */
+    size_t len = strlen(f->strategy) + 1;
     for (size_t k = 0; k < sizeof strategy_sets / sizeof strategy_sets[0]; k++)
-        if (!strcmp(list, strategy_sets[k][0])) list = strategy_sets[k][1];
-    char **items, *storage;
+        len += strlen(strategy_sets[k][1]) * (strlen(f->strategy) / strlen(strategy_sets[k][0]) + 1);
+    char *list = calloc(len, 1);
+    char **items, *storage, **sets, *set_storage;
+    if (!list) dcpt_args_fail(tool, "strategy", "out of memory");
+    const int nsets = dcpt_args_split(tool, "strategy", f->strategy, &sets, &set_storage);
+    for (int i = 0; i < nsets; i++) {
+        const char *item = sets[i];
+        for (size_t k = 0; k < sizeof strategy_sets / sizeof strategy_sets[0]; k++)
+            if (!strcmp(item, strategy_sets[k][0])) item = strategy_sets[k][1];
+        if (i) strcat(list, ",");
+        strcat(list, item);
+    }
+    free(sets);
+    free(set_storage);
     out->num_strategies = dcpt_args_split(tool, "strategy", list, &items, &storage);
+    free(list);
     const size_t n = (size_t)out->num_strategies;
     out->strategies = calloc(n, sizeof *out->strategies);
     out->strategy_args = calloc(n, sizeof *out->strategy_args);
