@@ -87,11 +87,13 @@ const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
 
 /* The default strategy's hierarchical candidate (place_hier.c): whole documents packed into
  * nodes, then METIS on each node's devices, into x (zeroed; release it on success and failure
- * alike). *found = 0 when the packing leaves a node beyond (1 + eps_inter) x the mean tokens
- * or attention pairs, or no METIS result is within the balance bounds. */
+ * alike). A packing within eps_inter of the mean tokens and attention pairs is refined as
+ * METIS's plans are; one up to `most` times the mean keeps its nodes' loads, each node's
+ * devices balanced among themselves (*uneven = 1); one beyond gives no candidate
+ * (*found = 0), as does a METIS result out of its bounds. */
 dcp_status_t dcp_place_nodes_packed(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                     const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                    dcp_placed_t *x, int *found);
+                                    double most, dcp_placed_t *x, int *found, int *uneven);
 
 /* Strategies in one file each. */
 extern const dcp_strategy_ops_t dcp_strategy_ring;

@@ -372,7 +372,7 @@ out:
 }
 
 dcp_status_t dcp_metis_place_in_nodes(const dcp_place_in_t *in, const int32_t *block_node,
-                                      dcp_placement_t *p, int *found)
+                                      int within, dcp_placement_t *p, int *found)
 {
     const dcp_blocks_t *b = in->blocks;
     const int32_t hb = b->head_blocks;
@@ -388,6 +388,13 @@ dcp_status_t dcp_metis_place_in_nodes(const dcp_place_in_t *in, const int32_t *b
         run_t run = {in, dcp_metis_partition, DCP_METIS_RB, rows, 0};
         st = devices(b, &g, &run, node_of, p);
         if (st != DCP_OK || run.refused) continue;
+        if (within) { /* the nodes' loads are the packing's: no move between them, and the
+                         balance METIS gives each node is the simulator's to judge */
+            const dcp_status_t cap = dcp_place_check_cap(in, p);
+            *found = cap == DCP_OK;
+            if (cap != DCP_ERR_CAPACITY) st = cap;
+            continue;
+        }
         if (in->opts->refine) st = dcp_refine(b, &g, in, in->opts->eps_intra, p);
         if (st == DCP_OK) *found = balanced(b, in, p, in->opts->eps_intra);
     }

@@ -378,47 +378,58 @@ static dcp_status_t step_floor_of(const dcp_placed_t *x, const dcp_cluster_t *cl
     return DCP_OK;
 }
 
-/* Placement x's plan kept in *best where the simulator runs it faster. It is built only where
- * the cost model's floor of its step is under both *best's simulated step and *best's own
- * floor (`incumbent`): a candidate that promises no lower bound than the plan it would replace
- * rarely beats it. */
-static dcp_status_t screen(const dcp_placed_t *x, const dcp_cluster_t *cluster, double incumbent,
-                           candidate_t *best)
+/* Placement x's plan kept in *best where the simulator runs it faster, built only where the
+ * cost model's floor of its step (dcp_cost_floor) is under *best's simulated step. */
+static dcp_status_t screen(const dcp_placed_t *x, const dcp_cluster_t *cluster, candidate_t *best)
 {
     double fl;
     DCP_CHECK(step_floor_of(x, cluster, &fl));
-    if (fl * (1.0 - 1e-9) >= fmin(best->ms, incumbent)) return DCP_OK;
+    if (fl * (1.0 - 1e-9) >= best->ms) return DCP_OK;
     dcp_plan_t *p = NULL;
     DCP_CHECK(plan_placed(x, cluster, &p));
     return keep_faster(best, p, cluster);
 }
 
-/* The hierarchical candidate that packed DP x CP suggests (place_hier.c: documents packed
- * into nodes, then METIS on each node's devices), screened: the packing must balance the
- * nodes, and the cost model's floor of the candidate must be under the incumbent's simulated
- * step and its floor (screen). Head parallelism inside a node was a second candidate (Ulysses
- * in each node of METIS's plan): on the 36 batches of the README's comparison its floor let it
- * be built on 24 and it lost on all 24 (1.10-1.80x the incumbent's simulated step, the
- * re-layout's copies and transfers outweighing the balance it gives), so it is not tried. A
- * batch of layer kinds, or a cluster of one node, has no candidate. */
+/* The hierarchical candidates that the peer policies suggest, each screened (screen). The
+ * first is packed DP x CP's (place_hier.c): documents packed into nodes, then METIS on each
+ * node's devices; its packing may leave the nodes' loads apart only by less than the
+ * incumbent's simulated step exceeds its own floor (the share of the step lost to transfers
+ * and waits, which traffic kept inside the nodes could win back). Where the packing leaves
+ * the nodes uneven, the second is the same packing with head parallelism inside each node
+ * (Ulysses with a node per group): every device of the busiest node then takes an equal
+ * share of every tile, where METIS on the node's coarse rows is a few percent apart and
+ * cannot move work to another node. On the 36 batches of the README's comparison at FA2
+ * rates it was built on 2 and won on both (4.66 against 4.94 ms, 27.59 against 29.93 ms);
+ * tried on the 16 whose packing was even, it lost on all 16 (1.11-1.76x the incumbent's
+ * step: the re-layout's copies and transfers outweigh a balance METIS already has), as it
+ * lost on 24 of 24 inside the nodes of METIS's own plan. A batch of layer kinds, or a
+ * cluster of one node, has none. */
 static dcp_status_t hier_candidates(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                     const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
                                     candidate_t *best)
 {
     if (dcp_batch_kinds(batch) > 1 || cluster->num_nodes < 2) return DCP_OK;
-    dcp_placed_t x = {0};
-    int found = 0;
-    dcp_status_t st = dcp_place_nodes_packed(batch, shape, o, cluster, &x, &found);
     double incumbent = 0;
-    if (st == DCP_OK && found) {
-        dcp_placed_t y = {0};
-        st = dcp_kinds_place_on(dcp_plan_root(best->plan), batch, cluster, &y);
-        if (st == DCP_OK) st = step_floor_of(&y, cluster, &incumbent);
-        dcp_placed_release(&y);
-    }
-    if (st == DCP_OK && found) st = screen(&x, cluster, incumbent, best);
-    if (st == DCP_ERR_CAPACITY) st = DCP_OK; /* the candidate does not fit the cap */
+    dcp_placed_t y = {0}, x = {0};
+    dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(best->plan), batch, cluster, &y);
+    if (st == DCP_OK) st = step_floor_of(&y, cluster, &incumbent);
+    dcp_placed_release(&y);
+    int found = 0, uneven = 0;
+    if (st == DCP_OK && incumbent > 0)
+        st = dcp_place_nodes_packed(batch, shape, o, cluster, best->ms / incumbent, &x, &found,
+                                    &uneven);
+    if (st == DCP_OK && found) st = screen(&x, cluster, best);
     dcp_placed_release(&x);
+    const int32_t g = cluster->devs_per_node;
+    if (st == DCP_OK && found && uneven && g > 1 && shape->num_kv_heads % g == 0) {
+        dcp_plan_options_t uo = *o;
+        uo.strategy = DCP_STRATEGY_ULYSSES;
+        uo.strategy_arg = g;
+        st = dcp_place_batch(batch, shape, &uo, cluster, &x);
+        if (st == DCP_OK) st = screen(&x, cluster, best);
+        dcp_placed_release(&x);
+    }
+    if (st == DCP_ERR_CAPACITY) st = DCP_OK; /* a candidate does not fit the cap */
     return st;
 }
 

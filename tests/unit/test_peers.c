@@ -299,7 +299,8 @@ static void test_every_policy_runs_and_checks(void)
 
 /* The default's candidate: documents that pack evenly into the nodes are kept whole in one
  * node each, and the placement is within METIS's balance bounds; a document longer than a
- * node's share leaves no candidate. */
+ * node's share leaves no candidate unless the planner allows that imbalance, and then every
+ * document stays in one node and each node's ranks are balanced among themselves. */
 static void test_nodes_packed_candidate(void)
 {
     int32_t len[8];
@@ -312,23 +313,29 @@ static void test_nodes_packed_candidate(void)
     dcp_plan_options_t o;
     dcp_plan_options_default(&o);
     o.block_size = 32;
-    dcp_placed_t x = {0};
-    int found = 0;
-    CU_ASSERT_EQUAL_FATAL(dcp_place_nodes_packed(&batch, &shape, &o, c, &x, &found), DCP_OK);
-    CU_ASSERT(found);
-    int32_t per_node[2] = {0, 0};
-    for (int s = 0; s < 8; s++) {
-        const int32_t node = x.pl.blk_owner[x.b.seq_blk[s]] / 2;
-        per_node[node]++;
-        for (int32_t t = x.b.seq_blk[s]; t < x.b.seq_blk[s + 1]; t++)
-            CU_ASSERT_EQUAL(x.pl.blk_owner[t] / 2, node);
+    for (int k = 0; k < 3; k++) {
+        if (k) len[0] = 1000; /* alone in a node: 1.37x the mean attention pairs */
+        dcp_placed_t x = {0};
+        int found = 0, uneven = 0;
+        const double most = k == 1 ? 1.3 : 1.4;
+        CU_ASSERT_EQUAL_FATAL(
+            dcp_place_nodes_packed(&batch, &shape, &o, c, most, &x, &found, &uneven), DCP_OK);
+        CU_ASSERT_EQUAL(found, k != 1);
+        CU_ASSERT_EQUAL(uneven, k != 0);
+        for (int s = 0; s < 8 && found; s++) {
+            const int32_t node = x.pl.blk_owner[x.b.seq_blk[s]] / 2;
+            for (int32_t t = x.b.seq_blk[s]; t < x.b.seq_blk[s + 1]; t++)
+                CU_ASSERT_EQUAL(x.pl.blk_owner[t] / 2, node);
+        }
+        if (found) { /* each node's two ranks within one block of each other's memory */
+            int64_t mem[4] = {0};
+            for (int32_t t = 0; t < x.b.num_blocks; t++)
+                mem[x.pl.blk_owner[t]] += dcp_blocks_token_bytes(&x.b, x.b.blk_len[t]);
+            const int64_t blk = dcp_blocks_token_bytes(&x.b, 32);
+            CU_ASSERT(llabs(mem[0] - mem[1]) <= 2 * blk && llabs(mem[2] - mem[3]) <= 2 * blk);
+        }
+        dcp_placed_release(&x);
     }
-    CU_ASSERT(per_node[0] == 4 && per_node[1] == 4);
-    dcp_placed_release(&x);
-    len[0] = 2000; /* more than half the batch: no packing balances two nodes */
-    CU_ASSERT_EQUAL_FATAL(dcp_place_nodes_packed(&batch, &shape, &o, c, &x, &found), DCP_OK);
-    CU_ASSERT(!found);
-    dcp_placed_release(&x);
     dcp_cluster_destroy(c);
 }
 
