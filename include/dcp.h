@@ -180,6 +180,12 @@ typedef enum {
     DCP_STRATEGY_LPT = 2,    /* FCP's longest-processing-time block distributor */
     DCP_STRATEGY_METIS = 3,  /* hierarchical multi-constraint METIS on the block hypergraph */
     DCP_STRATEGY_COUNT = 4,  /* number of dcp's own concrete strategies (AUTO's candidates) */
+    DCP_STRATEGY_NODES = 5,  /* a candidate of the default's (METIS's) search, which returns it
+                                where it simulates faster: whole documents packed into nodes
+                                as DCP_STRATEGY_PACKED packs them, METIS on each node's devices
+                                (balance repair and FM where the packing balances the nodes,
+                                else each node as METIS partitions it; lpt where METIS has no
+                                valid result) */
     /* Peer policies: the placements other systems make, as plans dcp executes, so that the
      * default can be held to them. options.strategy_arg is each one's parameter (0: its
      * default); README "Placement strategies" gives the rule each follows and its source. */
@@ -220,7 +226,7 @@ typedef enum {
                                `coalesce` blocks per round (FCP) */
 } dcp_comm_schedule_t;
 
-/* "ring", "zigzag", "lpt", "metis", "auto", and the peer policies "packed", "dyncp",
+/* "ring", "zigzag", "lpt", "metis", "auto", "nodes", and the peer policies "packed", "dyncp",
  * "ulysses", "usp", "magi" (static strings; "unknown" for any other value). */
 DCP_API const char *dcp_strategy_name(dcp_strategy_t strategy);
 DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out);
@@ -266,6 +272,14 @@ typedef struct {
                              after it; see each), >= 0, 0 (default) for its default; ignored
                              by dcp's own strategies. The plan's options hold the value used.
                              Not part of the plan bytes: a loaded plan reads 0 */
+    int32_t hierarchy;    /* METIS (the default): 1 (default) = beside its global plan, the
+                             hierarchical candidates the peer policies suggest (whole documents
+                             packed into nodes, then METIS inside each node, DCP_STRATEGY_NODES;
+                             where that packing is uneven, head parallelism inside each node,
+                             DCP_STRATEGY_ULYSSES), each screened by the cost model and kept
+                             where the simulator runs it faster (stats.strategy names the
+                             placement returned); 0 = METIS's global plan only (and zigzag's,
+                             where it is faster). Not part of the plan bytes */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */

@@ -85,21 +85,18 @@ dcp_status_t dcp_place_project(dcp_placed_t *x);
 /* The strategy table entry, or NULL for an unknown id. */
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
 
-/* The default strategy's hierarchical candidate (place_hier.c): whole documents packed into
- * nodes, then METIS on each node's devices, into x (zeroed; release it on success and failure
- * alike). A packing within eps_inter of the mean tokens and attention pairs is refined as
- * METIS's plans are; one up to `most` times the mean keeps its nodes' loads, each node's
- * devices balanced among themselves (*uneven = 1); one beyond gives no candidate
- * (*found = 0), as does a METIS result out of its bounds. */
-dcp_status_t dcp_place_nodes_packed(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                    const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                    double most, dcp_placed_t *x, int *found, int *uneven);
+/* The imbalance of whole documents packed into the cluster's nodes as DCP_STRATEGY_NODES
+ * packs them (place_hier.c): the most of any node over the mean, in tokens or in attention
+ * pairs, whichever is more. b needs its sequences only (dcp_blocks_init). */
+dcp_status_t dcp_nodes_imbalance(const dcp_blocks_t *b, const dcp_cluster_t *cluster,
+                                 double *imbalance_out);
 
 /* Strategies in one file each. */
 extern const dcp_strategy_ops_t dcp_strategy_ring;
 extern const dcp_strategy_ops_t dcp_strategy_zigzag;
 extern const dcp_strategy_ops_t dcp_strategy_lpt;
 extern const dcp_strategy_ops_t dcp_strategy_metis;
+extern const dcp_strategy_ops_t dcp_strategy_nodes;
 extern const dcp_strategy_ops_t dcp_strategy_packed;
 extern const dcp_strategy_ops_t dcp_strategy_dyncp;
 extern const dcp_strategy_ops_t dcp_strategy_ulysses;

@@ -1,14 +1,15 @@
 /*
- * The default strategy's hierarchical candidate (partition/planner.c keeps it where the
- * simulator runs it faster than METIS's global plan), the placement packed DP x CP suggests:
- * whole documents to nodes by peer.h's longest-first balancer, then each node's devices by
- * METIS. METIS's node level minimises a cut that cannot see how a node's work is spread, and
- * on batches of many documents it leaves some split across nodes that packing keeps whole.
- * Where the packing balances the nodes (within eps_inter), balance repair and FM follow, as
- * for METIS's own plan; where it does not, the nodes keep the packing's loads (no move
- * between them) and each node's devices are balanced among themselves: packed DP x CP with
+ * DCP_STRATEGY_NODES, the default strategy's hierarchical candidate (partition/planner.c keeps
+ * it where the simulator runs it faster than METIS's global plan), the placement packed DP x CP
+ * suggests: whole documents to nodes by peer.h's longest-first balancer, then each node's
+ * devices by METIS. METIS's node level minimises a cut that cannot see how a node's work is
+ * spread, and on batches of many documents it leaves some split across nodes that packing
+ * keeps whole. Where the packing balances the nodes (within eps_inter), balance repair and FM
+ * follow, as for METIS's own plan; where it does not, the nodes keep the packing's loads (no
+ * move between them) and each node's devices are METIS's partition of it: packed DP x CP with
  * METIS inside each group, which gives up some balance for traffic that stays in the nodes
- * (the trade a slow network rewards). */
+ * (the trade a slow network rewards). The placement depends on the batch, options and cluster
+ * only, so a plan of it is placed again from its options as any other. */
 #include "partition/peer.h"
 #include "partition/place_metis.h"
 
@@ -37,33 +38,45 @@ static double packed_imbalance(const dcp_blocks_t *b, const int32_t *group_of, i
     return most;
 }
 
-dcp_status_t dcp_place_nodes_packed(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                    const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                    double most, dcp_placed_t *x, int *found, int *uneven)
+dcp_status_t dcp_nodes_imbalance(const dcp_blocks_t *b, const dcp_cluster_t *cluster,
+                                 double *imbalance_out)
 {
-    dcp_plan_options_t mo = *o;
-    mo.strategy = DCP_STRATEGY_METIS;
-    *found = *uneven = 0;
-    DCP_CHECK(dcp_place_prepare(batch, shape, &mo, cluster, 0, x));
-    const dcp_blocks_t *b = &x->b;
+    int32_t *group_of;
+    DCP_CHECK(dcp_calloc(&group_of, b->num_seqs, sizeof *group_of, "nodes"));
+    const dcp_status_t st = dcp_peer_pack(b, cluster->num_nodes, group_of);
+    if (st == DCP_OK) *imbalance_out = packed_imbalance(b, group_of, cluster->num_nodes);
+    free(group_of);
+    return st;
+}
+
+static int32_t nodes_chunks(int32_t num_ranks)
+{
+    (void)num_ranks;
+    return 0;
+}
+
+static dcp_status_t nodes_place(const dcp_place_in_t *in, dcp_placement_t *p)
+{
+    const dcp_blocks_t *b = in->blocks;
+    const int32_t nodes = in->cluster->num_nodes;
     int32_t *group_of = NULL, *block_node = NULL;
+    int found = 0;
     dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&group_of, b->num_seqs, sizeof *group_of, "nodes packed"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&block_node, b->num_blocks, sizeof *block_node, "nodes packed"), st,
-                   out);
-    DCP_CHECK_GOTO(dcp_peer_pack(b, cluster->num_nodes, group_of), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&group_of, b->num_seqs, sizeof *group_of, "nodes"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&block_node, b->num_blocks, sizeof *block_node, "nodes"), st, out);
+    DCP_CHECK_GOTO(dcp_peer_pack(b, nodes, group_of), st, out);
     for (int32_t t = 0; t < b->num_blocks; t++) block_node[t] = group_of[b->blk_seq[t]];
-    const double imb = packed_imbalance(b, group_of, cluster->num_nodes);
-    const int balanced = imb <= 1 + x->opts.eps_inter;
-    *uneven = !balanced;
-    st = DCP_OK;
-    if (!balanced && imb > most) goto out;
-    const dcp_place_in_t in = {b, cluster, &x->opts};
-    DCP_CHECK_GOTO(dcp_metis_place_in_nodes(&in, block_node, !balanced, &x->pl, found), st, out);
-    if (*found) DCP_CHECK_GOTO(dcp_place_spread_links(b, cluster, &x->pl), st, out);
-    st = dcp_place_project(x);
+    const int uneven = packed_imbalance(b, group_of, nodes) > 1 + in->opts->eps_inter;
+    DCP_CHECK_GOTO(dcp_metis_place_in_nodes(in, block_node, uneven, p, &found), st, out);
+    if (!found) { /* no valid result: lpt places the blocks within the cap or says why */
+        p->fallback = 1;
+        st = dcp_strategy_lpt.place(in, p);
+    }
 out:
     free(group_of);
     free(block_node);
     return st;
 }
+
+const dcp_strategy_ops_t dcp_strategy_nodes = {DCP_STRATEGY_NODES, "nodes", nodes_chunks,
+                                               nodes_place, NULL, NULL};

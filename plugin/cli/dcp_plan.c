@@ -31,7 +31,7 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch, simulate, segments, compare;
+    int json, no_refine, per_batch, simulate, segments, compare, no_hierarchy;
     int64_t repeat, net_cap, coalesce, metis_tries, svg_rank;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
@@ -188,6 +188,7 @@ static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
     c->shape.dtype = dcpt_dtype_arg(tool, "dtype", pf->dtype);
     c->opts.net_cap = (int32_t)pf->net_cap;
     c->opts.refine = !pf->no_refine;
+    c->opts.hierarchy = !pf->no_hierarchy;
     c->opts.coalesce = (int32_t)pf->coalesce;
     c->opts.metis_tries = (int32_t)pf->metis_tries;
     c->opts.eps_inter = pf->eps_inter;
@@ -483,7 +484,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 26 };
+    enum { NOWN = 27 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -509,6 +510,8 @@ int main(int argc, char **argv)
          "METIS placements tried (seeds); the plan predicted fastest is kept", 0},
         {"no-refine", DCPT_ARG_FLAG, &pf.no_refine, 0, 0,
          "skip METIS balance repair and refinement", 0},
+        {"no-hierarchy", DCPT_ARG_FLAG, &pf.no_hierarchy, 0, 0,
+         "METIS's global plan only: no hierarchical candidates (options.hierarchy = 0)", 0},
         {"eps-inter", DCPT_ARG_DOUBLE, &pf.eps_inter, 0, 100, "METIS imbalance between nodes", 0},
         {"eps-intra", DCPT_ARG_DOUBLE, &pf.eps_intra, 0, 100, "METIS imbalance between devices", 0},
         {"comm-schedule", DCPT_ARG_STR, &pf.comm, 0, 0, "divisions or rounds", 0},

@@ -74,6 +74,7 @@ for (cluster, kernels), rs in groups.items():
     for name in names:
         cells, exposed, plans = [], [], []
         for key, bs in cols.items():
+            mask = key[1]
             rat = []
             for b in bs:
                 d, x = batches[b].get("metis"), batches[b].get(name)

@@ -297,46 +297,37 @@ static void test_every_policy_runs_and_checks(void)
     }
 }
 
-/* The default's candidate: documents that pack evenly into the nodes are kept whole in one
- * node each, and the placement is within METIS's balance bounds; a document longer than a
- * node's share leaves no candidate unless the planner allows that imbalance, and then every
- * document stays in one node and each node's ranks are balanced among themselves. */
+/* The default's candidate (DCP_STRATEGY_NODES): documents that pack evenly into the nodes
+ * are kept whole in one node each, four a node; with one document of 1000 tokens (1.37x the
+ * mean attention pairs alone in its node) the nodes keep the packing's uneven loads, every
+ * document still in one node and each node's two ranks within two blocks of each other. */
 static void test_nodes_packed_candidate(void)
 {
     int32_t len[8];
-    dcp_mask_t m[8];
-    for (int s = 0; s < 8; s++) len[s] = 256, m[s] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
-    const dcp_batch_t batch = {.num_seqs = 8, .lengths = len, .masks = m};
-    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
-    dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &c), DCP_OK);
-    dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    o.block_size = 32;
-    for (int k = 0; k < 3; k++) {
-        if (k) len[0] = 1000; /* alone in a node: 1.37x the mean attention pairs */
-        dcp_placed_t x = {0};
-        int found = 0, uneven = 0;
-        const double most = k == 1 ? 1.3 : 1.4;
-        CU_ASSERT_EQUAL_FATAL(
-            dcp_place_nodes_packed(&batch, &shape, &o, c, most, &x, &found, &uneven), DCP_OK);
-        CU_ASSERT_EQUAL(found, k != 1);
-        CU_ASSERT_EQUAL(uneven, k != 0);
-        for (int s = 0; s < 8 && found; s++) {
-            const int32_t node = x.pl.blk_owner[x.b.seq_blk[s]] / 2;
-            for (int32_t t = x.b.seq_blk[s]; t < x.b.seq_blk[s + 1]; t++)
-                CU_ASSERT_EQUAL(x.pl.blk_owner[t] / 2, node);
+    for (int s = 0; s < 8; s++) len[s] = 256;
+    for (int k = 0; k < 2; k++) {
+        if (k) len[0] = 1000;
+        fixture_t f;
+        CU_ASSERT_EQUAL_FATAL(place(&f, len, 8, "2x2", DCP_STRATEGY_NODES, 0, 32), DCP_OK);
+        double imb = 0;
+        CU_ASSERT_EQUAL(dcp_nodes_imbalance(&f.x.b, f.c, &imb), DCP_OK);
+        CU_ASSERT(k ? imb > 1.3 && imb < 1.4 : imb < 1.01);
+        CU_ASSERT(!f.x.pl.fallback);
+        int per_node[2] = {0, 0};
+        for (int s = 0; s < 8; s++) {
+            const int32_t node = owner_at(&f, s, 0) / 2;
+            per_node[node]++;
+            for (int32_t t = f.x.b.seq_blk[s]; t < f.x.b.seq_blk[s + 1]; t++)
+                CU_ASSERT_EQUAL(f.x.pl.blk_owner[t] / 2, node);
         }
-        if (found) { /* each node's two ranks within one block of each other's memory */
-            int64_t mem[4] = {0};
-            for (int32_t t = 0; t < x.b.num_blocks; t++)
-                mem[x.pl.blk_owner[t]] += dcp_blocks_token_bytes(&x.b, x.b.blk_len[t]);
-            const int64_t blk = dcp_blocks_token_bytes(&x.b, 32);
-            CU_ASSERT(llabs(mem[0] - mem[1]) <= 2 * blk && llabs(mem[2] - mem[3]) <= 2 * blk);
-        }
-        dcp_placed_release(&x);
+        CU_ASSERT(k || (per_node[0] == 4 && per_node[1] == 4));
+        int64_t mem[4] = {0};
+        for (int32_t t = 0; t < f.x.b.num_blocks; t++)
+            mem[f.x.pl.blk_owner[t]] += dcp_blocks_token_bytes(&f.x.b, f.x.b.blk_len[t]);
+        const int64_t blk = dcp_blocks_token_bytes(&f.x.b, 32);
+        CU_ASSERT(llabs(mem[0] - mem[1]) <= 2 * blk && llabs(mem[2] - mem[3]) <= 2 * blk);
+        unplace(&f);
     }
-    dcp_cluster_destroy(c);
 }
 
 /* The default's plan is simulated no slower than any policy's on a batch of short documents

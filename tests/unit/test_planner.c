@@ -68,7 +68,8 @@ static double sim_step_ms(const dcp_plan_t *p, const char *cluster)
 /* The default plan of a batch (one mask spec for all) is no slower than zigzag's per
  * training step: the cost model ruled zigzag out (its prediction no faster), or the simulator
  * runs the default no slower; and it is zigzag's own plan where it is zigzag's (both with 8
- * divisions: the count candidates are compared at). */
+ * divisions: the count candidates are compared at), else METIS's or one of its hierarchical
+ * candidates'. */
 static void check_not_slower(const int32_t *len, int32_t n, const char *mask, const char *cluster,
                              int32_t block)
 {
@@ -89,7 +90,9 @@ static void check_not_slower(const int32_t *len, int32_t n, const char *mask, co
         CU_ASSERT_EQUAL(a, b);
         CU_ASSERT_EQUAL(def->fingerprint, zz->fingerprint);
     } else {
-        CU_ASSERT_EQUAL(def->stats.strategy, DCP_STRATEGY_METIS);
+        CU_ASSERT(def->stats.strategy == DCP_STRATEGY_METIS ||
+                  def->stats.strategy == DCP_STRATEGY_NODES ||
+                  def->stats.strategy == DCP_STRATEGY_ULYSSES);
     }
     dcp_plan_destroy(def);
     dcp_plan_destroy(zz);
@@ -151,7 +154,8 @@ static void test_default_by_training_step(void)
     dcp_plan_options_default(&o);
     o.block_size = 512;
     o.head_blocks = 2;
-    o.seed = 25; /* METIS's */
+    o.seed = 25;      /* METIS's */
+    o.hierarchy = 0;  /* METIS's global plan against zigzag's */
     dcp_plan_t *def = t_plan_shape(len, n, m, "2x4", &sh, &o);
     o.strategy = DCP_STRATEGY_ZIGZAG;
     dcp_plan_t *zz = t_plan_shape(len, n, m, "2x4", &sh, &o);
