@@ -375,5 +375,8 @@ out:
     return st;
 }
 
-const dcp_strategy_ops_t dcp_strategy_dyncp = {DCP_STRATEGY_DYNCP, "dyncp", NULL,
-                                               dcp_peer_place_at_query, dyncp_resolve, dyncp_cut};
+const dcp_strategy_ops_t dcp_strategy_dyncp = {.id = DCP_STRATEGY_DYNCP,
+                                               .name = "dyncp",
+                                               .place = dcp_peer_place_at_query,
+                                               .resolve = dyncp_resolve,
+                                               .cut = dyncp_cut};

@@ -78,5 +78,5 @@ out:
     return st;
 }
 
-const dcp_strategy_ops_t dcp_strategy_nodes = {DCP_STRATEGY_NODES, "nodes", nodes_chunks,
-                                               nodes_place, NULL, NULL};
+const dcp_strategy_ops_t dcp_strategy_nodes = {
+    .id = DCP_STRATEGY_NODES, .name = "nodes", .chunks = nodes_chunks, .place = nodes_place};

@@ -94,5 +94,8 @@ out:
     return st;
 }
 
-const dcp_strategy_ops_t dcp_strategy_magi = {DCP_STRATEGY_MAGI, "magi", NULL,
-                                              dcp_peer_place_at_query, magi_resolve, magi_cut};
+const dcp_strategy_ops_t dcp_strategy_magi = {.id = DCP_STRATEGY_MAGI,
+                                              .name = "magi",
+                                              .place = dcp_peer_place_at_query,
+                                              .resolve = magi_resolve,
+                                              .cut = magi_cut};

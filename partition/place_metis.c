@@ -408,5 +408,5 @@ static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
     return dcp_metis_place_with(in, dcp_metis_partition, p);
 }
 
-const dcp_strategy_ops_t dcp_strategy_metis = {DCP_STRATEGY_METIS, "metis", metis_chunks,
-                                               metis_place, NULL, NULL};
+const dcp_strategy_ops_t dcp_strategy_metis = {
+    .id = DCP_STRATEGY_METIS, .name = "metis", .chunks = metis_chunks, .place = metis_place};

@@ -46,6 +46,8 @@ out:
     return st;
 }
 
-const dcp_strategy_ops_t dcp_strategy_packed = {DCP_STRATEGY_PACKED, "packed", NULL,
-                                                dcp_peer_place_at_query, packed_resolve,
-                                                packed_cut};
+const dcp_strategy_ops_t dcp_strategy_packed = {.id = DCP_STRATEGY_PACKED,
+                                                .name = "packed",
+                                                .place = dcp_peer_place_at_query,
+                                                .resolve = packed_resolve,
+                                                .cut = packed_cut};
