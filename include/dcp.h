@@ -189,22 +189,22 @@ typedef enum {
     /* Peer policies: the placements other systems make, as plans dcp executes, so that the
      * default can be held to them. options.strategy_arg is each one's parameter (0: its
      * default); README "Placement strategies" gives the rule each follows and its source. */
-    DCP_STRATEGY_PACKED = 8,   /* packed DP x CP: documents to groups of strategy_arg ranks
-                                  (default: a node) by a longest-first balancer on attention
-                                  FLOPs and tokens, zigzag over each group's ranks */
-    DCP_STRATEGY_DYNCP = 9,    /* Megatron-LM's dynamic CP: a power-of-two CP group per
-                                  document (strategy_arg: most tokens per rank, default the
-                                  batch's mean), groups by its balancing scheduler, zigzag in each */
-    DCP_STRATEGY_ULYSSES = 10, /* DeepSpeed Ulysses: documents to groups of strategy_arg ranks
-                                  (default: a node), each group's tokens in contiguous shards, head
-                                  group h of every tile on the group's rank h; the KV heads must
-                                  divide among the group's ranks (else DCP_ERR_INVALID_ARG) */
-    DCP_STRATEGY_USP = 11,     /* USP: Ulysses of degree strategy_arg (default: the largest
-                                  divisor of the KV heads that fits a node) inside zigzag
-                                  ring attention across the ranks */
-    DCP_STRATEGY_MAGI = 12,    /* MagiAttention's dispatch: the batch's token stream in chunks
-                                  of strategy_arg tokens (default 2048) spread by a min-heap over
-                                  their attention area, computation where the queries live */
+    DCP_STRATEGY_PACKED = 8,    /* packed DP x CP: documents to groups of strategy_arg ranks
+                                   (default: a node) by a longest-first balancer on attention
+                                   FLOPs and tokens, zigzag over each group's ranks */
+    DCP_STRATEGY_DYNCP = 9,     /* Megatron-LM's dynamic CP: a power-of-two CP group per
+                                   document (strategy_arg: most tokens per rank, default the
+                                   batch's mean), groups by its balancing scheduler, zigzag in each */
+    DCP_STRATEGY_ULYSSES = 10,  /* DeepSpeed Ulysses: documents to groups of strategy_arg ranks
+                                   (default: a node), each group's tokens in contiguous shards, head
+                                   group h of every tile on the group's rank h; the KV heads must
+                                   divide among the group's ranks (else DCP_ERR_INVALID_ARG) */
+    DCP_STRATEGY_USP = 11,      /* USP: Ulysses of degree strategy_arg (default: the largest
+                                   divisor of the KV heads that fits a node) inside zigzag
+                                   ring attention across the ranks */
+    DCP_STRATEGY_MAGI = 12,     /* MagiAttention's dispatch: the batch's token stream in chunks
+                                   of strategy_arg tokens (default 2048) spread by a min-heap over
+                                   their attention area, computation where the queries live */
     DCP_STRATEGY_PEER_END = 13, /* one past the last peer policy */
     DCP_STRATEGY_AUTO = 100     /* per batch, the strategy and block size (B/2, B, 2B) whose plan
                                    the step-time simulator runs fastest per training step

@@ -12,9 +12,9 @@ double dcp_peer_pairs(const dcp_blocks_t *b, int32_t s, int32_t q0, int32_t q1)
     if (b->num_kinds <= 1) return (double)dcp_mask_pairs(&b->seqs[s].mask, len, q0, q1, 0, len);
     double pairs = 0;
     for (int32_t k = 0; k < b->num_kinds; k++)
-        pairs += (double)b->kind_layers[k] *
-                 (double)dcp_mask_pairs(&b->kind_seqs[k * b->num_seqs + s].mask, len, q0, q1, 0,
-                                        len);
+        pairs +=
+            (double)b->kind_layers[k] *
+            (double)dcp_mask_pairs(&b->kind_seqs[k * b->num_seqs + s].mask, len, q0, q1, 0, len);
     return pairs;
 }
 

@@ -9,12 +9,11 @@
 #include <string.h>
 
 static const dcp_strategy_ops_t *const strategies[DCP_STRATEGY_PEER_END] = {
-    [DCP_STRATEGY_RING] = &dcp_strategy_ring,       [DCP_STRATEGY_ZIGZAG] = &dcp_strategy_zigzag,
-    [DCP_STRATEGY_LPT] = &dcp_strategy_lpt,         [DCP_STRATEGY_METIS] = &dcp_strategy_metis,
-    [DCP_STRATEGY_NODES] = &dcp_strategy_nodes,
-    [DCP_STRATEGY_PACKED] = &dcp_strategy_packed,   [DCP_STRATEGY_DYNCP] = &dcp_strategy_dyncp,
-    [DCP_STRATEGY_ULYSSES] = &dcp_strategy_ulysses, [DCP_STRATEGY_USP] = &dcp_strategy_usp,
-    [DCP_STRATEGY_MAGI] = &dcp_strategy_magi,
+    [DCP_STRATEGY_RING] = &dcp_strategy_ring,   [DCP_STRATEGY_ZIGZAG] = &dcp_strategy_zigzag,
+    [DCP_STRATEGY_LPT] = &dcp_strategy_lpt,     [DCP_STRATEGY_METIS] = &dcp_strategy_metis,
+    [DCP_STRATEGY_NODES] = &dcp_strategy_nodes, [DCP_STRATEGY_PACKED] = &dcp_strategy_packed,
+    [DCP_STRATEGY_DYNCP] = &dcp_strategy_dyncp, [DCP_STRATEGY_ULYSSES] = &dcp_strategy_ulysses,
+    [DCP_STRATEGY_USP] = &dcp_strategy_usp,     [DCP_STRATEGY_MAGI] = &dcp_strategy_magi,
 };
 
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id)
@@ -143,8 +142,7 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
     const dcp_place_in_t in = {&x->b, cluster, &x->opts};
     DCP_CHECK(dcp_strategy_ops(o->strategy)->place(&in, &x->pl));
     /* the baselines' owners are their definition; METIS's only balance bytes and FLOPs */
-    if ((o->strategy == DCP_STRATEGY_METIS || o->strategy == DCP_STRATEGY_NODES) &&
-        !x->pl.fallback)
+    if ((o->strategy == DCP_STRATEGY_METIS || o->strategy == DCP_STRATEGY_NODES) && !x->pl.fallback)
         DCP_CHECK(dcp_place_spread_links(&x->b, cluster, &x->pl));
     return dcp_place_project(x);
 }

@@ -186,7 +186,8 @@ static void fill_group(pass_t *p)
         for (int32_t g = 0; g < p->nsets; g++) {
             if (p->set_size[g] != needed) continue;
             double load = 0;
-            for (int32_t i = 0; i < needed; i++) load = fmax(load, p->exec[p->members[g * p->nr + i]]);
+            for (int32_t i = 0; i < needed; i++)
+                load = fmax(load, p->exec[p->members[g * p->nr + i]]);
             if (load < best_load) best = g, best_load = load;
         }
         const int32_t nfree = free_ranks(p);
@@ -207,7 +208,8 @@ static void fill_group(pass_t *p)
         p->lo[k]++;
         if (needed < first_needed) check_balance = 1;
         const double hi = max_of(p->exec, p->nr, NULL);
-        if (check_balance && any_left(p) && hi - min_of(p->exec, p->nr) <= BALANCE_SLACK * hi) break;
+        if (check_balance && any_left(p) && hi - min_of(p->exec, p->nr) <= BALANCE_SLACK * hi)
+            break;
     }
 }
 
@@ -323,7 +325,8 @@ static dcp_status_t schedule(const dcp_blocks_t *b, int32_t nr, int64_t max, int
     DCP_CHECK_GOTO(dcp_calloc(&mb2, (int64_t)nr * n, sizeof *mb2, "dyncp"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&p.members, (int64_t)nr * nr, sizeof *p.members, "dyncp"), st, out);
     int32_t **small[5] = {&p.mb_n, &p.set_of, &p.set_size, &p.free_r, &n2};
-    for (int i = 0; i < 5; i++) DCP_CHECK_GOTO(dcp_calloc(small[i], nr, sizeof(int32_t), "dyncp"), st, out);
+    for (int i = 0; i < 5; i++)
+        DCP_CHECK_GOTO(dcp_calloc(small[i], nr, sizeof(int32_t), "dyncp"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&p.exec, nr, sizeof *p.exec, "dyncp"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&p.tmp, nr, sizeof *p.tmp, "dyncp"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e2, nr, sizeof *e2, "dyncp"), st, out);

@@ -202,8 +202,8 @@ static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *
     int32_t *node_of = NULL;
     dcp_status_t st;
     DCP_CHECK(dcp_calloc(&node_of, g->num_blocks + g->num_comps, sizeof *node_of, "metis"));
-    st = partition_level(b, g, run, run->how, NULL, -1, in->cluster->num_nodes,
-                         in->opts->eps_inter, 0, node_of);
+    st = partition_level(b, g, run, run->how, NULL, -1, in->cluster->num_nodes, in->opts->eps_inter,
+                         0, node_of);
     if (st == DCP_OK && !run->refused) st = devices(b, g, run, node_of, p);
     free(node_of);
     return st;

@@ -24,8 +24,7 @@ static dcp_status_t packed_resolve(const dcp_batch_t *batch, const dcp_attn_shap
     return DCP_OK;
 }
 
-static dcp_status_t packed_cut(dcp_blocks_t *b, const dcp_cluster_t *c,
-                               const dcp_plan_options_t *o)
+static dcp_status_t packed_cut(dcp_blocks_t *b, const dcp_cluster_t *c, const dcp_plan_options_t *o)
 {
     const int32_t size = o->strategy_arg, groups = c->num_ranks / size;
     int32_t *group_of = NULL, *ranks = NULL;

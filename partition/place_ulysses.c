@@ -91,7 +91,8 @@ static dcp_status_t ulysses_cut(dcp_blocks_t *b, const dcp_cluster_t *c,
     for (int32_t g = 0; g < groups; g++) {
         stream.n = 0;
         for (int32_t s = 0; s < b->num_seqs; s++)
-            if (group_of[s] == g) DCP_CHECK_GOTO(dcp_runs_push(&stream, s, 0, b->seqs[s].len, 0), st, out);
+            if (group_of[s] == g)
+                DCP_CHECK_GOTO(dcp_runs_push(&stream, s, 0, b->seqs[s].len, 0), st, out);
         DCP_CHECK_GOTO(shard(&stream, size, g * size, &runs), st, out);
     }
     st = dcp_blocks_cut_runs(b, &runs);

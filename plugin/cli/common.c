@@ -166,7 +166,8 @@ static void resolve_strategies(const char *tool, const dcpt_common_flags_t *f, d
     /* the sets expanded in place, then the items */
     size_t len = strlen(f->strategy) + 1;
     for (size_t k = 0; k < sizeof strategy_sets / sizeof strategy_sets[0]; k++)
-        len += strlen(strategy_sets[k][1]) * (strlen(f->strategy) / strlen(strategy_sets[k][0]) + 1);
+        len +=
+            strlen(strategy_sets[k][1]) * (strlen(f->strategy) / strlen(strategy_sets[k][0]) + 1);
     char *list = calloc(len, 1);
     char **items, *storage, **sets, *set_storage;
     if (!list) dcpt_args_fail(tool, "strategy", "out of memory");

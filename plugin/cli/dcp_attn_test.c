@@ -462,8 +462,8 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
     }
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: mask %s, strategy %s: %s: %s\n", tool,
-                job->ctx ? job->bs.rank : 0, mask, strategy,
-                dcp_status_string(st), dcp_last_error());
+                job->ctx ? job->bs.rank : 0, mask, strategy, dcp_status_string(st),
+                dcp_last_error());
         if (broken) {
             fflush(NULL);
             dcpt_mpi_stop(1, 1);
@@ -471,8 +471,7 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
         }
         return 1;
     }
-    if (!job->ctx || job->bs.rank == 0)
-        print_row(mask, strategy, &ps, &r, &rep, rf);
+    if (!job->ctx || job->bs.rank == 0) print_row(mask, strategy, &ps, &r, &rep, rf);
     return (rf->check && !r.passed) || !repeat_ok(&rep, rf);
 }
 
@@ -519,11 +518,9 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         dcpt_mpi_fault_point("plan");
         st = plans_agree(job, st, plan);
     }
-    row_t rows[DCP_MAX_KINDS], model = {.mask = "model",
-                                        .strategy = strategy,
-                                        .kind = "model",
-                                        .passed = 1,
-                                        .bwd_passed = 1};
+    row_t rows[DCP_MAX_KINDS],
+        model = {
+            .mask = "model", .strategy = strategy, .kind = "model", .passed = 1, .bwd_passed = 1};
     char digests[DCP_MAX_KINDS][24];
     /* the rows point into their results (digest, engine): kept until the rows are printed */
     dcpt_harness_result_t res[DCP_MAX_KINDS] = {{0}};
@@ -537,8 +534,7 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         if (st == DCP_OK) st = run_kind(hs[k], view, rf, job, r, &broken);
         if (st != DCP_OK) break;
         const dcpt_harness_repeat_t none = {0};
-        rows[k] =
-            make_row(c->mask_names[k], strategy, &ps, r, &none, rf, digests[k]);
+        rows[k] = make_row(c->mask_names[k], strategy, &ps, r, &none, rf, digests[k]);
         rows[k].kind = c->kind_labels[k];
         model_add(&model, &rows[k], c->kind_layers[k]);
         layers += c->kind_layers[k];
@@ -549,8 +545,7 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         const int capacity = st == DCP_ERR_CAPACITY;
         if (!capacity || !job->ctx || job->bs.rank == 0)
             fprintf(stderr, "%s: rank %d: layers, strategy %s: %s: %s\n", tool,
-                    job->ctx ? job->bs.rank : 0, strategy, dcp_status_string(st),
-                    dcp_last_error());
+                    job->ctx ? job->bs.rank : 0, strategy, dcp_status_string(st), dcp_last_error());
         if (broken) {
             fflush(NULL);
             dcpt_mpi_stop(1, 1);

@@ -221,8 +221,8 @@ static void svg_name(const plan_flags_t *pf, const char *mask_name, const char *
 {
     const char *dot = strrchr(pf->svg, '.');
     const int stem = dot ? (int)(dot - pf->svg) : (int)strlen(pf->svg);
-    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name, asked,
-             suffix, dot ? dot : ".svg");
+    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name, asked, suffix,
+             dot ? dot : ".svg");
     for (char *q = path + stem; *q; q++) *q = *q == ':' ? '_' : *q;
 }
 
@@ -318,8 +318,8 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     a->mem_imb = fmax(a->mem_imb, st.memory_imbalance);
     a->fallbacks += st.fallback;
     if (pf->simulate)
-        a->batch[b] = (dcpt_peer_batch_t){1, sim.fwd_ms + sim.bwd_ms, sim.exposed_comm_ms,
-                                          st.plan_ms};
+        a->batch[b] =
+            (dcpt_peer_batch_t){1, sim.fwd_ms + sim.bwd_ms, sim.exposed_comm_ms, st.plan_ms};
     for (int k = 0; k < 3; k++) a->seg[k] += seg[k];
     a->n++;
     return 0;
@@ -378,8 +378,8 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
             const agg_t *a = &aggs[i];
             const double all = a->seg[0] + a->seg[1] + a->seg[2];
             if (!a->n || !(all > 0)) continue;
-            printf("%-8s %8.1f %9.1f %9.1f\n", c->strategy_labels[i],
-                   100 * a->seg[0] / all, 100 * a->seg[1] / all, 100 * a->seg[2] / all);
+            printf("%-8s %8.1f %9.1f %9.1f\n", c->strategy_labels[i], 100 * a->seg[0] / all,
+                   100 * a->seg[1] / all, 100 * a->seg[2] / all);
         }
     }
     if (!pf->simulate) return;
@@ -597,7 +597,8 @@ int main(int argc, char **argv)
     int64_t done = 0;
     agg_t *aggs = calloc((size_t)c.num_strategies, sizeof *aggs);
     for (int32_t m = 0; m < c.num_masks; m++) {
-        for (int32_t s = 0; s < c.num_strategies; s++) agg_reset(&aggs[s], c.num_batches, pf.repeat);
+        for (int32_t s = 0; s < c.num_strategies; s++)
+            agg_reset(&aggs[s], c.num_batches, pf.repeat);
         for (int32_t b = 0; b < c.num_batches; b++) {
             for (int32_t s = 0; s < c.num_strategies; s++) {
                 const int rc = plan_batch(&c, &c.masks[m], b, s, &pf, c.mask_names[m], &aggs[s]);

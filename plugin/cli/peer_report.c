@@ -6,9 +6,8 @@
 #include <stdlib.h>
 
 static const dcpt_col_t cols[] = {
-    {"strategy", -10},   {"batches", 7},     {"step(ms)", 9},     {"x-default", 9},
-    {"worst", 7},        {"exposed(ms)", 11}, {"exposed(%)", 10}, {"worst(%)", 8},
-    {"plan(ms)", 9},
+    {"strategy", -10},   {"batches", 7},     {"step(ms)", 9}, {"x-default", 9}, {"worst", 7},
+    {"exposed(ms)", 11}, {"exposed(%)", 10}, {"worst(%)", 8}, {"plan(ms)", 9},
 };
 #define NCOLS ((int)(sizeof cols / sizeof cols[0]))
 

@@ -92,8 +92,7 @@ static void model_add(fig_t *m, const fig_t *k, int32_t layers)
 }
 
 /* JSON line of one row. */
-static void json_row(const run_t *r, const char *s, int32_t v, int32_t b, int32_t k,
-                     const fig_t *x)
+static void json_row(const run_t *r, const char *s, int32_t v, int32_t b, int32_t k, const fig_t *x)
 {
     const dcpt_common_t *c = r->c;
     dcpt_json_t j;
@@ -380,8 +379,8 @@ int dcpt_plan_layers(const char *tool, const dcpt_common_t *c, const dcpt_layers
         for (int32_t s = 0; s < c->num_strategies; s++) {
             const dcp_status_t st = plan_one(&r, b, s);
             if (st == DCP_OK) continue;
-            fprintf(stderr, "%s: batch %d, layers, %s: %s: %s\n", tool, b,
-                    c->strategy_labels[s], dcp_status_string(st), dcp_last_error());
+            fprintf(stderr, "%s: batch %d, layers, %s: %s: %s\n", tool, b, c->strategy_labels[s],
+                    dcp_status_string(st), dcp_last_error());
             const int rc = st == DCP_ERR_CAPACITY ? 2 : 1;
             failed = rc > failed ? rc : failed;
         }

@@ -70,8 +70,8 @@ static void test_spec_parses_and_refuses(void)
         CU_ASSERT_EQUAL(dcp_strategy_parse(dcp_strategy_name(peers[i]), &s), DCP_OK);
         CU_ASSERT_EQUAL(s, peers[i]);
     }
-    static const char *const bad[] = {"metis:2", "packed:0", "packed:x", "packed:", "usp:-1",
-                                      "peer", "packed:99999999999"};
+    static const char *const bad[] = {
+        "metis:2", "packed:0", "packed:x", "packed:", "usp:-1", "peer", "packed:99999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         arg = 77;
         CU_ASSERT_EQUAL(dcp_strategy_parse_spec(bad[i], &s, &arg), DCP_ERR_INVALID_ARG);
@@ -222,10 +222,9 @@ static void test_runs_must_tile(void)
     const dcp_mask_t m[2] = {{.kind = DCP_MASK_FULL}, {.kind = DCP_MASK_FULL}};
     const dcp_batch_t batch = {.num_seqs = 2, .lengths = len, .masks = m};
     const dcp_attn_shape_t shape = {2, 2, 8, DCP_DTYPE_FP32, 0.0f};
-    static const int32_t cases[3][3][3] = {
-        {{0, 0, 10}, {1, 0, 5}, {-1, 0, 0}},  /* tiles */
-        {{0, 0, 6}, {1, 0, 5}, {-1, 0, 0}},   /* a gap */
-        {{0, 0, 10}, {0, 5, 10}, {1, 0, 5}}}; /* an overlap */
+    static const int32_t cases[3][3][3] = {{{0, 0, 10}, {1, 0, 5}, {-1, 0, 0}},  /* tiles */
+                                           {{0, 0, 6}, {1, 0, 5}, {-1, 0, 0}},   /* a gap */
+                                           {{0, 0, 10}, {0, 5, 10}, {1, 0, 5}}}; /* an overlap */
     for (int k = 0; k < 3; k++) {
         dcp_blocks_t b = {0};
         dcp_runs_t r = {0};
@@ -278,9 +277,8 @@ static void test_every_policy_runs_and_checks(void)
                 CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, 1e-5, NULL, &r), DCP_OK);
                 CU_ASSERT(r.passed && r.bwd_run);
                 if (!r.passed)
-                    fprintf(stderr, "peers: %s %s %s: rel %.3g dq %.3g\n", masks[k],
-                            clusters[c], dcp_strategy_name(peers[i]), r.max_rel_err,
-                            r.max_rel_err_grad[0]);
+                    fprintf(stderr, "peers: %s %s %s: rel %.3g dq %.3g\n", masks[k], clusters[c],
+                            dcp_strategy_name(peers[i]), r.max_rel_err, r.max_rel_err_grad[0]);
                 size_t n = 0;
                 CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
                 void *bytes = malloc(n);

@@ -154,8 +154,8 @@ static void test_default_by_training_step(void)
     dcp_plan_options_default(&o);
     o.block_size = 512;
     o.head_blocks = 2;
-    o.seed = 25;      /* METIS's */
-    o.hierarchy = 0;  /* METIS's global plan against zigzag's */
+    o.seed = 25;     /* METIS's */
+    o.hierarchy = 0; /* METIS's global plan against zigzag's */
     dcp_plan_t *def = t_plan_shape(len, n, m, "2x4", &sh, &o);
     o.strategy = DCP_STRATEGY_ZIGZAG;
     dcp_plan_t *zz = t_plan_shape(len, n, m, "2x4", &sh, &o);
