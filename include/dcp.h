@@ -250,7 +250,8 @@ typedef struct {
                                   kept against zigzag with the same divisions: where the cost
                                   model cannot rule zigzag's plan out, it is built, and the
                                   one the step-time simulator runs faster per training step
-                                  (forward + backward) is returned (stats.strategy) */
+                                  (forward + backward) is returned (stats.strategy); so are
+                                  its hierarchical candidates (options.hierarchy) */
     double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.05) */
     double eps_intra;          /* METIS: imbalance allowed between devices (default 0.05) */
     int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */
