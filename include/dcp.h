@@ -186,10 +186,37 @@ typedef enum {
     DCP_STRATEGY_ZIGZAG = 1, /* 2R chunks, rank r holds chunks r and 2R-1-r */
     DCP_STRATEGY_LPT = 2,    /* FCP's longest-processing-time block distributor */
     DCP_STRATEGY_METIS = 3,  /* hierarchical multi-constraint METIS on the block hypergraph */
-    DCP_STRATEGY_COUNT = 4,  /* number of concrete strategies */
-    DCP_STRATEGY_AUTO = 100  /* per batch, the strategy and block size (B/2, B, 2B) whose plan
-                                the step-time simulator runs fastest per training step
-                                (forward + backward) on the cluster's model */
+    DCP_STRATEGY_COUNT = 4,  /* number of dcp's own concrete strategies (AUTO's candidates) */
+    DCP_STRATEGY_NODES = 5,  /* a candidate of the default's (METIS's) search, which returns it
+                                where it simulates faster: whole documents packed into nodes
+                                as DCP_STRATEGY_PACKED packs them, METIS on each node's devices
+                                (balance repair and FM where the packing balances the nodes,
+                                else each node as METIS partitions it; lpt where METIS has no
+                                valid result) */
+    /* Peer policies: the placements other systems make, as plans dcp executes, so that the
+     * default can be held to them. options.strategy_arg is each one's parameter (0: its
+     * default); README "Placement strategies" gives the rule each follows and its source. */
+    DCP_STRATEGY_PACKED = 8,    /* packed DP x CP: documents to groups of strategy_arg ranks
+                                   (default: a node) by a longest-first balancer on attention
+                                   FLOPs and tokens, zigzag over each group's ranks */
+    DCP_STRATEGY_DYNCP = 9,     /* Megatron-LM's dynamic CP: a power-of-two CP group per
+                                   document (strategy_arg: most tokens per rank, default the
+                                   batch's mean), groups by its balancing scheduler, zigzag in each */
+    DCP_STRATEGY_ULYSSES = 10,  /* DeepSpeed Ulysses: documents to groups of strategy_arg ranks
+                                   (default: a node), each group's tokens in contiguous shards, head
+                                   group h of every tile on the group's rank h; the KV heads must
+                                   divide among the group's ranks (else DCP_ERR_INVALID_ARG) */
+    DCP_STRATEGY_USP = 11,      /* USP: Ulysses of degree strategy_arg (default: the largest
+                                   divisor of the KV heads that fits a node) inside zigzag
+                                   ring attention across the ranks */
+    DCP_STRATEGY_MAGI = 12,     /* MagiAttention's dispatch: the batch's token stream in chunks
+                                   of strategy_arg tokens (default 2048) spread by a min-heap over
+                                   their attention area, computation where the queries live */
+    DCP_STRATEGY_PEER_END = 13, /* one past the last peer policy */
+    DCP_STRATEGY_AUTO = 100     /* per batch, the strategy and block size (B/2, B, 2B) whose plan
+                                   the step-time simulator runs fastest per training step
+                                   (forward + backward) on the cluster's model; dcp's own
+                                   strategies only */
 } dcp_strategy_t;
 
 /* How the METIS strategy turns the hypergraph into a graph. */
@@ -206,9 +233,16 @@ typedef enum {
                                `coalesce` blocks per round (FCP) */
 } dcp_comm_schedule_t;
 
-/* "ring", "zigzag", "lpt", "metis", "auto". */
+/* "ring", "zigzag", "lpt", "metis", "auto", "nodes", and the peer policies "packed", "dyncp",
+ * "ulysses", "usp", "magi" (static strings; "unknown" for any other value). */
 DCP_API const char *dcp_strategy_name(dcp_strategy_t strategy);
 DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out);
+/* "name" or "name:N" (a peer policy's parameter, options.strategy_arg: N >= 1; 0 without
+ * one), e.g. "packed:8", "usp:4", "metis". Fails with DCP_ERR_INVALID_ARG naming the spec for
+ * an unknown name, a parameter on a strategy that takes none, or one that is not a whole
+ * number >= 1. Outputs are written only on success. Thread-safe. */
+DCP_API dcp_status_t dcp_strategy_parse_spec(const char *spec, dcp_strategy_t *strategy_out,
+                                             int32_t *arg_out);
 
 typedef struct {
     int32_t block_size;        /* B: tokens per token block, >= 1 (default 1024) */
@@ -223,7 +257,8 @@ typedef struct {
                                   kept against zigzag with the same divisions: where the cost
                                   model cannot rule zigzag's plan out, it is built, and the
                                   one the step-time simulator runs faster per training step
-                                  (forward + backward) is returned (stats.strategy) */
+                                  (forward + backward) is returned (stats.strategy); so are
+                                  its hierarchical candidates (options.hierarchy) */
     double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.05) */
     double eps_intra;          /* METIS: imbalance allowed between devices (default 0.05) */
     int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */
@@ -241,6 +276,18 @@ typedef struct {
                             With layer kinds every second try balances only the kind with the
                             most work (layers x allowed pairs), the others' blocks left where
                             their traffic is least */
+    int32_t strategy_arg; /* a peer policy's parameter (DCP_STRATEGY_PACKED and the others
+                             after it; see each), >= 0, 0 (default) for its default; ignored
+                             by dcp's own strategies. The plan's options hold the value used.
+                             Not part of the plan bytes: a loaded plan reads 0 */
+    int32_t hierarchy;    /* METIS (the default): 1 (default) = beside its global plan, the
+                             hierarchical candidates the peer policies suggest (whole documents
+                             packed into nodes, then METIS inside each node, DCP_STRATEGY_NODES;
+                             where that packing is uneven, head parallelism inside each node,
+                             DCP_STRATEGY_ULYSSES), each screened by the cost model and kept
+                             where the simulator runs it faster (stats.strategy names the
+                             placement returned); 0 = METIS's global plan only (and zigzag's,
+                             where it is faster). Not part of the plan bytes */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */

@@ -26,8 +26,9 @@
  * heads, head dims, dtype and three sizes in powers of two, the batch capacity, the longest
  * entry's rows and keys; a plan also runs calls up to 4x smaller in batch and rows and of any
  * shorter key length (cuDNN's ragged kernels stop at each entry's length), and a new plan takes
- * the longest key bucket its variant has seen, so that a training loop stops building once
- * its longest entries have come (dcp_cudnn_cache_*, a pure model the tests run). A call then
+ * the largest batch and rows its graph has been asked for and the longest keys of any graph
+ * of its pass, so that a training loop stops building once its longest entries have come
+ * (dcp_cudnn_cache_*, a pure model the tests run). A call then
  * only sets the stream and executes a variant pack made at bind time. The backward's
  * softmax_sum and dQ accumulator (fp32) sit at the start of the bound workspace, cuDNN's plan
  * workspace after them. With `deterministic`, engine configurations that cuDNN marks
@@ -106,8 +107,9 @@ void dcp_cudnn_cache_free(dcp_cudnn_cache_t *c);
 dcp_status_t dcp_cudnn_cache_expect(dcp_cudnn_cache_t *c, const dcp_cudnn_key_t *want);
 
 /* The plan that runs `want`: the fitting key with the fewest entries x rows, else a new key
- * at *index_out with *build_out set: want with the largest sizes its graph was expected with
- * (keys: any; batch and rows: up to 4x want's, so that it runs want), in a free slot or the
+ * at *index_out with *build_out set: want with the largest batch and rows its graph was
+ * expected with (up to 4x want's, so that it runs want) and the longest keys any graph of its
+ * pass and shape was expected or built with, in a free slot or the
  * least recently used unpinned one (*evicted_out its old index, else -1; the engine frees
  * that plan first). The chosen key is pinned. DCP_ERR_NO_MEMORY, or DCP_ERR_UNSUPPORTED when
  * every plan is pinned. */

@@ -95,6 +95,15 @@ static int same_graph(const dcp_cudnn_key_t *a, const dcp_cudnn_key_t *b)
            a->hkv == b->hkv && a->dqk == b->dqk && a->dv == b->dv;
 }
 
+/* The same pass and shape, whatever the class and graph: the keys a pass's entries reach are
+ * the same span of the rank's rows. */
+static int same_shape(const dcp_cudnn_key_t *a, const dcp_cudnn_key_t *b)
+{
+    return a->bwd >= 0 && a->bwd == b->bwd && a->deterministic == b->deterministic &&
+           a->dtype == b->dtype && a->hq == b->hq && a->hkv == b->hkv && a->dqk == b->dqk &&
+           a->dv == b->dv;
+}
+
 int dcp_cudnn_key_fits(const dcp_cudnn_key_t *have, const dcp_cudnn_key_t *want)
 {
     return same_graph(have, want) && have->b >= want->b && have->b <= 4 * want->b &&
@@ -196,15 +205,19 @@ dcp_status_t dcp_cudnn_cache_find(dcp_cudnn_cache_t *c, const dcp_cudnn_key_t *w
         DCP_CHECK(dcp_reserve(&c->pinned, &c->cap_pinned, c->n + 1, 1, "cudnn plans"));
         c->n++;
     }
-    dcp_cudnn_key_t k = *want; /* the largest sizes expected, as far as they still run want */
-    for (int64_t i = 0; i < c->n_seen; i++)
+    /* the largest batch and rows its graph was expected with, as far as they still run want,
+     * and the longest keys of any graph of its pass and shape (expected or built): causal
+     * entries reach the furthest, and a class that comes later takes their length */
+    dcp_cudnn_key_t k = *want;
+    for (int64_t i = 0; i < c->n_seen; i++) {
         if (same_graph(&c->seen[i], want)) {
             k.b = max64(k.b, min64(c->seen[i].b, 4 * want->b));
             k.sq = max64(k.sq, min64(c->seen[i].sq, 4 * want->sq));
-            k.skv = max64(k.skv, c->seen[i].skv);
         }
-    for (int64_t i = 0; i < c->n; i++) /* and the longest keys of the graph's plans */
-        if (i != at && same_graph(&c->keys[i], want)) k.skv = max64(k.skv, c->keys[i].skv);
+        if (same_shape(&c->seen[i], want)) k.skv = max64(k.skv, c->seen[i].skv);
+    }
+    for (int64_t i = 0; i < c->n; i++)
+        if (i != at && same_shape(&c->keys[i], want)) k.skv = max64(k.skv, c->keys[i].skv);
     c->keys[at] = k;
     c->used[at] = c->clock;
     c->pinned[at] = 1;

@@ -381,6 +381,86 @@ dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks)
     return DCP_OK;
 }
 
+dcp_status_t dcp_runs_push(dcp_runs_t *r, int32_t seq, int32_t start, int32_t end, int32_t tag)
+{
+    if (end <= start) return DCP_OK;
+    if (r->n == r->cap) {
+        int64_t cap = r->cap;
+        int32_t **arr[4] = {&r->seq, &r->start, &r->end, &r->tag};
+        for (int i = 0; i < 4; i++) {
+            cap = r->cap;
+            DCP_CHECK(dcp_reserve(arr[i], &cap, r->n + 1, sizeof(int32_t), "token runs"));
+        }
+        r->cap = cap;
+    }
+    r->seq[r->n] = seq;
+    r->start[r->n] = start;
+    r->end[r->n] = end;
+    r->tag[r->n] = tag;
+    r->n++;
+    return DCP_OK;
+}
+
+void dcp_runs_release(dcp_runs_t *r)
+{
+    free(r->seq);
+    free(r->start);
+    free(r->end);
+    free(r->tag);
+    *r = (dcp_runs_t){0};
+}
+
+typedef struct {
+    int32_t seq, start, end, tag;
+} run_t;
+
+static int run_cmp(const void *a, const void *b)
+{
+    const run_t *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+dcp_status_t dcp_blocks_cut_runs(dcp_blocks_t *b, const dcp_runs_t *runs)
+{
+    run_t *r;
+    DCP_CHECK(dcp_calloc(&r, runs->n, sizeof *r, "token runs"));
+    for (int64_t i = 0; i < runs->n; i++)
+        r[i] = (run_t){runs->seq[i], runs->start[i], runs->end[i], runs->tag[i]};
+    qsort(r, (size_t)runs->n, sizeof *r, run_cmp);
+    dcp_status_t st = DCP_OK;
+    /* every sequence tiled, in order: each run starts where the one before it ended */
+    int32_t seq = 0, pos = 0;
+    int tiled = 1;
+    for (int64_t i = 0; i < runs->n && tiled; i++) {
+        if (r[i].seq != seq && pos == b->seqs[seq].len) seq++, pos = 0;
+        tiled = r[i].seq == seq && r[i].start == pos && r[i].end <= b->seqs[seq].len;
+        if (tiled) pos = r[i].end;
+    }
+    if (!tiled || seq != b->num_seqs - 1 || pos != b->seqs[seq].len)
+        st = dcp_set_error(DCP_ERR_INTERNAL, "blocks: runs leave sequence %d open at %d", seq, pos);
+    int32_t n = 0;
+    for (int pass = 0; pass < 2 && st == DCP_OK; pass++) { /* count, then fill */
+        n = 0;
+        for (int64_t i = 0; i < runs->n; i++) {
+            if (b->seq_blk && (i == 0 || r[i - 1].seq != r[i].seq)) b->seq_blk[r[i].seq] = n;
+            cut_run(b, r[i].seq, r[i].tag, r[i].start, r[i].end, &n);
+        }
+        if (pass == 1) break;
+        int32_t **arr[4] = {&b->blk_seq, &b->blk_start, &b->blk_len, &b->blk_chunk};
+        for (int a = 0; a < 4 && st == DCP_OK; a++)
+            st = dcp_calloc(arr[a], n, sizeof(int32_t), "token blocks");
+        if (st == DCP_OK)
+            st = dcp_calloc(&b->seq_blk, b->num_seqs + 1, sizeof(int32_t), "token blocks");
+    }
+    if (st == DCP_OK) {
+        b->seq_blk[b->num_seqs] = n;
+        b->num_blocks = n;
+    }
+    free(r);
+    return st;
+}
+
 /* First block of sequence s whose tokens reach past key position `pos`. */
 static int32_t block_at(const dcp_blocks_t *b, int32_t s, int32_t pos)
 {

@@ -110,6 +110,23 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
  * skipped), then each chunk into blocks of at most B. */
 dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks);
 
+/* Runs of tokens that a strategy places as a whole: run i is [start[i], end[i]) of sequence
+ * seq[i], with the strategy's tag (the owner rank, for the peer policies). Pushed in any
+ * order; together they must tile every sequence. */
+typedef struct {
+    int64_t n, cap;
+    int32_t *seq, *start, *end, *tag;
+} dcp_runs_t;
+
+/* Appends a run (an empty one is skipped). */
+dcp_status_t dcp_runs_push(dcp_runs_t *r, int32_t seq, int32_t start, int32_t end, int32_t tag);
+void dcp_runs_release(dcp_runs_t *r);
+
+/* Cuts every sequence of b (zeroed blocks) at its runs, each run into blocks of at most B
+ * from its start; blk_chunk is the run's tag. Fails with DCP_ERR_INTERNAL when the runs do not
+ * tile the sequences. */
+dcp_status_t dcp_blocks_cut_runs(dcp_blocks_t *b, const dcp_runs_t *runs);
+
 /* A coarser model of an unchunked block model: sequence s's blocks are grouped
  * `factor[s]` consecutive blocks at a time (factor 1: unchanged), and its tiles are those
  * of the groups. `coarse` (zeroed) gets its own copy of the sequences; coarse_of_out (malloc'ed,

@@ -19,6 +19,7 @@
  * field is ignored and one plan has one byte string.
  */
 #include "include/base/error.h"
+#include "partition/place.h"
 #include "partition/blocks.h"
 #include "partition/mask.h"
 #include "partition/plan.h"
@@ -56,7 +57,7 @@ static dcp_status_t check_meta(const dcp_plan_t *p)
     if (!(s->softcap >= 0.0f) || !isfinite(s->softcap) || signbit(s->softcap))
         return CORRUPT("plan: softcap %g is invalid", (double)s->softcap);
     if (o->block_size < 1 || o->head_blocks < 1 || s->num_kv_heads % o->head_blocks != 0 ||
-        o->divisions < 1 || o->divisions > 1024 || (unsigned)o->strategy >= DCP_STRATEGY_COUNT ||
+        o->divisions < 1 || o->divisions > 1024 || !dcp_strategy_ops(o->strategy) ||
         !(o->eps_inter >= 0) || !(o->eps_intra >= 0) || o->mem_cap_bytes < 0 ||
         (unsigned)o->expansion > DCP_EXPAND_STAR || o->net_cap < 0 || (o->refine & ~1) ||
         (unsigned)o->comm_schedule > DCP_COMM_ROUNDS || o->coalesce < 1 || o->metis_tries < 1 ||

@@ -35,6 +35,8 @@ typedef struct {
     char **kind_labels;
     int32_t num_strategies;
     dcp_strategy_t *strategies;
+    int32_t *strategy_args; /* options.strategy_arg of each ("packed:8": 8; 0 without one) */
+    char **strategy_labels; /* each as given ("packed:8", "metis") */
     int32_t num_batches;
     int32_t *batch_first; /* batch b: lengths[batch_first[b] .. batch_first[b + 1]) */
     int32_t *lengths;
@@ -53,6 +55,9 @@ void dcpt_common_free(dcpt_common_t *c);
  * --layers. */
 dcp_batch_t dcpt_common_batch(const dcpt_common_t *c, int32_t b, int32_t m, dcp_mask_t **masks_out,
                               dcp_layer_kind_t kinds[DCP_MAX_KINDS]);
+
+/* Strategy s of the list into opts (strategy and strategy_arg). */
+void dcpt_common_strategy(const dcpt_common_t *c, int32_t s, dcp_plan_options_t *opts);
 
 /* "fp32", "bf16", "fp16": parsed (exits 2 naming --<flag> otherwise) and named. */
 dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text);

@@ -454,11 +454,11 @@ static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_pla
 /* One (mask, strategy) run; returns 1 when it failed, 2 when the plan does not fit --mem-cap. A
  * failed run of a job's ranks ends the job (the engines may be broken, a peer may be dead). */
 static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_harness_t *h,
-                   const char *mask, dcp_strategy_t strategy, const run_flags_t *rf,
-                   const job_t *job)
+                   const char *mask, int32_t si, const run_flags_t *rf, const job_t *job)
 {
     dcp_plan_options_t opts = c->opts;
-    opts.strategy = strategy;
+    dcpt_common_strategy(c, si, &opts);
+    const char *strategy = c->strategy_labels[si];
     const dcp_batch_t batch = dcpt_harness_batch(h);
     dcp_plan_t *plan = NULL;
     dcp_status_t st = dcp_plan_create(&batch, &h->shape, &opts, cluster, &plan);
@@ -495,13 +495,13 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
             fprintf(stderr,
                     "%s: mask %s, strategy %s cannot be planned as configured (--mem-cap, --block, "
                     "--ranks): %s\n",
-                    tool, mask, dcp_strategy_name(strategy), dcp_last_error());
+                    tool, mask, strategy, dcp_last_error());
         return 2;
     }
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: mask %s, strategy %s: %s: %s\n", tool,
-                job->ctx ? job->bs.rank : 0, mask, dcp_strategy_name(strategy),
-                dcp_status_string(st), dcp_last_error());
+                job->ctx ? job->bs.rank : 0, mask, strategy, dcp_status_string(st),
+                dcp_last_error());
         if (broken) {
             fflush(NULL);
             dcpt_mpi_stop(1, 1);
@@ -509,8 +509,7 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
         }
         return 1;
     }
-    if (!job->ctx || job->bs.rank == 0)
-        print_row(mask, dcp_strategy_name(strategy), &ps, &r, &rep, rf);
+    if (!job->ctx || job->bs.rank == 0) print_row(mask, strategy, &ps, &r, &rep, rf);
     return (rf->check && !r.passed) || !repeat_ok(&rep, rf);
 }
 
@@ -538,11 +537,12 @@ static dcp_status_t run_kind(dcpt_harness_t *h, const dcp_plan_t *p, const run_f
  * harness (the same inputs, the kind's masks) and is checked against its own reference; a
  * row per kind, then the model row. Returns as run_one(). */
 static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
-                          dcpt_harness_t *const *hs, dcp_strategy_t strategy, const run_flags_t *rf,
+                          dcpt_harness_t *const *hs, int32_t si, const run_flags_t *rf,
                           const job_t *job)
 {
     dcp_plan_options_t opts = c->opts;
-    opts.strategy = strategy;
+    dcpt_common_strategy(c, si, &opts);
+    const char *strategy = c->strategy_labels[si];
     dcp_layer_kind_t kinds[DCP_MAX_KINDS];
     for (int32_t k = 0; k < c->num_kinds; k++)
         kinds[k] = (dcp_layer_kind_t){hs[k]->masks, c->kind_layers[k]};
@@ -556,11 +556,9 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         dcpt_mpi_fault_point("plan");
         st = plans_agree(job, st, plan);
     }
-    row_t rows[DCP_MAX_KINDS], model = {.mask = "model",
-                                        .strategy = dcp_strategy_name(strategy),
-                                        .kind = "model",
-                                        .passed = 1,
-                                        .bwd_passed = 1};
+    row_t rows[DCP_MAX_KINDS],
+        model = {
+            .mask = "model", .strategy = strategy, .kind = "model", .passed = 1, .bwd_passed = 1};
     char digests[DCP_MAX_KINDS][24];
     /* the rows point into their results (digest, engine): kept until the rows are printed */
     dcpt_harness_result_t res[DCP_MAX_KINDS] = {{0}};
@@ -574,8 +572,7 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         if (st == DCP_OK) st = run_kind(hs[k], view, rf, job, r, &broken);
         if (st != DCP_OK) break;
         const dcpt_harness_repeat_t none = {0};
-        rows[k] =
-            make_row(c->mask_names[k], dcp_strategy_name(strategy), &ps, r, &none, rf, digests[k]);
+        rows[k] = make_row(c->mask_names[k], strategy, &ps, r, &none, rf, digests[k]);
         rows[k].kind = c->kind_labels[k];
         model_add(&model, &rows[k], c->kind_layers[k]);
         layers += c->kind_layers[k];
@@ -586,8 +583,7 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         const int capacity = st == DCP_ERR_CAPACITY;
         if (!capacity || !job->ctx || job->bs.rank == 0)
             fprintf(stderr, "%s: rank %d: layers, strategy %s: %s: %s\n", tool,
-                    job->ctx ? job->bs.rank : 0, dcp_strategy_name(strategy), dcp_status_string(st),
-                    dcp_last_error());
+                    job->ctx ? job->bs.rank : 0, strategy, dcp_status_string(st), dcp_last_error());
         if (broken) {
             fflush(NULL);
             dcpt_mpi_stop(1, 1);
@@ -651,7 +647,7 @@ static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, cons
             fflush(stdout);
         }
         for (int32_t s = 0; s < c->num_strategies; s++) {
-            const int rc = run_layers_one(c, cluster, hs, c->strategies[s], rf, job);
+            const int rc = run_layers_one(c, cluster, hs, s, rf, job);
             failed = rc > failed ? rc : failed;
             if (job->ctx) dcpt_mpi_fault_point("between");
         }
@@ -697,7 +693,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
             fflush(stdout);
         }
         for (int32_t s = 0; s < c->num_strategies; s++) {
-            const int rc = run_one(c, cluster, h, c->mask_names[m], c->strategies[s], rf, job);
+            const int rc = run_one(c, cluster, h, c->mask_names[m], s, rf, job);
             failed = rc > failed ? rc : failed;
             if (job->ctx) dcpt_mpi_fault_point("between");
         }

@@ -239,6 +239,27 @@ done
 json_check "$work/one.json" 'rows[0]["max_buffer_bytes"] > 0 and rows[0]["max_rank_bytes"] == 0'
 json_check "$work/eight.json" 'rows[0]["max_buffer_bytes"] > 0 and rows[0]["max_rank_bytes"] > 0'
 
+# 14. the peer policies: --strategy peers compares them with the default batch by batch (every
+# one planned, the default's row 1.000); a parameter where none is taken, a group of ranks the
+# KV heads do not divide among and two kernel tables at once each blame their flag
+"$bin/dcp-plan" --cluster 2x4 --tokens 16384 --kv-heads 4 --strategy peers,magi:512 --simulate \
+    --kernels h100-cudnn >"$work/peers" 2>"$work/peers.err" ||
+    fail "dcp-plan --strategy peers: $(tail -3 "$work/peers.err")"
+python3 - "$work/peers" <<'PY' || fail "dcp-plan --strategy peers: the comparison table"
+import sys
+lines = open(sys.argv[1]).read().split("against the default")[1].splitlines()
+rows = {l.split()[0]: l.split() for l in lines if l and l.split()[0] in
+        ("metis", "packed", "dyncp", "ulysses", "usp", "magi", "magi:512")}
+assert len(rows) == 7, rows
+assert rows["metis"][3] == "1.000", rows["metis"]
+PY
+grep -q "kernels h100-cudnn" "$work/peers" || fail "dcp-plan --kernels: not in the header"
+expect 2 "--strategy: strategy 'metis:2'" "$bin/dcp-plan" --seqlens 100 --strategy metis:2
+expect 2 "--sim-kernels: not with --kernels" "$bin/dcp-plan" --seqlens 100 --simulate \
+    --kernels h100-dcp --sim-kernels h100
+expect 1 "num_kv_heads = 2" "$bin/dcp-attn-test" --ranks 4 --tokens 512 --strategy ulysses:4 \
+    --warmup 0 --iters 1
+
 if [ "$failures" -ne 0 ]; then
     echo "tests/tools: $failures failure(s)"
     exit 1

@@ -26,7 +26,7 @@ static const dcp_suite_fn suites[] = {
     dcp_suite_ucx,      dcp_suite_disagree,
     dcp_suite_stamps,   dcp_suite_lent,
     dcp_suite_e2e,      dcp_suite_kinds,
-    dcp_suite_ordering, dcp_suite_gpu,       dcp_suite_variants,
+    dcp_suite_ordering, dcp_suite_peers,     dcp_suite_gpu,       dcp_suite_variants,
 };
 
 static struct {

@@ -35,6 +35,7 @@ int dcp_suite_simulate(void);
 int dcp_suite_topo(void);
 int dcp_suite_ucx(void);
 int dcp_suite_kinds(void);
+int dcp_suite_peers(void);
 int dcp_suite_disagree(void);
 int dcp_suite_segment(void);
 int dcp_suite_cudnn(void);

@@ -202,13 +202,22 @@ static void ranks_free(srank_t *d)
     for (int32_t r = 0; r < RANKS; r++) free(d[r].o);
 }
 
+/* A plan of `strategy` (METIS's global one: its candidate of documents packed into nodes may
+ * leave ranks that exchange nothing, and these tests need every rank to meet rank 2). */
 static dcp_plan_t *plan_with(dcp_strategy_t strategy)
 {
     static const int32_t len[3] = {700, 90, 333};
     const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL},
                              {.kind = DCP_MASK_FULL},
                              {.kind = DCP_MASK_WINDOW, .window = 50}};
-    return t_plan(len, 3, m, "2x2", strategy, 64, 2, 1);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = strategy;
+    o.block_size = 64;
+    o.divisions = 2;
+    o.head_blocks = 1;
+    o.hierarchy = 0;
+    return t_plan_opts(len, 3, m, "2x2", &o);
 }
 
 /* Every rank runs forward, backward, forward of one plan: all succeed, the stand-in carried

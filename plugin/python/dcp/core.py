@@ -70,7 +70,8 @@ class PlanOptions(C.Structure):
                 ("mem_cap_bytes", C.c_int64), ("seed", C.c_uint64),
                 ("expansion", C.c_int), ("net_cap", C.c_int32), ("refine", C.c_int32),
                 ("comm_schedule", C.c_int), ("coalesce", C.c_int32),
-                ("metis_tries", C.c_int32)]
+                ("metis_tries", C.c_int32), ("strategy_arg", C.c_int32),
+                ("hierarchy", C.c_int32)]
 
 
 class PlanStats(C.Structure):
