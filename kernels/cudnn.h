@@ -78,7 +78,7 @@ typedef struct {
  * at least 8 entries and 64 rows or keys). */
 dcp_cudnn_key_t dcp_cudnn_call_key(const dcp_dense_call_t *call, int backward, int fused,
                                    int deterministic, dcp_dtype_t dtype, int32_t q_heads,
-                                   int32_t kv_heads, int32_t head_dim);
+                                   int32_t kv_heads, int32_t head_dim, int32_t head_dim_v);
 
 /* Whether a plan built for `have` runs a call whose key is `want`: the same graph, a batch
  * and rows at least want's and at most 4x, keys at least want's. */

@@ -69,7 +69,7 @@ static int64_t pow2_at_least(int64_t n, int64_t least)
 
 dcp_cudnn_key_t dcp_cudnn_call_key(const dcp_dense_call_t *call, int backward, int fused,
                                    int deterministic, dcp_dtype_t dtype, int32_t q_heads,
-                                   int32_t kv_heads, int32_t head_dim)
+                                   int32_t kv_heads, int32_t head_dim, int32_t head_dim_v)
 {
     dcp_cudnn_key_t k;
     memset(&k, 0, sizeof k);
@@ -80,7 +80,8 @@ dcp_cudnn_key_t dcp_cudnn_call_key(const dcp_dense_call_t *call, int backward, i
     k.dtype = dtype;
     k.hq = q_heads;
     k.hkv = kv_heads;
-    k.dqk = k.dv = head_dim;
+    k.dqk = head_dim;
+    k.dv = head_dim_v > 0 ? head_dim_v : head_dim;
     k.b = pow2_at_least(call->cap, deterministic && backward ? 8 : 16);
     k.sq = pow2_at_least(call->max_q, 64);
     k.skv = pow2_at_least(call->max_kv, 64);

@@ -230,10 +230,9 @@ static dcp_status_t make_pack(dcp_cudnn_t *c, slot_t *s, call_t *cl, const dcp_d
     const size_t es = env->dtype == DCP_DTYPE_FP32 ? 4 : 2;
     char *seg = env->bufs[DCP_BUF_SEG];
     float *seg32 = env->bufs[DCP_BUF_SEG32];
-    const int32_t *in = ints + call->ints;
+    const int32_t *in = ints + call->ints; /* device memory: addresses only */
     const int64_t cap = call->cap;
-    int32_t *seq_q = (int32_t *)in, *seq_kv = seq_q + cap, *off_q = seq_kv + cap,
-            *off_kv = off_q + cap + 1, *off_st = off_kv + cap + 1;
+#define INTS(a) (in + dcp_seg_int_array(cap, (a)))
     cl->scale = env->scale;
     cl->neg_inf = -INFINITY;
     cl->one = 1.0f;
@@ -248,13 +247,14 @@ static dcp_status_t make_pack(dcp_cudnn_t *c, slot_t *s, call_t *cl, const dcp_d
     PUT(DCP_CUDNN_U_V, seg + call->v * es);
     PUT(DCP_CUDNN_U_O, seg + call->o * es);
     PUT(DCP_CUDNN_U_STATS, seg32 + call->stats);
-    PUT(DCP_CUDNN_U_SEQ_Q, seq_q);
-    PUT(DCP_CUDNN_U_SEQ_KV, seq_kv);
-    PUT(DCP_CUDNN_U_OFF_Q, off_q);
-    PUT(DCP_CUDNN_U_OFF_K, off_kv);
-    PUT(DCP_CUDNN_U_OFF_V, off_kv);
-    PUT(DCP_CUDNN_U_OFF_O, off_q);
-    PUT(DCP_CUDNN_U_OFF_STATS, off_st);
+    PUT(DCP_CUDNN_U_SEQ_Q, INTS(DCP_SEG_SEQ_Q));
+    PUT(DCP_CUDNN_U_SEQ_KV, INTS(DCP_SEG_SEQ_KV));
+    PUT(DCP_CUDNN_U_OFF_Q, INTS(DCP_SEG_OFF_Q));
+    PUT(DCP_CUDNN_U_OFF_K, INTS(DCP_SEG_OFF_K));
+    PUT(DCP_CUDNN_U_OFF_V, INTS(DCP_SEG_OFF_V));
+    PUT(DCP_CUDNN_U_OFF_O, INTS(DCP_SEG_OFF_O));
+    PUT(DCP_CUDNN_U_OFF_STATS, INTS(DCP_SEG_OFF_ST));
+#undef INTS
     if (p->gr.g.n > 0 && c->cache.keys[cl->plan].bwd) {
         PUT(DCP_CUDNN_U_DO, seg + call->dout * es);
         PUT(DCP_CUDNN_U_DQ, seg + call->dq * es);
@@ -319,7 +319,7 @@ dcp_status_t dcp_cudnn_prepare(dcp_cudnn_t *c, int slot, const dcp_seg_prog_t *p
         const int bwd = prog->launches[call->launch].backward;
         keys[i] = dcp_cudnn_call_key(call, bwd, dcp_cudnn_fused(c->version, bwd, call->cls),
                                      c->deterministic, env->dtype, env->q_heads, env->kv_heads,
-                                     env->head_dim);
+                                     env->head_dim, dcp_env_dv(env));
         st = dcp_cudnn_cache_expect(&c->cache, &keys[i]);
     }
     size_t ws = 0;

@@ -33,6 +33,12 @@ typedef struct {
     dcp_view_t o, lse;
 } part_t;
 
+/* Elements per row of each packed tensor: Q and dQ, O and dO, K and dK, V and dV (heads x the
+ * head dim of each), and the statistics (query heads). */
+typedef struct {
+    int64_t q, o, k, v, st;
+} widths_t;
+
 static dcp_view_t view_at(dcp_view_t v, int64_t rows)
 {
     v.off += rows * v.stride;
@@ -116,38 +122,47 @@ static int piece_at(const dcp_seg_line_t *line, int32_t i, int32_t k0, int32_t k
     return 1;
 }
 
+/* The offsets of entry k of a call whose rows start at rows q and kv of its tensors. */
+static void set_offsets(int32_t *in, int64_t cap, int64_t k, int64_t rq, int64_t rkv,
+                        const widths_t *w)
+{
+    in[dcp_seg_int_array(cap, DCP_SEG_OFF_Q) + k] = (int32_t)(rq * w->q);
+    in[dcp_seg_int_array(cap, DCP_SEG_OFF_O) + k] = (int32_t)(rq * w->o);
+    in[dcp_seg_int_array(cap, DCP_SEG_OFF_K) + k] = (int32_t)(rkv * w->k);
+    in[dcp_seg_int_array(cap, DCP_SEG_OFF_V) + k] = (int32_t)(rkv * w->v);
+    in[dcp_seg_int_array(cap, DCP_SEG_OFF_ST) + k] = (int32_t)(rq * w->st);
+}
+
 /* The lengths and ragged offsets of a call (dcp_dense_call_t.ints); its entries are
  * ents[e] with ents[e].call == c. */
 static dcp_status_t call_ints(dcp_seg_prog_t *p, dcp_dense_call_t *call, int32_t c,
-                              const entry_t *ents, int64_t nents, int64_t qw, int64_t kw, int64_t hq)
+                              const entry_t *ents, int64_t nents, const widths_t *w)
 {
-    if (call->rows_q * qw > INT32_MAX || call->rows_kv * kw > INT32_MAX)
+    const int64_t wq = w->q > w->o ? w->q : w->o, wk = w->k > w->v ? w->k : w->v;
+    if (call->rows_q * wq > INT32_MAX || call->rows_kv * wk > INT32_MAX)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "segmenter: a dense call of %lld query and %lld key rows exceeds "
                              "32-bit ragged offsets",
                              (long long)call->rows_q, (long long)call->rows_kv);
-    const int64_t cap = call->cap, nint = 2 * cap + 3 * (cap + 1);
+    const int64_t cap = call->cap, nint = dcp_seg_int_array(cap, DCP_SEG_INT_ARRAYS);
     call->ints = p->n_ints;
     DCP_CHECK(
         dcp_reserve(&p->ints, &p->cap_ints, p->n_ints + nint, sizeof *p->ints, "segment lengths"));
-    int32_t *seq_q = p->ints + p->n_ints, *seq_kv = seq_q + cap, *off_q = seq_kv + cap,
-            *off_kv = off_q + cap + 1, *off_st = off_kv + cap + 1;
+    int32_t *in = p->ints + p->n_ints;
     p->n_ints += nint;
     int64_t k = 0;
     for (int64_t e = 0; e < nents; e++) {
         if (ents[e].call != c) continue;
-        seq_q[k] = ents[e].seg->r1 - ents[e].seg->r0;
-        seq_kv[k] = ents[e].seg->k1 - ents[e].seg->k0;
-        off_q[k] = (int32_t)(ents[e].cq * qw);
-        off_kv[k] = (int32_t)(ents[e].ckv * kw);
-        off_st[k] = (int32_t)(ents[e].cq * hq);
+        in[dcp_seg_int_array(cap, DCP_SEG_SEQ_Q) + k] = ents[e].seg->r1 - ents[e].seg->r0;
+        in[dcp_seg_int_array(cap, DCP_SEG_SEQ_KV) + k] = ents[e].seg->k1 - ents[e].seg->k0;
+        set_offsets(in, cap, k, ents[e].cq, ents[e].ckv, w);
         k++;
     }
     for (; k <= cap; k++) { /* the empty entries past the batch, and the end offsets */
-        if (k < cap) seq_q[k] = seq_kv[k] = 0;
-        off_q[k] = (int32_t)(call->rows_q * qw);
-        off_kv[k] = (int32_t)(call->rows_kv * kw);
-        off_st[k] = (int32_t)(call->rows_q * hq);
+        if (k < cap)
+            in[dcp_seg_int_array(cap, DCP_SEG_SEQ_Q) + k] =
+                in[dcp_seg_int_array(cap, DCP_SEG_SEQ_KV) + k] = 0;
+        set_offsets(in, cap, k, call->rows_q, call->rows_kv, w);
     }
     return DCP_OK;
 }
@@ -156,8 +171,8 @@ static dcp_status_t call_ints(dcp_seg_prog_t *p, dcp_dense_call_t *call, int32_t
  * output, one item per run of rows with the same partials. */
 static dcp_status_t group_merges(dcp_seg_prog_t *p, dcp_seg_launch_t *l, int64_t gi,
                                  const dcp_tile_group_t *g, const entry_t *ents, int64_t e0,
-                                 int64_t e1, const part_t *parts, int64_t nparts, int64_t qw,
-                                 int64_t hq, int32_t *cut)
+                                 int64_t e1, const part_t *parts, int64_t nparts, const widths_t *w,
+                                 int32_t *cut)
 {
     int nc = 0;
     cut[nc++] = 0;
@@ -191,8 +206,8 @@ static dcp_status_t group_merges(dcp_seg_prog_t *p, dcp_seg_launch_t *l, int64_t
             const dcp_dense_call_t *call = &calls[x->call];
             const int64_t row = x->cq + (x0 - x->seg->r0);
             p->merge_srcs[p->n_merge_srcs++] =
-                (dcp_merge_src_t){seg_view(DCP_BUF_SEG, call->o + row * qw, qw),
-                                  seg_view(DCP_BUF_SEG32, call->stats + row * hq, hq)};
+                (dcp_merge_src_t){seg_view(DCP_BUF_SEG, call->o + row * w->o, w->o),
+                                  seg_view(DCP_BUF_SEG32, call->stats + row * w->st, w->st)};
         }
         for (int64_t k = 0; k < nparts; k++)
             if (parts[k].group == gi && parts[k].r0 <= x0 && parts[k].r1 >= x1)
@@ -243,8 +258,8 @@ static dcp_status_t make_calls(dcp_seg_prog_t *p, dcp_seg_launch_t *l, entry_t *
 
 /* Lays out the calls' tensors in SEG and SEG32, one call after another, and their ints. */
 static dcp_status_t layout_calls(dcp_seg_prog_t *p, dcp_seg_launch_t *l, entry_t *ents,
-                                 int64_t nents, int bwd, int64_t qw, int64_t kw, int64_t hq,
-                                 int64_t *seg, int64_t *seg32)
+                                 int64_t nents, int bwd, const widths_t *w, int64_t *seg,
+                                 int64_t *seg32)
 {
     for (int32_t c = 0; c < l->call_count; c++) {
         dcp_dense_call_t *call = &p->calls[l->call_first + c];
@@ -262,22 +277,22 @@ static dcp_status_t layout_calls(dcp_seg_prog_t *p, dcp_seg_launch_t *l, entry_t
             call->batch++;
         }
         call->cap = dcp_seg_cap(call->batch);
-        const int64_t nq = call->rows_q * qw, nkv = call->rows_kv * kw;
+        const int64_t rq = call->rows_q, rkv = call->rows_kv;
         call->q = *seg;
-        call->k = call->q + nq;
-        call->v = call->k + nkv;
-        call->o = call->v + nkv;
-        *seg = call->o + nq;
+        call->k = call->q + rq * w->q;
+        call->v = call->k + rkv * w->k;
+        call->o = call->v + rkv * w->v;
+        *seg = call->o + rq * w->o;
         if (bwd) {
             call->dout = *seg;
-            call->dq = call->dout + nq;
-            call->dk = call->dq + nq;
-            call->dv = call->dk + nkv;
-            *seg = call->dv + nkv;
+            call->dq = call->dout + rq * w->o;
+            call->dk = call->dq + rq * w->q;
+            call->dv = call->dk + rkv * w->k;
+            *seg = call->dv + rkv * w->v;
         }
         call->stats = *seg32;
-        *seg32 += call->rows_q * hq;
-        DCP_CHECK(call_ints(p, call, c, ents, nents, qw, kw, hq));
+        *seg32 += rq * w->st;
+        DCP_CHECK(call_ints(p, call, c, ents, nents, w));
     }
     return DCP_OK;
 }
@@ -285,26 +300,26 @@ static dcp_status_t layout_calls(dcp_seg_prog_t *p, dcp_seg_launch_t *l, entry_t
 /* The gathers of entry x into its call's tensors (and, backward, its O' rows). */
 static dcp_status_t entry_gathers(dcp_seg_prog_t *p, dcp_seg_launch_t *l, const entry_t *x,
                                   const dcp_tile_group_t *g, const dcp_seg_line_t *line,
-                                  const dcp_tile_t *tiles, int bwd, int64_t qw, int64_t kw,
-                                  int64_t hq)
+                                  const dcp_tile_t *tiles, int bwd, const widths_t *w)
 {
     const dcp_dense_call_t *call = &p->calls[l->call_first + x->call];
     const dcp_seg_t *s = x->seg;
     const int32_t rows = s->r1 - s->r0;
-    DCP_CHECK(add_copy(p, view_at(g->q, s->r0), seg_view(DCP_BUF_SEG, call->q + x->cq * qw, qw),
-                       rows, qw, &l->gather_rows));
+    DCP_CHECK(add_copy(p, view_at(g->q, s->r0),
+                       seg_view(DCP_BUF_SEG, call->q + x->cq * w->q, w->q), rows, w->q,
+                       &l->gather_rows));
     if (bwd) {
         DCP_CHECK(add_copy(p, view_at(g->dout, s->r0),
-                           seg_view(DCP_BUF_SEG, call->dout + x->cq * qw, qw), rows, qw,
+                           seg_view(DCP_BUF_SEG, call->dout + x->cq * w->o, w->o), rows, w->o,
                            &l->gather_rows));
         DCP_CHECK(add_copy(p, view_at(g->lse, s->r0),
-                           seg_view(DCP_BUF_SEG32, call->stats + x->cq * hq, hq), rows, hq,
-                           &l->gather_rows));
+                           seg_view(DCP_BUF_SEG32, call->stats + x->cq * w->st, w->st), rows,
+                           w->st, &l->gather_rows));
         DCP_CHECK(dcp_reserve(&p->deltas, &p->cap_deltas, p->n_deltas + 1, sizeof *p->deltas,
                               "segment deltas"));
         p->deltas[p->n_deltas++] = (dcp_delta_out_item_t){
-            seg_view(DCP_BUF_SEG, call->dout + x->cq * qw, qw), view_at(g->delta, s->r0),
-            seg_view(DCP_BUF_SEG, call->o + x->cq * qw, qw), rows};
+            seg_view(DCP_BUF_SEG, call->dout + x->cq * w->o, w->o), view_at(g->delta, s->r0),
+            seg_view(DCP_BUF_SEG, call->o + x->cq * w->o, w->o), rows};
         l->delta_count++;
         if (rows > l->delta_rows) l->delta_rows = rows;
     }
@@ -312,10 +327,10 @@ static dcp_status_t entry_gathers(dcp_seg_prog_t *p, dcp_seg_launch_t *l, const 
     int32_t a, b;
     for (int32_t i = piece_first(line, s->k0); piece_at(line, i, s->k0, s->k1, &a, &b); i++) {
         const dcp_tile_t *t = &tiles[line->tile[i]];
-        DCP_CHECK(add_copy(p, view_at(t->k, a), seg_view(DCP_BUF_SEG, call->k + kv * kw, kw),
-                           b - a, kw, &l->gather_rows));
-        DCP_CHECK(add_copy(p, view_at(t->v, a), seg_view(DCP_BUF_SEG, call->v + kv * kw, kw),
-                           b - a, kw, &l->gather_rows));
+        DCP_CHECK(add_copy(p, view_at(t->k, a), seg_view(DCP_BUF_SEG, call->k + kv * w->k, w->k),
+                           b - a, w->k, &l->gather_rows));
+        DCP_CHECK(add_copy(p, view_at(t->v, a), seg_view(DCP_BUF_SEG, call->v + kv * w->v, w->v),
+                           b - a, w->v, &l->gather_rows));
         kv += b - a;
     }
     return DCP_OK;
@@ -324,20 +339,20 @@ static dcp_status_t entry_gathers(dcp_seg_prog_t *p, dcp_seg_launch_t *l, const 
 /* Backward: the adds of entry x's dQ, dK and dV into the group's and the tiles' rows. */
 static dcp_status_t entry_adds(dcp_seg_prog_t *p, dcp_seg_launch_t *l, const entry_t *x,
                                const dcp_tile_group_t *g, const dcp_seg_line_t *line,
-                               const dcp_tile_t *tiles, int64_t qw, int64_t kw)
+                               const dcp_tile_t *tiles, const widths_t *w)
 {
     const dcp_dense_call_t *call = &p->calls[l->call_first + x->call];
     const dcp_seg_t *s = x->seg;
-    DCP_CHECK(add_copy(p, seg_view(DCP_BUF_SEG, call->dq + x->cq * qw, qw), view_at(g->dq, s->r0),
-                       s->r1 - s->r0, qw, &l->merge_rows));
+    DCP_CHECK(add_copy(p, seg_view(DCP_BUF_SEG, call->dq + x->cq * w->q, w->q),
+                       view_at(g->dq, s->r0), s->r1 - s->r0, w->q, &l->merge_rows));
     int64_t kv = x->ckv;
     int32_t a, b;
     for (int32_t i = piece_first(line, s->k0); piece_at(line, i, s->k0, s->k1, &a, &b); i++) {
         const dcp_tile_t *t = &tiles[line->tile[i]];
-        DCP_CHECK(add_copy(p, seg_view(DCP_BUF_SEG, call->dk + kv * kw, kw), view_at(t->dk, a),
-                           b - a, kw, &l->merge_rows));
-        DCP_CHECK(add_copy(p, seg_view(DCP_BUF_SEG, call->dv + kv * kw, kw), view_at(t->dv, a),
-                           b - a, kw, &l->merge_rows));
+        DCP_CHECK(add_copy(p, seg_view(DCP_BUF_SEG, call->dk + kv * w->k, w->k), view_at(t->dk, a),
+                           b - a, w->k, &l->merge_rows));
+        DCP_CHECK(add_copy(p, seg_view(DCP_BUF_SEG, call->dv + kv * w->v, w->v), view_at(t->dv, a),
+                           b - a, w->v, &l->merge_rows));
         kv += b - a;
     }
     return DCP_OK;
@@ -352,7 +367,7 @@ static dcp_status_t entry_adds(dcp_seg_prog_t *p, dcp_seg_launch_t *l, const ent
 static dcp_status_t group_own(dcp_seg_prog_t *p, dcp_seg_launch_t *l, int64_t gi,
                               const dcp_tile_group_t *g, const dcp_seg_t *segs, int64_t i, int64_t j,
                               const dcp_seg_line_t *line, const dcp_tile_t *tiles, int bwd,
-                              int64_t qw, int64_t hq, int64_t *seg32, part_t **parts,
+                              const widths_t *w, int64_t *seg32, part_t **parts,
                               int64_t *nparts, int64_t *cap_parts)
 {
     int any = 0, all_rows = 1;
@@ -384,9 +399,9 @@ static dcp_status_t group_own(dcp_seg_prog_t *p, dcp_seg_launch_t *l, int64_t gi
             continue;
         }
         const int32_t rows = r1 - r0;
-        const dcp_view_t o = seg_view(DCP_BUF_SEG32, *seg32, qw);
-        const dcp_view_t lse = seg_view(DCP_BUF_SEG32, *seg32 + rows * qw, hq);
-        *seg32 += rows * (qw + hq);
+        const dcp_view_t o = seg_view(DCP_BUF_SEG32, *seg32, w->o);
+        const dcp_view_t lse = seg_view(DCP_BUF_SEG32, *seg32 + rows * w->o, w->st);
+        *seg32 += rows * (w->o + w->st);
         DCP_CHECK(add_own_group(p, l, g, r0, r1, &o, &lse, 0, first_tile, ntiles));
         DCP_CHECK(dcp_reserve(parts, cap_parts, *nparts + 1, sizeof **parts, "segment partials"));
         (*parts)[(*nparts)++] = (part_t){gi, r0, r1, o, lse};
@@ -398,8 +413,9 @@ dcp_status_t dcp_seg_prog_add(dcp_seg_prog_t *prog, const dcp_seg_shape_t *shape
                               const dcp_seq_info_t *seqs, const dcp_tile_group_t *groups,
                               int64_t num_groups, const dcp_tile_t *tiles, int64_t *launch_out)
 {
-    const int64_t hq = shape->q_heads, hkv = shape->kv_heads, d = shape->head_dim;
-    const int64_t qw = hq * d, kw = hkv * d;
+    const int64_t hq = shape->q_heads, hkv = shape->kv_heads, d = shape->head_dim,
+                  dv = shape->head_dim_v > 0 ? shape->head_dim_v : d;
+    const widths_t w = {hq * d, hq * dv, hkv * d, hkv * dv, hq};
     const int bwd = shape->backward;
     dcp_seg_t *segs = NULL;
     entry_t *ents = NULL;
@@ -442,33 +458,33 @@ dcp_status_t dcp_seg_prog_add(dcp_seg_prog_t *prog, const dcp_seg_shape_t *shape
         ent_first[gi] = e;
     }
     DCP_CHECK_GOTO(make_calls(prog, l, ents, nents), st, out);
-    DCP_CHECK_GOTO(layout_calls(prog, l, ents, nents, bwd, qw, kw, hq, &seg, &seg32), st, out);
+    DCP_CHECK_GOTO(layout_calls(prog, l, ents, nents, bwd, &w, &seg, &seg32), st, out);
 
     for (int64_t gi = 0; gi < num_groups; gi++) { /* gathers, then the own kernel's groups */
         const dcp_tile_group_t *g = &groups[gi];
         DCP_CHECK_GOTO(dcp_seg_line(g, tiles, &line), st, out);
         for (int64_t e = ent_first[gi]; e < ent_first[gi + 1]; e++)
-            DCP_CHECK_GOTO(entry_gathers(prog, l, &ents[e], g, &line, tiles, bwd, qw, kw, hq), st,
+            DCP_CHECK_GOTO(entry_gathers(prog, l, &ents[e], g, &line, tiles, bwd, &w), st,
                            out);
     }
     l->gather_count = prog->n_copies - l->gather_first;
     for (int64_t gi = 0; gi < num_groups; gi++) {
         DCP_CHECK_GOTO(dcp_seg_line(&groups[gi], tiles, &line), st, out);
         DCP_CHECK_GOTO(group_own(prog, l, gi, &groups[gi], segs, seg_first[gi], seg_first[gi + 1],
-                                 &line, tiles, bwd, qw, hq, &seg32, &parts, &nparts, &cap_parts),
+                                 &line, tiles, bwd, &w, &seg32, &parts, &nparts, &cap_parts),
                        st, out);
     }
     if (!bwd) { /* every partial merged into its group */
         for (int64_t gi = 0; gi < num_groups; gi++)
             DCP_CHECK_GOTO(group_merges(prog, l, gi, &groups[gi], ents, ent_first[gi],
-                                        ent_first[gi + 1], parts, nparts, qw, hq, cut),
+                                        ent_first[gi + 1], parts, nparts, &w, cut),
                            st, out);
     } else { /* the dense gradients added into the groups' dQ and the tiles' dK, dV rows */
         l->acc_first = prog->n_copies;
         for (int64_t gi = 0; gi < num_groups; gi++) {
             DCP_CHECK_GOTO(dcp_seg_line(&groups[gi], tiles, &line), st, out);
             for (int64_t e = ent_first[gi]; e < ent_first[gi + 1]; e++)
-                DCP_CHECK_GOTO(entry_adds(prog, l, &ents[e], &groups[gi], &line, tiles, qw, kw),
+                DCP_CHECK_GOTO(entry_adds(prog, l, &ents[e], &groups[gi], &line, tiles, &w),
                                st, out);
         }
         l->acc_count = prog->n_copies - l->acc_first;

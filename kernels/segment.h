@@ -133,12 +133,32 @@ dcp_status_t dcp_seg_cut(const dcp_seq_info_t *seqs, const dcp_tile_group_t *gro
 
 /* One dense call: the entries of one class (and window) packed as cuDNN's ragged SDPA takes
  * them. The tensors are element offsets into the engine buffers: q, k, v, o, dout, dq, dk, dv
- * in DCP_BUF_SEG (plan dtype, [rows, heads, D] each entry after the last), stats in
- * DCP_BUF_SEG32 ([rows, Hq]). The per-entry lengths and ragged offsets are `ints`: an int32
- * array at element offset `ints` of the program's int array (prog.ints), laid out for a
- * batch of `cap` (>= batch) entries, the ones past `batch` empty:
- *   seq_q[cap] seq_kv[cap] off_q[cap+1] off_kv[cap+1] off_stats[cap+1]
- * (offsets in elements: rows x Hq x D, rows x Hkv x D, rows x Hq). */
+ * in DCP_BUF_SEG (plan dtype, [rows, heads, head dim] each entry after the last; V, O, dO and
+ * dV rows of the value head dim), stats in DCP_BUF_SEG32 ([rows, Hq]). The per-entry lengths
+ * and ragged offsets are `ints`: int32 arrays at element offset `ints` of the program's int
+ * array (prog.ints), laid out for a batch of `cap` (>= batch) entries, the ones past `batch`
+ * empty (dcp_seg_int_array):
+ *   seq_q[cap] seq_kv[cap] off_q[cap+1] off_o[cap+1] off_k[cap+1] off_v[cap+1] off_st[cap+1]
+ * (offsets in elements of each tensor: rows x Hq x D for Q and dQ, rows x Hq x D_v for O and
+ * dO, rows x Hkv x D for K and dK, rows x Hkv x D_v for V and dV, rows x Hq for the
+ * statistics). */
+enum {
+    DCP_SEG_SEQ_Q = 0,
+    DCP_SEG_SEQ_KV,
+    DCP_SEG_OFF_Q,
+    DCP_SEG_OFF_O,
+    DCP_SEG_OFF_K,
+    DCP_SEG_OFF_V,
+    DCP_SEG_OFF_ST,
+    DCP_SEG_INT_ARRAYS
+};
+
+/* The element offset of int array `a` in a call's ints laid out for a batch of cap. */
+static inline int64_t dcp_seg_int_array(int64_t cap, int a)
+{
+    return a <= DCP_SEG_SEQ_KV ? a * cap : 2 * cap + (int64_t)(a - DCP_SEG_OFF_Q) * (cap + 1);
+}
+
 typedef struct {
     int32_t cls;              /* a dense class */
     int32_t window;           /* BAND, LEFT: the left bound W of every entry; else 0 */
@@ -198,6 +218,7 @@ typedef struct {
  * built per capacity, so that batches of similar size share it). */
 typedef struct {
     int32_t q_heads, kv_heads, head_dim;
+    int32_t head_dim_v;    /* of V, O, dO and dV rows; 0: head_dim */
     int32_t min_rows;
     int32_t dense;         /* the classes the dense engine takes (DCP_SEG_BIT set) */
     int32_t backward;      /* a backward program */

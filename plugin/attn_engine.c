@@ -138,13 +138,14 @@ static dcp_status_t build_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
     DCP_CHECK(dcp_calloc(&ps->launch_of, ps->ninstr + 1, sizeof *ps->launch_of, "engine launches"));
     DCP_CHECK(
         dcp_calloc(&ps->prog.launches, nattn + 1, sizeof *ps->prog.launches, "engine launches"));
-    const dcp_seg_shape_t shape = {p->qpg,
-                                   p->kvpg,
-                                   p->shape.head_dim,
-                                   ctx->attn.min_rows,
-                                   ctx->attn.dense[pass],
-                                   pass == DCP_PASS_BWD,
-                                   ctx->attn.deterministic};
+    const dcp_seg_shape_t shape = {.q_heads = p->qpg,
+                                   .kv_heads = p->kvpg,
+                                   .head_dim = p->shape.head_dim,
+                                   .head_dim_v = dcp_shape_dv(&p->shape),
+                                   .min_rows = ctx->attn.min_rows,
+                                   .dense = ctx->attn.dense[pass],
+                                   .backward = pass == DCP_PASS_BWD,
+                                   .deterministic = ctx->attn.deterministic};
     for (int64_t i = i0; i < i1; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         ps->launch_of[i - i0] = -1;
@@ -281,31 +282,38 @@ static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
     return DCP_OK;
 }
 
+/* A plan the dense engine does not take: dcp's kernels run every tile of it (the programs of
+ * the plan bound before are dropped, so that none of its launches runs for this one), `why`
+ * added to the note once. */
+static dcp_status_t run_own(dcp_attn_state_t *a, dcp_context_t *ctx, const char *why)
+{
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
+    if (why && !strstr(a->note, why) && strlen(a->note) + strlen(why) < sizeof a->note)
+        strcat(a->note, why);
+    return DCP_OK;
+}
+
 dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
 {
     dcp_attn_state_t *a = &ctx->attn;
     /* the layer kinds of a plan share its serial, not their programs */
     if (a->active == DCP_ATTN_OWN || (a->serial == p->serial && a->kind == p->kind)) return DCP_OK;
     a->serial = 0;
-    if (p->shape.softcap != 0.0f || dcp_shape_dv(&p->shape) != p->shape.head_dim) {
-        /* the dense engine's graphs have no softcap and one head dim: dcp's kernels run every
-         * tile of such a plan (the programs of the last plan bound are dropped) */
-        for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
-        static const char variants[] = "; plans with a softcap or a value head dim of their "
-                                       "own run on dcp's kernels";
-        if (!strstr(a->note, variants) && strlen(a->note) + sizeof variants <= sizeof a->note)
-            strcat(a->note, variants);
-        return DCP_OK;
-    }
+    const int32_t dv = dcp_shape_dv(&p->shape);
+    if (p->shape.softcap != 0.0f)
+        return run_own(a, ctx, "; plans with a softcap run on dcp's kernels (cuDNN's frontend "
+                               "takes a score modifier only without the padding mask packed "
+                               "entries need)");
     if (a->active == DCP_ATTN_CUDNN &&
         (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
-         p->shape.head_dim > 256)) { /* cuDNN's SDPA: fp16/bf16, head dim a multiple of 8 <= 256 */
+         p->shape.head_dim > 256 || dv % 8 != 0 || dv > 256)) {
+        /* cuDNN's SDPA: fp16/bf16, head dims multiples of 8 up to 256 */
         if (a->requested == DCP_ATTN_CUDNN)
             return dcp_set_error(DCP_ERR_UNSUPPORTED,
                                  "cudnn: SDPA takes bf16/fp16 and head dims that are multiples of "
-                                 "8 up to 256, not this plan's (head dim %d)",
-                                 p->shape.head_dim);
-        return DCP_OK; /* this plan runs on dcp's kernels; the next may not */
+                                 "8 up to 256, not this plan's (head dims %d/%d)",
+                                 p->shape.head_dim, dv);
+        return run_own(a, ctx, NULL); /* this plan runs on dcp's kernels; the next may not */
     }
     a->elem_bytes = (size_t)dcp_plan_elem_bytes(p, DCP_BUF_Q);
     const dcp_status_t st = bind(ctx, p);

@@ -339,8 +339,13 @@ static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int b
 {
     memset(c, 0, sizeof *c);
     DCP_CHECK(dcp_calloc(&c->prog.launches, 1, sizeof *c->prog.launches, "bench launches"));
-    const dcp_seg_shape_t shape = {tc->hq,   tc->hkv,         tc->d, 64, b->dense[backward],
-                                   backward, b->deterministic};
+    const dcp_seg_shape_t shape = {.q_heads = tc->hq,
+                                   .kv_heads = tc->hkv,
+                                   .head_dim = tc->d,
+                                   .min_rows = 64,
+                                   .dense = b->dense[backward],
+                                   .backward = backward,
+                                   .deterministic = b->deterministic};
     int64_t launch;
     DCP_CHECK(dcp_seg_prog_add(&c->prog, &shape, &tc->seq, tc->groups, tc->num_groups, tc->tiles,
                                &launch));

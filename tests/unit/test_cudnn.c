@@ -75,7 +75,7 @@ static void test_cache(void)
     call.cap = 8;
     call.max_q = 100;
     call.max_kv = 3000;
-    const dcp_cudnn_key_t k = dcp_cudnn_call_key(&call, 1, 0, 0, DCP_DTYPE_BF16, 32, 8, 128);
+    const dcp_cudnn_key_t k = dcp_cudnn_call_key(&call, 1, 0, 0, DCP_DTYPE_BF16, 32, 8, 128, 0);
     CU_ASSERT_EQUAL(k.b, 16); /* at least 16 entries: a plan serves 4 to 16 */
     CU_ASSERT_EQUAL(k.sq, 128);
     CU_ASSERT_EQUAL(k.skv, 4096);
@@ -92,7 +92,7 @@ static void test_cache(void)
     small.sq = 64;
     CU_ASSERT_EQUAL(dcp_cudnn_cache_find(&c, &small, &at, &build, &ev), DCP_OK);
     CU_ASSERT(!build && at == 0);
-    CU_ASSERT_EQUAL(dcp_cudnn_call_key(&call, 1, 0, 1, DCP_DTYPE_BF16, 32, 8, 128).b, 8);
+    CU_ASSERT_EQUAL(dcp_cudnn_call_key(&call, 1, 0, 1, DCP_DTYPE_BF16, 32, 8, 128, 0).b, 8);
     dcp_cudnn_key_t wide = k; /* 8x the batch: a plan of its own, with the longest keys seen */
     wide.b = 128;
     wide.skv = 64;
@@ -212,7 +212,9 @@ static void test_plans_settle(void)
             const int64_t i0 = dcp_plan_prog_begin(p, (dcp_pass_t)pass, 0),
                           i1 = dcp_plan_prog_end(p, (dcp_pass_t)pass, 0);
             prog.launches = calloc((size_t)(i1 - i0 + 1), sizeof *prog.launches);
-            const dcp_seg_shape_t sh = {p->qpg, p->kvpg, 128, 64, DCP_SEG_ALL_DENSE, pass, 0};
+            const dcp_seg_shape_t sh = {.q_heads = p->qpg, .kv_heads = p->kvpg, .head_dim = 128,
+                                        .min_rows = 64, .dense = DCP_SEG_ALL_DENSE,
+                                        .backward = pass};
             for (int64_t i = i0; i < i1; i++) {
                 const dcp_instr_t *in = &p->instrs[i];
                 int64_t at;
@@ -225,7 +227,7 @@ static void test_plans_settle(void)
             for (int64_t c = 0; c < prog.n_calls; c++) { /* as dcp_cudnn_prepare does */
                 const dcp_dense_call_t *call = &prog.calls[c];
                 keys[c] = dcp_cudnn_call_key(call, pass, dcp_cudnn_fused(91900, pass, call->cls), 0,
-                                             DCP_DTYPE_BF16, p->qpg, p->kvpg, 128);
+                                             DCP_DTYPE_BF16, p->qpg, p->kvpg, 128, 0);
                 CU_ASSERT_EQUAL(dcp_cudnn_cache_expect(&cache, &keys[c]), DCP_OK);
             }
             for (int64_t c = 0; c < prog.n_calls; c++) {

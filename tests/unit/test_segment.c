@@ -299,6 +299,33 @@ static void test_twin_bf16(void)
     CU_ASSERT(pairs[DCP_SEG_FULL] + pairs[DCP_SEG_CAUSAL] > 0);
 }
 
+/* A value head dim of its own (MLA): the twin packs V, O, dO and dV rows D_v wide and gives
+ * the tile list's O, LSE and gradients, every mask kind on two strategies, fp32 and bf16. */
+static void test_twin_mla(void)
+{
+    const int32_t len[4] = {211, 1, 130, 77};
+    const dcp_attn_shape_t shapes[2] = {
+        {.num_heads = 4, .num_kv_heads = 2, .head_dim = 24, .dtype = DCP_DTYPE_FP32, .head_dim_v = 16},
+        {.num_heads = 4, .num_kv_heads = 1, .head_dim = 16, .dtype = DCP_DTYPE_BF16, .head_dim_v = 24}};
+    const char *specs[4] = {"causal", "window:37", "lambda:4:40", "shared-question:0.2:3"};
+    int64_t pairs[DCP_SEG_CLASSES] = {0};
+    for (int k = 0; k < 4; k++) {
+        dcp_mask_t m[4];
+        for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[k], &m[i]), DCP_OK);
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 4, m, &shapes[k % 2], 60 + k, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 70 + k), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+        const dcp_strategy_t s = k % 2 ? DCP_STRATEGY_ZIGZAG : DCP_STRATEGY_METIS;
+        dcp_plan_t *p = plan_for(h, "2x2", s, 32, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        expect_twin_matches(h, p, 8, specs[k], pairs);
+        dcp_plan_destroy(p);
+        dcpt_harness_destroy(h);
+    }
+    CU_ASSERT(pairs[DCP_SEG_CAUSAL] > 0 && pairs[DCP_SEG_BAND] + pairs[DCP_SEG_LEFT] > 0);
+}
+
 /* Whether rows [0, ra) of view a (width wa) and rows [0, rb) of b (width wb) share an element:
  * row by row, exact for strided views. */
 static int rows_meet(dcp_view_t a, int64_t ra, int64_t wa, dcp_view_t b, int64_t rb, int64_t wb)
@@ -441,13 +468,13 @@ static void test_deterministic_waves(void)
                     for (int det = 0; det < 2; det++) {
                         memset(&pr[det], 0, sizeof pr[det]);
                         pr[det].launches = calloc(1, sizeof *pr[det].launches);
-                        const dcp_seg_shape_t sh = {p->qpg,
-                                                    p->kvpg,
-                                                    p->shape.head_dim,
-                                                    min_rows,
-                                                    DCP_SEG_ALL_DENSE,
-                                                    1,
-                                                    1 - det};
+                        const dcp_seg_shape_t sh = {.q_heads = p->qpg,
+                                                    .kv_heads = p->kvpg,
+                                                    .head_dim = p->shape.head_dim,
+                                                    .min_rows = min_rows,
+                                                    .dense = DCP_SEG_ALL_DENSE,
+                                                    .backward = 1,
+                                                    .deterministic = 1 - det};
                         CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr[det], &sh, p->seqs,
                                                                p->groups + in->first, in->count,
                                                                p->tiles, &at[det]),
@@ -507,7 +534,8 @@ static void test_deterministic_waves(void)
     dcp_seg_prog_t pr;
     memset(&pr, 0, sizeof pr);
     pr.launches = calloc(1, sizeof *pr.launches);
-    const dcp_seg_shape_t sh = {1, 1, KW, 1, 0, 1, 1};
+    const dcp_seg_shape_t sh = {.q_heads = 1, .kv_heads = 1, .head_dim = KW, .min_rows = 1,
+                                .backward = 1, .deterministic = 1};
     int64_t at;
     CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr, &sh, &seq, &g, 1, t, &at), DCP_OK);
     const dcp_seg_launch_t *l = &pr.launches[at];
@@ -609,6 +637,7 @@ int dcp_suite_segment(void)
         {"line_refuses_overlap", test_line_refuses_overlap},
         {"twin_matches_tile_list", test_twin_matches_tile_list},
         {"twin_bf16", test_twin_bf16},
+        {"twin_mla", test_twin_mla},
         {"deterministic_waves", test_deterministic_waves},
         {"delta_out", test_delta_out},
         {"engine_choice_on_cpu", test_engine_choice_on_cpu},
