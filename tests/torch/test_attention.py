@@ -242,8 +242,9 @@ class Surface(unittest.TestCase):
     def test_stats(self):
         s = self.plan.stats()
         self.assertEqual(s["num_ranks"], 4)
-        # the default (metis) hands back zigzag's plan where that one is predicted faster
-        self.assertIn(s["strategy"], ("metis", "zigzag"))
+        # the default (metis) hands back zigzag's plan, or one of its hierarchical candidates
+        # (documents packed into nodes; head groups over a node), where that one is faster
+        self.assertIn(s["strategy"], ("metis", "zigzag", "nodes", "ulysses"))
         self.assertEqual(s["total_tokens"], sum(LENGTHS))
         pairs = sum(ref.mask_matrix("causal", n).sum().item() for n in LENGTHS)
         self.assertEqual(s["total_flops"], 4 * D * HQ * pairs)
