@@ -142,18 +142,31 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LIBS)
 
-# The test binary builds the files that hold ordering points (include/base/test_hook.h)
-# again with the delay hooks on; the library itself never has them.
-HOOK_SRCS = plugin/executor.c transport/inproc.c
-HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o)
+# The test binary builds the files that hold hook points (include/base/test_hook.h: ordering
+# delays, the allocation failure hook in the allocator and the device tables, transport
+# faults) again with the hooks on; the library itself never has them. Programs with the
+# allocation hook link with --wrap=free, so that the hook sees the library's frees
+# (tests/unit/fault_hook.h).
+ALLOC_HOOK_SRCS = include/base/alloc.c kernels/device_cpu.c transport/ucx.c transport/inproc.c
+HOOK_SRCS = plugin/executor.c $(ALLOC_HOOK_SRCS)
+ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o \
+	$(BUILD)/obj/tests/unit/delay_hook.o
+ifneq ($(NVCC),)
+HOOK_CU_OBJS = $(BUILD)/obj-hooks/kernels/cuda/device.o
+endif
+HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(HOOK_CU_OBJS)
+HOOK_LDFLAGS = -Wl,--wrap=free
 $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -DDCP_TEST_HOOKS -c $< -o $@
+$(BUILD)/obj-hooks/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -DDCP_TEST_HOOKS -c $< -o $@
 
 # the tests link the library and the support library, never the tools' own helpers
 $(TEST_BIN): $(TEST_OBJS) $(HOOK_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
-	$(CC) $(SAN) -o $@ $^ -lcunit $(LDLIBS_ALL)
+	$(CC) $(SAN) $(HOOK_LDFLAGS) -o $@ $^ -lcunit $(LDLIBS_ALL)
 
 # The README's example, compiled as a user would: public header only, shared library.
 $(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so

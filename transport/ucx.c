@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/poll.h"
+#include "include/base/test_hook.h"
 #include "transport/bootstrap.h"
 #include "transport/peers.h"
 
@@ -64,6 +65,10 @@ struct ucx_engine {
     char failed_reason[DCP_ABORT_REASON_CAP]; /* failed_peer's reason, from its notice */
     void *abort_req;                          /* the posted receive for abort notices */
     abort_msg_t abort_in;
+    /* made with the endpoints, so that announcing a failure (abort) and closing allocate
+     * nothing: [size] requests in flight, [size] outgoing notices */
+    void **close_reqs;
+    abort_msg_t *abort_out;
 };
 
 struct dcp_xfer_req {
@@ -71,6 +76,7 @@ struct dcp_xfer_req {
     void **reqs;          /* in-flight UCX requests (NULL once complete) */
     ucs_status_t *status; /* completion status of each op */
     int32_t *peer;
+    uint8_t *send; /* 1: the op is a send */
 };
 
 static dcp_status_t ucx_error(ucs_status_t s, const char *what)
@@ -195,7 +201,15 @@ static void free_req(dcp_xfer_req_t *r)
     free(r->reqs);
     free(r->status);
     free(r->peer);
+    free(r->send);
     free(r);
+}
+
+/* "send to rank 3" or "receive from rank 3": the call an op of r is. */
+static const char *op_name(const dcp_xfer_req_t *r, int64_t i, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s rank %d", r->send[i] ? "send to" : "receive from", r->peer[i]);
+    return buf;
 }
 
 /* Collects finished operations; returns the first error as a dcp status. */
@@ -203,37 +217,44 @@ static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
 {
     for (int64_t i = 0; i < r->n; i++) {
         if (r->reqs[i]) {
-            const ucs_status_t s = ucp_request_check_status(r->reqs[i]);
+            ucs_status_t s = ucp_request_check_status(r->reqs[i]);
             if (s == UCS_INPROGRESS) continue;
             ucp_request_free(r->reqs[i]);
             r->reqs[i] = NULL;
+            if (s == UCS_OK && DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE)) s = UCS_ERR_IO_ERROR;
             r->status[i] = s;
             r->pending--;
         }
         const ucs_status_t s = r->status[i];
         if (s == UCS_OK || s == UCS_INPROGRESS) continue;
+        char call[48];
+        op_name(r, i, call, sizeof call);
         if (s == UCS_ERR_MESSAGE_TRUNCATED)
             return dcp_set_error(DCP_ERR_INTERNAL,
-                                 "ucx: rank %d and peer %d posted different sizes for one tag",
-                                 e->base.rank, r->peer[i]);
+                                 "ucx: rank %d's %s: the two ranks posted different sizes for "
+                                 "one tag",
+                                 e->base.rank, call);
         if (s == UCS_ERR_CANCELED) continue;
         /* a peer that failed on purpose sent its notice before it closed: the notice, with
          * its reason, may be waiting behind the broken transfer */
         for (int k = 0; k < 16 && e->failed_peer < 0; k++) progress(e);
         if (e->failed_peer >= 0)
             return dcp_set_error(DCP_ERR_PEER,
-                                 "ucx: rank %d failed (%s); rank %d's transfer "
-                                 "with it ended: %s",
-                                 e->failed_peer, e->failed_reason, e->base.rank,
+                                 "ucx: rank %d failed (%s); rank %d's %s ended: %s",
+                                 e->failed_peer, e->failed_reason, e->base.rank, call,
                                  ucs_status_string(s));
+        /* the peer is blamed (a transfer that breaks mostly means it died), and the notice
+         * this rank sends names the call that saw it */
         e->failed_peer = r->peer[i];
-        snprintf(e->failed_reason, sizeof e->failed_reason, "a transfer with it failed: %s",
-                 ucs_status_string(s));
-        return dcp_set_error(DCP_ERR_PEER, "ucx: transfer with rank %d failed: %s", r->peer[i],
+        snprintf(e->failed_reason, sizeof e->failed_reason, "rank %d's %s failed: %s",
+                 e->base.rank, call, ucs_status_string(s));
+        return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d's %s failed: %s", e->base.rank, call,
                              ucs_status_string(s));
     }
     return DCP_OK;
 }
+
+static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r);
 
 static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int64_t n,
                                dcp_xfer_req_t **req_out)
@@ -250,20 +271,35 @@ static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int
     DCP_CHECK_GOTO(dcp_calloc(&r->reqs, n, sizeof *r->reqs, "ucx request"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&r->status, n, sizeof *r->status, "ucx request"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&r->peer, n, sizeof *r->peer, "ucx request"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&r->send, n, sizeof *r->send, "ucx request"), st, err);
     r->n = n;
     for (int64_t k = 0; k < n; k++) {
         ucp_request_param_t p = {0};
-        void *q =
-            ops[k].send
-                ? ucp_tag_send_nbx(e->eps[ops[k].peer], ops[k].ptr, ops[k].bytes, ops[k].tag, &p)
-                : ucp_tag_recv_nbx(e->worker, ops[k].ptr, ops[k].bytes, ops[k].tag, ~0ull, &p);
+        void *q;
+        if (DCP_TEST_FAULT(ops[k].send ? DCP_FAULT_UCX_SEND : DCP_FAULT_UCX_RECV))
+            q = UCS_STATUS_PTR(UCS_ERR_IO_ERROR);
+        else if (ops[k].send)
+            q = ucp_tag_send_nbx(e->eps[ops[k].peer], ops[k].ptr, ops[k].bytes, ops[k].tag, &p);
+        else
+            q = ucp_tag_recv_nbx(e->worker, ops[k].ptr, ops[k].bytes, ops[k].tag, ~0ull, &p);
         r->peer[k] = ops[k].peer;
+        r->send[k] = (uint8_t)(ops[k].send != 0);
         if (UCS_PTR_IS_ERR(q)) {
-            r->status[k] = UCS_PTR_STATUS(q);
-        } else if (q) {
+            /* this rank's own failure: the ops posted so far are withdrawn */
+            char call[48];
+            st = dcp_set_error(DCP_ERR_SYSTEM, "ucx: rank %d cannot post its %s (%zu bytes): %s",
+                               base->rank, op_name(r, k, call, sizeof call), ops[k].bytes,
+                               ucs_status_string(UCS_PTR_STATUS(q)));
+            r->n = k;
+            ucx_cancel(base, r);
+            return st;
+        }
+        if (q) {
             r->reqs[k] = q;
             r->status[k] = UCS_INPROGRESS;
             r->pending++;
+        } else if (DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE)) { /* completed at once */
+            r->status[k] = UCS_ERR_IO_ERROR;
         }
     }
     *req_out = r;
@@ -361,14 +397,11 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
     const char *why = e->failed_peer >= 0 && e->failed_reason[0] ? e->failed_reason
                       : reason && *reason                        ? reason
                                                                  : "no reason given";
-    void **reqs = calloc((size_t)base->size, sizeof *reqs);
-    abort_msg_t *me = calloc((size_t)base->size, sizeof *me);
-    if (!reqs || !me) {
-        free(reqs);
-        free(me);
-        return;
-    }
+    void **reqs = e->close_reqs;
+    abort_msg_t *me = e->abort_out;
+    if (!reqs || !me) return; /* no endpoints yet: nobody to tell */
     for (int32_t p = 0; p < base->size; p++) {
+        reqs[p] = NULL;
         if (p == base->rank || p == e->failed_peer) continue;
         me[p] = (abort_msg_t){origin, base->rank, {0}};
         snprintf(me[p].reason, sizeof me[p].reason, "%s", why);
@@ -391,9 +424,8 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
             if (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS)
                 ucp_request_cancel(e->worker, reqs[p]);
             ucp_request_free(reqs[p]);
+            reqs[p] = NULL;
         }
-    free(reqs);
-    free(me);
 }
 
 static dcp_status_t ucx_health(dcp_engine_t *base)
@@ -427,7 +459,8 @@ static void close_eps(ucx_engine_t *e)
 {
     const int healthy = e->failed_peer < 0 && !e->self_failed;
     const int32_t n = e->base.size;
-    void **reqs = calloc((size_t)n, sizeof *reqs);
+    void **reqs = e->close_reqs;
+    for (int32_t p = 0; reqs && p < n; p++) reqs[p] = NULL;
     for (int32_t p = 0; p < n; p++) {
         if (!e->eps || !e->eps[p]) continue;
         /* a failed job: endpoints with peer error handling close by force; the others are
@@ -448,7 +481,6 @@ static void close_eps(ucx_engine_t *e)
     }
     for (int32_t p = 0; p < n && reqs; p++)
         if (reqs[p]) ucp_request_free(reqs[p]);
-    free(reqs);
 }
 
 /* After a failure, peers' blocks may have arrived that no receive will ever take: receives
@@ -456,14 +488,19 @@ static void close_eps(ucx_engine_t *e)
  * warning per message. */
 static void drain_unexpected(ucx_engine_t *e)
 {
+    char keep[512];
+    dcp_error_save(keep, sizeof keep);
     const double deadline = dcp_now() + 1.0;
     while (dcp_now() < deadline) {
         ucp_worker_progress(e->worker);
         ucp_tag_recv_info_t info;
         ucp_tag_message_h msg = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
         if (!msg) break;
-        void *scratch = malloc(info.length ? info.length : 1);
-        if (!scratch) break;
+        void *scratch = NULL;
+        if (dcp_calloc(&scratch, (int64_t)info.length, 1, "ucx drain") != DCP_OK) {
+            dcp_set_error(DCP_ERR_NO_MEMORY, "%s", keep); /* destroy records nothing */
+            break;
+        }
         ucp_request_param_t p = {0};
         void *q = ucp_tag_msg_recv_nbx(e->worker, scratch, info.length, msg, &p);
         while (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) == UCS_INPROGRESS &&
@@ -501,6 +538,8 @@ static void ucx_destroy(dcp_engine_t *base)
     free(e->refs);
     free(e->local_pid);
     free(e->peer_mode);
+    free(e->close_reqs);
+    free(e->abort_out);
     free(e);
 }
 
@@ -586,6 +625,8 @@ static dcp_status_t connect_peers(ucx_engine_t *e, const dcp_peer_table_t *peers
     DCP_CHECK_GOTO(dcp_calloc(&e->refs, n, sizeof *e->refs, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->local_pid, n, sizeof *e->local_pid, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->peer_mode, n, sizeof *e->peer_mode, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->close_reqs, n, sizeof *e->close_reqs, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->abort_out, n, sizeof *e->abort_out, "ucx endpoints"), st, out);
     for (int32_t p = 0; p < n; p++) {
         if (p == me) continue;
         const int local = dcp_peers_same_pidns(peers, p, me);
