@@ -308,7 +308,8 @@ static int32_t holder_of(const dcp_transfer_t *t)
 static dcp_status_t assign_phases(dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
 {
     const int32_t steps = s->num_divs + 3;
-    free(s->phase_first);
+    free(s->phase_first); /* a schedule phased again (relayed) */
+    s->phase_first = NULL;
     DCP_CHECK(dcp_calloc(&s->phase_first, steps + 1, sizeof(int32_t), "phases"));
     int32_t *src = NULL, *dst = NULL, *colour = NULL;
     dcp_status_t st = DCP_OK;

@@ -36,6 +36,7 @@ int dcp_suite_ucx(void);
 int dcp_suite_kinds(void);
 int dcp_suite_disagree(void);
 int dcp_suite_segment(void);
+int dcp_suite_alloc_walk(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {

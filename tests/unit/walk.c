@@ -1,0 +1,291 @@
+#define _GNU_SOURCE /* dladdr */
+#include "tests/unit/walk.h"
+
+#include "include/base/error.h"
+#include "plugin/cli/rng.h"
+
+#include <CUnit/CUnit.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int t_walk_full(void)
+{
+    const char *v = getenv("DCP_WALK");
+    return v && !strcmp(v, "full");
+}
+
+uint64_t t_walk_seed(void)
+{
+    const char *v = getenv("DCP_WALK_SEED");
+    return v && *v ? strtoull(v, NULL, 0) : 45;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int64_t t_walk_pick(int64_t total, int64_t count, uint64_t seed, int64_t *n_out)
+{
+    if (total <= 0) return 0;
+    if (t_walk_full() || total <= count) {
+        for (int64_t i = 0; i < total; i++) n_out[i] = i + 1;
+        return total;
+    }
+    dcpt_rng_t rng = {seed};
+    int64_t k = 0;
+    n_out[k++] = 1;
+    if (count > 1) n_out[k++] = total;
+    while (k < count) {
+        const int64_t n = dcpt_rng_range(&rng, 2, total - 1 > 2 ? total - 1 : 2);
+        int dup = 0;
+        for (int64_t i = 0; i < k; i++) dup |= n_out[i] == n;
+        if (!dup) n_out[k++] = n;
+    }
+    qsort(n_out, (size_t)k, sizeof *n_out, cmp_i64);
+    return k;
+}
+
+uint64_t t_digest(uint64_t h, const void *bytes, size_t n)
+{
+    if (h == 0) h = 1469598103934665603ull;
+    const unsigned char *b = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+void t_walk_print_sites(const char *name, const void *const *sites, int64_t n)
+{
+    const char *path = getenv("DCP_WALK_SITES");
+    Dl_info self;
+    if (!path || !*path || n == 0 || !dladdr((const void *)t_walk_print_sites, &self) ||
+        !self.dli_fname)
+        return;
+    FILE *out = fopen(path, "a");
+    if (!out) return;
+    fprintf(out, "# walk %s: %lld sites\n", name, (long long)n);
+    fclose(out);
+    /* addr2line on the program's file, with addresses relative to where it is loaded; a
+     * return address is one past its call */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "addr2line -e '%s' >> '%s'", self.dli_fname, path);
+    FILE *p = popen(cmd, "w");
+    if (!p) return;
+    for (int64_t i = 0; i < n; i++) {
+        Dl_info si;
+        uintptr_t at = (uintptr_t)sites[i] - 1;
+        if (dladdr(sites[i], &si) && si.dli_fbase) at -= (uintptr_t)si.dli_fbase;
+        fprintf(p, "%#lx\n", (unsigned long)at);
+    }
+    pclose(p);
+}
+
+static const char *status_name(dcp_status_t st)
+{
+    return dcp_status_string(st);
+}
+
+/* "function at file:line" of a site (addr2line on the program), or its address. */
+static const char *site_name(const void *site, char *buf, size_t cap)
+{
+    Dl_info si;
+    snprintf(buf, cap, "%p", site);
+    if (!site || !dladdr(site, &si) || !si.dli_fname) return buf;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "addr2line -f -s -e '%s' %#lx 2>/dev/null", si.dli_fname,
+             (unsigned long)((uintptr_t)site - 1 - (uintptr_t)si.dli_fbase));
+    FILE *p = popen(cmd, "r");
+    if (!p) return buf;
+    char fn[256] = "", line[256] = "";
+    if (fgets(fn, sizeof fn, p) && fgets(line, sizeof line, p)) {
+        fn[strcspn(fn, "\n")] = line[strcspn(line, "\n")] = '\0';
+        snprintf(buf, cap, "%s at %s", fn, line);
+    }
+    pclose(p);
+    return buf;
+}
+
+/* The sites at which a failure was injected, kept distinct. */
+typedef struct {
+    const void **at;
+    int64_t n;
+} site_set_t;
+
+static void set_add(site_set_t *s, const void *site)
+{
+    for (int64_t i = 0; i < s->n; i++)
+        if (s->at[i] == site) return;
+    s->at[s->n++] = site;
+}
+
+static int set_has(const site_set_t *s, const void *site)
+{
+    for (int64_t i = 0; i < s->n; i++)
+        if (s->at[i] == site) return 1;
+    return 0;
+}
+
+void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
+                  t_walk_result_t *out)
+{
+    t_walk_result_t r = {0};
+    dcp_test_alloc_track(1);
+    /* the clean run: its result, allocations and sites */
+    dcp_test_sites_reset();
+    dcp_test_sites_record(1);
+    dcp_test_alloc_fail_at(0);
+    uint64_t clean = 0;
+    const dcp_status_t st0 = run(arg, &clean);
+    dcp_test_sites_record(0);
+    r.total = dcp_test_alloc_count();
+    r.sites = dcp_test_sites_count();
+    if (st0 != DCP_OK) fprintf(stderr, "walk %s: the clean run failed: %s\n", name, dcp_last_error());
+    CU_ASSERT_EQUAL_FATAL(st0, DCP_OK);
+    CU_ASSERT_EQUAL(dcp_test_alloc_live_blocks(), 0);
+    const void **clean_sites = calloc((size_t)r.sites + 1, sizeof *clean_sites);
+    for (int64_t i = 0; i < r.sites; i++) clean_sites[i] = dcp_test_site(i);
+    site_set_t failed = {calloc((size_t)DCP_TEST_SITES_MAX, sizeof(void *)), 0};
+    site_set_t absorbed = {calloc((size_t)DCP_TEST_SITES_MAX, sizeof(void *)), 0};
+    double slowest = 0;
+    int64_t slowest_n = 0;
+    int64_t *ns = calloc((size_t)r.total + 1, sizeof *ns);
+    const int64_t count = t_walk_pick(r.total, sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns);
+    int bad = 0;
+    for (int64_t k = 0; k < count && bad < 5; k++) {
+        const int64_t n = ns[k];
+        dcp_test_alloc_fail_at(n);
+        uint64_t digest = 0;
+        const double t0 = dcp_now();
+        const dcp_status_t st = run(arg, &digest);
+        if (dcp_now() - t0 > slowest) slowest = dcp_now() - t0, slowest_n = n;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st == DCP_OK ? "" : dcp_last_error());
+        const void *site = NULL;
+        const int fired = dcp_test_alloc_fired(&site);
+        dcp_test_alloc_fail_at(0);
+        const int64_t leaked = dcp_test_alloc_live_blocks();
+        if (!fired) continue; /* a run of fewer allocations (threads): nothing was injected */
+        r.runs++;
+        set_add(&failed, site);
+        const int ok = st == DCP_OK ? digest == clean : st == DCP_ERR_NO_MEMORY && msg[0];
+        r.named += st != DCP_OK && ok;
+        r.absorbed += st == DCP_OK && ok;
+        if (st == DCP_OK && ok) set_add(&absorbed, site);
+        if (!ok || leaked) {
+            bad++;
+            char where[384];
+            fprintf(stderr,
+                    "walk %s: allocation %lld of %lld (%s) failed: %s%s%s; %lld blocks "
+                    "(%lld bytes) left behind\n",
+                    name, (long long)n, (long long)r.total, site_name(site, where, sizeof where),
+                    status_name(st),
+                    st == DCP_OK ? (digest == clean ? "" : ", a different result") : ": ",
+                    msg, (long long)leaked, (long long)dcp_test_alloc_live_bytes());
+            dcp_test_alloc_live_print(stderr, 8);
+        }
+        CU_ASSERT(ok);
+        CU_ASSERT_EQUAL(leaked, 0);
+    }
+    for (int64_t i = 0; i < r.sites; i++) r.sites_missed += !set_has(&failed, clean_sites[i]);
+    r.sites_failed = failed.n;
+    for (int64_t i = 0; i < r.sites && t_walk_full(); i++) {
+        char where[384];
+        if (!set_has(&failed, clean_sites[i]))
+            fprintf(stderr, "walk %s: site %s was reached by the clean run but never failed\n",
+                    name, site_name(clean_sites[i], where, sizeof where));
+    }
+    if (t_walk_full()) CU_ASSERT_EQUAL(r.sites_missed, 0);
+    printf("  walk %-22s %6lld allocations, %4lld sites; %5lld runs failed: %5lld named, %4lld "
+           "absorbed; %4lld sites failed%s; slowest run %.2f s (N = %lld)\n",
+           name, (long long)r.total, (long long)r.sites, (long long)r.runs, (long long)r.named,
+           (long long)r.absorbed, (long long)r.sites_failed, t_walk_full() ? "" : " (sampled)",
+           slowest, (long long)slowest_n);
+    for (int64_t i = 0; i < absorbed.n && t_walk_full(); i++) {
+        char where[384];
+        printf("    absorbed at %s\n", site_name(absorbed.at[i], where, sizeof where));
+    }
+    fflush(stdout);
+    t_walk_print_sites(name, clean_sites, r.sites);
+    free(ns);
+    free(failed.at);
+    free(absorbed.at);
+    free(clean_sites);
+    dcp_test_alloc_track(0);
+    if (out) *out = r;
+}
+
+void t_walk_batch_init(t_walk_batch_t *b, dcp_strategy_t strategy)
+{
+    memset(b, 0, sizeof *b);
+    static const int32_t len[4] = {700, 300, 130, 60};
+    memcpy(b->lengths, len, sizeof len);
+    b->masks[0].kind = DCP_MASK_CAUSAL;
+    b->masks[1] = (dcp_mask_t){.kind = DCP_MASK_LAMBDA, .sink = 16, .window = 128};
+    b->masks[2] = (dcp_mask_t){.kind = DCP_MASK_WINDOW, .window = 64};
+    for (int32_t i = 0; i < 60; i++) { /* the first 10 keys and the query's own 8-key run */
+        int32_t *r = b->ranges + 4 * i;
+        const int32_t own = i / 8 * 8 > 10 ? i / 8 * 8 : 10;
+        r[0] = 0, r[1] = i < 10 ? i + 1 : 10;
+        r[2] = i < 10 ? i + 1 : own, r[3] = i + 1;
+    }
+    b->masks[3] = (dcp_mask_t){.kind = DCP_MASK_CUSTOM, .ranges = b->ranges, .num_rows = 60};
+    b->batch = (dcp_batch_t){.num_seqs = 4, .lengths = b->lengths, .masks = b->masks};
+    b->shape = (dcp_attn_shape_t){4, 2, 8, DCP_DTYPE_FP32, 0.0f};
+    dcp_plan_options_default(&b->opts);
+    b->opts.strategy = strategy;
+    b->opts.block_size = 128;
+    b->opts.metis_tries = 1;
+}
+
+/* The failure's message, kept while the next call is tried. */
+static dcp_status_t next_call_says_so(dcp_context_t *ctx, const dcp_plan_t *plan,
+                                      const dcp_tensors_t *io, dcp_status_t st)
+{
+    char msg[512];
+    dcp_error_save(msg, sizeof msg);
+    const double t0 = dcp_now();
+    const dcp_status_t next = dcp_forward(ctx, plan, io, NULL);
+    const double secs = dcp_now() - t0;
+    if (next != DCP_ERR_PEER || secs > 1.0)
+        return dcp_set_error(DCP_ERR_INTERNAL,
+                             "after %s (%s) the context's next call returned %s in %.2f s",
+                             dcp_status_string(st), msg, dcp_status_string(next), secs);
+    return dcp_set_error(st, "%s", msg);
+}
+
+dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t rank,
+                         uint64_t *digest_out)
+{
+    int64_t tokens = 0;
+    dcp_status_t st = dcp_plan_local_layout(plan, rank, NULL, 0, NULL, &tokens);
+    if (st != DCP_OK) return st;
+    /* the plan's shape is the walks' (4/2 x 8, fp32) */
+    const int64_t qn = tokens * 4 * 8, kn = tokens * 2 * 8;
+    float *mem = calloc((size_t)(4 * qn + 6 * kn + tokens * 4) + 1, sizeof *mem);
+    if (!mem) return dcp_set_error(DCP_ERR_NO_MEMORY, "test tensors");
+    float *q = mem, *o = q + qn, *dout = o + qn, *dq = dout + qn, *k = dq + qn, *v = k + kn,
+          *dk = v + kn, *dv = dk + kn, *lse = dv + kn;
+    dcpt_rng_t rng = {(uint64_t)rank * 7919 + 3};
+    for (int64_t i = 0; i < qn; i++) q[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
+    for (int64_t i = 0; i < qn; i++) dout[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
+    for (int64_t i = 0; i < kn; i++) k[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
+    for (int64_t i = 0; i < kn; i++) v[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
+    const dcp_tensors_t io = {q, k, v, o, lse, 0.0f};
+    const dcp_grad_tensors_t gio = {io, dout, dq, dk, dv};
+    st = dcp_forward(ctx, plan, &io, NULL);
+    if (st == DCP_OK) st = dcp_backward(ctx, plan, &gio, NULL);
+    if (st != DCP_OK) {
+        st = next_call_says_so(ctx, plan, &io, st);
+    } else {
+        uint64_t h = t_digest(0, o, (size_t)qn * sizeof *o);
+        h = t_digest(h, lse, (size_t)tokens * 4 * sizeof *lse);
+        h = t_digest(h, dq, (size_t)qn * sizeof *dq);
+        h = t_digest(h, dk, (size_t)(2 * kn) * sizeof *dk); /* dk and dv */
+        *digest_out = h;
+    }
+    free(mem);
+    return st;
+}

@@ -1,0 +1,76 @@
+/*
+ * The failure walks' engine (tests/README.md "Failure walks"): a call of the library is run
+ * once clean, counting its allocations (or transport calls) and their sites; then again with
+ * the Nth one failing, for every N (full walks) or a seeded sample of N (the sampled walks of
+ * make test). Each run must end with the named status, or complete with the clean run's
+ * result (a failure the library absorbs, such as a cache that is skipped, may not change
+ * what it returns), and leave no block of dcp's allocator behind.
+ */
+#ifndef DCP_TESTS_WALK_H
+#define DCP_TESTS_WALK_H
+
+#include "include/dcp.h"
+#include "tests/unit/fault_hook.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 when $DCP_WALK is "full": every N of single-process calls, larger samples elsewhere. */
+int t_walk_full(void);
+
+/* $DCP_WALK_SEED, else a fixed seed: the sample of N a walk draws. */
+uint64_t t_walk_seed(void);
+
+/* Sorted distinct N in [1, total]: all of them when the walk is full or total <= count, else
+ * `count` of them drawn with `seed`, 1 and total always among them. Returns how many. */
+int64_t t_walk_pick(int64_t total, int64_t count, uint64_t seed, int64_t *n_out);
+
+/* One run of a walked call. Everything it makes is destroyed before it returns. It returns
+ * its status (its message in dcp_last_error() on the calling thread) and, on success, a digest
+ * of its result in *digest_out (equal for equal results). */
+typedef dcp_status_t (*t_run_fn)(void *arg, uint64_t *digest_out);
+
+typedef struct {
+    int64_t total;        /* allocations of the clean run */
+    int64_t sites;        /* distinct allocation sites of the clean run */
+    int64_t runs;         /* runs with a failure injected */
+    int64_t named;        /* ... that ended with DCP_ERR_NO_MEMORY and a message */
+    int64_t absorbed;     /* ... that completed with the clean run's result */
+    int64_t sites_failed; /* distinct sites at which a failure was injected */
+    int64_t sites_missed; /* sites of the clean run never failed (full walks: must be 0) */
+} t_walk_result_t;
+
+/* Walks a call that runs on the calling thread (it may start threads of its own, whose
+ * allocations count too): N = 1 .. total in full walks, `sample` of them otherwise. Asserts
+ * (CUnit) the rules above for every run and prints one line for the walk. */
+void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
+                  t_walk_result_t *out);
+
+/* The sites of the clean run of the last t_alloc_walk(), as "file:line" of the library's
+ * sources, printed to $DCP_WALK_SITES (appended) when it is set. */
+void t_walk_print_sites(const char *name, const void *const *sites, int64_t n);
+
+/* FNV-1a over bytes, chained from h (start with 0). */
+uint64_t t_digest(uint64_t h, const void *bytes, size_t n);
+
+#endif
+
+/* The walks' batch: four sequences (700, 300, 130 and 60 tokens) under causal, lambda,
+ * sliding-window and custom masks, the shape 4/2 heads x 8 in fp32, block 128. */
+typedef struct {
+    int32_t lengths[4];
+    dcp_mask_t masks[4];
+    int32_t ranges[4 * 60];
+    dcp_batch_t batch;
+    dcp_attn_shape_t shape;
+    dcp_plan_options_t opts;
+} t_walk_batch_t;
+
+void t_walk_batch_init(t_walk_batch_t *b, dcp_strategy_t strategy);
+
+/* Forward, then backward, of `plan` on ctx over deterministic rows of ctx's rank. After a
+ * failure the context's next call must say so (DCP_ERR_PEER, at once): when it does not,
+ * DCP_ERR_INTERNAL naming what it returned; otherwise the failure's own status and message.
+ * *digest_out covers the outputs and gradients. */
+dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t rank,
+                         uint64_t *digest_out);
