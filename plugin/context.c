@@ -143,6 +143,9 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     double timeout_s = config->timeout_s;
     if (st == DCP_OK && !(timeout_s > 0)) st = dcp_context_default_timeout(&timeout_s);
     if (st != DCP_OK) {
+        /* the peers' creation has succeeded: they learn of this rank's failure at their
+         * first call, instead of waiting for it until the timeout (UCX's close, a transfer) */
+        if (ctx->engine) ctx->engine->ops->abort(ctx->engine, dcp_last_error());
         dcp_engine_destroy(ctx->engine);
         release(ctx);
         return st;

@@ -7,6 +7,7 @@
  * data path), the planner service. Then four ranks as threads of this process; ranks as
  * processes, and processes of threads, are walked in test_proc_walk.c. */
 #include "include/base/error.h"
+#include "tests/unit/shm_bootstrap.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/walk.h"
 
@@ -290,90 +291,26 @@ static void test_planner_service(void)
 #define THREAD_RANKS 4
 #define THREAD_TIMEOUT_S 5.0
 
-typedef struct {
-    dcp_context_t *ctx;
-    const dcp_plan_t *plan;
-    int32_t rank;
-    dcp_status_t st;
-    uint64_t digest;
-    double secs;
-    char msg[512];
-} rank_run_t;
-
-static void *rank_main(void *arg)
-{
-    rank_run_t *r = arg;
-    const double t0 = dcp_now();
-    r->st = t_rank_pass(r->ctx, r->plan, r->rank, &r->digest);
-    r->secs = dcp_now() - t0;
-    if (r->st != DCP_OK) dcp_error_save(r->msg, sizeof r->msg);
-    return NULL;
-}
-
-/* The rules of a multi-rank run, checked on the ranks' results: the rank whose allocation
- * failed ends with DCP_ERR_NO_MEMORY; each other rank completes or stops with DCP_ERR_PEER or
- * DCP_ERR_TIMEOUT naming a rank, within the timeout; every failed context said so on its next
- * call (t_rank_pass). Returns the run's status with its message recorded: the failing rank's,
- * or DCP_ERR_INTERNAL describing a broken rule. */
-static dcp_status_t judge(const rank_run_t *runs, int32_t n, double timeout_s,
-                          uint64_t *digest_out)
-{
-    int32_t own = -1;
-    uint64_t h = 0;
-    for (int32_t r = 0; r < n; r++) {
-        const rank_run_t *x = &runs[r];
-        h = t_digest(h, &x->digest, sizeof x->digest);
-        if (x->st == DCP_ERR_NO_MEMORY && own < 0) own = r;
-        if (x->secs > timeout_s + 5.0)
-            return dcp_set_error(DCP_ERR_INTERNAL, "rank %d took %.1f s (timeout %.1f s): %s", r,
-                                 x->secs, timeout_s, x->msg);
-        if (x->st == DCP_OK || x->st == DCP_ERR_NO_MEMORY) continue;
-        if ((x->st != DCP_ERR_PEER && x->st != DCP_ERR_TIMEOUT) || !strstr(x->msg, "rank "))
-            return dcp_set_error(DCP_ERR_INTERNAL, "rank %d: %s: %s", r,
-                                 dcp_status_string(x->st), x->msg);
-    }
-    if (own >= 0) return dcp_set_error(DCP_ERR_NO_MEMORY, "rank %d: %s", own, runs[own].msg);
-    for (int32_t r = 0; r < n; r++)
-        if (runs[r].st != DCP_OK)
-            return dcp_set_error(DCP_ERR_INTERNAL, "rank %d failed (%s) and no rank ran out: %s",
-                                 r, dcp_status_string(runs[r].st), runs[r].msg);
-    *digest_out = h;
-    return DCP_OK;
-}
-
 /* The plan, the group and the contexts are made on this thread (a failure there ends the run,
- * as dcp_forward_inproc does), then every rank runs forward and backward on its own thread. */
+ * as dcp_forward_inproc does), then every rank runs forward and backward on its own thread:
+ * any rank may be the one whose allocation fails (t_judge_ranks), and the run returns its
+ * failure, or DCP_ERR_INTERNAL naming a broken rule. */
 static dcp_status_t run_threads(void *arg, uint64_t *digest_out)
 {
-    const t_walk_batch_t *b = arg;
-    dcp_cluster_t *c = NULL;
-    dcp_plan_t *plan = NULL;
-    dcp_group_t *g = NULL;
-    dcp_context_t *ctx[THREAD_RANKS] = {NULL};
-    dcp_status_t st = dcp_cluster_from_spec("2x2", &c);
-    if (st == DCP_OK) st = dcp_plan_create(&b->batch, &b->shape, &b->opts, c, &plan);
-    if (st == DCP_OK) st = dcp_group_create(THREAD_RANKS, &g);
-    for (int32_t r = 0; st == DCP_OK && r < THREAD_RANKS; r++) {
-        const dcp_context_config_t cfg = {.rank = r, .group = g, .timeout_s = THREAD_TIMEOUT_S};
-        st = dcp_context_create(&cfg, &ctx[r]);
+    t_rank_result_t r[THREAD_RANKS];
+    memset(r, 0, sizeof r);
+    DCP_CHECK(t_group_pass(arg, "2x2", THREAD_RANKS, THREAD_TIMEOUT_S, r));
+    char why[512];
+    if (t_judge_ranks(r, THREAD_RANKS, 0, THREAD_RANKS, 0, THREAD_TIMEOUT_S, why, sizeof why)[0])
+        return dcp_set_error(DCP_ERR_INTERNAL, "%s", why);
+    uint64_t h = 0;
+    for (int32_t k = 0; k < THREAD_RANKS; k++) {
+        if (r[k].st == DCP_ERR_NO_MEMORY)
+            return dcp_set_error(DCP_ERR_NO_MEMORY, "rank %d: %s", k, r[k].msg);
+        h = t_digest(h, &r[k].digest, sizeof r[k].digest);
     }
-    if (st == DCP_OK) {
-        rank_run_t runs[THREAD_RANKS];
-        pthread_t tid[THREAD_RANKS];
-        for (int32_t r = 0; r < THREAD_RANKS; r++) {
-            runs[r] = (rank_run_t){ctx[r], plan, r, DCP_OK, 0, 0, ""};
-            pthread_create(&tid[r], NULL, rank_main, &runs[r]);
-        }
-        for (int32_t r = 0; r < THREAD_RANKS; r++) pthread_join(tid[r], NULL);
-        st = judge(runs, THREAD_RANKS, THREAD_TIMEOUT_S, digest_out);
-    }
-    char msg[512];
-    dcp_error_save(msg, sizeof msg);
-    for (int32_t r = 0; r < THREAD_RANKS; r++) dcp_context_destroy(ctx[r]);
-    dcp_group_destroy(g);
-    dcp_plan_destroy(plan);
-    dcp_cluster_destroy(c);
-    return st == DCP_OK ? DCP_OK : dcp_set_error(st, "%s", msg);
+    *digest_out = h;
+    return DCP_OK;
 }
 
 static void test_threads(void)
@@ -382,6 +319,71 @@ static void test_threads(void)
     t_walk_batch_init(&b, DCP_STRATEGY_METIS);
     b.opts.divisions = 2;
     t_alloc_walk("4 ranks as threads", run_threads, &b, t_walk_full() ? 400 : SAMPLE, NULL);
+}
+
+/* ---- ranks as processes, and processes of threads -------------------------------------- */
+
+static void test_processes(void)
+{
+    t_job_walk("4 processes", 4, 1, 0, t_walk_full() ? 60 : 4);
+}
+
+static void test_hybrid(void)
+{
+    t_job_walk("2 processes x 2 threads", 2, 2, 0, t_walk_full() ? 60 : 3);
+}
+
+/* ---- a context that fails after its engine exists ------------------------------------- */
+
+typedef struct {
+    shm_bootstrap_t *bs;
+    int32_t rank;
+    dcp_status_t create, barrier;
+    double secs;
+    char msg[512];
+} late_rank_t;
+
+static void *late_rank_main(void *arg)
+{
+    late_rank_t *a = arg;
+    const dcp_bootstrap_t b = shm_bootstrap_rank(a->bs, a->rank);
+    /* rank 2's attention engine is refused once its UCX engine is connected */
+    const dcp_context_config_t cfg = {.bootstrap = &b, .timeout_s = 20,
+                                      .attn_engine = a->rank == 2 ? "bogus" : "own"};
+    dcp_context_t *ctx = NULL;
+    a->create = dcp_context_create(&cfg, &ctx);
+    const double t0 = dcp_now();
+    if (a->create == DCP_OK) a->barrier = dcp_context_barrier(ctx);
+    a->secs = dcp_now() - t0;
+    dcp_error_save(a->msg, sizeof a->msg);
+    dcp_context_destroy(ctx);
+    return NULL;
+}
+
+/* A rank whose creation fails after the ranks' engines are connected tells its peers: their
+ * first call stops at once naming it and why (it used to leave them waiting for the timeout,
+ * itself waiting in UCX's collective close). */
+static void test_creation_failure_is_told(void)
+{
+    late_rank_t a[4];
+    pthread_t tid[4];
+    shm_bootstrap_t *bs = shm_bootstrap_create(4, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
+    for (int32_t r = 0; r < 4; r++) {
+        a[r] = (late_rank_t){bs, r, DCP_OK, DCP_OK, 0, ""};
+        pthread_create(&tid[r], NULL, late_rank_main, &a[r]);
+    }
+    for (int32_t r = 0; r < 4; r++) pthread_join(tid[r], NULL);
+    shm_bootstrap_destroy(bs);
+    CU_ASSERT_EQUAL(a[2].create, DCP_ERR_INVALID_ARG);
+    for (int32_t r = 0; r < 4; r++) {
+        if (r == 2) continue;
+        CU_ASSERT_EQUAL(a[r].create, DCP_OK);
+        CU_ASSERT_EQUAL(a[r].barrier, DCP_ERR_PEER);
+        CU_ASSERT(a[r].secs < 5.0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(a[r].msg, "rank 2"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(a[r].msg, "bogus"));
+    }
 }
 
 int dcp_suite_alloc_walk(void)
@@ -401,6 +403,9 @@ int dcp_suite_alloc_walk(void)
         {"context_twin", test_context_twin},
         {"planner_service", test_planner_service},
         {"threads", test_threads},
+        {"creation_failure_is_told", test_creation_failure_is_told},
+        {"processes", test_processes},
+        {"hybrid", test_hybrid},
         {NULL, NULL},
     };
     return dcp_add_suite("alloc_walk", tests);

@@ -3,12 +3,15 @@
 
 #include "include/base/error.h"
 #include "plugin/cli/rng.h"
+#include "tests/unit/walk_procs.h"
 
 #include <CUnit/CUnit.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 int t_walk_full(void)
 {
@@ -288,4 +291,184 @@ dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t ran
     }
     free(mem);
     return st;
+}
+
+const char *t_judge_ranks(const t_rank_result_t *r, int32_t n, int32_t own_lo, int32_t own_hi,
+                          int transport, double timeout_s, char *why, size_t cap)
+{
+    why[0] = '\0';
+    int named = 0, failed = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const t_rank_result_t *x = &r[k];
+        const int own = k >= own_lo && k < own_hi;
+        if (!x->ended) return snprintf(why, cap, "rank %d never ended", k), why;
+        if (x->secs > 3 * timeout_s + 10)
+            return snprintf(why, cap, "rank %d ended after %.1f s: %s", k, x->secs, x->msg), why;
+        if (x->st == DCP_OK) continue;
+        failed = 1;
+        if (!x->msg[0])
+            return snprintf(why, cap, "rank %d: %s with no message", k, dcp_status_string(x->st)),
+                   why;
+        /* a rank stopped by another's failure names that rank; a transport failure names the
+         * rank and the call on every rank */
+        if (!(own && !transport) && !strstr(x->msg, "rank ") && !strstr(x->msg, "process "))
+            return snprintf(why, cap, "rank %d: %s names no rank: %s", k,
+                            dcp_status_string(x->st), x->msg),
+                   why;
+        const int call = strstr(x->msg, "send to rank") || strstr(x->msg, "receive from rank") ||
+                         strstr(x->msg, "block copy");
+        if (transport && !call)
+            return snprintf(why, cap, "rank %d: %s names no call: %s", k,
+                            dcp_status_string(x->st), x->msg),
+                   why;
+        named |= transport || (own && x->st == DCP_ERR_NO_MEMORY);
+        const int allowed =
+            x->st == DCP_ERR_PEER || x->st == DCP_ERR_TIMEOUT ||
+            (own && (transport ? x->st == DCP_ERR_SYSTEM : x->st == DCP_ERR_NO_MEMORY));
+        if (!allowed)
+            return snprintf(why, cap, "rank %d: %s: %s", k, dcp_status_string(x->st), x->msg),
+                   why;
+    }
+    if (failed && !named)
+        return snprintf(why, cap, "no rank names the failed allocation (DCP_ERR_NO_MEMORY)"), why;
+    return why;
+}
+
+/* A job's run judged: "" when every rule holds, else why not (into why). */
+static const char *judge_job(const t_proc_job_t *job, const t_job_result_t *r, int transport,
+                             char *why, size_t cap)
+{
+    why[0] = '\0';
+    if (r->hung) return snprintf(why, cap, "processes hung and were killed"), why;
+    for (int32_t p = 0; p < job->procs; p++) {
+        const int s = r->proc[p].exit_status;
+        if (!WIFEXITED(s) || WEXITSTATUS(s) != 0)
+            return snprintf(why, cap, "process %d ended with wait status %#x", p, s), why;
+        if (r->proc[p].leaked)
+            return snprintf(why, cap, "process %d left %lld blocks", p,
+                            (long long)r->proc[p].leaked),
+                   why;
+    }
+    const int32_t lo = job->victim >= 0 ? job->victim * job->threads : 0;
+    return t_judge_ranks(r->rank, job->procs * job->threads, lo,
+                         job->victim >= 0 ? lo + job->threads : 0, transport, job->timeout_s, why,
+                         cap);
+}
+
+void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport, int64_t sample)
+{
+    t_proc_job_t job = {procs, threads, -1, 0, 0, 3.0};
+    t_job_result_t *r = calloc(1, sizeof *r);
+    CU_ASSERT_EQUAL_FATAL(t_procs_run(&job, r), 0);
+    char why[512];
+    judge_job(&job, r, transport, why, sizeof why);
+    uint64_t clean[T_MAX_RANKS] = {0};
+    int64_t total[T_MAX_PROCS] = {0}, sum = 0;
+    for (int32_t k = 0; k < procs * threads; k++) {
+        clean[k] = r->rank[k].digest;
+        if (r->rank[k].st != DCP_OK && !why[0])
+            snprintf(why, sizeof why, "rank %d: %s", k, r->rank[k].msg);
+    }
+    for (int32_t p = 0; p < procs; p++) {
+        total[p] = transport ? r->proc[p].faults : r->proc[p].allocs;
+        sum += total[p];
+    }
+    if (why[0]) fprintf(stderr, "walk %s: the clean run: %s\n", name, why);
+    CU_ASSERT_FATAL(why[0] == '\0');
+    const double clean_secs = r->secs;
+    dcpt_rng_t rng = {t_walk_seed() ^ t_digest(0, name, strlen(name))};
+    int64_t runs = 0, named = 0, absorbed = 0, skipped = 0;
+    double slowest = 0;
+    for (int64_t i = 0; i < sample; i++) {
+        job.victim = (int32_t)dcpt_rng_range(&rng, 0, procs - 1);
+        const int64_t n = i == 0 ? 1 : dcpt_rng_range(&rng, 1, total[job.victim]);
+        job.alloc_at = transport ? 0 : n;
+        job.fault_at = transport ? n : 0;
+        CU_ASSERT_EQUAL_FATAL(t_procs_run(&job, r), 0);
+        slowest = r->secs > slowest ? r->secs : slowest;
+        if (!r->proc[job.victim].fired && !r->hung) {
+            skipped++;
+            continue;
+        }
+        runs++;
+        judge_job(&job, r, transport, why, sizeof why);
+        int all_ok = 1, same = 1;
+        for (int32_t k = 0; k < procs * threads; k++) {
+            all_ok &= r->rank[k].st == DCP_OK;
+            same &= r->rank[k].digest == clean[k];
+        }
+        if (!why[0] && all_ok && !same)
+            snprintf(why, sizeof why, "every rank completed, with a result other than the clean "
+                                      "run's");
+        named += !why[0] && !all_ok;
+        absorbed += !why[0] && all_ok;
+        if (why[0] || getenv("DCP_WALK_VERBOSE")) {
+            fprintf(stderr, "walk %s: process %d's %s %lld of %lld: %s\n", name, job.victim,
+                    transport ? "transport call" : "allocation", (long long)n,
+                    (long long)total[job.victim], why);
+            for (int32_t k = 0; k < procs * threads; k++)
+                fprintf(stderr, "  rank %d: %s after %.2f s: %s\n", k,
+                        dcp_status_string(r->rank[k].st), r->rank[k].secs, r->rank[k].msg);
+        }
+        CU_ASSERT(why[0] == '\0');
+    }
+    printf("  walk %-22s %6lld %s in %d processes (clean run %.1f s); %5lld runs failed: %5lld "
+           "named, %4lld absorbed, %lld drew no call; slowest run %.1f s\n",
+           name, (long long)sum, transport ? "transport calls" : "allocations", procs, clean_secs,
+           (long long)runs, (long long)named, (long long)absorbed, (long long)skipped, slowest);
+    fflush(stdout);
+    free(r);
+}
+
+typedef struct {
+    dcp_context_t *ctx;
+    const dcp_plan_t *plan;
+    int32_t rank;
+    double start;
+    t_rank_result_t *out;
+} group_rank_t;
+
+static void *group_rank_main(void *arg)
+{
+    group_rank_t *g = arg;
+    t_rank_result_t *o = g->out;
+    o->st = t_rank_pass(g->ctx, g->plan, g->rank, &o->digest);
+    o->secs = dcp_now() - g->start;
+    if (o->st != DCP_OK) dcp_error_save(o->msg, sizeof o->msg);
+    o->ended = 1;
+    return NULL;
+}
+
+dcp_status_t t_group_pass(const t_walk_batch_t *b, const char *cluster, int32_t ranks,
+                          double timeout_s, t_rank_result_t *out)
+{
+    dcp_cluster_t *c = NULL;
+    dcp_plan_t *plan = NULL;
+    dcp_group_t *g = NULL;
+    dcp_context_t *ctx[T_MAX_RANKS] = {NULL};
+    dcp_status_t st = dcp_cluster_from_spec(cluster, &c);
+    if (st == DCP_OK) st = dcp_plan_create(&b->batch, &b->shape, &b->opts, c, &plan);
+    if (st == DCP_OK) st = dcp_group_create(ranks, &g);
+    for (int32_t r = 0; st == DCP_OK && r < ranks; r++) {
+        const dcp_context_config_t cfg = {.rank = r, .group = g, .timeout_s = timeout_s};
+        st = dcp_context_create(&cfg, &ctx[r]);
+    }
+    if (st == DCP_OK) {
+        group_rank_t a[T_MAX_RANKS];
+        pthread_t tid[T_MAX_RANKS];
+        const double t0 = dcp_now();
+        for (int32_t r = 0; r < ranks; r++) {
+            memset(&out[r], 0, sizeof out[r]);
+            a[r] = (group_rank_t){ctx[r], plan, r, t0, &out[r]};
+            pthread_create(&tid[r], NULL, group_rank_main, &a[r]);
+        }
+        for (int32_t r = 0; r < ranks; r++) pthread_join(tid[r], NULL);
+    }
+    char msg[512];
+    dcp_error_save(msg, sizeof msg);
+    for (int32_t r = 0; r < ranks; r++) dcp_context_destroy(ctx[r]);
+    dcp_group_destroy(g);
+    dcp_plan_destroy(plan);
+    dcp_cluster_destroy(c);
+    return st == DCP_OK ? DCP_OK : dcp_set_error(st, "%s", msg);
 }

@@ -11,6 +11,7 @@
 
 #include "include/dcp.h"
 #include "tests/unit/fault_hook.h"
+#include "tests/unit/walk_procs.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -74,3 +75,26 @@ void t_walk_batch_init(t_walk_batch_t *b, dcp_strategy_t strategy);
  * *digest_out covers the outputs and gradients. */
 dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t rank,
                          uint64_t *digest_out);
+
+/* Walks a job of ranks as processes (walk_procs.h): a clean run counts each process's
+ * allocations (transport = 0) or transport calls (transport = 1); then `sample` runs each fail
+ * one process's Nth, process and N drawn with the walk's seed (the first run: N = 1). Every process must exit by itself with 0 (no
+ * crash, no hang, no leak report) and leave no block behind; the victim's rank (or ranks)
+ * ends with the named status, every other rank completes or stops with DCP_ERR_PEER or
+ * DCP_ERR_TIMEOUT naming a rank, within three timeouts. */
+void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport, int64_t sample);
+
+/* The rules of a multi-rank run on its ranks' results: "" when they hold, else why not (into
+ * why). Ranks [own_lo, own_hi) are the victim's: an allocation failure ends one of them with
+ * DCP_ERR_NO_MEMORY; with `transport`, they may end with DCP_ERR_SYSTEM. Every other failed rank
+ * ends with DCP_ERR_PEER or DCP_ERR_TIMEOUT naming a rank; with `transport` every failed rank
+ * names the call (a send, a receive, a block copy). Every rank ends within three timeouts. */
+const char *t_judge_ranks(const t_rank_result_t *r, int32_t n, int32_t own_lo, int32_t own_hi,
+                          int transport, double timeout_s, char *why, size_t cap);
+
+/* Ranks as threads of this process on the walks' batch: the plan made on `cluster` (a spec),
+ * then a group of in-process ranks with their contexts, all on this thread (a failure there
+ * is returned, with nothing run); then every rank runs t_rank_pass on its own thread into
+ * out[rank]; everything is destroyed before it returns. */
+dcp_status_t t_group_pass(const t_walk_batch_t *b, const char *cluster, int32_t ranks,
+                          double timeout_s, t_rank_result_t *out);
