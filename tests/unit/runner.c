@@ -24,7 +24,8 @@ static const dcp_suite_fn suites[] = {
     dcp_suite_api,      dcp_suite_metis,     dcp_suite_refine,    dcp_suite_export,
     dcp_suite_rounds,   dcp_suite_cost,      dcp_suite_simulate,  dcp_suite_topo,
     dcp_suite_ucx,      dcp_suite_disagree,  dcp_suite_e2e,       dcp_suite_kinds,
-    dcp_suite_ordering, dcp_suite_gpu,       dcp_suite_alloc_walk, dcp_suite_xfer_walk,
+    dcp_suite_ordering, dcp_suite_gpu,       dcp_suite_planner_load, dcp_suite_alloc_walk,
+    dcp_suite_xfer_walk,
 };
 
 static struct {

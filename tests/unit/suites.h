@@ -38,6 +38,7 @@ int dcp_suite_disagree(void);
 int dcp_suite_segment(void);
 int dcp_suite_alloc_walk(void);
 int dcp_suite_xfer_walk(void);
+int dcp_suite_planner_load(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {
