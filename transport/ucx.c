@@ -60,6 +60,8 @@ struct ucx_engine {
     uint8_t *peer_mode;   /* endpoint created with UCX peer error handling */
     double next_liveness; /* when waits next look at local_pid */
     int32_t failed_peer;  /* first peer reported dead or aborted, -1 while none */
+    int32_t peer_dead;    /* failed_peer is known dead (its endpoint failed, its process is
+                             gone), not only blamed for a transfer that broke */
     int32_t suspect;      /* the peer a timed-out wait was waiting for, -1 while none */
     int32_t self_failed;  /* this rank announced its own failure */
     char failed_reason[DCP_ABORT_REASON_CAP]; /* failed_peer's reason, from its notice */
@@ -90,6 +92,7 @@ static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
     peer_ref_t *ref = arg;
     if (ref->e->failed_peer < 0) {
         ref->e->failed_peer = ref->peer;
+        ref->e->peer_dead = 1;
         snprintf(ref->e->failed_reason, sizeof ref->e->failed_reason, "its endpoint failed: %s",
                  ucs_status_string(status));
     }
@@ -178,6 +181,7 @@ static void check_liveness(ucx_engine_t *e)
             progress(e);
             if (e->failed_peer >= 0) break;
             e->failed_peer = p;
+            e->peer_dead = 1;
             snprintf(e->failed_reason, sizeof e->failed_reason, "its process %lld is gone",
                      (long long)e->local_pid[p]);
         }
@@ -384,7 +388,10 @@ static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
 
 /* Tells every peer that this rank has failed, flushing the notices briefly. The notice
  * names the failure this rank saw first (a dead peer, or the peer a timed-out wait waited
- * for), so that a rank relaying a failure is not blamed for it; its own rank otherwise. */
+ * for), so that a rank relaying a failure is not blamed for it; its own rank otherwise. A peer
+ * blamed only because a transfer with it broke is told too, unless its process is gone: it
+ * may be alive, and would otherwise learn of the failure only once the others have exited
+ * (and then blame one of them). */
 static void ucx_abort(dcp_engine_t *base, const char *reason)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
@@ -402,7 +409,10 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
     if (!reqs || !me) return; /* no endpoints yet: nobody to tell */
     for (int32_t p = 0; p < base->size; p++) {
         reqs[p] = NULL;
-        if (p == base->rank || p == e->failed_peer) continue;
+        if (p == base->rank) continue;
+        if (p == e->failed_peer &&
+            (e->peer_dead || (e->local_pid && e->local_pid[p] > 0 && process_gone(e->local_pid[p]))))
+            continue;
         me[p] = (abort_msg_t){origin, base->rank, {0}};
         snprintf(me[p].reason, sizeof me[p].reason, "%s", why);
         ucp_request_param_t prm = {0};
@@ -522,6 +532,7 @@ static void ucx_destroy(dcp_engine_t *base)
          * acknowledgement): meet them before closing, unless the job has failed (a failed
          * peer may never come; every rank whose call failed skips it alike, so that the
          * ranks' next bootstrap collective, a new context's, stays in step) */
+        progress(e); /* a notice already here: the job has failed, no collective close */
         if (e->failed_peer < 0 && !e->self_failed && e->bs)
             dcp_bootstrap_agree(e->bs, DCP_OK, "ucx close");
         if (e->abort_req) {

@@ -31,10 +31,10 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int64_t t_walk_pick(int64_t total, int64_t count, uint64_t seed, int64_t *n_out)
+static int64_t pick(int64_t total, int64_t count, uint64_t seed, int all, int64_t *n_out)
 {
     if (total <= 0) return 0;
-    if (t_walk_full() || total <= count) {
+    if (all || total <= count) {
         for (int64_t i = 0; i < total; i++) n_out[i] = i + 1;
         return total;
     }
@@ -50,6 +50,16 @@ int64_t t_walk_pick(int64_t total, int64_t count, uint64_t seed, int64_t *n_out)
     }
     qsort(n_out, (size_t)k, sizeof *n_out, cmp_i64);
     return k;
+}
+
+int64_t t_walk_pick(int64_t total, int64_t count, uint64_t seed, int64_t *n_out)
+{
+    return pick(total, count, seed, t_walk_full(), n_out);
+}
+
+int64_t t_walk_pick_sample(int64_t total, int64_t count, uint64_t seed, int64_t *n_out)
+{
+    return pick(total, count, seed, 0, n_out);
 }
 
 uint64_t t_digest(uint64_t h, const void *bytes, size_t n)
@@ -155,7 +165,9 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
     double slowest = 0;
     int64_t slowest_n = 0;
     int64_t *ns = calloc((size_t)r.total + 1, sizeof *ns);
-    const int64_t count = t_walk_pick(r.total, sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns);
+    /* a negative sample is a sample in full walks too */
+    const int64_t count = sample < 0 ? t_walk_pick_sample(r.total, -sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns)
+                                     : t_walk_pick(r.total, sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns);
     int bad = 0;
     for (int64_t k = 0; k < count && bad < 5; k++) {
         const int64_t n = ns[k];
@@ -194,17 +206,18 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
     }
     for (int64_t i = 0; i < r.sites; i++) r.sites_missed += !set_has(&failed, clean_sites[i]);
     r.sites_failed = failed.n;
-    for (int64_t i = 0; i < r.sites && t_walk_full(); i++) {
+    for (int64_t i = 0; i < r.sites && t_walk_full() && sample >= 0; i++) {
         char where[384];
         if (!set_has(&failed, clean_sites[i]))
             fprintf(stderr, "walk %s: site %s was reached by the clean run but never failed\n",
                     name, site_name(clean_sites[i], where, sizeof where));
     }
-    if (t_walk_full()) CU_ASSERT_EQUAL(r.sites_missed, 0);
+    if (t_walk_full() && sample >= 0) CU_ASSERT_EQUAL(r.sites_missed, 0);
     printf("  walk %-22s %6lld allocations, %4lld sites; %5lld runs failed: %5lld named, %4lld "
            "absorbed; %4lld sites failed%s; slowest run %.2f s (N = %lld)\n",
            name, (long long)r.total, (long long)r.sites, (long long)r.runs, (long long)r.named,
-           (long long)r.absorbed, (long long)r.sites_failed, t_walk_full() ? "" : " (sampled)",
+           (long long)r.absorbed, (long long)r.sites_failed,
+           t_walk_full() && sample >= 0 ? "" : " (sampled)",
            slowest, (long long)slowest_n);
     for (int64_t i = 0; i < absorbed.n && t_walk_full(); i++) {
         char where[384];

@@ -26,6 +26,9 @@ uint64_t t_walk_seed(void);
  * `count` of them drawn with `seed`, 1 and total always among them. Returns how many. */
 int64_t t_walk_pick(int64_t total, int64_t count, uint64_t seed, int64_t *n_out);
 
+/* The same, sampled in full walks too. */
+int64_t t_walk_pick_sample(int64_t total, int64_t count, uint64_t seed, int64_t *n_out);
+
 /* One run of a walked call. Everything it makes is destroyed before it returns. It returns
  * its status (its message in dcp_last_error() on the calling thread) and, on success, a digest
  * of its result in *digest_out (equal for equal results). */
@@ -42,7 +45,9 @@ typedef struct {
 } t_walk_result_t;
 
 /* Walks a call that runs on the calling thread (it may start threads of its own, whose
- * allocations count too): N = 1 .. total in full walks, `sample` of them otherwise. Asserts
+ * allocations count too): N = 1 .. total in full walks, `sample` of them otherwise (a
+ * negative sample: -sample of them in full walks too, which then need not fail every site
+ * the clean run reached). Asserts
  * (CUnit) the rules above for every run and prints one line for the walk. */
 void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
                   t_walk_result_t *out);

@@ -200,9 +200,18 @@ int t_rank_proc_main(int argc, char **argv)
 
 /* ---- the job ----------------------------------------------------------------------------- */
 
+/* UCX reports what an injected failure leaves behind (requests not returned to its pools, a
+ * dead peer's shared segment): the walks judge the outcome themselves, so UCX says only what
+ * is fatal, unless the caller chose a level. */
+static void quiet_ucx(void)
+{
+    setenv("UCX_LOG_LEVEL", "fatal", 0);
+}
+
 int t_procs_run(const t_proc_job_t *job, t_job_result_t *out)
 {
     memset(out, 0, sizeof *out);
+    quiet_ucx();
     if (job->procs < 1 || job->procs > T_MAX_PROCS || job->threads < 1 ||
         job->procs * job->threads > T_MAX_RANKS)
         return -1;
@@ -268,6 +277,7 @@ int t_threads_run(const t_proc_job_t *job, t_job_result_t *out)
 {
     memset(out, 0, sizeof *out);
     if (job->procs < 1 || job->procs > T_MAX_PROCS || job->threads != 1) return -1;
+    quiet_ucx();
     shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return -1;
     sh->job = *job;
