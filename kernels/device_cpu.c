@@ -75,8 +75,7 @@ static dcp_status_t cpu_fill_f32(float *dst, int64_t n, float value, void *strea
     return DCP_OK;
 }
 
-__attribute__((noinline)) static dcp_status_t cpu_stream_create(int32_t device,
-                                                                 void **stream_out)
+__attribute__((noinline)) static dcp_status_t cpu_stream_create(int32_t device, void **stream_out)
 {
     (void)device;
     return handle_create("a stream", DCP_ALLOC_SITE(), stream_out);

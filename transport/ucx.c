@@ -243,15 +243,14 @@ static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
          * its reason, may be waiting behind the broken transfer */
         for (int k = 0; k < 16 && e->failed_peer < 0; k++) progress(e);
         if (e->failed_peer >= 0)
-            return dcp_set_error(DCP_ERR_PEER,
-                                 "ucx: rank %d failed (%s); rank %d's %s ended: %s",
+            return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d's %s ended: %s",
                                  e->failed_peer, e->failed_reason, e->base.rank, call,
                                  ucs_status_string(s));
         /* the peer is blamed (a transfer that breaks mostly means it died), and the notice
          * this rank sends names the call that saw it */
         e->failed_peer = r->peer[i];
-        snprintf(e->failed_reason, sizeof e->failed_reason, "rank %d's %s failed: %s",
-                 e->base.rank, call, ucs_status_string(s));
+        snprintf(e->failed_reason, sizeof e->failed_reason, "rank %d's %s failed: %s", e->base.rank,
+                 call, ucs_status_string(s));
         return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d's %s failed: %s", e->base.rank, call,
                              ucs_status_string(s));
     }
@@ -410,8 +409,8 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
     for (int32_t p = 0; p < base->size; p++) {
         reqs[p] = NULL;
         if (p == base->rank) continue;
-        if (p == e->failed_peer &&
-            (e->peer_dead || (e->local_pid && e->local_pid[p] > 0 && process_gone(e->local_pid[p]))))
+        if (p == e->failed_peer && (e->peer_dead || (e->local_pid && e->local_pid[p] > 0 &&
+                                                     process_gone(e->local_pid[p]))))
             continue;
         me[p] = (abort_msg_t){origin, base->rank, {0}};
         snprintf(me[p].reason, sizeof me[p].reason, "%s", why);

@@ -12,8 +12,8 @@
  * and the device tables' memory, page-locked memory, streams, events and timers) asks
  * DCP_TEST_ALLOC_FAILS(site) first and fails as a real one would when it says so; a block it
  * made is reported with DCP_TEST_ALLOC_MADE(old, ptr, bytes, site) (old: the address of the
- * block a resize replaced, or 0), so that the hook knows dcp's live blocks. `site` is the return address
- * of the allocating call: it tells the library's call sites apart.
+ * block a resize replaced, or 0), so that the hook knows dcp's live blocks. `site` is the return
+ * address of the allocating call: it tells the library's call sites apart.
  *
  * Transport faults (tests/unit/fault_hook.c): DCP_TEST_FAULT(site) at each engine call that
  * can fail on its own (a UCX send or receive posted, a UCX operation completed, an in-process
@@ -51,15 +51,15 @@ void dcp_test_delay(dcp_delay_site_t site);
 int dcp_test_alloc_fails(const void *site);
 void dcp_test_alloc_made(uintptr_t old, const void *ptr, size_t bytes, const void *site);
 int dcp_test_fault(dcp_fault_site_t site);
-#define DCP_TEST_DELAY(site)                        dcp_test_delay(site)
-#define DCP_TEST_ALLOC_FAILS(site)                  dcp_test_alloc_fails(site)
+#define DCP_TEST_DELAY(site)                       dcp_test_delay(site)
+#define DCP_TEST_ALLOC_FAILS(site)                 dcp_test_alloc_fails(site)
 #define DCP_TEST_ALLOC_MADE(old, ptr, bytes, site) dcp_test_alloc_made(old, ptr, bytes, site)
-#define DCP_TEST_FAULT(site)                        dcp_test_fault(site)
+#define DCP_TEST_FAULT(site)                       dcp_test_fault(site)
 #else
-#define DCP_TEST_DELAY(site)                        ((void)0)
-#define DCP_TEST_ALLOC_FAILS(site)                  ((void)(site), 0)
+#define DCP_TEST_DELAY(site)                       ((void)0)
+#define DCP_TEST_ALLOC_FAILS(site)                 ((void)(site), 0)
 #define DCP_TEST_ALLOC_MADE(old, ptr, bytes, site) ((void)(old), (void)(site))
-#define DCP_TEST_FAULT(site)                        0
+#define DCP_TEST_FAULT(site)                       0
 #endif
 
 /* The site an allocation function reports: its caller's return address. */

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CYCLE 100 /* steps of one cycle of batches */
+#define CYCLE     100 /* steps of one cycle of batches */
 #define MAX_RANKS 64
 
 typedef struct {
@@ -61,9 +61,8 @@ static dcp_status_t make_batch(uint64_t seed, int id, soak_batch_t *b)
                                 &b->count));
     b->masks = calloc((size_t)b->count, sizeof *b->masks);
     if (!b->masks) return dcp_set_error(DCP_ERR_NO_MEMORY, "soak: masks");
-    static const char *const kinds[6] = {"full",           "causal",
-                                         "window:128",     "lambda:16:256",
-                                         "blockwise:64:2", "shared-question:0.2:4"};
+    static const char *const kinds[6] = {
+        "full", "causal", "window:128", "lambda:16:256", "blockwise:64:2", "shared-question:0.2:4"};
     for (int32_t s = 0; s < b->count; s++)
         DCP_CHECK(dcp_mask_parse(kinds[dcpt_rng_range(&rng, 0, 5)], &b->masks[s]));
     b->batch = (dcp_batch_t){.num_seqs = b->count, .lengths = b->lengths, .masks = b->masks};
@@ -155,8 +154,9 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (!parse(argc, argv, &o) || size > MAX_RANKS) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -np R %s [--steps N] [--every K (a multiple of %d)] "
-                            "[--warmup W] [--lookahead A] [--seed S] [--timeout SEC]\n",
+            fprintf(stderr,
+                    "usage: mpirun -np R %s [--steps N] [--every K (a multiple of %d)] "
+                    "[--warmup W] [--lookahead A] [--seed S] [--timeout SEC]\n",
                     argv[0], CYCLE);
         MPI_Finalize();
         return 2;
@@ -226,9 +226,9 @@ int main(int argc, char **argv)
         MPI_Gather(&s, sizeof s, MPI_BYTE, all, sizeof s, MPI_BYTE, 0, MPI_COMM_WORLD);
         /* after the warm-up, each rank's figures must stay those of its first sample */
         const int counted = i + 1 > o.warmup;
-        const int differs = have_first && (s.live_bytes != first.live_bytes ||
-                                           s.live_blocks != first.live_blocks ||
-                                           s.fds != first.fds);
+        const int differs =
+            have_first && (s.live_bytes != first.live_bytes || s.live_blocks != first.live_blocks ||
+                           s.fds != first.fds);
         if (counted && !have_first) {
             first = s;
             have_first = 1;
@@ -250,12 +250,16 @@ int main(int argc, char **argv)
                 wait = all[r].wait_ms > wait ? all[r].wait_ms : wait;
             }
             printf("%8lld %10.2f %10.1f %14s %12s %8s %9s\n", (long long)(i + 1), ms, wait, bytes,
-                   blocks, fds, !counted ? "warm-up" : any ? "MOVED" : "flat");
+                   blocks, fds,
+                   !counted ? "warm-up"
+                   : any    ? "MOVED"
+                            : "flat");
             fflush(stdout);
         }
     }
-    if (st != DCP_OK) fprintf(stderr, "dcp-soak: rank %d: %s: %s\n", rank, dcp_status_string(st),
-                              dcp_last_error());
+    if (st != DCP_OK)
+        fprintf(stderr, "dcp-soak: rank %d: %s: %s\n", rank, dcp_status_string(st),
+                dcp_last_error());
     for (int32_t j = 0; j < o.lookahead; j++) dcp_plan_destroy(ready[j]);
     dcp_planner_destroy(planner);
     dcp_context_destroy(ctx);

@@ -139,7 +139,8 @@ static int rebuild(void)
 static size_t find(const void *p)
 {
     if (!table_cap) return (size_t)-1;
-    for (size_t s = slot_of(p, table_cap), k = 0; k < table_cap; s = (s + 1) & (table_cap - 1), k++) {
+    for (size_t s = slot_of(p, table_cap), k = 0; k < table_cap;
+         s = (s + 1) & (table_cap - 1), k++) {
         if (!table[s].ptr) return (size_t)-1;
         if (table[s].ptr == p) return s;
     }

@@ -38,8 +38,7 @@ static dcp_status_t run_cluster(void *arg, uint64_t *digest_out)
 
 static void test_cluster_from_spec(void)
 {
-    t_alloc_walk("cluster 2x4 spec", run_cluster, "2x4:intra=450:inter=12.5:nics=2", SAMPLE,
-                 NULL);
+    t_alloc_walk("cluster 2x4 spec", run_cluster, "2x4:intra=450:inter=12.5:nics=2", SAMPLE, NULL);
     t_alloc_walk("cluster 4xh100-ib", run_cluster, "4xh100-ib", SAMPLE, NULL);
 }
 
@@ -105,8 +104,8 @@ static void plan_walk(const char *name, dcp_strategy_t strategy, int rounds, int
         pc->b.opts.coalesce = 2;
     }
     if (kinds) { /* the batch's masks, and a 32-token window for every sequence */
-        for (int i = 0; i < 4; i++) pc->kind_masks[i] = (dcp_mask_t){.kind = DCP_MASK_WINDOW,
-                                                                     .window = 32};
+        for (int i = 0; i < 4; i++)
+            pc->kind_masks[i] = (dcp_mask_t){.kind = DCP_MASK_WINDOW, .window = 32};
         pc->kinds[0] = (dcp_layer_kind_t){pc->b.masks, 1};
         pc->kinds[1] = (dcp_layer_kind_t){pc->kind_masks, 3};
         pc->b.batch.masks = NULL;
@@ -288,7 +287,7 @@ static void test_planner_service(void)
 
 /* ---- four ranks as threads ---------------------------------------------------------------- */
 
-#define THREAD_RANKS 4
+#define THREAD_RANKS     4
 #define THREAD_TIMEOUT_S 5.0
 
 /* The plan, the group and the contexts are made on this thread (a failure there ends the run,
@@ -337,8 +336,7 @@ static dcp_status_t run_ucx_threads(void *arg, uint64_t *digest_out)
     char why[512];
     dcp_status_t st = DCP_OK;
     uint64_t h = 0;
-    if (t_judge_ranks(r->rank, THREAD_RANKS, 0, THREAD_RANKS, 0, job.timeout_s, why,
-                      sizeof why)[0])
+    if (t_judge_ranks(r->rank, THREAD_RANKS, 0, THREAD_RANKS, 0, job.timeout_s, why, sizeof why)[0])
         st = dcp_set_error(DCP_ERR_INTERNAL, "%s", why);
     for (int32_t k = 0; st == DCP_OK && k < THREAD_RANKS; k++) {
         if (r->rank[k].st == DCP_ERR_NO_MEMORY)
@@ -352,18 +350,18 @@ static dcp_status_t run_ucx_threads(void *arg, uint64_t *digest_out)
 
 static void test_ucx_threads(void)
 {
-    t_alloc_walk("4 ucx ranks as threads", run_ucx_threads, NULL, t_walk_full() ? -150 : -2,
-                 NULL);
+    t_alloc_walk("4 ucx ranks as threads", run_ucx_threads, NULL,
+                 t_walk_full() ? -150 : -T_PROC_RUNS(2, 1), NULL);
 }
 
 static void test_processes(void)
 {
-    t_job_walk("4 processes", 4, 1, 0, t_walk_full() ? 60 : 3);
+    t_job_walk("4 processes", 4, 1, 0, t_walk_full() ? 60 : T_PROC_RUNS(3, 1));
 }
 
 static void test_hybrid(void)
 {
-    t_job_walk("2 processes x 2 threads", 2, 2, 0, t_walk_full() ? 60 : 2);
+    t_job_walk("2 processes x 2 threads", 2, 2, 0, t_walk_full() ? 60 : T_PROC_RUNS(2, 1));
 }
 
 /* ---- a context that fails after its engine exists ------------------------------------- */
@@ -381,8 +379,8 @@ static void *late_rank_main(void *arg)
     late_rank_t *a = arg;
     const dcp_bootstrap_t b = shm_bootstrap_rank(a->bs, a->rank);
     /* rank 2's attention engine is refused once its UCX engine is connected */
-    const dcp_context_config_t cfg = {.bootstrap = &b, .timeout_s = 20,
-                                      .attn_engine = a->rank == 2 ? "bogus" : "own"};
+    const dcp_context_config_t cfg = {
+        .bootstrap = &b, .timeout_s = 20, .attn_engine = a->rank == 2 ? "bogus" : "own"};
     dcp_context_t *ctx = NULL;
     a->create = dcp_context_create(&cfg, &ctx);
     const double t0 = dcp_now();

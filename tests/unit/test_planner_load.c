@@ -47,8 +47,7 @@ static void make_batch(int i, load_batch_t *b)
     const int32_t n = 1 + i % 3;
     for (int32_t k = 0; k < n; k++) {
         b->lengths[k] = 96 + 61 * ((i * 5 + k * 3) % 7);
-        b->masks[k] = (dcp_mask_t){.kind = (dcp_mask_kind_t)((i + k) % 4), .window = 40,
-                                   .sink = 8};
+        b->masks[k] = (dcp_mask_t){.kind = (dcp_mask_kind_t)((i + k) % 4), .window = 40, .sink = 8};
     }
     b->batch = (dcp_batch_t){.num_seqs = n, .lengths = b->lengths, .masks = b->masks};
     dcp_plan_options_default(&b->opts);
@@ -63,8 +62,8 @@ static int same_as_serial(const load_batch_t *b, const dcp_plan_t *p)
     size_t n = 0;
     if (dcp_plan_serialize(p, NULL, 0, &n) != DCP_OK || n != b->size) return 0;
     uint8_t *buf = malloc(n);
-    const int same = buf && dcp_plan_serialize(p, buf, n, &n) == DCP_OK &&
-                     !memcmp(buf, b->bytes, n);
+    const int same =
+        buf && dcp_plan_serialize(p, buf, n, &n) == DCP_OK && !memcmp(buf, b->bytes, n);
     free(buf);
     return same;
 }
@@ -190,8 +189,8 @@ static void test_sixteen_threads(void)
     CU_ASSERT_EQUAL(s.submitted, CLIENTS * ROUNDS);
     CU_ASSERT_EQUAL(s.pending, left);
     CU_ASSERT_EQUAL(s.failed, 0);
-    CU_ASSERT(s.cache_hits > 0);      /* 12 batches asked for 192 times */
-    CU_ASSERT(s.planned > BATCHES);   /* and a cache of 4: evictions, planned again */
+    CU_ASSERT(s.cache_hits > 0);    /* 12 batches asked for 192 times */
+    CU_ASSERT(s.planned > BATCHES); /* and a cache of 4: evictions, planned again */
     CU_ASSERT(s.cached_plans <= 4);
     for (int i = 0; i < BATCHES; i++) free(batches[i].bytes);
     free(batches);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RANKS 4
+#define RANKS     4
 #define TIMEOUT_S 3.0
 
 /* One run of four ranks into out[]; a failure before the ranks ran is returned. */
@@ -39,8 +39,8 @@ static dcp_status_t run_ucx_threads(const t_walk_batch_t *b, t_rank_result_t *ou
     return DCP_OK;
 }
 
-static const char *const site_names[DCP_FAULT_COUNT] = {"ucx send", "ucx receive",
-                                                        "ucx completion", "in-process copy"};
+static const char *const site_names[DCP_FAULT_COUNT] = {"ucx send", "ucx receive", "ucx completion",
+                                                        "in-process copy"};
 
 static void walk_threads(const char *name, ranks_fn run, int64_t sample)
 {
@@ -56,7 +56,8 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
     const int64_t total = dcp_test_fault_count();
     uint64_t clean[RANKS];
     for (int32_t k = 0; k < RANKS; k++) {
-        if (r[k].st != DCP_OK) fprintf(stderr, "walk %s: clean run: rank %d: %s\n", name, k, r[k].msg);
+        if (r[k].st != DCP_OK)
+            fprintf(stderr, "walk %s: clean run: rank %d: %s\n", name, k, r[k].msg);
         CU_ASSERT_EQUAL_FATAL(r[k].st, DCP_OK);
         clean[k] = r[k].digest;
     }
@@ -103,8 +104,8 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
             fprintf(stderr, "walk %s: call %lld of %lld (%s): %s\n", name, (long long)ns[i],
                     (long long)total, site < DCP_FAULT_COUNT ? site_names[site] : "?", why);
             for (int32_t k = 0; k < RANKS; k++)
-                fprintf(stderr, "  rank %d: %s after %.2f s: %s\n", k,
-                        dcp_status_string(r[k].st), r[k].secs, r[k].msg);
+                fprintf(stderr, "  rank %d: %s after %.2f s: %s\n", k, dcp_status_string(r[k].st),
+                        r[k].secs, r[k].msg);
             dcp_test_alloc_live_print(stderr, 8);
         }
         CU_ASSERT(why[0] == '\0');
@@ -128,17 +129,17 @@ static void test_inproc_threads(void)
 
 static void test_ucx_threads(void)
 {
-    walk_threads("ucx ranks as threads", run_ucx_threads, t_walk_full() ? -100 : 3);
+    walk_threads("ucx ranks as threads", run_ucx_threads, t_walk_full() ? -100 : T_PROC_RUNS(3, 2));
 }
 
 static void test_processes(void)
 {
-    t_job_walk("ucx processes", 4, 1, 1, t_walk_full() ? 60 : 2);
+    t_job_walk("ucx processes", 4, 1, 1, t_walk_full() ? 60 : T_PROC_RUNS(2, 1));
 }
 
 static void test_hybrid(void)
 {
-    t_job_walk("2 processes x 2 threads", 2, 2, 1, t_walk_full() ? 60 : 2);
+    t_job_walk("2 processes x 2 threads", 2, 2, 1, t_walk_full() ? 60 : T_PROC_RUNS(2, 1));
 }
 
 int dcp_suite_xfer_walk(void)

@@ -141,8 +141,7 @@ static int set_has(const site_set_t *s, const void *site)
     return 0;
 }
 
-void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
-                  t_walk_result_t *out)
+void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_walk_result_t *out)
 {
     t_walk_result_t r = {0};
     dcp_test_alloc_track(1);
@@ -155,7 +154,8 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
     dcp_test_sites_record(0);
     r.total = dcp_test_alloc_count();
     r.sites = dcp_test_sites_count();
-    if (st0 != DCP_OK) fprintf(stderr, "walk %s: the clean run failed: %s\n", name, dcp_last_error());
+    if (st0 != DCP_OK)
+        fprintf(stderr, "walk %s: the clean run failed: %s\n", name, dcp_last_error());
     CU_ASSERT_EQUAL_FATAL(st0, DCP_OK);
     CU_ASSERT_EQUAL(dcp_test_alloc_live_blocks(), 0);
     const void **clean_sites = calloc((size_t)r.sites + 1, sizeof *clean_sites);
@@ -166,8 +166,11 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
     int64_t slowest_n = 0;
     int64_t *ns = calloc((size_t)r.total + 1, sizeof *ns);
     /* a negative sample is a sample in full walks too */
-    const int64_t count = sample < 0 ? t_walk_pick_sample(r.total, -sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns)
-                                     : t_walk_pick(r.total, sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns);
+    const int64_t count =
+        sample < 0
+            ? t_walk_pick_sample(r.total, -sample, t_walk_seed() ^ t_digest(0, name, strlen(name)),
+                                 ns)
+            : t_walk_pick(r.total, sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns);
     int bad = 0;
     for (int64_t k = 0; k < count && bad < 5; k++) {
         const int64_t n = ns[k];
@@ -197,8 +200,8 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
                     "(%lld bytes) left behind\n",
                     name, (long long)n, (long long)r.total, site_name(site, where, sizeof where),
                     status_name(st),
-                    st == DCP_OK ? (digest == clean ? "" : ", a different result") : ": ",
-                    msg, (long long)leaked, (long long)dcp_test_alloc_live_bytes());
+                    st == DCP_OK ? (digest == clean ? "" : ", a different result") : ": ", msg,
+                    (long long)leaked, (long long)dcp_test_alloc_live_bytes());
             dcp_test_alloc_live_print(stderr, 8);
         }
         CU_ASSERT(ok);
@@ -217,8 +220,7 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
            "absorbed; %4lld sites failed%s; slowest run %.2f s (N = %lld)\n",
            name, (long long)r.total, (long long)r.sites, (long long)r.runs, (long long)r.named,
            (long long)r.absorbed, (long long)r.sites_failed,
-           t_walk_full() && sample >= 0 ? "" : " (sampled)",
-           slowest, (long long)slowest_n);
+           t_walk_full() && sample >= 0 ? "" : " (sampled)", slowest, (long long)slowest_n);
     for (int64_t i = 0; i < absorbed.n && t_walk_full(); i++) {
         char where[384];
         printf("    absorbed at %s\n", site_name(absorbed.at[i], where, sizeof where));
@@ -325,22 +327,21 @@ const char *t_judge_ranks(const t_rank_result_t *r, int32_t n, int32_t own_lo, i
         /* a rank stopped by another's failure names that rank; a transport failure names the
          * rank and the call on every rank */
         if (!(own && !transport) && !strstr(x->msg, "rank ") && !strstr(x->msg, "process "))
-            return snprintf(why, cap, "rank %d: %s names no rank: %s", k,
-                            dcp_status_string(x->st), x->msg),
+            return snprintf(why, cap, "rank %d: %s names no rank: %s", k, dcp_status_string(x->st),
+                            x->msg),
                    why;
         const int call = strstr(x->msg, "send to rank") || strstr(x->msg, "receive from rank") ||
                          strstr(x->msg, "block copy");
         if (transport && !call)
-            return snprintf(why, cap, "rank %d: %s names no call: %s", k,
-                            dcp_status_string(x->st), x->msg),
+            return snprintf(why, cap, "rank %d: %s names no call: %s", k, dcp_status_string(x->st),
+                            x->msg),
                    why;
         named |= transport || (own && x->st == DCP_ERR_NO_MEMORY);
         const int allowed =
             x->st == DCP_ERR_PEER || x->st == DCP_ERR_TIMEOUT ||
             (own && (transport ? x->st == DCP_ERR_SYSTEM : x->st == DCP_ERR_NO_MEMORY));
         if (!allowed)
-            return snprintf(why, cap, "rank %d: %s: %s", k, dcp_status_string(x->st), x->msg),
-                   why;
+            return snprintf(why, cap, "rank %d: %s: %s", k, dcp_status_string(x->st), x->msg), why;
     }
     if (failed && !named)
         return snprintf(why, cap, "no rank names the failed allocation (DCP_ERR_NO_MEMORY)"), why;
@@ -411,8 +412,9 @@ void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport,
             same &= r->rank[k].digest == clean[k];
         }
         if (!why[0] && all_ok && !same)
-            snprintf(why, sizeof why, "every rank completed, with a result other than the clean "
-                                      "run's");
+            snprintf(why, sizeof why,
+                     "every rank completed, with a result other than the clean "
+                     "run's");
         named += !why[0] && !all_ok;
         absorbed += !why[0] && all_ok;
         if (why[0] || getenv("DCP_WALK_VERBOSE")) {

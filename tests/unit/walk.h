@@ -19,6 +19,14 @@
 /* 1 when $DCP_WALK is "full": every N of single-process calls, larger samples elsewhere. */
 int t_walk_full(void);
 
+/* Runs of a sampled walk of processes in make test: fewer under ASan, whose processes start
+ * slowly (make test-asan runs every suite again); the full walks use their own counts. */
+#if defined(__SANITIZE_ADDRESS__)
+#define T_PROC_RUNS(plain, asan) (asan)
+#else
+#define T_PROC_RUNS(plain, asan) (plain)
+#endif
+
 /* $DCP_WALK_SEED, else a fixed seed: the sample of N a walk draws. */
 uint64_t t_walk_seed(void);
 
@@ -49,8 +57,7 @@ typedef struct {
  * negative sample: -sample of them in full walks too, which then need not fail every site
  * the clean run reached). Asserts
  * (CUnit) the rules above for every run and prints one line for the walk. */
-void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample,
-                  t_walk_result_t *out);
+void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_walk_result_t *out);
 
 /* The sites of the clean run of the last t_alloc_walk(), as "file:line" of the library's
  * sources, printed to $DCP_WALK_SITES (appended) when it is set. */
@@ -83,10 +90,10 @@ dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t ran
 
 /* Walks a job of ranks as processes (walk_procs.h): a clean run counts each process's
  * allocations (transport = 0) or transport calls (transport = 1); then `sample` runs each fail
- * one process's Nth, process and N drawn with the walk's seed (the first run: N = 1). Every process must exit by itself with 0 (no
- * crash, no hang, no leak report) and leave no block behind; the victim's rank (or ranks)
- * ends with the named status, every other rank completes or stops with DCP_ERR_PEER or
- * DCP_ERR_TIMEOUT naming a rank, within three timeouts. */
+ * one process's Nth, process and N drawn with the walk's seed (the first run: N = 1). Every process
+ * must exit by itself with 0 (no crash, no hang, no leak report) and leave no block behind; the
+ * victim's rank (or ranks) ends with the named status, every other rank completes or stops with
+ * DCP_ERR_PEER or DCP_ERR_TIMEOUT naming a rank, within three timeouts. */
 void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport, int64_t sample);
 
 /* The rules of a multi-rank run on its ranks' results: "" when they hold, else why not (into

@@ -165,8 +165,8 @@ int t_rank_proc_main(int argc, char **argv)
     dcp_test_alloc_fail_at(proc == job->victim ? job->alloc_at : 0);
     dcp_test_fault_at(proc == job->victim ? job->fault_at : 0);
     boot_t boot = {sh, proc, 0};
-    const dcp_bootstrap_t bs = {proc,      job->procs,           boot_allgather,
-                                &boot,     boot_allgather_timed, job->timeout_s};
+    const dcp_bootstrap_t bs = {proc,  job->procs,           boot_allgather,
+                                &boot, boot_allgather_timed, job->timeout_s};
     if (job->threads == 1) {
         const rank_arg_t a = {sh, &bs, proc};
         rank_main((void *)&a);

@@ -34,12 +34,12 @@ typedef struct {
 } t_rank_result_t;
 
 typedef struct {
-    int exit_status;     /* the process's wait status (0: it exited by itself with 0) */
-    int64_t allocs;      /* allocations it asked for */
-    int64_t faults;      /* transport calls that could fail */
-    int fired;           /* its injected failure happened */
-    int32_t fault_site;  /* which kind of transport call (dcp_fault_site_t) */
-    int64_t leaked;      /* blocks of dcp's allocator left once everything was destroyed */
+    int exit_status;    /* the process's wait status (0: it exited by itself with 0) */
+    int64_t allocs;     /* allocations it asked for */
+    int64_t faults;     /* transport calls that could fail */
+    int fired;          /* its injected failure happened */
+    int32_t fault_site; /* which kind of transport call (dcp_fault_site_t) */
+    int64_t leaked;     /* blocks of dcp's allocator left once everything was destroyed */
 } t_proc_result_t;
 
 typedef struct {
