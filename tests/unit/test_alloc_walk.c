@@ -320,6 +320,44 @@ static void test_threads(void)
     t_alloc_walk("4 ranks as threads", run_threads, &b, t_walk_full() ? 400 : SAMPLE, NULL);
 }
 
+/* dcp_forward_inproc and dcp_backward_inproc: the group, the contexts and the rank threads
+ * all made inside the call. */
+static dcp_status_t run_inproc_calls(void *arg, uint64_t *digest_out)
+{
+    const dcp_plan_t *plan = arg;
+    t_rank_io_t io[THREAD_RANKS];
+    dcp_tensors_t fwd[THREAD_RANKS];
+    dcp_grad_tensors_t bwd[THREAD_RANKS];
+    dcp_status_t st = DCP_OK;
+    for (int32_t r = 0; r < THREAD_RANKS; r++) {
+        t_rank_io_init(&io[r], plan, r);
+        fwd[r] = io[r].fwd;
+        bwd[r] = io[r].bwd;
+    }
+    st = dcp_forward_inproc(plan, fwd, THREAD_TIMEOUT_S, NULL);
+    if (st == DCP_OK) st = dcp_backward_inproc(plan, bwd, THREAD_TIMEOUT_S, NULL);
+    uint64_t h = 0;
+    for (int32_t r = 0; r < THREAD_RANKS; r++) {
+        if (st == DCP_OK) h = t_rank_io_digest(&io[r], h);
+        t_rank_io_free(&io[r]);
+    }
+    if (st == DCP_OK) *digest_out = h;
+    return st;
+}
+
+static void test_inproc_calls(void)
+{
+    t_walk_batch_t b;
+    t_walk_batch_init(&b, DCP_STRATEGY_LPT);
+    dcp_cluster_t *c = NULL;
+    dcp_plan_t *plan = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &c), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&b.batch, &b.shape, &b.opts, c, &plan), DCP_OK);
+    t_alloc_walk("forward/backward_inproc", run_inproc_calls, plan, SAMPLE, NULL);
+    dcp_plan_destroy(plan);
+    dcp_cluster_destroy(c);
+}
+
 /* ---- UCX ranks as threads, ranks as processes, processes of threads ------------------- */
 
 /* The process ranks' path (bootstrap, peer table, job cluster, UCX engine) with every rank a
@@ -434,6 +472,7 @@ int dcp_suite_alloc_walk(void)
         {"context_twin", test_context_twin},
         {"planner_service", test_planner_service},
         {"threads", test_threads},
+        {"inproc_calls", test_inproc_calls},
         {"ucx_threads", test_ucx_threads},
         {"creation_failure_is_told", test_creation_failure_is_told},
         {"processes", test_processes},

@@ -274,37 +274,51 @@ static dcp_status_t next_call_says_so(dcp_context_t *ctx, const dcp_plan_t *plan
     return dcp_set_error(st, "%s", msg);
 }
 
-dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t rank,
-                         uint64_t *digest_out)
+void t_rank_io_init(t_rank_io_t *io, const dcp_plan_t *plan, int32_t rank)
 {
-    int64_t tokens = 0;
-    dcp_status_t st = dcp_plan_local_layout(plan, rank, NULL, 0, NULL, &tokens);
-    if (st != DCP_OK) return st;
+    memset(io, 0, sizeof *io);
+    (void)dcp_plan_local_layout(plan, rank, NULL, 0, NULL, &io->tokens);
     /* the plan's shape is the walks' (4/2 x 8, fp32) */
-    const int64_t qn = tokens * 4 * 8, kn = tokens * 2 * 8;
-    float *mem = calloc((size_t)(4 * qn + 6 * kn + tokens * 4) + 1, sizeof *mem);
-    if (!mem) return dcp_set_error(DCP_ERR_NO_MEMORY, "test tensors");
-    float *q = mem, *o = q + qn, *dout = o + qn, *dq = dout + qn, *k = dq + qn, *v = k + kn,
+    const int64_t qn = io->tokens * 4 * 8, kn = io->tokens * 2 * 8;
+    io->mem = calloc((size_t)(4 * qn + 6 * kn + io->tokens * 4) + 1, sizeof *io->mem);
+    float *q = io->mem, *o = q + qn, *dout = o + qn, *dq = dout + qn, *k = dq + qn, *v = k + kn,
           *dk = v + kn, *dv = dk + kn, *lse = dv + kn;
     dcpt_rng_t rng = {(uint64_t)rank * 7919 + 3};
     for (int64_t i = 0; i < qn; i++) q[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
     for (int64_t i = 0; i < qn; i++) dout[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
-    for (int64_t i = 0; i < kn; i++) k[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
-    for (int64_t i = 0; i < kn; i++) v[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
-    const dcp_tensors_t io = {q, k, v, o, lse, 0.0f};
-    const dcp_grad_tensors_t gio = {io, dout, dq, dk, dv};
-    st = dcp_forward(ctx, plan, &io, NULL);
-    if (st == DCP_OK) st = dcp_backward(ctx, plan, &gio, NULL);
-    if (st != DCP_OK) {
-        st = next_call_says_so(ctx, plan, &io, st);
-    } else {
-        uint64_t h = t_digest(0, o, (size_t)qn * sizeof *o);
-        h = t_digest(h, lse, (size_t)tokens * 4 * sizeof *lse);
-        h = t_digest(h, dq, (size_t)qn * sizeof *dq);
-        h = t_digest(h, dk, (size_t)(2 * kn) * sizeof *dk); /* dk and dv */
-        *digest_out = h;
-    }
-    free(mem);
+    for (int64_t i = 0; i < 2 * kn; i++) k[i] = (float)dcpt_rng_uniform(&rng) - 0.5f;
+    io->fwd = (dcp_tensors_t){q, k, v, o, lse, 0.0f};
+    io->bwd = (dcp_grad_tensors_t){io->fwd, dout, dq, dk, dv};
+}
+
+uint64_t t_rank_io_digest(const t_rank_io_t *io, uint64_t h)
+{
+    const int64_t qn = io->tokens * 4 * 8, kn = io->tokens * 2 * 8;
+    h = t_digest(h, io->fwd.o, (size_t)qn * sizeof(float));
+    h = t_digest(h, io->fwd.lse, (size_t)io->tokens * 4 * sizeof(float));
+    h = t_digest(h, io->bwd.dq, (size_t)qn * sizeof(float));
+    return t_digest(h, io->bwd.dk, (size_t)(2 * kn) * sizeof(float)); /* dk and dv */
+}
+
+void t_rank_io_free(t_rank_io_t *io)
+{
+    free(io->mem);
+    io->mem = NULL;
+}
+
+dcp_status_t t_rank_pass(dcp_context_t *ctx, const dcp_plan_t *plan, int32_t rank,
+                         uint64_t *digest_out)
+{
+    t_rank_io_t io;
+    t_rank_io_init(&io, plan, rank);
+    if (!io.mem) return dcp_set_error(DCP_ERR_NO_MEMORY, "test tensors");
+    dcp_status_t st = dcp_forward(ctx, plan, &io.fwd, NULL);
+    if (st == DCP_OK) st = dcp_backward(ctx, plan, &io.bwd, NULL);
+    if (st != DCP_OK)
+        st = next_call_says_so(ctx, plan, &io.fwd, st);
+    else
+        *digest_out = t_rank_io_digest(&io, 0);
+    t_rank_io_free(&io);
     return st;
 }
 

@@ -81,6 +81,19 @@ typedef struct {
 
 void t_walk_batch_init(t_walk_batch_t *b, dcp_strategy_t strategy);
 
+/* One rank's tensors for the walks' shape: deterministic Q, K, V and dO of `rank`'s rows of
+ * `plan` (io->mem NULL when they cannot be allocated), their digest after a pass, release. */
+typedef struct {
+    float *mem;
+    int64_t tokens;
+    dcp_tensors_t fwd;
+    dcp_grad_tensors_t bwd;
+} t_rank_io_t;
+
+void t_rank_io_init(t_rank_io_t *io, const dcp_plan_t *plan, int32_t rank);
+uint64_t t_rank_io_digest(const t_rank_io_t *io, uint64_t h);
+void t_rank_io_free(t_rank_io_t *io);
+
 /* Forward, then backward, of `plan` on ctx over deterministic rows of ctx's rank. After a
  * failure the context's next call must say so (DCP_ERR_PEER, at once): when it does not,
  * DCP_ERR_INTERNAL naming what it returned; otherwise the failure's own status and message.
