@@ -13,6 +13,9 @@ int dcp_suite_schedule(void);
 int dcp_suite_plan_io(void);
 int dcp_suite_plan_fuzz(void);
 int dcp_suite_plan_service(void);
+int dcp_suite_planner_load(void);
+int dcp_suite_alloc_walk(void);
+int dcp_suite_xfer_walk(void);
 int dcp_suite_planner(void);
 int dcp_suite_kernels(void);
 int dcp_suite_backward(void);
@@ -36,9 +39,6 @@ int dcp_suite_ucx(void);
 int dcp_suite_kinds(void);
 int dcp_suite_disagree(void);
 int dcp_suite_segment(void);
-int dcp_suite_alloc_walk(void);
-int dcp_suite_xfer_walk(void);
-int dcp_suite_planner_load(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {
