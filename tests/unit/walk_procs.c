@@ -26,7 +26,9 @@ extern char **environ;
 
 typedef struct {
     t_proc_job_t job;
-    double start; /* the job's start, dcp_now() of the parent (one clock for all) */
+    /* when every process had started: the ranks' times count from here (one clock for all) */
+    _Atomic double start;
+    atomic_int ready; /* processes started so far */
     atomic_int_fast64_t arrived[T_MAX_PROCS], departed[T_MAX_PROCS];
     t_rank_result_t rank[T_MAX_RANKS];
     t_proc_result_t proc[T_MAX_PROCS];
@@ -161,6 +163,13 @@ int t_rank_proc_main(int argc, char **argv)
     if (sh == MAP_FAILED) return 2;
     const int32_t proc = atoi(argv[3]);
     const t_proc_job_t *job = &sh->job;
+    /* the processes start together, so that a slow start (ASan, a loaded machine) is not
+     * taken for a rank that fails to come: the timeouts count from here */
+    if (atomic_fetch_add(&sh->ready, 1) + 1 == job->procs) atomic_store(&sh->start, dcp_now());
+    for (const double until = dcp_now() + 60;
+         atomic_load(&sh->ready) < job->procs && dcp_now() < until;)
+        pause_us(1000);
+    if (atomic_load(&sh->start) == 0.0) atomic_store(&sh->start, dcp_now()); /* one never came */
     dcp_test_alloc_track(1);
     dcp_test_alloc_fail_at(proc == job->victim ? job->alloc_at : 0);
     dcp_test_fault_at(proc == job->victim ? job->fault_at : 0);
@@ -227,7 +236,6 @@ int t_procs_run(const t_proc_job_t *job, t_job_result_t *out)
         return -1;
     }
     sh->job = *job;
-    sh->start = dcp_now();
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = '\0';
@@ -264,7 +272,7 @@ int t_procs_run(const t_proc_job_t *job, t_job_result_t *out)
         }
         pause_us(5000);
     }
-    out->secs = dcp_now() - sh->start;
+    out->secs = sh->start > 0 ? dcp_now() - sh->start : 0;
     memcpy(out->rank, sh->rank, sizeof out->rank);
     memcpy(out->proc, sh->proc, sizeof out->proc);
     for (int32_t p = started; p < job->procs; p++) out->proc[p].exit_status = -1;
