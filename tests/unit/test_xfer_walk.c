@@ -71,6 +71,7 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
     double slowest = 0;
     int bad = 0;
     for (int64_t i = 0; i < count && bad < 5; i++) {
+        const int64_t before = dcp_test_alloc_live_blocks(); /* 0 unless a run leaked */
         dcp_test_fault_at(ns[i]);
         memset(r, 0, sizeof r);
         const double t0 = dcp_now();
@@ -79,7 +80,7 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
         dcp_fault_site_t site = DCP_FAULT_COUNT;
         const int fired = dcp_test_fault_fired(&site);
         dcp_test_fault_at(0);
-        const int64_t leaked = dcp_test_alloc_live_blocks();
+        const int64_t leaked = dcp_test_alloc_live_blocks() - before;
         if (!fired) continue;
         runs++;
         if (site < DCP_FAULT_COUNT) by_site[site]++;
