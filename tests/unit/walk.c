@@ -407,7 +407,7 @@ void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport,
     const double clean_secs = r->secs;
     dcpt_rng_t rng = {t_walk_seed() ^ t_digest(0, name, strlen(name))};
     int64_t runs = 0, named = 0, absorbed = 0, skipped = 0;
-    double slowest = 0;
+    double slowest = 0, latest = 0; /* a job's wall time; the latest end of a failed rank */
     for (int64_t i = 0; i < sample; i++) {
         job.victim = (int32_t)dcpt_rng_range(&rng, 0, procs - 1);
         const int64_t n = i == 0 ? 1 : dcpt_rng_range(&rng, 1, total[job.victim]);
@@ -420,6 +420,8 @@ void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport,
             continue;
         }
         runs++;
+        for (int32_t k = 0; k < procs * threads; k++)
+            if (r->rank[k].st != DCP_OK && r->rank[k].secs > latest) latest = r->rank[k].secs;
         judge_job(&job, r, transport, why, sizeof why);
         int all_ok = 1, same = 1;
         for (int32_t k = 0; k < procs * threads; k++) {
@@ -443,9 +445,11 @@ void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport,
         CU_ASSERT(why[0] == '\0');
     }
     printf("  walk %-22s %6lld %s in %d processes (clean run %.1f s); %5lld runs failed: %5lld "
-           "named, %4lld absorbed, %lld drew no call; slowest run %.1f s\n",
+           "named, %4lld absorbed, %lld drew no call; slowest run %.1f s, failed ranks ended "
+           "within %.1f s (timeout %.0f s)\n",
            name, (long long)sum, transport ? "transport calls" : "allocations", procs, clean_secs,
-           (long long)runs, (long long)named, (long long)absorbed, (long long)skipped, slowest);
+           (long long)runs, (long long)named, (long long)absorbed, (long long)skipped, slowest,
+           latest, job.timeout_s);
     fflush(stdout);
     free(r);
 }
