@@ -606,7 +606,9 @@ static dcp_status_t err_mode_policy(int *mode_out)
 /* Exchanges worker addresses (lengths first, then padded addresses) and connects to every
  * peer; which peers share this node and pid namespace comes from the peer table. `setup`
  * is this rank's set-up so far: every rank learns of any rank's failure and all fail
- * together. */
+ * together. The buffers of each exchange are made, and voted on, before it: a rank that
+ * could not make them and left the exchange would meet the others' allgather with its next
+ * collective, and each would read the other's bytes as its own. */
 static dcp_status_t connect_peers(ucx_engine_t *e, const dcp_peer_table_t *peers,
                                   dcp_status_t setup)
 {
@@ -622,13 +624,14 @@ static dcp_status_t connect_peers(ucx_engine_t *e, const dcp_peer_table_t *peers
     uint64_t most = 0, mine = len, *lens = NULL;
     char *all = NULL, *padded = NULL;
     dcp_status_t st;
+    if (setup == DCP_OK) setup = dcp_calloc(&lens, n, sizeof *lens, "ucx addresses");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(e->bs, setup, "ucx worker set-up"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&lens, n, sizeof *lens, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, &mine, lens, sizeof mine, "ucx address sizes"),
                    st, out);
     for (int32_t p = 0; p < n; p++) most = lens[p] > most ? lens[p] : most;
-    DCP_CHECK_GOTO(dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses"), st, out);
+    st = dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses");
+    if (st == DCP_OK) st = dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses");
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(e->bs, st, "ucx address buffers"), st, out);
     memcpy(padded, addr, len);
     DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, padded, all, most, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->eps, n, sizeof *e->eps, "ucx endpoints"), st, out);
