@@ -352,9 +352,10 @@ const char *t_judge_ranks(const t_rank_result_t *r, int32_t n, int32_t own_lo, i
                             x->msg),
                    why;
         named |= transport || (own && x->st == DCP_ERR_NO_MEMORY);
-        const int allowed =
-            x->st == DCP_ERR_PEER || x->st == DCP_ERR_TIMEOUT ||
-            (own && (transport ? x->st == DCP_ERR_SYSTEM : x->st == DCP_ERR_NO_MEMORY));
+        /* the failure's own status, on the victim, or carried to the others by a vote of
+         * the set-up ("ucx worker set-up failed on rank 3 (DCP_ERR_NO_MEMORY)") */
+        const int allowed = x->st == DCP_ERR_PEER || x->st == DCP_ERR_TIMEOUT ||
+                            (transport ? x->st == DCP_ERR_SYSTEM : x->st == DCP_ERR_NO_MEMORY);
         if (!allowed)
             return snprintf(why, cap, "rank %d: %s: %s", k, dcp_status_string(x->st), x->msg), why;
     }

@@ -111,9 +111,10 @@ void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport,
 
 /* The rules of a multi-rank run on its ranks' results: "" when they hold, else why not (into
  * why). Ranks [own_lo, own_hi) are the victim's: an allocation failure ends one of them with
- * DCP_ERR_NO_MEMORY; with `transport`, they may end with DCP_ERR_SYSTEM. Every other failed rank
- * ends with DCP_ERR_PEER or DCP_ERR_TIMEOUT naming a rank; with `transport` every failed rank
- * names the call (a send, a receive, a block copy). Every rank ends within three timeouts. */
+ * DCP_ERR_NO_MEMORY. Every other failed rank ends with DCP_ERR_PEER or DCP_ERR_TIMEOUT, or with
+ * the status a vote of the set-up carried to it (DCP_ERR_NO_MEMORY; with `transport`,
+ * DCP_ERR_SYSTEM), naming a rank; with `transport` every failed rank names the call (a send, a
+ * receive, a block copy). Every rank ends within three timeouts. */
 const char *t_judge_ranks(const t_rank_result_t *r, int32_t n, int32_t own_lo, int32_t own_hi,
                           int transport, double timeout_s, char *why, size_t cap);
 
