@@ -13,13 +13,21 @@
 static atomic_int_fast64_t alloc_at, alloc_seen;
 static atomic_int alloc_hit;
 static const void *_Atomic alloc_hit_site;
+static const void *_Atomic alloc_target; /* fail the first allocation here */
 
 void dcp_test_alloc_fail_at(int64_t n)
 {
+    atomic_store(&alloc_target, NULL);
     atomic_store(&alloc_hit, 0);
     atomic_store(&alloc_hit_site, NULL);
     atomic_store(&alloc_seen, 0);
     atomic_store(&alloc_at, n);
+}
+
+void dcp_test_alloc_fail_site(const void *site)
+{
+    dcp_test_alloc_fail_at(0);
+    atomic_store(&alloc_target, site);
 }
 
 int64_t dcp_test_alloc_count(void)
@@ -81,6 +89,13 @@ int dcp_test_alloc_fails(const void *site)
 {
     if (atomic_load_explicit(&sites_on, memory_order_relaxed)) site_seen(site);
     const int64_t n = atomic_fetch_add(&alloc_seen, 1) + 1;
+    const void *target = atomic_load(&alloc_target);
+    if (target) {
+        int none = 0;
+        if (site != target || !atomic_compare_exchange_strong(&alloc_hit, &none, 1)) return 0;
+        atomic_store(&alloc_hit_site, site);
+        return 1;
+    }
     if (n != atomic_load(&alloc_at)) return 0;
     atomic_store(&alloc_hit_site, site);
     atomic_store(&alloc_hit, 1);

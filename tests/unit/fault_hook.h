@@ -20,6 +20,9 @@
 /* From now on the nth allocation (n >= 1, counted from this call, over every thread of the
  * process) fails; n = 0: none fails (only counted). */
 DCP_TEST_EXPORT void dcp_test_alloc_fail_at(int64_t n);
+/* From now on the first allocation made at `site` (a site of dcp_test_site()) fails; NULL:
+ * none. Resets the count and the fired flag as dcp_test_alloc_fail_at() does. */
+DCP_TEST_EXPORT void dcp_test_alloc_fail_site(const void *site);
 /* Allocations asked for since the last dcp_test_alloc_fail_at(). */
 DCP_TEST_EXPORT int64_t dcp_test_alloc_count(void);
 /* 1 once the nth allocation was reached (and failed); its site in *site_out (may be NULL). */

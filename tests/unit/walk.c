@@ -163,7 +163,6 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_w
     site_set_t failed = {calloc((size_t)DCP_TEST_SITES_MAX, sizeof(void *)), 0};
     site_set_t absorbed = {calloc((size_t)DCP_TEST_SITES_MAX, sizeof(void *)), 0};
     double slowest = 0;
-    int64_t slowest_n = 0;
     int64_t *ns = calloc((size_t)r.total + 1, sizeof *ns);
     /* a negative sample is a sample in full walks too */
     const int64_t count =
@@ -172,14 +171,20 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_w
                                  ns)
             : t_walk_pick(r.total, sample, t_walk_seed() ^ t_digest(0, name, strlen(name)), ns);
     int bad = 0;
-    for (int64_t k = 0; k < count && bad < 5; k++) {
-        const int64_t n = ns[k];
+    /* the N drawn, then (full walks) the first allocation at each site still not failed */
+    for (int64_t k = 0; k < count + (t_walk_full() ? r.sites : 0) && bad < 5; k++) {
+        const int64_t n = k < count ? ns[k] : 0;
+        const void *target = k < count ? NULL : clean_sites[k - count];
+        if (target && set_has(&failed, target)) continue;
         const int64_t before = dcp_test_alloc_live_blocks(); /* 0 unless a run leaked */
-        dcp_test_alloc_fail_at(n);
+        if (target)
+            dcp_test_alloc_fail_site(target);
+        else
+            dcp_test_alloc_fail_at(n);
         uint64_t digest = 0;
         const double t0 = dcp_now();
         const dcp_status_t st = run(arg, &digest);
-        if (dcp_now() - t0 > slowest) slowest = dcp_now() - t0, slowest_n = n;
+        if (dcp_now() - t0 > slowest) slowest = dcp_now() - t0;
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st == DCP_OK ? "" : dcp_last_error());
         const void *site = NULL;
@@ -188,6 +193,7 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_w
         const int64_t leaked = dcp_test_alloc_live_blocks() - before;
         if (!fired) continue; /* a run of fewer allocations (threads): nothing was injected */
         r.runs++;
+        r.directed += target != NULL;
         set_add(&failed, site);
         const int ok = st == DCP_OK ? digest == clean : st == DCP_ERR_NO_MEMORY && msg[0];
         r.named += st != DCP_OK && ok;
@@ -210,18 +216,18 @@ void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_w
     }
     for (int64_t i = 0; i < r.sites; i++) r.sites_missed += !set_has(&failed, clean_sites[i]);
     r.sites_failed = failed.n;
-    for (int64_t i = 0; i < r.sites && t_walk_full() && sample >= 0; i++) {
+    for (int64_t i = 0; i < r.sites && t_walk_full(); i++) {
         char where[384];
         if (!set_has(&failed, clean_sites[i]))
             fprintf(stderr, "walk %s: site %s was reached by the clean run but never failed\n",
                     name, site_name(clean_sites[i], where, sizeof where));
     }
-    if (t_walk_full() && sample >= 0) CU_ASSERT_EQUAL(r.sites_missed, 0);
-    printf("  walk %-22s %6lld allocations, %4lld sites; %5lld runs failed: %5lld named, %4lld "
-           "absorbed; %4lld sites failed%s; slowest run %.2f s (N = %lld)\n",
-           name, (long long)r.total, (long long)r.sites, (long long)r.runs, (long long)r.named,
-           (long long)r.absorbed, (long long)r.sites_failed,
-           t_walk_full() && sample >= 0 ? "" : " (sampled)", slowest, (long long)slowest_n);
+    if (t_walk_full()) CU_ASSERT_EQUAL(r.sites_missed, 0);
+    printf("  walk %-22s %6lld allocations, %4lld sites; %5lld runs failed (%lld aimed at a "
+           "site): %5lld named, %4lld absorbed; %4lld sites failed%s; slowest run %.2f s\n",
+           name, (long long)r.total, (long long)r.sites, (long long)r.runs, (long long)r.directed,
+           (long long)r.named, (long long)r.absorbed, (long long)r.sites_failed,
+           t_walk_full() && sample >= 0 ? "" : " (sampled N)", slowest);
     for (int64_t i = 0; i < absorbed.n && t_walk_full(); i++) {
         char where[384];
         printf("    absorbed at %s\n", site_name(absorbed.at[i], where, sizeof where));

@@ -48,14 +48,16 @@ typedef struct {
     int64_t runs;         /* runs with a failure injected */
     int64_t named;        /* ... that ended with DCP_ERR_NO_MEMORY and a message */
     int64_t absorbed;     /* ... that completed with the clean run's result */
+    int64_t directed;     /* runs that failed the first allocation at a given site */
     int64_t sites_failed; /* distinct sites at which a failure was injected */
     int64_t sites_missed; /* sites of the clean run never failed (full walks: must be 0) */
 } t_walk_result_t;
 
 /* Walks a call that runs on the calling thread (it may start threads of its own, whose
  * allocations count too): N = 1 .. total in full walks, `sample` of them otherwise (a
- * negative sample: -sample of them in full walks too, which then need not fail every site
- * the clean run reached). Asserts
+ * negative sample: -sample of them in full walks too). A full walk then fails, once each, the
+ * first allocation at every site of the clean run that no N failed (the order of threads'
+ * allocations varies), and every site must have failed. Asserts
  * (CUnit) the rules above for every run and prints one line for the walk. */
 void t_alloc_walk(const char *name, t_run_fn run, void *arg, int64_t sample, t_walk_result_t *out);
 
