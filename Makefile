@@ -8,7 +8,17 @@
 #                   ASan+UBSan; make soak: 10,000 training steps watched for leaks; make
 #                   test-tsan: the planner service's load test under ThreadSanitizer
 #                   (tests/README.md)
-#   make deps       installs the Debian packages the build needs (sudo when not root)
+#   make deps       installs the Debian packages the build and the tests need (sudo when not
+#                   root); make run and make test first check what they need (deps-check) and
+#                   install nothing when every dependency is found
+#
+# Site modules (an HPC centre's `module load ucx nccl ...`): name a dependency's prefix and the
+# build takes its headers from PREFIX/include and its libraries from PREFIX/lib64 or
+# PREFIX/lib, and the binaries find them there at run time (RUNPATH), as nccl-tests takes them:
+#   make UCX_HOME=$UCX_HOME METIS_HOME=... HWLOC_HOME=... NCCL_HOME=... MPI_HOME=...
+# MPI_HOME: its include/ and libmpi (MPI_LIBNAME=mpich for MPICH's name); or MPICC=wrapper
+# (Open MPI's or MPICH's mpicc: its --showme or -show); on a Cray, CC=cc MPICC=cc MPI_CFLAGS=
+# MPI_LIBS= (the Cray compiler wrapper brings MPI itself).
 #   make gpu-bundle DIR=path   one folder to run tests/perf/gpu_check.sh on a GPU machine
 #                              (default DIR: build/gpu-bundle; README "The GPU report")
 #   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
@@ -33,12 +43,41 @@ VERSION := $(call dcp_version_part,MAJOR).$(call dcp_version_part,MINOR).$(call 
 SONAME := libdcp.so.$(basename $(VERSION))
 SOFILE := libdcp.so.$(VERSION)
 
-WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror
+# site modules: each prefix's headers, and its libraries' folder as a search path and RUNPATH
+UCX_HOME ?=
+METIS_HOME ?=
+HWLOC_HOME ?=
+NCCL_HOME ?=
+MPI_HOME ?=
+MPI_LIBNAME ?= mpi
+MPICC ?= mpicc
+comma := ,
+home_libdir = $(if $(wildcard $(1)/lib64),$(1)/lib64,$(1)/lib)
+rpath_of = $(patsubst -L%,-Wl$(comma)-rpath$(comma)%,$(filter -L%,$(1)))
+SITE_HOMES := $(strip $(UCX_HOME) $(METIS_HOME) $(HWLOC_HOME))
+# (-isystem: a site's headers are not held to dcp's warnings, as the system's are not)
+SITE_CFLAGS := $(foreach h,$(SITE_HOMES),-isystem $(h)/include)
+SITE_LIBS := $(foreach h,$(SITE_HOMES),-L$(call home_libdir,$(h)))
+# NCCL is loaded at run time (dlopen): its folder only as a RUNPATH, where dlopen looks too
+SITE_RPATH := $(call rpath_of,$(SITE_LIBS)) $(if $(NCCL_HOME),-Wl$(comma)-rpath$(comma)$(call home_libdir,$(NCCL_HOME)))
+
+# Public structs grow at their end, a new field's zero meaning "as before" (dcp.h): a positional
+# initializer that stops early is the intended way to leave it off, not a mistake to warn of.
+WARN = -Wall -Wextra -Wno-missing-field-initializers -Wshadow -Wstrict-prototypes -Werror
 CFLAGS_ALL = -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SAN) -fPIC \
-	-fvisibility=hidden -I. -MMD -MP
-LDLIBS_ALL = -lucp -luct -lucs -lhwloc -lmetis -lpthread -lm
-MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+	-fvisibility=hidden -I. $(SITE_CFLAGS) -MMD -MP
+LDLIBS_ALL = $(SITE_LIBS) $(SITE_RPATH) -lucp -luct -lucs -lhwloc -lmetis -lpthread -lm
+# MPI: MPI_HOME's headers and library, else the wrapper's flags (Open MPI: --showme, MPICH:
+# -show); its library folders as RUNPATH
+ifneq ($(MPI_HOME),)
+MPI_CFLAGS ?= -isystem $(MPI_HOME)/include
+MPI_LIBS ?= -L$(call home_libdir,$(MPI_HOME)) -l$(MPI_LIBNAME)
+else
+mpi_show := $(shell $(MPICC) --showme 2>/dev/null || $(MPICC) -show 2>/dev/null)
+MPI_CFLAGS ?= $(patsubst -I%,-isystem %,$(filter -I% -D% -pthread,$(mpi_show)))
+MPI_LIBS ?= $(filter -L% -l% -pthread,$(mpi_show))
+endif
+MPI_LINK = $(MPI_LIBS) $(call rpath_of,$(MPI_LIBS))
 
 # The tools' and tests' support (prefix dcpt_; build/lib/libdcpt.a, never installed, never in
 # libdcp): the double-precision reference oracle, the end-to-end check harness, plan-free
@@ -59,13 +98,15 @@ CU_SRCS = $(wildcard kernels/cuda/*.cu)
 LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cudnn_none.c,$(LIB_SRCS))
 # the NCCL engine and the cuDNN engine see the CUDA runtime's, NCCL's and cuDNN's headers;
 # libnccl and libcudnn are loaded at run time
-$(BUILD)/obj/transport/nccl.o $(BUILD)/obj/kernels/cudnn_sdpa.o: CFLAGS_ALL += -isystem $(CUDA_HOME)/include
+CUDNN_SRCS = kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c
+$(BUILD)/obj/transport/nccl.o $(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
+	$(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
 # ptxas fails a kernel that spills or uses local memory (README "The kernels")
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
 	--Werror all-warnings -Xptxas --warn-on-local-memory-usage,--warn-on-spills -MMD -MP
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
-LIB_SRCS := $(filter-out transport/nccl.c kernels/cudnn_sdpa.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out transport/nccl.c kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c,$(LIB_SRCS))
 endif
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
@@ -145,15 +186,16 @@ $(BUILD)/bin/dcp-transport-bench: $(BUILD)/obj/plugin/cli/dcp_transport_bench.o
 $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp_mpi.a \
 		$(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
-	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LIBS)
+	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LINK)
 
 # The test binary builds the files that hold hook points (include/base/test_hook.h: ordering
-# delays, the allocation failure hook in the allocator and the device tables, transport
-# faults) again with the hooks on; the library itself never has them. Programs with the
-# allocation hook link with --wrap=free, so that the hook sees the library's frees
+# delays and counts, the allocation failure hook in the allocator and the device tables,
+# transport faults) again with the hooks on; the library itself never has them. Programs
+# with the allocation hook link with --wrap=free, so that the hook sees the library's frees
 # (tests/unit/fault_hook.h).
 ALLOC_HOOK_SRCS = include/base/alloc.c kernels/device_cpu.c
-HOOK_SRCS = plugin/executor.c transport/inproc.c transport/ucx.c $(ALLOC_HOOK_SRCS)
+HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c \
+	transport/ucx.c $(ALLOC_HOOK_SRCS)
 ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o
 ifneq ($(NVCC),)
 HOOK_CU_OBJS = $(BUILD)/obj-hooks/kernels/cuda/device.o
@@ -181,7 +223,7 @@ $(BUILD)/obj/tests/soak/%.o: tests/soak/%.c
 $(SOAK_BIN): $(BUILD)/obj/tests/soak/soak.o $(ALLOC_HOOK_OBJS) $(SUPPORT_LIB) \
 		$(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
-	$(CC) $(SAN) $(HOOK_LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LIBS)
+	$(CC) $(SAN) $(HOOK_LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LINK)
 
 # The README's example, compiled as a user would: public header only, shared library.
 $(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so
@@ -192,15 +234,17 @@ $(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so
 $(EXAMPLE_MPI_BIN): tests/e2e/example_mpi.c $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(WARN) $(SAN) $(MPI_CFLAGS) -Iinclude -o $@ $< -L$(BUILD)/lib -ldcp_mpi -ldcp \
-		-Wl,-rpath,$(abspath $(BUILD)/lib) $(MPI_LIBS)
+		-Wl,-rpath,$(abspath $(BUILD)/lib) $(MPI_LINK)
 
 # The main job: a built-in long-tailed batch on 8 in-process ranks (2x4), causal and lambda
 # masks, every strategy, forward and backward, checked against the double-precision reference.
-run: deps
+run:
+	@$(DEPS_CHECK) run
 	$(MAKE) -j$(JOBS) lib tools
 	$(BUILD)/bin/dcp-attn-test --mask causal,lambda --strategy all --seed 3 --check --backward
 
-test: deps
+test:
+	@$(DEPS_CHECK) test
 	$(MAKE) -j$(JOBS) tests tools
 	$(MAKE) test-run
 	$(MAKE) test-fuzz
@@ -241,6 +285,12 @@ test-run:
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
 	tests/cluster/run.sh $(BUILD)/bin
+	@# a build on site modules in a scratch prefix, MPICH among them (not under ASan: the
+	@# sanitizer's flags would have to reach that build), then Slurm on the emulated cluster,
+	@# whose srun --mpi=pmi2 job runs that MPICH build
+	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/pkg/prefix.sh $(BUILD); \
+	else echo "tests/pkg/prefix.sh skipped (ASan build)"; fi
+	tests/cluster/srun.sh $(BUILD)/bin
 	@# compare_sdpa.py's ctypes mirror of dcp.h, checked without PyTorch (not under ASan:
 	@# python would need the sanitizer runtime preloaded)
 	@if command -v python3 >/dev/null && ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \
@@ -281,7 +331,8 @@ test-run:
 # LeakSanitizer's tracer then reads those at exit and dies ("LeakSanitizer has encountered a
 # fatal error", no leak reported), by chance of where malloc put the block. Without the hook,
 # dynamic TLS is not scanned for roots; dcp keeps no heap pointer there.
-test-asan: deps
+test-asan:
+	@$(DEPS_CHECK) test
 	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests tools
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0 \
@@ -295,7 +346,8 @@ test-asan: deps
 # allocation sites the walks reached, as file:line, land in build-asan/walk-sites.txt.
 WALK_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0 \
 	UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0
-test-walks: deps
+test-walks:
+	@$(DEPS_CHECK) test
 	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests build-asan/lib/hooks/libdcp.so
 	rm -f build-asan/walk-sites.txt
@@ -310,6 +362,7 @@ test-walks: deps
 
 # The soak (tests/soak/soak.c): 10,000 training steps on 4 processes (about 20 minutes here)
 soak:
+	@$(DEPS_CHECK) test
 	$(MAKE) -j$(JOBS) tests
 	tests/soak/run.sh $(BUILD)/bin 10000
 
@@ -318,6 +371,7 @@ soak:
 # off: its madvise hook takes a lock inside glibc's thread exit, where ThreadSanitizer's
 # interceptor crashes.
 test-tsan:
+	@$(DEPS_CHECK) test
 	$(MAKE) -j$(JOBS) BUILD=build-tsan NVCC= OPT="-O1 -g" SAN="-fsanitize=thread" \
 		build-tsan/bin/dcp-planner-load
 	UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n \
@@ -350,9 +404,17 @@ $(BUILD)/bin/dcp-plan-fuzz: $(BUILD)/obj/tests/fuzz/plan_fuzz.o $(BUILD)/obj/tes
 	$(CC) $(subst fuzzer-no-link,fuzzer,$(SAN)) -o $@ $^ $(LDLIBS_ALL)
 
 # libudev-dev: hwloc's `pkg-config --static` names -ludev; iproute2 (ip, tc) and util-linux
-# (unshare): the emulated cluster of tests/cluster
+# (unshare): the emulated cluster of tests/cluster; slurmd, slurmctld, slurm-client and munge:
+# its Slurm (tests/cluster/srun.sh); mpich and libmpich-dev: MPICH beside Open MPI (the
+# alternatives keep Open MPI's mpicc the default); patchelf: the site-module prefix of
+# tests/pkg/prefix.sh
 DEB_PKGS = libhwloc-dev hwloc libudev-dev libmetis-dev libucx-dev ucx-utils libcunit1-dev libopenmpi-dev \
-	openmpi-bin pkg-config procps python3-torch python3-venv iproute2 util-linux
+	openmpi-bin pkg-config procps python3-torch python3-venv iproute2 util-linux slurmd slurmctld \
+	slurm-client munge mpich libmpich-dev patchelf
+# what make run / make test need, probed with the flags above (plugin/pkgconfig/deps.sh)
+DEPS_CHECK = CC="$(CC)" DEP_FLAGS="$(SITE_CFLAGS) $(SITE_LIBS)" MPI_CFLAGS="$(MPI_CFLAGS)" \
+	MPI_LIBS="$(MPI_LIBS)" DEB_PKGS="$(DEB_PKGS)" sh plugin/pkgconfig/deps.sh
+
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \

@@ -169,9 +169,16 @@ typedef struct {
     int32_t num_heads;    /* query heads Hq >= 1 */
     int32_t num_kv_heads; /* KV heads Hkv >= 1, Hq % Hkv == 0 (GQA): query head h attends
                              with KV head h / (Hq / Hkv), so consecutive query heads share one */
-    int32_t head_dim;     /* D >= 1 */
+    int32_t head_dim;     /* D >= 1: query and key head dim (and value, see head_dim_v) */
     dcp_dtype_t dtype;    /* storage type of Q, K, V and O; LSE is always fp32 */
     float scale;          /* softmax scale; 0 means 1/sqrt(D) */
+    /* Logit softcap c (Gemma 2), finite and >= 0; 0: off. Each scaled score s becomes
+     * c tanh(s / c) before the mask and the softmax, in every kernel (the backward multiplies
+     * by 1 - tanh^2). Part of the shape: plans are made for it. */
+    float softcap;
+    /* Value head dim D_v, in [0, 4096]; 0: D. V, O, dO and dV rows hold D_v elements per head,
+     * Q, K, dQ and dK rows D (MLA, as DeepSeek-V3: D 192, D_v 128). */
+    int32_t head_dim_v;
 } dcp_attn_shape_t;
 
 typedef enum {
@@ -179,10 +186,37 @@ typedef enum {
     DCP_STRATEGY_ZIGZAG = 1, /* 2R chunks, rank r holds chunks r and 2R-1-r */
     DCP_STRATEGY_LPT = 2,    /* FCP's longest-processing-time block distributor */
     DCP_STRATEGY_METIS = 3,  /* hierarchical multi-constraint METIS on the block hypergraph */
-    DCP_STRATEGY_COUNT = 4,  /* number of concrete strategies */
-    DCP_STRATEGY_AUTO = 100  /* per batch, the strategy and block size (B/2, B, 2B) whose plan
-                                the step-time simulator runs fastest per training step
-                                (forward + backward) on the cluster's model */
+    DCP_STRATEGY_COUNT = 4,  /* number of dcp's own concrete strategies (AUTO's candidates) */
+    DCP_STRATEGY_NODES = 5,  /* a candidate of the default's (METIS's) search, which returns it
+                                where it simulates faster: whole documents packed into nodes
+                                as DCP_STRATEGY_PACKED packs them, METIS on each node's devices
+                                (balance repair and FM where the packing balances the nodes,
+                                else each node as METIS partitions it; lpt where METIS has no
+                                valid result) */
+    /* Peer policies: the placements other systems make, as plans dcp executes, so that the
+     * default can be held to them. options.strategy_arg is each one's parameter (0: its
+     * default); README "Placement strategies" gives the rule each follows and its source. */
+    DCP_STRATEGY_PACKED = 8,    /* packed DP x CP: documents to groups of strategy_arg ranks
+                                   (default: a node) by a longest-first balancer on attention
+                                   FLOPs and tokens, zigzag over each group's ranks */
+    DCP_STRATEGY_DYNCP = 9,     /* Megatron-LM's dynamic CP: a power-of-two CP group per
+                                   document (strategy_arg: most tokens per rank, default the
+                                   batch's mean), groups by its balancing scheduler, zigzag in each */
+    DCP_STRATEGY_ULYSSES = 10,  /* DeepSpeed Ulysses: documents to groups of strategy_arg ranks
+                                   (default: a node), each group's tokens in contiguous shards, head
+                                   group h of every tile on the group's rank h; the KV heads must
+                                   divide among the group's ranks (else DCP_ERR_INVALID_ARG) */
+    DCP_STRATEGY_USP = 11,      /* USP: Ulysses of degree strategy_arg (default: the largest
+                                   divisor of the KV heads that fits a node) inside zigzag
+                                   ring attention across the ranks */
+    DCP_STRATEGY_MAGI = 12,     /* MagiAttention's dispatch: the batch's token stream in chunks
+                                   of strategy_arg tokens (default 2048) spread by a min-heap over
+                                   their attention area, computation where the queries live */
+    DCP_STRATEGY_PEER_END = 13, /* one past the last peer policy */
+    DCP_STRATEGY_AUTO = 100     /* per batch, the strategy and block size (B/2, B, 2B) whose plan
+                                   the step-time simulator runs fastest per training step
+                                   (forward + backward) on the cluster's model; dcp's own
+                                   strategies only */
 } dcp_strategy_t;
 
 /* How the METIS strategy turns the hypergraph into a graph. */
@@ -199,9 +233,16 @@ typedef enum {
                                `coalesce` blocks per round (FCP) */
 } dcp_comm_schedule_t;
 
-/* "ring", "zigzag", "lpt", "metis", "auto". */
+/* "ring", "zigzag", "lpt", "metis", "auto", "nodes", and the peer policies "packed", "dyncp",
+ * "ulysses", "usp", "magi" (static strings; "unknown" for any other value). */
 DCP_API const char *dcp_strategy_name(dcp_strategy_t strategy);
 DCP_API dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out);
+/* "name" or "name:N" (a peer policy's parameter, options.strategy_arg: N >= 1; 0 without
+ * one), e.g. "packed:8", "usp:4", "metis". Fails with DCP_ERR_INVALID_ARG naming the spec for
+ * an unknown name, a parameter on a strategy that takes none, or one that is not a whole
+ * number >= 1. Outputs are written only on success. Thread-safe. */
+DCP_API dcp_status_t dcp_strategy_parse_spec(const char *spec, dcp_strategy_t *strategy_out,
+                                             int32_t *arg_out);
 
 typedef struct {
     int32_t block_size;        /* B: tokens per token block, >= 1 (default 1024) */
@@ -216,7 +257,8 @@ typedef struct {
                                   kept against zigzag with the same divisions: where the cost
                                   model cannot rule zigzag's plan out, it is built, and the
                                   one the step-time simulator runs faster per training step
-                                  (forward + backward) is returned (stats.strategy) */
+                                  (forward + backward) is returned (stats.strategy); so are
+                                  its hierarchical candidates (options.hierarchy) */
     double eps_inter;          /* METIS: imbalance allowed between nodes (default 0.05) */
     double eps_intra;          /* METIS: imbalance allowed between devices (default 0.05) */
     int64_t mem_cap_bytes;     /* per-rank cap on owned data-block bytes; 0 = no cap */
@@ -234,6 +276,18 @@ typedef struct {
                             With layer kinds every second try balances only the kind with the
                             most work (layers x allowed pairs), the others' blocks left where
                             their traffic is least */
+    int32_t strategy_arg; /* a peer policy's parameter (DCP_STRATEGY_PACKED and the others
+                             after it; see each), >= 0, 0 (default) for its default; ignored
+                             by dcp's own strategies. The plan's options hold the value used.
+                             Not part of the plan bytes: a loaded plan reads 0 */
+    int32_t hierarchy;    /* METIS (the default): 1 (default) = beside its global plan, the
+                             hierarchical candidates the peer policies suggest (whole documents
+                             packed into nodes, then METIS inside each node, DCP_STRATEGY_NODES;
+                             where that packing is uneven, head parallelism inside each node,
+                             DCP_STRATEGY_ULYSSES), each screened by the cost model and kept
+                             where the simulator runs it faster (stats.strategy names the
+                             placement returned); 0 = METIS's global plan only (and zigzag's,
+                             where it is faster). Not part of the plan bytes */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */
@@ -305,7 +359,7 @@ typedef struct {
     int32_t num_token_blocks;
     int64_t num_comp_blocks; /* (q block, kv block, head group) triples with work */
     int64_t total_tokens;
-    int64_t total_flops;      /* forward FLOPs: allowed pairs x 4 x D x query heads */
+    int64_t total_flops;      /* forward FLOPs: allowed pairs x 2 (D + D_v) x query heads */
     int64_t comm_bytes;       /* bytes moved between ranks (inputs and partial outputs) */
     int64_t inter_node_bytes; /* the part of comm_bytes that crosses nodes */
     int64_t max_rank_bytes;   /* max over ranks of bytes sent + received */
@@ -336,6 +390,11 @@ typedef struct {
 } dcp_plan_stats_t;
 
 DCP_API dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_out);
+
+/* The attention shape the plan was made for (or loaded with), as dcp_plan_create() took it
+ * but with its defaults resolved: scale is never 0 (1/sqrt(head_dim) where it was). What the
+ * caller's tensors must match; a layer kind's view gives its plan's. Thread-safe. */
+DCP_API dcp_status_t dcp_plan_get_shape(const dcp_plan_t *plan, dcp_attn_shape_t *shape_out);
 
 typedef struct {
     int64_t local_tokens; /* rows of this rank's Q/K/V/O/LSE tensors */
@@ -481,15 +540,17 @@ DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats
  * ------------------------------------------------------------------------------------- */
 
 /* One rank's tensors, borrowed for the call, rows in dcp_plan_local_layout() order.
- * q: [local_tokens, Hq, D]; k, v: [local_tokens, Hkv, D]; o: [local_tokens, Hq, D], all in
- * the plan's dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key
- * gets O = 0 and LSE = -inf. Pointers may be NULL on a rank with no local tokens.
+ * q: [local_tokens, Hq, D]; k: [local_tokens, Hkv, D]; v: [local_tokens, Hkv, D_v]; o:
+ * [local_tokens, Hq, D_v] (D_v: the shape's head_dim_v, D where it is 0), all in the plan's
+ * dtype; lse: [local_tokens, Hq] fp32, natural log. A query with no allowed key gets O = 0
+ * and LSE = -inf (with sinks, its sink's logit). Pointers may be NULL on a rank with no local
+ * tokens.
  *
  * q, k, v and o are untyped (void *) because their element type is the plan's dtype: each
  * points at the first byte of a dense, row-major array with no padding, so element
  * (t, h, d) of q lives at byte ((t x Hq + h) x D + d) x sizeof(dtype), with sizeof 4 for
- * FP32 and 2 for BF16 and FP16 (k and v use Hkv). Strided views must be made contiguous
- * first.
+ * FP32 and 2 for BF16 and FP16 (k and v use Hkv, v and o D_v). Strided views must be made
+ * contiguous first.
  *
  * Non-finite inputs propagate, so that a diverging run sees NaN in its loss: a NaN or Inf in
  * a query's Q row (of a head), or in the K or V row of a key it may attend (of that head's
@@ -510,6 +571,22 @@ typedef struct {
      * rank whose scale differs fails the call on every rank, naming both scales), and the
      * backward reads it from its `fwd` tensors, so both passes use one scale. */
     float softmax_scale;
+    /* Learnable sinks (GPT-OSS): [Hq] fp32 logits s_h, one per query head, where the context
+     * computes (device memory of its GPU, 4-byte aligned); NULL: none. Every row's softmax of
+     * head h gets one more term, exp(s_h), that carries no value, applied after the merge of
+     * partial outputs: O' = O sigmoid(LSE - s_h), LSE' = logaddexp(LSE, s_h) (a query with no
+     * allowed key: O = 0, LSE = s_h). No bytes travel and no kernel changes; the backward reads
+     * them from its `fwd` tensors (with the O and LSE they gave). Every rank passes the same. */
+    const float *sinks;
+    /* Forward output where not NULL: [Hq] fp32, where the context computes, per query head
+     * the largest logit of an allowed (query, key) pair over the whole batch - after the scale
+     * and the softcap, sinks excluded; -inf for a head with no allowed pair - the same on every
+     * rank after the call (MuonClip's QK-clip). Every rank of a call passes one, or none (the
+     * call stamps name a rank that differs). It costs a dissemination all-reduce of Hq x 4
+     * bytes over the context's engine (ceil(log2 R) rounds, each a host wait on the GPU), and
+     * the call runs dcp's kernels on every tile (cuDNN's graphs do not return it). The
+     * backward ignores it. */
+    float *max_logit;
 } dcp_tensors_t;
 
 /* How the ranks of a job (processes, possibly on many nodes) find each other: an allgather
@@ -573,8 +650,14 @@ typedef struct {
      * own). dcp never frees or destroys them; they must outlive the context. */
     void *compute_stream;  /* cudaStream_t of the context's GPU for dcp's kernels */
     void *transfer_stream; /* cudaStream_t for its transfers (NCCL) and in-process copies */
-    void *nccl_comm;       /* ncclComm_t over exactly the bootstrap's ranks, rank for rank
-                              (process ranks whose engine is NCCL) */
+    void *nccl_comm;       /* ncclComm_t over exactly the bootstrap's ranks, rank for rank,
+                              each on its rank's device (process ranks whose engine is NCCL);
+                              checked at creation: a communicator whose size, rank or device
+                              differs fails creation on every rank with DCP_ERR_INVALID_ARG
+                              naming the rank and the field. Never aborted by dcp, not even
+                              after a timeout (the context reports; the caller decides). Every
+                              rank must call dcp into it in the same order as any other user
+                              of it: lend one that dcp alone uses */
     /* What computes the dense parts of attention (README "Attention engines"): every
      * launch's tile list is cut into full, causal and masked segments, and the engine runs the
      * full and causal ones as packed calls while dcp's own kernels run the rest.
@@ -596,6 +679,15 @@ typedef struct {
                               non-deterministic and the engine's adds run in waves of disjoint
                               writers. CPU contexts always are. 0: as
                               $DCP_DETERMINISTIC says ("1": on), else off. */
+    /* Process ranks: a node file (dcp-calibrate's OUT.node, the node's figures as measured on
+     * the cluster; format in README "Cost model and clusters") whose figures replace the ones
+     * hwloc gives the cluster the ranks form (dcp_context_cluster): bandwidths, latency, NICs,
+     * peak, kernel curve. Checked against the job: its `devices` must equal the ranks per node,
+     * and every rank must load the same figures (DCP_ERR_INVALID_ARG on every rank, naming
+     * the file or the ranks that differ). Borrowed; read during dcp_context_create only.
+     * NULL: $DCP_NODE_FILE, else none. Not for in-process ranks (their cluster is the
+     * caller's: name the file in its spec, "Nx@FILE"). */
+    const char *node_file;
 } dcp_context_config_t;
 
 /* One rank's runtime: its transport endpoint and work buffers (sized from the plans it
@@ -606,21 +698,41 @@ DCP_API dcp_status_t dcp_context_create(const dcp_context_config_t *config,
                                         dcp_context_t **ctx_out);
 DCP_API void dcp_context_destroy(dcp_context_t *ctx);
 
-/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name,
- * devices per node, and link figures where the NICs report them. Owned by the context.
+/* The cluster the context's ranks form, discovered over the bootstrap: nodes by host name and
+ * boot id (two machines that share a host name are two nodes), devices per node, and link
+ * figures where the NICs report them, or the node file's (config.node_file). Owned by the
+ * context.
  * DCP_ERR_UNSUPPORTED when the ranks are not placed node by node with the same count on
  * every node (the cluster model numbers ranks node by node). */
 DCP_API dcp_status_t dcp_context_cluster(const dcp_context_t *ctx,
                                          const dcp_cluster_t **cluster_out);
 
 /* DCP_OK when the context's device runs plans of this shape, else DCP_ERR_UNSUPPORTED naming
- * the field (a CUDA context: head_dim 64 or 128, dtype bf16 or fp16; the CPU runs any). To
- * refuse a shape before planning; dcp_forward() checks it too, before any exchange. */
+ * the field (a CUDA context: head_dim 64, 96, 128, 192 or 256 with the same value head dim,
+ * or 192 with value head dim 128, dtype bf16 or fp16; the CPU runs any). To refuse a shape
+ * before planning; dcp_forward() checks it too, before any exchange. */
 DCP_API dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx,
                                              const dcp_attn_shape_t *shape);
 
 /* The engine the context uses within a node and between nodes ("inproc", "ucx", ...). */
 DCP_API const char *dcp_context_transport(const dcp_context_t *ctx, int inter_node);
+
+/* One line on how the context moves and orders its transfers: its engines (the links each
+ * serves, behind a routing engine), whether a GPU context's launches are stream-ordered or the
+ * host waits for its compute stream before each launch (naming the engine that completes on
+ * the host, e.g. UCX without CUDA), and whether the call stamps and abort notices travel in
+ * host or device memory. Printed to stderr at creation when $DCP_DEBUG is set (not "0").
+ * Owned by the context, valid while it lives; "" for NULL. Thread-safe (fixed text). */
+DCP_API const char *dcp_context_transport_report(const dcp_context_t *ctx);
+
+/* The segment classes of the attention engine (kernels/segment.h): the index of each in
+ * dcp_attn_engine_info_t's pairs[] and its bit in dense_classes. */
+#define DCP_ATTN_CLASS_FULL 0   /* every key of the entry */
+#define DCP_ATTN_CLASS_CAUSAL 1 /* the diagonal, bottom-right aligned */
+#define DCP_ATTN_CLASS_BAND 2   /* a sliding window: left bound and diagonal */
+#define DCP_ATTN_CLASS_LEFT 3   /* a left bound alone: a window's far edge */
+#define DCP_ATTN_CLASS_MASKED 4 /* anything else: dcp's own kernels */
+#define DCP_ATTN_CLASSES 5
 
 /* The attention engine a context uses (dcp_context_config_t.attn_engine) and what it did. */
 typedef struct {
@@ -629,14 +741,18 @@ typedef struct {
     const char *note;      /* why this engine, and what it leaves to dcp's kernels ("" when
                               nothing to say); valid while the context lives */
     int64_t cudnn_version; /* cudnnGetVersion() of the library in use, 0 when none */
-    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit 0
-                                 full, bit 1 causal (masked segments always run on dcp's
-                                 kernels) */
+    int32_t dense_classes[2]; /* forward, backward: segment classes the engine runs, bit
+                                 DCP_ATTN_CLASS_FULL .. DCP_ATTN_CLASS_LEFT (masked segments always run on
+                                 dcp's kernels) */
     int64_t plans_built;   /* cuDNN execution plans built by this context so far */
     int64_t plan_hits;     /* dense calls bound to a plan built before (the cache) */
     double plan_build_ms;  /* wall time spent building them */
-    int64_t pairs[3];      /* allowed (query, key) pairs of the full, causal and masked segments
-                              of every plan bound so far, forward (what the engine ran) */
+    int64_t pairs[DCP_ATTN_CLASSES]; /* allowed (query, key) pairs per segment class of every
+                              plan bound so far, forward (what the engine ran) */
+    int64_t pairs_bwd[DCP_ATTN_CLASSES]; /* the same, backward */
+    int64_t plan_evictions; /* cuDNN plans dropped to keep the cache's bound ($DCP_CUDNN_PLANS) */
+    int64_t graphs_failed; /* cuDNN graphs that did not build: their classes run on dcp's
+                              kernels from then on (the note names the first) */
     int64_t bwd_launches;  /* the engine's backward launches of every plan bound so far */
     int64_t bwd_waves;     /* deterministic mode: the kernel launches their own groups and adds
                               took (waves of disjoint writers); 0 otherwise */
@@ -667,7 +783,10 @@ DCP_API int32_t dcp_context_device(const dcp_context_t *ctx);
  * success; when a peer fails the call returns DCP_ERR_PEER or DCP_ERR_TIMEOUT instead of
  * hanging, and a failing rank marks its group failed so that later calls on it return
  * DCP_ERR_PEER at once. (On a GPU, a failure that happens after the call has returned, in
- * work still queued, is reported by the context's next call.) After a failure, destroy the
+ * work still queued, is reported by the context's next call or dcp_context_synchronize():
+ * NCCL's asynchronous error, work still unfinished after the context's timeout
+ * (DCP_ERR_TIMEOUT naming the peers), or, where NCCL carries the blocks, a peer whose plan or
+ * call differs or that failed before its transfers.) After a failure, destroy the
  * context before freeing or overwriting that call's Q, K and V: a send to a dead peer cannot
  * always be withdrawn and may read them until the engine is gone. */
 DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
@@ -676,15 +795,21 @@ DCP_API dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan,
 /* One rank's tensors for the backward pass, borrowed for the call, rows in
  * dcp_plan_local_layout() order. `fwd` holds the forward call's tensors as they were passed
  * to dcp_forward(), with the O and LSE it wrote (only read here), so one dcp_tensors_t
- * serves both calls. dout, dq: [local_tokens, Hq, D]; dk, dv: [local_tokens, Hkv, D], dK and
- * dV summed over the query heads of each KV head (GQA); all in the plan's dtype. Partial
- * gradients are kept and summed in fp32 on every rank. */
+ * serves both calls. dout: [local_tokens, Hq, D_v]; dq: [local_tokens, Hq, D]; dk:
+ * [local_tokens, Hkv, D], dv: [local_tokens, Hkv, D_v], dK and dV summed over the query heads
+ * of each KV head (GQA); all in the plan's dtype. Partial gradients are kept and summed in
+ * fp32 on every rank. */
 typedef struct {
     dcp_tensors_t fwd;
     const void *dout; /* gradient of the loss with respect to O */
     void *dq;
     void *dk;
     void *dv;
+    /* With fwd.sinks: [Hq] fp32 where the context computes, the gradient of the loss with
+     * respect to the sinks over this rank's rows, -sum over rows of exp(s_h - LSE) delta
+     * (delta = rowsum(dO * O)); the framework's gradient reduction sums it over the ranks, as
+     * for any replicated parameter. NULL: not computed. Needs fwd.sinks. */
+    float *dsinks;
 } dcp_grad_tensors_t;
 
 /* Runs this rank's backward program of `plan`: dQ, dK and dV from Q, K, V, the forward's O
@@ -701,13 +826,28 @@ DCP_API dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan,
  * to 255 bytes travel; NULL: none given), instead of waiting out the timeout for a rank that
  * will not come. For a rank that fails a check of its own before a collective call (its
  * inputs are wrong, a step raised): the dcp.torch layer calls it when its checks refuse a
- * rank's tensors. Never blocks longer than about a second (the notices' flush).
+ * rank's tensors. Never blocks longer than about a second (the notices' flush). Where NCCL
+ * carries the blocks (it has no messages of its own) the notice travels as this rank's call
+ * stamps, to the peers of its last call (its ring neighbours before any call), which find it
+ * in their next call or dcp_context_synchronize().
  *
  * After any failure (this one, a failed call, a peer's) the context fails every later call
  * at once with DCP_ERR_PEER; nothing on it can be resumed. To go on, every rank destroys its
  * context (then not collective: no rank waits for a failed peer) and creates a new one
  * (collective, as the first); a thread group's ranks make a new group too. */
 DCP_API dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason);
+
+/* Waits, on the host, until the work of the context's calls so far has finished on its GPU,
+ * for at most timeout_s seconds (0: the context's timeout), then reports what the calls left
+ * to find: a peer that failed or sent a notice (DCP_ERR_PEER naming it and why), ranks that
+ * ran different plans or calls (DCP_ERR_INVALID_ARG, as dcp_forward). DCP_ERR_TIMEOUT when the
+ * work has not finished in time, naming the peers the unfinished call exchanges blocks with;
+ * once that work has been unfinished for longer than the context's timeout the context has
+ * failed like a failed call (its next call does so too, without this function): the peers are
+ * told, and an NCCL communicator dcp created is aborted (a lent one never is). A shorter
+ * wait that ends first leaves the context as it was. Returns at once on a CPU context, whose
+ * calls finish before they return. Not collective; one thread at a time, like the context. */
+DCP_API dcp_status_t dcp_context_synchronize(dcp_context_t *ctx, double timeout_s);
 
 /* Waits until every rank of the context has called it. Through the context's engine, so it
  * fails like dcp_forward (DCP_ERR_PEER, DCP_ERR_TIMEOUT) instead of hanging on a dead rank;

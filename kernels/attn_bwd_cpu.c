@@ -9,7 +9,9 @@
  *     P = exp(scale q.k - LSE)   dP = dO.v   dS = P (dP - delta)
  *     dV += P^T dO    dK += scale dS^T Q    dQ += scale dS K
  *
- * so no score matrix larger than QB x KB exists. Rows with LSE = -inf (no allowed key) take
+ * so no score matrix larger than QB x KB exists. With a softcap c the score is
+ * c tanh(scale q.k / c) and dS takes the factor 1 - tanh^2. Q, K, dQ and dK rows have d_qk
+ * elements, V, dO and dV rows d_v. Rows with LSE = -inf (no allowed key) take
  * no part; any other value, NaN included, is used as it is, so bad inputs show in the
  * gradients. Masked pairs are skipped rather than multiplied by zero, so a NaN in one row's
  * dO reaches exactly the gradients that row contributes to. Full tiles never evaluate the
@@ -39,12 +41,13 @@
 #define KB 64
 
 typedef struct {
-    int32_t d;
+    int32_t d, dv;     /* Q/K and V/dO elements per head */
+    float softcap;     /* 0: off */
     dcp_dtype_t dtype; /* storage of Q, dO, K and V where their buffers are not fp32 */
     float *qs;         /* [QB][d] scale * q */
-    float *dob;        /* [QB][d] dO rows */
+    float *dob;        /* [QB][dv] dO rows */
     float *dqa;        /* [QB][d] dQ / scale over the group's tiles */
-    float *kt, *vt;    /* [d][KB] transposed key and value chunks */
+    float *kt, *vt;    /* [d][KB], [dv][KB] transposed key and value chunks */
     float *kc;         /* [KB][d] key chunk widened to fp32 (2-byte storage only) */
     float p[QB][KB];   /* P of the chunk */
     float ds[QB][KB];  /* dP, then dS */
@@ -91,12 +94,12 @@ static DCP_CPU_INLINE const float *pack_chunk(bwd_scratch_t *w, const dcp_kernel
                                               const dcp_tile_t *t, int32_t kvh, int32_t c0,
                                               int32_t nc, int64_t *stride_out)
 {
-    const int32_t d = w->d;
+    const int32_t d = w->d, dv = w->dv;
     const dcp_dtype_t kty = dcp_buf_dtype(t->k.buf, w->dtype),
                       vty = dcp_buf_dtype(t->v.buf, w->dtype);
     const void *kb = env->bufs[t->k.buf], *vb = env->bufs[t->v.buf];
     const int64_t k0 = t->k.off + (int64_t)kvh * d + (int64_t)c0 * t->k.stride,
-                  v0 = t->v.off + (int64_t)kvh * d + (int64_t)c0 * t->v.stride;
+                  v0 = t->v.off + (int64_t)kvh * dv + (int64_t)c0 * t->v.stride;
     for (int32_t c = 0; c < nc; c++) {
         const int64_t kr = k0 + (int64_t)c * t->k.stride, vr = v0 + (int64_t)c * t->v.stride;
         if (kty == DCP_DTYPE_FP32) {
@@ -107,7 +110,7 @@ static DCP_CPU_INLINE const float *pack_chunk(bwd_scratch_t *w, const dcp_kernel
             for (int32_t x = 0; x < d; x++) kw[x] = dcp_cpu_load(kb, kty, kr + x);
             for (int32_t x = 0; x < d; x++) w->kt[(size_t)x * KB + c] = kw[x];
         }
-        for (int32_t x = 0; x < d; x++) w->vt[(size_t)x * KB + c] = dcp_cpu_load(vb, vty, vr + x);
+        for (int32_t x = 0; x < dv; x++) w->vt[(size_t)x * KB + c] = dcp_cpu_load(vb, vty, vr + x);
     }
     if (kty == DCP_DTYPE_FP32) {
         *stride_out = t->k.stride;
@@ -117,25 +120,37 @@ static DCP_CPU_INLINE const float *pack_chunk(bwd_scratch_t *w, const dcp_kernel
     return w->kc;
 }
 
+/* y[0..nc) = sum over x < n of a[x] t[x][0..nc): the product of a row with a transposed
+ * chunk, four rows of t a pass. */
+static DCP_CPU_INLINE void row_times_chunk(float *y, const float *a, const float *t, int32_t n,
+                                           int32_t nc)
+{
+    for (int32_t c = 0; c < nc; c++) y[c] = 0.0f;
+    int32_t x = 0;
+    for (; x + 4 <= n; x += 4) {
+        const float *tx = t + (size_t)x * KB;
+        axpy4(y, a + x, tx, tx + KB, tx + 2 * KB, tx + 3 * KB, nc);
+    }
+    for (; x < n; x++) axpy1(y, a[x], t + (size_t)x * KB, nc);
+}
+
 /* P and dS of row i against the chunk's nc keys, masked or not: the products below read
  * only the allowed ones. */
 static DCP_CPU_INLINE void row_scores(bwd_scratch_t *w, int32_t i, int32_t nc)
 {
-    const int32_t d = w->d;
     float *s = w->p[i], *dp = w->ds[i];
-    const float *q = w->qs + (size_t)i * d, *o = w->dob + (size_t)i * d;
-    for (int32_t c = 0; c < nc; c++) s[c] = dp[c] = 0.0f;
-    int32_t x = 0;
-    for (; x + 4 <= d; x += 4) {
-        const float *kt = w->kt + (size_t)x * KB, *vt = w->vt + (size_t)x * KB;
-        axpy4(s, q + x, kt, kt + KB, kt + 2 * KB, kt + 3 * KB, nc);
-        axpy4(dp, o + x, vt, vt + KB, vt + 2 * KB, vt + 3 * KB, nc);
+    row_times_chunk(s, w->qs + (size_t)i * w->d, w->kt, w->d, nc);
+    row_times_chunk(dp, w->dob + (size_t)i * w->dv, w->vt, w->dv, nc);
+    const float l = w->lse[i], dl = w->delta[i], cap = w->softcap;
+    if (cap > 0.0f) { /* s = cap tanh(x / cap): dS/dx = 1 - tanh^2 */
+        const float inv = 1.0f / cap;
+        for (int32_t c = 0; c < nc; c++) {
+            const float t = tanhf(s[c] * inv), p = expf(cap * t - l);
+            s[c] = p;
+            dp[c] = p * (dp[c] - dl) * (1.0f - t * t);
+        }
+        return;
     }
-    for (; x < d; x++) {
-        axpy1(s, q[x], w->kt + (size_t)x * KB, nc);
-        axpy1(dp, o[x], w->vt + (size_t)x * KB, nc);
-    }
-    const float l = w->lse[i], dl = w->delta[i];
     for (int32_t c = 0; c < nc; c++) {
         const float p = expf(s[c] - l);
         s[c] = p;
@@ -165,7 +180,7 @@ static DCP_CPU_INLINE void row_dq(bwd_scratch_t *w, int32_t i, int32_t c0, int32
 static DCP_CPU_INLINE void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int32_t c, int all,
                                    float *dk, float *dv)
 {
-    const int32_t d = w->d, key = c0 + c;
+    const int32_t d = w->d, e = w->dv, key = c0 + c;
     int32_t i = 0;
     for (; i + 4 <= nr; i += 4) {
         if (all ||
@@ -173,20 +188,20 @@ static DCP_CPU_INLINE void key_dkv(bwd_scratch_t *w, int32_t nr, int32_t c0, int
              dcp_cpu_row_has(&w->rows, i + 2, key) && dcp_cpu_row_has(&w->rows, i + 3, key))) {
             const float pa[4] = {w->p[i][c], w->p[i + 1][c], w->p[i + 2][c], w->p[i + 3][c]};
             const float da[4] = {w->ds[i][c], w->ds[i + 1][c], w->ds[i + 2][c], w->ds[i + 3][c]};
-            const float *o = w->dob + (size_t)i * d, *q = w->qs + (size_t)i * d;
-            axpy4(dv, pa, o, o + d, o + 2 * d, o + 3 * d, d);
+            const float *o = w->dob + (size_t)i * e, *q = w->qs + (size_t)i * d;
+            axpy4(dv, pa, o, o + e, o + 2 * e, o + 3 * e, e);
             axpy4(dk, da, q, q + d, q + 2 * d, q + 3 * d, d);
             continue;
         }
         for (int32_t u = i; u < i + 4; u++)
             if (dcp_cpu_row_has(&w->rows, u, key)) {
-                axpy1(dv, w->p[u][c], w->dob + (size_t)u * d, d);
+                axpy1(dv, w->p[u][c], w->dob + (size_t)u * e, e);
                 axpy1(dk, w->ds[u][c], w->qs + (size_t)u * d, d);
             }
     }
     for (; i < nr; i++)
         if (dcp_cpu_row_has(&w->rows, i, key)) {
-            axpy1(dv, w->p[i][c], w->dob + (size_t)i * d, d);
+            axpy1(dv, w->p[i][c], w->dob + (size_t)i * e, e);
             axpy1(dk, w->ds[i][c], w->qs + (size_t)i * d, d);
         }
 }
@@ -197,9 +212,8 @@ static void tile_bwd(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_se
                      const dcp_tile_group_t *g, const dcp_tile_t *t, int32_t kvh, int32_t r0,
                      int32_t nr)
 {
-    const int32_t d = w->d;
-    float *dk = (float *)env->bufs[t->dk.buf] + t->dk.off + (int64_t)kvh * d,
-          *dv = (float *)env->bufs[t->dv.buf] + t->dv.off + (int64_t)kvh * d;
+    float *dk = (float *)env->bufs[t->dk.buf] + t->dk.off + (int64_t)kvh * w->d,
+          *dv = (float *)env->bufs[t->dv.buf] + t->dv.off + (int64_t)kvh * w->dv;
     int32_t klo, khi;
     row_ranges(w, seq, g, t, r0, nr, &klo, &khi);
     for (int32_t c0 = klo; c0 < khi; c0 += KB) {
@@ -226,7 +240,7 @@ static void tile_bwd(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_se
 static void load_rows(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_tile_group_t *g,
                       int32_t j, int32_t r0, int32_t nr)
 {
-    const int32_t d = w->d;
+    const int32_t d = w->d, dv = w->dv;
     const dcp_dtype_t qty = dcp_buf_dtype(g->q.buf, w->dtype),
                       oty = dcp_buf_dtype(g->dout.buf, w->dtype);
     const void *q = env->bufs[g->q.buf], *dout = env->bufs[g->dout.buf];
@@ -234,11 +248,11 @@ static void load_rows(bwd_scratch_t *w, const dcp_kernel_env_t *env, const dcp_t
                 *delta = (const float *)env->bufs[g->delta.buf] + g->delta.off + j;
     for (int32_t i = 0; i < nr; i++) {
         const int64_t qr = g->q.off + (int64_t)(r0 + i) * g->q.stride + (int64_t)j * d,
-                      orow = g->dout.off + (int64_t)(r0 + i) * g->dout.stride + (int64_t)j * d;
-        for (int32_t x = 0; x < d; x++) {
+                      orow = g->dout.off + (int64_t)(r0 + i) * g->dout.stride + (int64_t)j * dv;
+        for (int32_t x = 0; x < d; x++)
             w->qs[(size_t)i * d + x] = dcp_cpu_load(q, qty, qr + x) * env->scale;
-            w->dob[(size_t)i * d + x] = dcp_cpu_load(dout, oty, orow + x);
-        }
+        for (int32_t x = 0; x < dv; x++)
+            w->dob[(size_t)i * dv + x] = dcp_cpu_load(dout, oty, orow + x);
         w->lse[i] = lse[(int64_t)(r0 + i) * g->lse.stride];
         w->delta[i] = delta[(int64_t)(r0 + i) * g->delta.stride];
     }
@@ -301,15 +315,17 @@ dcp_status_t dcp_cpu_attn_bwd(const dcp_kernel_env_t *env, const dcp_tile_group_
     DCP_CHECK(check_views(env, groups, num_groups, tiles));
     bwd_scratch_t *w;
     DCP_CHECK(dcp_calloc(&w, 1, sizeof *w, "attention backward scratch"));
-    const int32_t d = env->head_dim;
+    const int32_t d = env->head_dim, dv = dcp_env_dv(env);
     w->d = d;
+    w->dv = dv;
+    w->softcap = env->softcap;
     w->dtype = env->dtype;
     dcp_status_t st = DCP_OK;
     float **bufs[6] = {&w->qs, &w->dob, &w->dqa, &w->kt, &w->vt, &w->kc};
-    const int64_t rows[6] = {QB, QB, QB, KB, KB, KB};
+    const int64_t elems[6] = {QB * d, QB * dv, QB * d, KB * d, KB * dv, KB * d};
     for (int b = 0; b < 6; b++)
-        DCP_CHECK_GOTO(
-            dcp_calloc(bufs[b], rows[b] * d, sizeof(float), "attention backward scratch"), st, out);
+        DCP_CHECK_GOTO(dcp_calloc(bufs[b], elems[b], sizeof(float), "attention backward scratch"),
+                       st, out);
     for (int64_t g = 0; g < num_groups; g++) run_group(w, env, &groups[g], tiles);
 out:
     for (int b = 0; b < 6; b++) free(*bufs[b]);

@@ -8,7 +8,10 @@
  * keys, P.V over the head dimension) are unit-stride and vectorise without fast-math.
  * Full tiles never evaluate the mask. Partial tiles compute every row's allowed key ranges
  * once (include/base/mask_rule.h), visit only the key span those ranges cover, and skip
- * chunks no row may see.
+ * chunks no row may see. Q and K rows have d_qk elements, V and O rows d_v (MLA's differ).
+ * With a softcap c, each scaled score s becomes c tanh(s / c) before the mask; the row's
+ * running maximum is then that of the capped scores, and the largest of a head's rows is
+ * what the max logit takes (env->max_logit).
  *
  * Non-finite inputs (dcp.h, dcp_tensors_t): a row keeps whether it has an allowed key at all
  * and whether any allowed score, or its output sum, was not finite. A row without allowed
@@ -33,12 +36,13 @@
 #define KB 64
 
 typedef struct {
-    int32_t d;
+    int32_t d, dv;     /* Q/K and V/O elements per head */
+    float softcap;     /* 0: off */
     dcp_dtype_t dtype; /* storage of Q, K, V and of non-fp32 outputs */
     float *qs;         /* [QB][d] scaled query rows */
-    float *acc;        /* [QB][d] unnormalised output */
+    float *acc;        /* [QB][dv] unnormalised output */
     float *kt;         /* [d][KB] transposed key chunk */
-    float *vc;         /* [KB][d] value chunk widened to fp32 (2-byte storage only) */
+    float *vc;         /* [KB][dv] value chunk widened to fp32 (2-byte storage only) */
     float s[QB][KB];
     float m[QB], l[QB];
     uint8_t seen[QB];    /* the row has an allowed key in the group */
@@ -97,18 +101,26 @@ static void softmax_update(attn_scratch_t *w, int32_t i, int32_t nc, const float
         s[c] = expf(s[c] - m_new);
         sum += s[c];
     }
-    const int32_t d = w->d;
-    float *acc = w->acc + (size_t)i * d;
+    const int32_t dv = w->dv;
+    float *acc = w->acc + (size_t)i * dv;
     w->l[i] = w->l[i] * alpha + sum;
     w->m[i] = m_new;
     if (alpha != 1.0f)
-        for (int32_t x = 0; x < d; x++) acc[x] *= alpha;
+        for (int32_t x = 0; x < dv; x++) acc[x] *= alpha;
     for (int32_t c = 0; c < nc; c++) {
         const float p = s[c];
         if (p == 0.0f && !full && !dcp_cpu_row_has(&w->rows, i, c0 + c)) continue;
         const float *vr = v + (size_t)c * v_stride;
-        for (int32_t x = 0; x < d; x++) acc[x] += p * vr[x];
+        for (int32_t x = 0; x < dv; x++) acc[x] += p * vr[x];
     }
+}
+
+/* The softcap of a row's scores s[0..nc) (after the non-finite test: tanh would hide an
+ * infinity). */
+static void cap_scores(float *s, int32_t nc, float c)
+{
+    const float inv = 1.0f / c;
+    for (int32_t k = 0; k < nc; k++) s[k] = c * tanhf(s[k] * inv);
 }
 
 /* The loops below are written to vectorise; on x86-64 GCC builds a baseline, an AVX2+FMA
@@ -127,10 +139,10 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
                         const dcp_tile_group_t *g, const dcp_tile_t *t, int32_t kvh, int32_t r0,
                         int32_t nr)
 {
-    const int32_t d = w->d;
+    const int32_t d = w->d, dv = w->dv;
     const dcp_dtype_t kt_ty = dcp_buf_dtype(t->k.buf, w->dtype),
                       vt_ty = dcp_buf_dtype(t->v.buf, w->dtype);
-    const int64_t k0 = t->k.off + (int64_t)kvh * d, v0 = t->v.off + (int64_t)kvh * d;
+    const int64_t k0 = t->k.off + (int64_t)kvh * d, v0 = t->v.off + (int64_t)kvh * dv;
     const void *kb = env->bufs[t->k.buf], *vb = env->bufs[t->v.buf];
     int32_t klo = 0, khi = t->kv_len;
     if (!t->full) row_ranges(w, seq, g, t, r0, nr, &klo, &khi);
@@ -151,14 +163,14 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
         }
         /* values: fp32 rows are read in place, 2-byte rows widened once per chunk */
         const float *v = w->vc;
-        int32_t v_stride = d;
+        int32_t v_stride = dv;
         if (vt_ty == DCP_DTYPE_FP32) {
             v = (const float *)vb + v0 + (int64_t)c0 * t->v.stride;
             v_stride = t->v.stride;
         } else {
             for (int32_t c = 0; c < nc; c++)
-                for (int32_t x = 0; x < d; x++)
-                    w->vc[(size_t)c * d + x] =
+                for (int32_t x = 0; x < dv; x++)
+                    w->vc[(size_t)c * dv + x] =
                         dcp_cpu_load(vb, vt_ty, v0 + (int64_t)(c0 + c) * t->v.stride + x);
         }
         for (int32_t i = 0; i < nr; i++) {
@@ -174,13 +186,13 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
             w->seen[i] = 1; /* the row sees some key of the chunk */
             if (t->full) {
                 w->bad[i] |= any_nonfinite(s, nc);
+                if (w->softcap > 0.0f) cap_scores(s, nc, w->softcap);
             } else {
-                for (int32_t c = 0; c < nc; c++) {
-                    if (!dcp_cpu_row_has(&w->rows, i, c0 + c))
-                        s[c] = -INFINITY;
-                    else
-                        w->bad[i] |= any_nonfinite(&s[c], 1);
-                }
+                for (int32_t c = 0; c < nc; c++)
+                    if (dcp_cpu_row_has(&w->rows, i, c0 + c)) w->bad[i] |= any_nonfinite(&s[c], 1);
+                if (w->softcap > 0.0f) cap_scores(s, nc, w->softcap);
+                for (int32_t c = 0; c < nc; c++)
+                    if (!dcp_cpu_row_has(&w->rows, i, c0 + c)) s[c] = -INFINITY;
             }
             softmax_update(w, i, nc, v, v_stride, t->full, c0);
         }
@@ -192,7 +204,7 @@ static void attend_tile(attn_scratch_t *w, const dcp_kernel_env_t *env, const dc
 static void store_rows(const attn_scratch_t *w, const dcp_kernel_env_t *env,
                        const dcp_tile_group_t *g, int32_t j, int32_t r0, int32_t nr)
 {
-    const int32_t d = w->d;
+    const int32_t d = w->dv;
     const dcp_dtype_t oty = dcp_buf_dtype(g->o.buf, w->dtype);
     void *o = env->bufs[g->o.buf];
     float *lse = (float *)env->bufs[g->lse.buf] + g->lse.off + j;
@@ -244,10 +256,14 @@ static void run_group(attn_scratch_t *w, const dcp_kernel_env_t *env, const dcp_
                 w->l[i] = 0.0f;
                 w->seen[i] = w->bad[i] = 0;
             }
-            memset(w->acc, 0, (size_t)nr * d * sizeof(float));
+            memset(w->acc, 0, (size_t)nr * w->dv * sizeof(float));
             for (int32_t t = g->first_tile; t < g->first_tile + g->num_tiles; t++)
                 attend_tile(w, env, seq, g, &tiles[t], j / rep, r0, nr);
             store_rows(w, env, g, j, r0, nr);
+            if (env->max_logit) { /* a row's m is the largest allowed (capped) score it saw */
+                float *mx = &env->max_logit[(int64_t)g->head_group * env->q_heads + j];
+                for (int32_t i = 0; i < nr; i++) *mx = w->m[i] > *mx ? w->m[i] : *mx;
+            }
         }
     }
 }
@@ -260,17 +276,19 @@ dcp_status_t dcp_cpu_attn_fwd(const dcp_kernel_env_t *env, const dcp_tile_group_
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu attention: dtype %d", (int)env->dtype);
     attn_scratch_t *w;
     DCP_CHECK(dcp_calloc(&w, 1, sizeof *w, "attention scratch"));
-    const int32_t d = env->head_dim;
+    const int32_t d = env->head_dim, dv = dcp_env_dv(env);
     w->d = d;
+    w->dv = dv;
+    w->softcap = env->softcap;
     w->dtype = env->dtype;
     dcp_status_t st = DCP_OK;
     DCP_CHECK_GOTO(dcp_calloc(&w->qs, (int64_t)QB * d, sizeof(float), "attention scratch"), st,
                    out);
-    DCP_CHECK_GOTO(dcp_calloc(&w->acc, (int64_t)QB * d, sizeof(float), "attention scratch"), st,
+    DCP_CHECK_GOTO(dcp_calloc(&w->acc, (int64_t)QB * dv, sizeof(float), "attention scratch"), st,
                    out);
     DCP_CHECK_GOTO(dcp_calloc(&w->kt, (int64_t)KB * d, sizeof(float), "attention scratch"), st,
                    out);
-    DCP_CHECK_GOTO(dcp_calloc(&w->vc, (int64_t)KB * d, sizeof(float), "attention scratch"), st,
+    DCP_CHECK_GOTO(dcp_calloc(&w->vc, (int64_t)KB * dv, sizeof(float), "attention scratch"), st,
                    out);
     for (int64_t g = 0; g < num_groups; g++) run_group(w, env, &groups[g], tiles);
 out:

@@ -25,6 +25,13 @@ dcp_status_t dcp_cpu_accumulate(const dcp_kernel_env_t *env, const dcp_copy_item
 dcp_status_t dcp_cpu_delta_out(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
                                int64_t num_items);
 
+/* The variants' row kernels (kernel.h: sinks_fwd, sinks_bwd, max_f32). */
+dcp_status_t dcp_cpu_sinks_fwd(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                               const float *sinks);
+dcp_status_t dcp_cpu_sinks_bwd(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                               const float *sinks, float *dsinks);
+dcp_status_t dcp_cpu_max_f32(const dcp_kernel_env_t *env, float *dst, const float *src, int32_t n);
+
 /* Element i of a buffer of storage type `dtype` as fp32, and a store rounded to it. */
 static inline float dcp_cpu_load(const void *base, dcp_dtype_t dtype, int64_t i)
 {

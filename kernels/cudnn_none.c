@@ -41,10 +41,16 @@ dcp_status_t dcp_cudnn_prepare(dcp_cudnn_t *c, int slot, const dcp_seg_prog_t *p
     return no_cudnn();
 }
 
-static dcp_status_t run_none(void *state, const dcp_kernel_env_t *env, const dcp_seg_prog_t *prog,
-                             int64_t launch, int cls, const int32_t *ints)
+int32_t dcp_cudnn_failed_classes(const dcp_cudnn_t *c, int slot)
 {
-    (void)state, (void)env, (void)prog, (void)launch, (void)cls, (void)ints;
+    (void)c, (void)slot;
+    return 0;
+}
+
+static dcp_status_t run_none(void *state, const dcp_kernel_env_t *env, const dcp_seg_prog_t *prog,
+                             int64_t call, const int32_t *ints)
+{
+    (void)state, (void)env, (void)prog, (void)call, (void)ints;
     return no_cudnn();
 }
 
@@ -54,11 +60,19 @@ dcp_dense_engine_t dcp_cudnn_engine(dcp_cudnn_t *c, int slot)
     return (dcp_dense_engine_t){"cudnn", NULL, run_none};
 }
 
-dcp_status_t dcp_cudnn_check_descriptors(int backward, int causal, dcp_dtype_t dtype,
-                                         int32_t q_heads, int32_t kv_heads, int32_t head_dim,
-                                         int64_t *version_out)
+dcp_status_t dcp_cudnn_probe(dcp_cudnn_t *c, const dcp_cudnn_key_t *key, dcp_cudnn_probe_t *out)
 {
-    (void)backward, (void)causal, (void)dtype, (void)q_heads, (void)kv_heads, (void)head_dim;
+    (void)c, (void)key;
+    memset(out, 0, sizeof *out);
+    out->engine = -1;
+    return no_cudnn();
+}
+
+dcp_status_t dcp_cudnn_check_graph(const dcp_cudnn_key_t *key, char **trace_out,
+                                   int64_t *version_out)
+{
+    (void)key;
+    if (trace_out) *trace_out = NULL;
     *version_out = 0;
     return no_cudnn();
 }

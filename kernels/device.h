@@ -61,6 +61,11 @@ typedef struct {
      * on the CPU). stop waits for the stream and frees the timer. */
     dcp_status_t (*timer_start)(void *stream, void **timer_out);
     dcp_status_t (*timer_stop)(void *timer, void *stream, double *ms_out);
+    /* Whether the event's last record has been reached, without waiting: *state_out 1 yes
+     * (also for an event never recorded), 0 not yet, -1 it was recorded while its stream was
+     * captured into a CUDA graph (it marks no work that runs: nothing to wait for). The CPU's
+     * is always 1. */
+    dcp_status_t (*event_query)(void *event, int *state_out);
 } dcp_device_t;
 
 extern const dcp_device_t dcp_device_cpu;

@@ -110,6 +110,12 @@ dcp_status_t dcp_cuda_event_sync(void *event)
     return no_cuda("cuda event");
 }
 
+dcp_status_t dcp_cuda_event_query(void *event, int *state_out)
+{
+    (void)event, (void)state_out;
+    return no_cuda("cuda event");
+}
+
 dcp_status_t dcp_cuda_event_record(void *event, void *stream)
 {
     (void)event, (void)stream;
@@ -228,6 +234,26 @@ static dcp_status_t delta_out_none(const dcp_kernel_env_t *env, const dcp_delta_
     return no_cuda("cuda delta out");
 }
 
+static dcp_status_t sinks_fwd_none(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                                   const float *sinks)
+{
+    (void)env, (void)tokens, (void)heads, (void)sinks;
+    return no_cuda("cuda sinks");
+}
+
+static dcp_status_t sinks_bwd_none(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                                   const float *sinks, float *dsinks)
+{
+    (void)env, (void)tokens, (void)heads, (void)sinks, (void)dsinks;
+    return no_cuda("cuda sinks backward");
+}
+
+static dcp_status_t max_none(const dcp_kernel_env_t *env, float *dst, const float *src, int32_t n)
+{
+    (void)env, (void)dst, (void)src, (void)n;
+    return no_cuda("cuda max");
+}
+
 const dcp_kernels_t dcp_kernels_cuda = {
     .name = "cuda",
     .attn_fwd = attn_none,
@@ -238,6 +264,9 @@ const dcp_kernels_t dcp_kernels_cuda = {
     .accumulate = accumulate_none,
     .check_shape = dcp_cuda_shape_check,
     .delta_out = delta_out_none,
+    .sinks_fwd = sinks_fwd_none,
+    .sinks_bwd = sinks_bwd_none,
+    .max_f32 = max_none,
 };
 
 static dcp_status_t set_device_none(int32_t device)
@@ -286,4 +315,5 @@ const dcp_device_t dcp_device_cuda = {
     .event_sync = dcp_cuda_event_sync,
     .timer_start = dcp_cuda_timer_start,
     .timer_stop = dcp_cuda_timer_stop,
+    .event_query = dcp_cuda_event_query,
 };

@@ -12,9 +12,9 @@ dcp_status_t dcp_cpu_bwd_delta(const dcp_kernel_env_t *env, int64_t rows)
 {
     if (!dcp_cpu_dtype_ok(env->dtype))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu delta: dtype %d", (int)env->dtype);
-    if (rows < 0 || env->head_dim < 1)
+    if (rows < 0 || dcp_env_dv(env) < 1)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu delta: %lld rows of %d elements",
-                             (long long)rows, env->head_dim);
+                             (long long)rows, dcp_env_dv(env));
     if (rows == 0) return DCP_OK;
     const void *dout = env->bufs[DCP_BUF_DO], *o = env->bufs[DCP_BUF_O];
     float *delta = env->bufs[DCP_BUF_DELTA];
@@ -22,7 +22,7 @@ dcp_status_t dcp_cpu_bwd_delta(const dcp_kernel_env_t *env, int64_t rows)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu delta: dO, O or delta buffer missing");
     const dcp_dtype_t dty = dcp_buf_dtype(DCP_BUF_DO, env->dtype),
                       oty = dcp_buf_dtype(DCP_BUF_O, env->dtype);
-    const int64_t d = env->head_dim;
+    const int64_t d = dcp_env_dv(env); /* O and dO rows */
     for (int64_t i = 0; i < rows; i++) {
         float s = 0.0f;
         for (int64_t x = i * d; x < (i + 1) * d; x++)
@@ -87,7 +87,7 @@ dcp_status_t dcp_cpu_delta_out(const dcp_kernel_env_t *env, const dcp_delta_out_
 {
     if (!dcp_cpu_dtype_ok(env->dtype))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "cpu delta out: dtype %d", (int)env->dtype);
-    const int32_t d = env->head_dim, heads = env->q_heads;
+    const int32_t d = dcp_env_dv(env), heads = env->q_heads; /* O and dO rows */
     for (int64_t i = 0; i < num_items; i++) {
         const dcp_delta_out_item_t *it = &items[i];
         const dcp_dtype_t gty = dcp_buf_dtype(it->dout.buf, env->dtype),

@@ -1,9 +1,9 @@
 #include "kernels/cpu.h"
 
 /* The CPU kernels run every head dim and dtype (fp32 arithmetic). */
-static dcp_status_t dcp_cpu_check_shape(int32_t head_dim, dcp_dtype_t dtype)
+static dcp_status_t dcp_cpu_check_shape(const dcp_attn_shape_t *shape)
 {
-    (void)head_dim, (void)dtype;
+    (void)shape;
     return DCP_OK;
 }
 
@@ -17,4 +17,7 @@ const dcp_kernels_t dcp_kernels_cpu = {
     .accumulate = dcp_cpu_accumulate,
     .check_shape = dcp_cpu_check_shape,
     .delta_out = dcp_cpu_delta_out,
+    .sinks_fwd = dcp_cpu_sinks_fwd,
+    .sinks_bwd = dcp_cpu_sinks_bwd,
+    .max_f32 = dcp_cpu_max_f32,
 };

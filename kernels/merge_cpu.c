@@ -22,7 +22,7 @@ dcp_status_t dcp_cpu_merge(const dcp_kernel_env_t *env, const dcp_merge_item_t *
         free(l);
         return st;
     }
-    const int32_t d = env->head_dim, heads = env->q_heads;
+    const int32_t d = dcp_env_dv(env), heads = env->q_heads; /* O rows */
     for (int64_t i = 0; i < num_items; i++) {
         const dcp_merge_item_t *m = &items[i];
         const dcp_merge_src_t *src = srcs + m->first_src;

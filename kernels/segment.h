@@ -1,35 +1,49 @@
 /*
- * The segmenter: a launch's tile list (tile groups and their KV tiles) cut into pieces that a
- * dense attention engine can run, and the program that runs them.
+ * The segmenter: a launch's tile list (tile groups and their KV tiles) cut into segments that
+ * a dense attention engine can run, and the program that runs them.
  *
- * A piece is rows [r0, r1) of one group against keys [k0, k1) of one of its tiles, both
- * local, in one of three classes:
- *   FULL    every row sees every key;
- *   CAUSAL  row r sees keys [k0, b0 + r - r0) with b0 > k0: the diagonal, bottom-right aligned
- *           once the keys end where the last row's keys end (cuDNN's bottom-right causal mask,
- *           which then never leaves a row without a key: s_kv >= s_q);
- *   MASKED  anything else (window edges, two ranges, custom ranges): the mask decides.
- * The pieces of a tile cover exactly its allowed pairs: FULL and CAUSAL pieces hold allowed
- * pairs only, MASKED pieces hold every remaining allowed pair (and may span disallowed ones,
- * which the kernel masks). The classes follow from the per-row allowed key ranges of
- * include/base/mask_rule.h alone, so the cut is a pure function of the tile list.
+ * The key line of a group is its tiles in key order, back to back: key u of the line is key
+ * u - u0(t) of the tile t whose run [u0(t), u0(t) + kv_len) holds it. A row's allowed keys
+ * (include/base/mask_rule.h: at most two ranges) map onto the line as at most two ranges,
+ * since a range that runs through keys the launch does not hold simply skips them; those are
+ * the row's layers (layer 0 the lower range). A segment is rows [r0, r1) of one group
+ * against line keys [k0, k1), in a class that says which of them each row sees, as cuDNN's
+ * SDPA masks them with per-entry lengths s_q = r1 - r0, s_kv = k1 - k0 and row x, key y
+ * (entry-local, x < s_q, y < s_kv), d = x + s_kv - s_q:
+ *   FULL    every key;                               (no mask)
+ *   CAUSAL  y <= d;                                  (the diagonal, bottom-right aligned)
+ *   BAND    d - W < y <= d;                          (a sliding window: left bound W, causal)
+ *   LEFT    d - W < y;                               (a left bound alone: a window's far edge)
+ *   MASKED  the allowed pairs inside the rectangle, as the mask says (dcp's own kernel).
+ * W (`window`) is the number of keys the segment's last row sees. Each row of a dense
+ * segment sees at least one key. On the line a dense class is one layer of a run of rows
+ * whose key range moves with slopes (0 or 1) that never change but once, and only in the
+ * range's start from 0 to 1: FULL and LEFT keep the end, CAUSAL and BAND move it by one key
+ * a row, LEFT and BAND start to move the start once the window is full. So the diagonal,
+ * the sliding window with its clipped start, its far edge, lambda's sink, blockwise's and
+ * shared-question's prefixes are dense whatever tiles of a group a launch holds; only
+ * custom ranges, runs shorter than min_rows and classes the engine lacks are MASKED.
+ *
+ * The segments of a group cover its tiles' allowed pairs exactly once: dense segments hold
+ * allowed pairs only, each MASKED segment every allowed pair inside its rectangle, and a row's
+ * segments never share a key. The cut is a pure function of the tile list.
  *
  * The program of a launch (dcp_seg_prog_t) is what an engine runs instead of the plain tile
  * list, with dcp's own kernels for everything but the dense calls:
- *   forward:  gather the dense pieces' Q, K and V rows into packed buffers (copy); run the
- *             MASKED pieces with dcp's attention kernel (sub-groups of trimmed tiles), and
- *             reset groups that start from nothing; one dense call per class over packed
- *             entries, O in the plan dtype and the softmax statistics (natural log of the
- *             scaled scores) in fp32; merge each entry's (O, LSE) into its group's output;
+ *   forward:  gather the dense segments' Q, K and V rows into packed buffers (copy); run the
+ *             MASKED segments with dcp's attention kernel (sub-groups of trimmed tiles), and
+ *             reset groups that start from nothing; one dense call per class and window over
+ *             packed entries, O in the plan dtype and the softmax statistics (natural log of
+ *             the scaled scores) in fp32; merge each entry's (O, LSE) into its group's output;
  *   backward: gather Q, dO, K, V and the final LSE; write, per entry row, an O' with
  *             rowsum(dO * O') = delta (the dense engine takes O, dcp ships delta); run the
- *             MASKED pieces with dcp's backward kernel (into the groups' dQ and the tiles'
- *             dK, dV); one dense backward call per class; add its dQ, dK, dV into the
- *             groups' and tiles' fp32 gradient rows (deterministic mode: the own kernel and
- *             the adds in waves of disjoint writers, dcp_seg_waves).
- * An entry is a group's row range with all its FULL pieces of exactly those rows and at most
- * one CAUSAL piece, keys concatenated with the causal piece last: a row then sees every full
- * key and its diagonal, which is still bottom-right aligned over the concatenation.
+ *             MASKED segments with dcp's backward kernel (into the groups' dQ and the tiles'
+ *             dK, dV); one dense backward call per class and window; add its dQ, dK, dV into
+ *             the groups' and tiles' fp32 gradient rows (deterministic mode: the own kernel
+ *             and the adds in waves of disjoint writers, dcp_seg_waves). Every entry has
+ *             keys of its own in the packed buffers, so entries that share K/V rows write
+ *             private dK/dV partials, added in program order.
+ * An entry is one dense segment; its keys are gathered from the tiles its line range crosses.
  *
  * Packing is exactly cuDNN's ragged (THD) layout: entries back to back per tensor,
  * [rows, heads, head_dim] per entry, element offsets b + 1 per tensor (Q, O, dO, dQ: Hq x D
@@ -51,45 +65,108 @@ extern "C" {
 typedef enum {
     DCP_SEG_FULL = 0,
     DCP_SEG_CAUSAL = 1,
-    DCP_SEG_MASKED = 2,
-    DCP_SEG_CLASSES = 3
+    DCP_SEG_BAND = 2,
+    DCP_SEG_LEFT = 3,
+    DCP_SEG_MASKED = 4,
+    DCP_SEG_CLASSES = 5,
+    DCP_SEG_DENSE = 4 /* the dense classes: [0, DCP_SEG_DENSE) */
 } dcp_seg_class_t;
 
-/* "full", "causal", "masked". */
+_Static_assert(DCP_SEG_FULL == DCP_ATTN_CLASS_FULL && DCP_SEG_CAUSAL == DCP_ATTN_CLASS_CAUSAL &&
+                   DCP_SEG_BAND == DCP_ATTN_CLASS_BAND && DCP_SEG_LEFT == DCP_ATTN_CLASS_LEFT &&
+                   DCP_SEG_MASKED == DCP_ATTN_CLASS_MASKED && DCP_SEG_CLASSES == DCP_ATTN_CLASSES,
+               "the public class numbers (dcp.h) are the segmenter's");
+
+/* "full", "causal", "band", "left", "masked". */
 const char *dcp_seg_class_name(int cls);
 
+/* Whether row x of an entry of s_q rows and s_kv keys in class cls (window w) sees key y:
+ * the class semantics above, what the CPU twin and cuDNN's graphs compute. */
+static inline int dcp_seg_sees(int cls, int32_t w, int32_t x, int32_t y, int32_t s_q, int32_t s_kv)
+{
+    const int64_t d = (int64_t)x + s_kv - s_q;
+    switch (cls) {
+    case DCP_SEG_CAUSAL: return y <= d;
+    case DCP_SEG_BAND: return y <= d && y > d - w;
+    case DCP_SEG_LEFT: return y > d - w;
+    default: return 1;
+    }
+}
+
 typedef struct {
-    int32_t group; /* index into the launch's groups */
-    int32_t tile;  /* index into the tile array */
-    int32_t r0, r1, k0, k1;
+    int32_t group;  /* index into the launch's groups */
+    int32_t r0, r1; /* rows of the group */
+    int32_t k0, k1; /* keys of the group's key line */
     int32_t cls;
-    int64_t pairs; /* allowed (query, key) pairs of the piece */
-} dcp_seg_piece_t;
+    int32_t window; /* BAND, LEFT: the keys the last row sees; else 0 */
+    int64_t pairs;  /* allowed (query, key) pairs of the segment */
+} dcp_seg_t;
 
 /* Bit c of a class set: class c may go to the dense engine. */
 #define DCP_SEG_BIT(c) (1 << (c))
+#define DCP_SEG_ALL_DENSE                                                                          \
+    (DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL) | DCP_SEG_BIT(DCP_SEG_BAND) |         \
+     DCP_SEG_BIT(DCP_SEG_LEFT))
 
-/* The pieces of a launch, group by group, tile by tile, rows ascending (malloc'ed; n_out
- * pieces). Dense runs of fewer than min_rows rows, and runs of a class not in `dense` (a
- * DCP_SEG_BIT set), are MASKED instead (a dense engine's tile is 64-128 rows: a few rows
- * cost it a whole tile), and neighbouring MASKED rows of a tile join. min_rows >= 1. */
+/* The key line of a group: its tiles (indices into the tile array) in key order and the line
+ * key each starts at. */
+typedef struct {
+    int32_t *tile; /* [n] */
+    int32_t *u0;   /* [n + 1]: u0[n] is the line's length */
+    int32_t n;
+    int64_t cap_tile, cap_u0;
+} dcp_seg_line_t;
+
+/* The key line of group g over `tiles` (arrays grown as needed; free with
+ * dcp_seg_line_free). DCP_ERR_INTERNAL when two of its tiles share a key. */
+dcp_status_t dcp_seg_line(const dcp_tile_group_t *g, const dcp_tile_t *tiles, dcp_seg_line_t *line);
+void dcp_seg_line_free(dcp_seg_line_t *line);
+
+/* The segments of a launch, group by group (malloc'ed; n_out of them): within a group the
+ * dense ones first (layer by layer, rows ascending), then the MASKED ones (rows ascending;
+ * those of one row range consecutive). Dense runs of fewer than min_rows rows, and runs of a
+ * class not in `dense` (a DCP_SEG_BIT set), are MASKED instead (a dense engine's tile is
+ * 64-128 rows: a few rows cost it a whole tile). min_rows >= 1. */
 dcp_status_t dcp_seg_cut(const dcp_seq_info_t *seqs, const dcp_tile_group_t *groups,
                          int64_t num_groups, const dcp_tile_t *tiles, int32_t min_rows,
-                         int32_t dense, dcp_seg_piece_t **pieces_out, int64_t *n_out);
+                         int32_t dense, dcp_seg_t **segs_out, int64_t *n_out);
 
-/* One dense call: the entries of one class packed as cuDNN's ragged SDPA takes them. The
- * tensors are element offsets into the engine buffers: q, k, v, o, dout, dq, dk, dv in
- * DCP_BUF_SEG (plan dtype, [rows, heads, D] each entry after the last), stats in
- * DCP_BUF_SEG32 ([rows, Hq]). The per-entry lengths and ragged offsets are `ints`: an int32
- * array at element offset `ints` of the program's int array (prog.ints), laid out for a
- * batch of `cap` (>= batch) entries, the ones past `batch` empty:
- *   seq_q[cap] seq_kv[cap] off_q[cap+1] off_kv[cap+1] off_stats[cap+1]
- * (offsets in elements: rows x Hq x D, rows x Hkv x D, rows x Hq). */
+/* One dense call: the entries of one class (and window) packed as cuDNN's ragged SDPA takes
+ * them. The tensors are element offsets into the engine buffers: q, k, v, o, dout, dq, dk, dv
+ * in DCP_BUF_SEG (plan dtype, [rows, heads, head dim] each entry after the last; V, O, dO and
+ * dV rows of the value head dim), stats in DCP_BUF_SEG32 ([rows, Hq]). The per-entry lengths
+ * and ragged offsets are `ints`: int32 arrays at element offset `ints` of the program's int
+ * array (prog.ints), laid out for a batch of `cap` (>= batch) entries, the ones past `batch`
+ * empty (dcp_seg_int_array):
+ *   seq_q[cap] seq_kv[cap] off_q[cap+1] off_o[cap+1] off_k[cap+1] off_v[cap+1] off_st[cap+1]
+ * (offsets in elements of each tensor: rows x Hq x D for Q and dQ, rows x Hq x D_v for O and
+ * dO, rows x Hkv x D for K and dK, rows x Hkv x D_v for V and dV, rows x Hq for the
+ * statistics). */
+enum {
+    DCP_SEG_SEQ_Q = 0,
+    DCP_SEG_SEQ_KV,
+    DCP_SEG_OFF_Q,
+    DCP_SEG_OFF_O,
+    DCP_SEG_OFF_K,
+    DCP_SEG_OFF_V,
+    DCP_SEG_OFF_ST,
+    DCP_SEG_INT_ARRAYS
+};
+
+/* The element offset of int array `a` in a call's ints laid out for a batch of cap. */
+static inline int64_t dcp_seg_int_array(int64_t cap, int a)
+{
+    return a <= DCP_SEG_SEQ_KV ? a * cap : 2 * cap + (int64_t)(a - DCP_SEG_OFF_Q) * (cap + 1);
+}
+
 typedef struct {
-    int32_t cls;              /* DCP_SEG_FULL or DCP_SEG_CAUSAL */
+    int32_t cls;              /* a dense class */
+    int32_t window;           /* BAND, LEFT: the left bound W of every entry; else 0 */
     int32_t batch, cap;       /* entries; the batch the int arrays are laid out for */
     int32_t max_q, max_kv;    /* longest entry's rows */
+    int32_t launch;           /* the launch it belongs to */
     int64_t rows_q, rows_kv;  /* all entries' rows */
+    int64_t pairs;            /* allowed pairs of its entries */
     int64_t q, k, v, o;       /* SEG element offsets of the packed tensors */
     int64_t dout, dq, dk, dv; /* backward (0 in a forward program) */
     int64_t stats;            /* SEG32 element offset */
@@ -104,12 +181,12 @@ typedef struct {
     int64_t delta_first, delta_count;   /* backward: O' rows */
     int64_t merge_first, merge_count;   /* forward: merges (srcs in merge_srcs) */
     int64_t acc_first, acc_count;       /* backward: typed-source adds (copies) */
+    int64_t call_first, call_count;     /* dense calls (prog.calls), by class then window */
     int32_t own_rows, gather_rows, merge_rows, delta_rows; /* the most rows of an item (grids) */
     /* deterministic backward: the own groups and the adds in waves, each one launch of its
      * kernel, their ends (counts from own_first, acc_first) in prog.wave_ends; 0: one launch */
     int64_t own_wave_first, own_waves;
     int64_t acc_wave_first, acc_waves;
-    dcp_dense_call_t call[2];           /* FULL, CAUSAL (batch 0: none) */
     int64_t seg_elems, seg32_elems;     /* staging this launch uses */
 } dcp_seg_launch_t;
 
@@ -126,11 +203,12 @@ typedef struct {
     dcp_merge_src_t *merge_srcs;
     dcp_delta_out_item_t *deltas;
     int32_t *ints;
-    int64_t *wave_ends; /* host only: the launches' waves (dcp_seg_waves) */
+    int64_t *wave_ends;       /* host only: the launches' waves (dcp_seg_waves) */
+    dcp_dense_call_t *calls;  /* host only: every launch's dense calls */
     int64_t n_own_groups, n_own_tiles, n_copies, n_merges, n_merge_srcs, n_deltas, n_ints,
-        n_wave_ends;
+        n_wave_ends, n_calls;
     int64_t cap_own_groups, cap_own_tiles, cap_copies, cap_merges, cap_merge_srcs, cap_deltas,
-        cap_ints, cap_wave_ends;    /* allocated elements of each array */
+        cap_ints, cap_wave_ends, cap_calls; /* allocated elements of each array */
     int64_t seg_elems, seg32_elems; /* the largest launch's staging */
     int64_t pairs[DCP_SEG_CLASSES]; /* allowed pairs per class, every launch */
 } dcp_seg_prog_t;
@@ -140,6 +218,7 @@ typedef struct {
  * built per capacity, so that batches of similar size share it). */
 typedef struct {
     int32_t q_heads, kv_heads, head_dim;
+    int32_t head_dim_v;    /* of V, O, dO and dV rows; 0: head_dim */
     int32_t min_rows;
     int32_t dense;         /* the classes the dense engine takes (DCP_SEG_BIT set) */
     int32_t backward;      /* a backward program */
@@ -177,14 +256,14 @@ dcp_status_t dcp_seg_waves(dcp_seg_prog_t *prog, dcp_seg_launch_t *l, const dcp_
 int64_t dcp_seg_wave_end(const dcp_seg_prog_t *prog, const dcp_seg_launch_t *l, int acc, int64_t w);
 
 /* What runs the dense calls of a program: dcp_dense_cpu (the CPU twin) or cuDNN
- * (kernels/cudnn.h). run executes call `cls` of launch `launch` of prog (forward or backward
- * as the launch was built); ints: the program's int arrays where the engine reads them
+ * (kernels/cudnn.h). run executes call `call` of prog (prog->calls[call], forward or backward
+ * as its launch was built); ints: the program's int arrays where the engine reads them
  * (device memory for cuDNN; prog->ints is the host copy). */
 typedef struct {
     const char *name;
     void *state;
     dcp_status_t (*run)(void *state, const dcp_kernel_env_t *env, const dcp_seg_prog_t *prog,
-                        int64_t launch, int cls, const int32_t *ints);
+                        int64_t call, const int32_t *ints);
 } dcp_dense_engine_t;
 
 /* The CPU twin as a dense engine. */
@@ -213,8 +292,8 @@ dcp_status_t dcp_seg_run(const dcp_kernels_t *k, const dcp_dense_engine_t *dense
                          const dcp_seg_arrays_t *arrays, int64_t launch);
 
 /* The dense calls of a launch on the CPU, with cuDNN's semantics (kernels/dense_cpu.c):
- * per entry, per query head (KV head h / (Hq / Hkv)), rows x < seq_q see keys y < seq_kv
- * (CAUSAL: y <= x + seq_kv - seq_q); forward O rounded to the plan dtype and the statistics
+ * per entry, per query head (KV head h / (Hq / Hkv)), rows x < seq_q see the keys
+ * y < seq_kv of the call's class and window (dcp_seg_sees); forward O rounded to the plan dtype and the statistics
  * max + log(sum exp) of the scaled scores; backward from Q, K, V, O, dO and the statistics,
  * dQ, dK, dV rounded to the plan dtype (dK, dV summed over the query heads of a KV head).
  * ints: the call's int arrays (host). */

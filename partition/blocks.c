@@ -3,6 +3,7 @@
 #include "partition/blocks.h"
 
 #include "include/base/error.h"
+#include "include/base/shape.h"
 #include "partition/kinds.h"
 #include "partition/mask.h"
 
@@ -23,16 +24,25 @@ static dcp_status_t check_shape(const dcp_attn_shape_t *s, int32_t head_blocks)
     if (s->head_dim < 1 || s->head_dim > 4096)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "shape.head_dim = %d, must be in [1, 4096]",
                              s->head_dim);
-    if ((int64_t)s->num_heads * s->head_dim > (1 << 24))
+    if (s->head_dim_v < 0 || s->head_dim_v > 4096)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "shape.head_dim_v = %d, must be in [0, 4096] (0: head_dim)",
+                             s->head_dim_v);
+    const int64_t widest = s->head_dim > dcp_shape_dv(s) ? s->head_dim : dcp_shape_dv(s);
+    if ((int64_t)s->num_heads * widest > (1 << 24))
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "shape: num_heads x head_dim = %lld elements per token is too large",
-                             (long long)s->num_heads * s->head_dim);
+                             (long long)s->num_heads * widest);
     if (s->dtype != DCP_DTYPE_FP32 && s->dtype != DCP_DTYPE_BF16 && s->dtype != DCP_DTYPE_FP16)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "shape.dtype = %d is not a dcp_dtype_t",
                              (int)s->dtype);
     if (!(s->scale >= 0.0f) || !isfinite(s->scale))
         return dcp_set_error(DCP_ERR_INVALID_ARG, "shape.scale = %g, must be finite and >= 0",
                              (double)s->scale);
+    if (!(s->softcap >= 0.0f) || !isfinite(s->softcap))
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "shape.softcap = %g, must be finite and >= 0 (0: off)",
+                             (double)s->softcap);
     if (head_blocks < 1 || s->num_kv_heads % head_blocks != 0)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "options.head_blocks = %d, must divide num_kv_heads = %d", head_blocks,
@@ -114,7 +124,7 @@ static dcp_status_t check_batch(const dcp_batch_t *batch, int64_t *total_out, in
 }
 
 /* The up-front size limits that keep every count of a plan inside int64 (DCP_MAX_FLOPS,
- * DCP_MAX_BATCH_BYTES): FLOPs are at most sum of L^2 x 4 x D x Hq forward, 2.5 x that
+ * DCP_MAX_BATCH_BYTES): FLOPs are at most sum of L^2 x 2 (D + D_v) x Hq forward, 2.5 x that
  * backward; byte counts at most the batch's bytes times the ranks a net spans (< 2^17). */
 static dcp_status_t check_size(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                int64_t total)
@@ -122,12 +132,13 @@ static dcp_status_t check_size(const dcp_batch_t *batch, const dcp_attn_shape_t 
     double pairs = 0; /* exact in double well past the limit: L^2 < 2^62 */
     for (int32_t s = 0; s < batch->num_seqs; s++)
         pairs += (double)batch->lengths[s] * (double)batch->lengths[s];
-    const double flops = pairs * 4.0 * shape->head_dim * shape->num_heads;
+    const double flops = pairs * (double)dcp_shape_pair_flops(shape) * shape->num_heads;
     if (flops > (double)DCP_MAX_FLOPS)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
-                             "batch: up to %.3g forward FLOPs (sequence lengths squared x 4 x "
-                             "head_dim %d x num_heads %d), more than the limit 2^61",
-                             flops, shape->head_dim, shape->num_heads);
+                             "batch: up to %.3g forward FLOPs (sequence lengths squared x 2 x "
+                             "(head_dim %d + head_dim_v %d) x num_heads %d), more than the "
+                             "limit 2^61",
+                             flops, shape->head_dim, dcp_shape_dv(shape), shape->num_heads);
     if (dcp_shape_token_bytes(shape, total) > DCP_MAX_BATCH_BYTES)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "batch: %lld tokens of %lld bytes (Q, K, V, O, LSE), more than the "
@@ -215,6 +226,8 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
     b->total_tokens = total;
     b->shape = *shape;
     if (b->shape.scale == 0.0f) b->shape.scale = (float)(1.0 / sqrt((double)shape->head_dim));
+    b->shape.head_dim_v = dcp_shape_dv(shape);
+    b->shape.softcap = shape->softcap == 0.0f ? 0.0f : shape->softcap; /* never -0.0 */
     b->head_blocks = head_blocks;
     b->qpg = shape->num_heads / head_blocks;
     b->kvpg = shape->num_kv_heads / head_blocks;
@@ -228,25 +241,26 @@ err:
 
 int64_t dcp_shape_token_bytes(const dcp_attn_shape_t *shape, int64_t len)
 {
-    const int64_t hq = shape->num_heads, hkv = shape->num_kv_heads, d = shape->head_dim;
+    const int64_t hq = shape->num_heads, hkv = shape->num_kv_heads;
+    const int64_t dqk = shape->head_dim, dv = dcp_shape_dv(shape);
     const int64_t es = shape->dtype == DCP_DTYPE_FP32 ? 4 : 2;
-    return len * ((2 * hq * d + 2 * hkv * d) * es + 4 * hq);
+    return len * ((hq + hkv) * (dqk + dv) * es + 4 * hq);
 }
 
 int64_t dcp_blocks_xfer_elems(const dcp_blocks_t *b, dcp_xfer_kind_t kind, int64_t len)
 {
-    const int64_t d = b->shape.head_dim;
+    const int64_t dqk = b->shape.head_dim, dv = dcp_shape_dv(&b->shape);
     switch (kind) {
     case DCP_XFER_Q:
     case DCP_XFER_DQ:
-        return len * b->qpg * d;
+        return len * b->qpg * dqk;
     case DCP_XFER_KV:
     case DCP_XFER_DKV:
-        return 2 * len * b->kvpg * d;
+        return len * b->kvpg * (dqk + dv);
     case DCP_XFER_PART:
-        return len * b->qpg * (d + 1);
+        return len * b->qpg * (dv + 1);
     case DCP_XFER_BQ:
-        return 2 * len * b->qpg * d;
+        return len * b->qpg * (dqk + dv);
     case DCP_XFER_BSTAT:
         return 2 * len * b->qpg;
     case DCP_XFER_KIND_COUNT:
@@ -365,6 +379,86 @@ dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks)
     DCP_CHECK(dcp_calloc(&b->blk_chunk, n, sizeof(int32_t), "token blocks"));
     cut_all(b, chunks, &b->num_blocks);
     return DCP_OK;
+}
+
+dcp_status_t dcp_runs_push(dcp_runs_t *r, int32_t seq, int32_t start, int32_t end, int32_t tag)
+{
+    if (end <= start) return DCP_OK;
+    if (r->n == r->cap) {
+        int64_t cap = r->cap;
+        int32_t **arr[4] = {&r->seq, &r->start, &r->end, &r->tag};
+        for (int i = 0; i < 4; i++) {
+            cap = r->cap;
+            DCP_CHECK(dcp_reserve(arr[i], &cap, r->n + 1, sizeof(int32_t), "token runs"));
+        }
+        r->cap = cap;
+    }
+    r->seq[r->n] = seq;
+    r->start[r->n] = start;
+    r->end[r->n] = end;
+    r->tag[r->n] = tag;
+    r->n++;
+    return DCP_OK;
+}
+
+void dcp_runs_release(dcp_runs_t *r)
+{
+    free(r->seq);
+    free(r->start);
+    free(r->end);
+    free(r->tag);
+    *r = (dcp_runs_t){0};
+}
+
+typedef struct {
+    int32_t seq, start, end, tag;
+} run_t;
+
+static int run_cmp(const void *a, const void *b)
+{
+    const run_t *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+dcp_status_t dcp_blocks_cut_runs(dcp_blocks_t *b, const dcp_runs_t *runs)
+{
+    run_t *r;
+    DCP_CHECK(dcp_calloc(&r, runs->n, sizeof *r, "token runs"));
+    for (int64_t i = 0; i < runs->n; i++)
+        r[i] = (run_t){runs->seq[i], runs->start[i], runs->end[i], runs->tag[i]};
+    qsort(r, (size_t)runs->n, sizeof *r, run_cmp);
+    dcp_status_t st = DCP_OK;
+    /* every sequence tiled, in order: each run starts where the one before it ended */
+    int32_t seq = 0, pos = 0;
+    int tiled = 1;
+    for (int64_t i = 0; i < runs->n && tiled; i++) {
+        if (r[i].seq != seq && pos == b->seqs[seq].len) seq++, pos = 0;
+        tiled = r[i].seq == seq && r[i].start == pos && r[i].end <= b->seqs[seq].len;
+        if (tiled) pos = r[i].end;
+    }
+    if (!tiled || seq != b->num_seqs - 1 || pos != b->seqs[seq].len)
+        st = dcp_set_error(DCP_ERR_INTERNAL, "blocks: runs leave sequence %d open at %d", seq, pos);
+    int32_t n = 0;
+    for (int pass = 0; pass < 2 && st == DCP_OK; pass++) { /* count, then fill */
+        n = 0;
+        for (int64_t i = 0; i < runs->n; i++) {
+            if (b->seq_blk && (i == 0 || r[i - 1].seq != r[i].seq)) b->seq_blk[r[i].seq] = n;
+            cut_run(b, r[i].seq, r[i].tag, r[i].start, r[i].end, &n);
+        }
+        if (pass == 1) break;
+        int32_t **arr[4] = {&b->blk_seq, &b->blk_start, &b->blk_len, &b->blk_chunk};
+        for (int a = 0; a < 4 && st == DCP_OK; a++)
+            st = dcp_calloc(arr[a], n, sizeof(int32_t), "token blocks");
+        if (st == DCP_OK)
+            st = dcp_calloc(&b->seq_blk, b->num_seqs + 1, sizeof(int32_t), "token blocks");
+    }
+    if (st == DCP_OK) {
+        b->seq_blk[b->num_seqs] = n;
+        b->num_blocks = n;
+    }
+    free(r);
+    return st;
 }
 
 /* First block of sequence s whose tokens reach past key position `pos`. */

@@ -10,12 +10,13 @@
 #define DCP_PARTITION_BLOCKS_H
 
 #include "include/base/descr.h"
+#include "include/base/shape.h"
 
 #include <stdint.h>
 
 /* Largest sequence and total token count a plan accepts (positions are int32). */
 #define DCP_MAX_TOKENS INT32_MAX
-/* Largest forward FLOP bound (sum of L^2 x 4 x D x Hq) and batch size in bytes (Q, K, V, O,
+/* Largest forward FLOP bound (sum of L^2 x 2 (D + D_v) x Hq) and batch size in bytes (Q, K, V, O,
  * LSE of every token) a plan accepts: with 2.5x for the backward and a net spanning up to
  * 2^16 ranks, every FLOP and byte count of a plan fits int64 (bounded here, once). */
 #define DCP_MAX_FLOPS       ((int64_t)1 << 61)
@@ -109,6 +110,23 @@ dcp_status_t dcp_blocks_init(dcp_blocks_t *b, const dcp_batch_t *batch,
  * skipped), then each chunk into blocks of at most B. */
 dcp_status_t dcp_blocks_cut(dcp_blocks_t *b, int32_t chunks);
 
+/* Runs of tokens that a strategy places as a whole: run i is [start[i], end[i]) of sequence
+ * seq[i], with the strategy's tag (the owner rank, for the peer policies). Pushed in any
+ * order; together they must tile every sequence. */
+typedef struct {
+    int64_t n, cap;
+    int32_t *seq, *start, *end, *tag;
+} dcp_runs_t;
+
+/* Appends a run (an empty one is skipped). */
+dcp_status_t dcp_runs_push(dcp_runs_t *r, int32_t seq, int32_t start, int32_t end, int32_t tag);
+void dcp_runs_release(dcp_runs_t *r);
+
+/* Cuts every sequence of b (zeroed blocks) at its runs, each run into blocks of at most B
+ * from its start; blk_chunk is the run's tag. Fails with DCP_ERR_INTERNAL when the runs do not
+ * tile the sequences. */
+dcp_status_t dcp_blocks_cut_runs(dcp_blocks_t *b, const dcp_runs_t *runs);
+
 /* A coarser model of an unchunked block model: sequence s's blocks are grouped
  * `factor[s]` consecutive blocks at a time (factor 1: unchanged), and its tiles are those
  * of the groups. `coarse` (zeroed) gets its own copy of the sequences; coarse_of_out (malloc'ed,
@@ -147,7 +165,7 @@ static inline int64_t dcp_blocks_token_bytes(const dcp_blocks_t *b, int64_t len)
  * layer kinds, the most of any kind. */
 static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
 {
-    return b->tile_pairs[t] * 4 * b->shape.head_dim * b->qpg;
+    return b->tile_pairs[t] * dcp_shape_pair_flops(&b->shape) * b->qpg;
 }
 
 /* Forward FLOPs of one computation block of tile t in layer kind k (k = 0 in a model of one
@@ -155,7 +173,7 @@ static inline int64_t dcp_blocks_comp_flops(const dcp_blocks_t *b, int64_t t)
 static inline int64_t dcp_blocks_kind_flops(const dcp_blocks_t *b, int64_t t, int32_t k)
 {
     const int64_t pairs = b->num_kinds > 1 ? b->kind_pairs[t * b->num_kinds + k] : b->tile_pairs[t];
-    return pairs * 4 * b->shape.head_dim * b->qpg;
+    return pairs * dcp_shape_pair_flops(&b->shape) * b->qpg;
 }
 
 /* The kinds of transferred block (one token block, one head group). Inputs travel from

@@ -36,7 +36,9 @@ double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cos
                              const void *ctx)
 {
     const int bwd = in->arg == DCP_PASS_BWD;
-    const double per_pair = (bwd ? 10.0 : 4.0) * p->shape.head_dim * p->qpg;
+    const double per_pair =
+        (double)(bwd ? dcp_shape_pair_flops_bwd(&p->shape) : dcp_shape_pair_flops(&p->shape)) *
+        p->qpg;
     double s = 0;
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
@@ -77,7 +79,7 @@ double dcp_cost_memory_bytes(const dcp_plan_t *p, const dcp_instr_t *in)
     else
         for (int64_t i = in->first; i < in->first + in->count; i++)
             bytes += 4.0 * (p->merges[i].num_src + 2) * p->merges[i].rows * p->qpg *
-                     (p->shape.head_dim + 1);
+                     (dcp_shape_dv(&p->shape) + 1);
     return bytes;
 }
 
@@ -328,7 +330,7 @@ static double best_efficiency(const dcp_perf_model_t *m, double edge)
 double dcp_cost_chunked_floor(const dcp_plan_t *p, int32_t chunks)
 {
     const int32_t block = p->opts.block_size;
-    const double per_pair = 4.0 * p->shape.head_dim * p->shape.num_heads;
+    const double per_pair = (double)dcp_shape_pair_flops(&p->shape) * p->shape.num_heads;
     double seconds = 0;
     for (int32_t s = 0; s < p->num_seqs; s++) {
         const dcp_seq_info_t *q = &p->seqs[s];

@@ -35,7 +35,7 @@ double dcp_cost_curve(int32_t n, const double *x, const double *y, double edge);
 typedef double (*dcp_cost_rate_fn)(const void *ctx, double edge, int bwd);
 
 /* Seconds an ATTN instruction computes at `rate`: each tile's FLOPs (its exact allowed pairs
- * x 4 x D x query heads of the group; 2.5x that backward) over rate(edge) of its
+ * x 2 (D + D_v) x query heads of the group; 2.5x that backward) over rate(edge) of its
  * geometric-mean edge sqrt(q_len x kv_len). */
 double dcp_cost_attn_seconds(const dcp_plan_t *p, const dcp_instr_t *in, dcp_cost_rate_fn rate,
                              const void *ctx);

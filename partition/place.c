@@ -8,16 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const dcp_strategy_ops_t *const strategies[DCP_STRATEGY_COUNT] = {
-    [DCP_STRATEGY_RING] = &dcp_strategy_ring,
-    [DCP_STRATEGY_ZIGZAG] = &dcp_strategy_zigzag,
-    [DCP_STRATEGY_LPT] = &dcp_strategy_lpt,
-    [DCP_STRATEGY_METIS] = &dcp_strategy_metis,
+static const dcp_strategy_ops_t *const strategies[DCP_STRATEGY_PEER_END] = {
+    [DCP_STRATEGY_RING] = &dcp_strategy_ring,   [DCP_STRATEGY_ZIGZAG] = &dcp_strategy_zigzag,
+    [DCP_STRATEGY_LPT] = &dcp_strategy_lpt,     [DCP_STRATEGY_METIS] = &dcp_strategy_metis,
+    [DCP_STRATEGY_NODES] = &dcp_strategy_nodes, [DCP_STRATEGY_PACKED] = &dcp_strategy_packed,
+    [DCP_STRATEGY_DYNCP] = &dcp_strategy_dyncp, [DCP_STRATEGY_ULYSSES] = &dcp_strategy_ulysses,
+    [DCP_STRATEGY_USP] = &dcp_strategy_usp,     [DCP_STRATEGY_MAGI] = &dcp_strategy_magi,
 };
 
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id)
 {
-    return (unsigned)id < DCP_STRATEGY_COUNT ? strategies[id] : NULL;
+    return (unsigned)id < DCP_STRATEGY_PEER_END ? strategies[id] : NULL;
 }
 
 const char *dcp_strategy_name(dcp_strategy_t strategy)
@@ -32,8 +33,8 @@ dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out)
     if (!name || !strategy_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "strategy: name and strategy_out must be non-NULL");
-    for (int i = 0; i < DCP_STRATEGY_COUNT; i++)
-        if (!strcmp(name, strategies[i]->name)) {
+    for (int i = 0; i < DCP_STRATEGY_PEER_END; i++)
+        if (strategies[i] && !strcmp(name, strategies[i]->name)) {
             *strategy_out = (dcp_strategy_t)i;
             return DCP_OK;
         }
@@ -42,7 +43,42 @@ dcp_status_t dcp_strategy_parse(const char *name, dcp_strategy_t *strategy_out)
         return DCP_OK;
     }
     return dcp_set_error(DCP_ERR_INVALID_ARG,
-                         "strategy '%s': unknown (ring, zigzag, lpt, metis, auto)", name);
+                         "strategy '%s': unknown (ring, zigzag, lpt, metis, auto, nodes; peers: "
+                         "packed, dyncp, ulysses, usp, magi)",
+                         name);
+}
+
+dcp_status_t dcp_strategy_parse_spec(const char *spec, dcp_strategy_t *strategy_out,
+                                     int32_t *arg_out)
+{
+    if (!spec || !strategy_out || !arg_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "strategy: spec, strategy_out and arg_out must be non-NULL");
+    const char *colon = strchr(spec, ':');
+    char name[32];
+    const size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (n >= sizeof name)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "strategy '%s': unknown name", spec);
+    memcpy(name, spec, n);
+    name[n] = 0;
+    dcp_strategy_t s;
+    DCP_CHECK(dcp_strategy_parse(name, &s));
+    long arg = 0;
+    if (colon) {
+        char *end;
+        arg = strtol(colon + 1, &end, 10);
+        if (!dcp_strategy_is_peer(s))
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "strategy '%s': %s takes no parameter", spec,
+                                 name);
+        if (end == colon + 1 || *end || arg < 1 || arg > INT32_MAX)
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "strategy '%s': the parameter after ':' must be a whole number "
+                                 ">= 1",
+                                 spec);
+    }
+    *strategy_out = s;
+    *arg_out = (int32_t)arg;
+    return DCP_OK;
 }
 
 dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -52,9 +88,9 @@ dcp_status_t dcp_place_batch(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     return dcp_place_batch_free(batch, shape, o, cluster, 0, x);
 }
 
-dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                  uint32_t free_kinds, dcp_placed_t *x)
+dcp_status_t dcp_place_prepare(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                               uint32_t free_kinds, dcp_placed_t *x)
 {
     const dcp_strategy_ops_t *ops = dcp_strategy_ops(o->strategy);
     if (!ops)
@@ -62,8 +98,13 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
                              (int)o->strategy);
     dcp_blocks_t *b = &x->b;
     x->opts = *o;
+    if (ops->resolve) DCP_CHECK(ops->resolve(batch, shape, cluster, &x->opts));
+    o = &x->opts;
     DCP_CHECK(dcp_blocks_init(b, batch, shape, o->block_size, o->head_blocks));
-    DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
+    if (ops->cut)
+        DCP_CHECK(ops->cut(b, cluster, o));
+    else
+        DCP_CHECK(dcp_blocks_cut(b, ops->chunks(cluster->num_ranks)));
     b->free_kinds = b->num_kinds > 1 ? free_kinds : 0;
     int64_t bound;
     DCP_CHECK(dcp_blocks_tile_bound(b, &bound));
@@ -83,14 +124,27 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
     DCP_CHECK(dcp_calloc(&x->pl.blk_owner, b->num_blocks, sizeof(int32_t), "placement"));
     DCP_CHECK(
         dcp_calloc(&x->pl.comp_exec, b->num_tiles * b->head_blocks, sizeof(int32_t), "placement"));
-    const dcp_place_in_t in = {b, cluster, &x->opts};
-    DCP_CHECK(ops->place(&in, &x->pl));
-    /* the baselines' owners are their definition; METIS's only balance bytes and FLOPs */
-    if (o->strategy == DCP_STRATEGY_METIS && !x->pl.fallback)
-        DCP_CHECK(dcp_place_spread_links(b, cluster, &x->pl));
-    for (int32_t k = 0; k < x->num_kinds && x->num_kinds > 1; k++)
-        DCP_CHECK(dcp_kinds_project(b, &x->pl, &x->kb[k], &x->kpl[k]));
     return DCP_OK;
+}
+
+dcp_status_t dcp_place_project(dcp_placed_t *x)
+{
+    for (int32_t k = 0; k < x->num_kinds && x->num_kinds > 1; k++)
+        DCP_CHECK(dcp_kinds_project(&x->b, &x->pl, &x->kb[k], &x->kpl[k]));
+    return DCP_OK;
+}
+
+dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                  const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                  uint32_t free_kinds, dcp_placed_t *x)
+{
+    DCP_CHECK(dcp_place_prepare(batch, shape, o, cluster, free_kinds, x));
+    const dcp_place_in_t in = {&x->b, cluster, &x->opts};
+    DCP_CHECK(dcp_strategy_ops(o->strategy)->place(&in, &x->pl));
+    /* the baselines' owners are their definition; METIS's only balance bytes and FLOPs */
+    if ((o->strategy == DCP_STRATEGY_METIS || o->strategy == DCP_STRATEGY_NODES) && !x->pl.fallback)
+        DCP_CHECK(dcp_place_spread_links(&x->b, cluster, &x->pl));
+    return dcp_place_project(x);
 }
 
 void dcp_placed_release(dcp_placed_t *x)

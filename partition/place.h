@@ -25,9 +25,16 @@ typedef struct {
     dcp_strategy_t id;
     const char *name;
     /* Chunks per sequence the blocks must be cut into before placing (0: blocks of B and
-     * structure cuts, dcp_blocks_cut). */
+     * structure cuts, dcp_blocks_cut); NULL for a strategy that cuts itself (`cut`). */
     int32_t (*chunks)(int32_t num_ranks);
     dcp_status_t (*place)(const dcp_place_in_t *in, dcp_placement_t *out);
+    /* The peer policies' (NULL for dcp's own strategies). resolve: sets o->strategy_arg's
+     * default and what the policy fixes (head_blocks) for this batch and cluster, and refuses
+     * (DCP_ERR_INVALID_ARG) what the policy cannot run. cut: cuts b's sequences into blocks
+     * (dcp_blocks_cut_runs) with each block's owner rank as its blk_chunk. */
+    dcp_status_t (*resolve)(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                            const dcp_cluster_t *c, dcp_plan_options_t *o);
+    dcp_status_t (*cut)(dcp_blocks_t *b, const dcp_cluster_t *c, const dcp_plan_options_t *o);
 } dcp_strategy_ops_t;
 
 /* A batch cut into blocks the way a strategy asks and placed by it: the first half of
@@ -67,14 +74,40 @@ dcp_status_t dcp_place_batch_free(const dcp_batch_t *batch, const dcp_attn_shape
                                   uint32_t free_kinds, dcp_placed_t *x);
 void dcp_placed_release(dcp_placed_t *x);
 
+/* dcp_place_batch_free's first half: x's options resolved, the batch cut into blocks as
+ * o->strategy cuts it, the tiles, and a zeroed placement for the caller to fill (x.pl); then
+ * dcp_place_project() gives each layer kind its part of it. */
+dcp_status_t dcp_place_prepare(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                               uint32_t free_kinds, dcp_placed_t *x);
+dcp_status_t dcp_place_project(dcp_placed_t *x);
+
 /* The strategy table entry, or NULL for an unknown id. */
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
+
+/* The imbalance of whole documents packed into the cluster's nodes as DCP_STRATEGY_NODES
+ * packs them (place_hier.c): the most of any node over the mean, in tokens or in attention
+ * pairs, whichever is more. b needs its sequences only (dcp_blocks_init). */
+dcp_status_t dcp_nodes_imbalance(const dcp_blocks_t *b, const dcp_cluster_t *cluster,
+                                 double *imbalance_out);
 
 /* Strategies in one file each. */
 extern const dcp_strategy_ops_t dcp_strategy_ring;
 extern const dcp_strategy_ops_t dcp_strategy_zigzag;
 extern const dcp_strategy_ops_t dcp_strategy_lpt;
 extern const dcp_strategy_ops_t dcp_strategy_metis;
+extern const dcp_strategy_ops_t dcp_strategy_nodes;
+extern const dcp_strategy_ops_t dcp_strategy_packed;
+extern const dcp_strategy_ops_t dcp_strategy_dyncp;
+extern const dcp_strategy_ops_t dcp_strategy_ulysses;
+extern const dcp_strategy_ops_t dcp_strategy_usp;
+extern const dcp_strategy_ops_t dcp_strategy_magi;
+
+/* 1 for the peer policies (DCP_STRATEGY_PACKED and after). */
+static inline int dcp_strategy_is_peer(dcp_strategy_t id)
+{
+    return id >= DCP_STRATEGY_PACKED && id < DCP_STRATEGY_PEER_END;
+}
 
 /* Shared by strategies: every computation block runs where its query block lives. */
 void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p);

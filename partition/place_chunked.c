@@ -35,6 +35,7 @@ static dcp_status_t zigzag_place(const dcp_place_in_t *in, dcp_placement_t *out)
     return place_chunks(in, out, 1);
 }
 
-const dcp_strategy_ops_t dcp_strategy_ring = {DCP_STRATEGY_RING, "ring", ring_chunks, ring_place};
-const dcp_strategy_ops_t dcp_strategy_zigzag = {DCP_STRATEGY_ZIGZAG, "zigzag", zigzag_chunks,
-                                                zigzag_place};
+const dcp_strategy_ops_t dcp_strategy_ring = {
+    .id = DCP_STRATEGY_RING, .name = "ring", .chunks = ring_chunks, .place = ring_place};
+const dcp_strategy_ops_t dcp_strategy_zigzag = {
+    .id = DCP_STRATEGY_ZIGZAG, .name = "zigzag", .chunks = zigzag_chunks, .place = zigzag_place};

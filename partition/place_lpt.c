@@ -105,4 +105,5 @@ out:
     return st;
 }
 
-const dcp_strategy_ops_t dcp_strategy_lpt = {DCP_STRATEGY_LPT, "lpt", lpt_chunks, lpt_place};
+const dcp_strategy_ops_t dcp_strategy_lpt = {
+    .id = DCP_STRATEGY_LPT, .name = "lpt", .chunks = lpt_chunks, .place = lpt_place};

@@ -175,29 +175,37 @@ out:
     return st;
 }
 
+/* Each node's devices by recursive bisection, the vertices' nodes given (node_of). */
+static dcp_status_t devices(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
+                            const int32_t *node_of, dcp_placement_t *p)
+{
+    const dcp_place_in_t *in = run->in;
+    const dcp_cluster_t *c = in->cluster;
+    int32_t *rank_of;
+    DCP_CHECK(dcp_calloc(&rank_of, g->num_blocks + g->num_comps, sizeof *rank_of, "metis"));
+    dcp_status_t st = DCP_OK;
+    for (int32_t n = 0; n < c->num_nodes && !run->refused && st == DCP_OK; n++)
+        st = partition_level(b, g, run, DCP_METIS_RB, node_of, n, c->devs_per_node,
+                             in->opts->eps_intra, n * c->devs_per_node, rank_of);
+    for (int32_t t = 0; t < b->num_blocks && st == DCP_OK; t++) p->blk_owner[t] = rank_of[t];
+    for (int64_t cc = 0; cc < g->num_comps && st == DCP_OK; cc++)
+        p->comp_exec[cc] = rank_of[g->num_blocks + cc];
+    free(rank_of);
+    return st;
+}
+
 /* Nodes first with the run's method, then each node's devices by recursive bisection. */
 static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *g, run_t *run,
                                  dcp_placement_t *p)
 {
     const dcp_place_in_t *in = run->in;
-    const dcp_cluster_t *c = in->cluster;
-    const int64_t nv = g->num_blocks + g->num_comps;
-    int32_t *node_of = NULL, *rank_of = NULL;
+    int32_t *node_of = NULL;
     dcp_status_t st;
-    DCP_CHECK_GOTO(dcp_calloc(&node_of, nv, sizeof *node_of, "metis"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&rank_of, nv, sizeof *rank_of, "metis"), st, out);
-    DCP_CHECK_GOTO(partition_level(b, g, run, run->how, NULL, -1, c->num_nodes, in->opts->eps_inter,
-                                   0, node_of),
-                   st, out);
-    for (int32_t n = 0; n < c->num_nodes && !run->refused; n++)
-        DCP_CHECK_GOTO(partition_level(b, g, run, DCP_METIS_RB, node_of, n, c->devs_per_node,
-                                       in->opts->eps_intra, n * c->devs_per_node, rank_of),
-                       st, out);
-    for (int32_t t = 0; t < b->num_blocks; t++) p->blk_owner[t] = rank_of[t];
-    for (int64_t cc = 0; cc < g->num_comps; cc++) p->comp_exec[cc] = rank_of[g->num_blocks + cc];
-out:
+    DCP_CHECK(dcp_calloc(&node_of, g->num_blocks + g->num_comps, sizeof *node_of, "metis"));
+    st = partition_level(b, g, run, run->how, NULL, -1, in->cluster->num_nodes, in->opts->eps_inter,
+                         0, node_of);
+    if (st == DCP_OK && !run->refused) st = devices(b, g, run, node_of, p);
     free(node_of);
-    free(rank_of);
     return st;
 }
 
@@ -364,10 +372,42 @@ out:
     return st;
 }
 
+dcp_status_t dcp_metis_place_in_nodes(const dcp_place_in_t *in, const int32_t *block_node,
+                                      int within, dcp_placement_t *p, int *found)
+{
+    const dcp_blocks_t *b = in->blocks;
+    const int32_t hb = b->head_blocks;
+    dcp_hypergraph_t g;
+    DCP_CHECK(dcp_hypergraph_build(b, &g));
+    int32_t *node_of = NULL;
+    dcp_status_t st = dcp_calloc(&node_of, g.num_blocks + g.num_comps, sizeof *node_of, "metis");
+    for (int32_t t = 0; t < b->num_blocks && st == DCP_OK; t++) node_of[t] = block_node[t];
+    for (int64_t cc = 0; cc < g.num_comps && st == DCP_OK; cc++)
+        node_of[g.num_blocks + cc] = block_node[b->tile_q[cc / hb]];
+    *found = 0;
+    for (int rows = 1; rows >= 0 && st == DCP_OK && !*found; rows--) {
+        run_t run = {in, dcp_metis_partition, DCP_METIS_RB, rows, 0};
+        st = devices(b, &g, &run, node_of, p);
+        if (st != DCP_OK || run.refused) continue;
+        if (within) { /* the nodes' loads are the packing's: no move between them, and the
+                         balance METIS gives each node is the simulator's to judge */
+            const dcp_status_t cap = dcp_place_check_cap(in, p);
+            *found = cap == DCP_OK;
+            if (cap != DCP_ERR_CAPACITY) st = cap;
+            continue;
+        }
+        if (in->opts->refine) st = dcp_refine(b, &g, in, in->opts->eps_intra, p);
+        if (st == DCP_OK) st = balanced(b, in, p, in->opts->eps_intra, found);
+    }
+    free(node_of);
+    dcp_hypergraph_release(&g);
+    return st;
+}
+
 static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
 {
     return dcp_metis_place_with(in, dcp_metis_partition, p);
 }
 
-const dcp_strategy_ops_t dcp_strategy_metis = {DCP_STRATEGY_METIS, "metis", metis_chunks,
-                                               metis_place};
+const dcp_strategy_ops_t dcp_strategy_metis = {
+    .id = DCP_STRATEGY_METIS, .name = "metis", .chunks = metis_chunks, .place = metis_place};

@@ -40,4 +40,13 @@ int32_t dcp_metis_row_vertices(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
  * dcp_metis_partition). */
 dcp_status_t dcp_metis_place_with(const dcp_place_in_t *in, dcp_metis_fn_t fn, dcp_placement_t *p);
 
+/* The METIS strategy's device level under a node level given per token block (block_node;
+ * a computation block goes to its query block's node): each node's devices, then balance
+ * repair and FM refinement, which may move blocks between nodes, and the balance bounds of
+ * place.h; or, `within`, METIS's partition of each node as it is (the nodes' loads left as
+ * given) under the memory cap only. *found = 0 when no result is within the bounds (p is then
+ * unspecified); nothing falls back to lpt. */
+dcp_status_t dcp_metis_place_in_nodes(const dcp_place_in_t *in, const int32_t *block_node,
+                                      int within, dcp_placement_t *p, int *found);
+
 #endif

@@ -67,18 +67,18 @@ static dcp_status_t derive_buffers(dcp_plan_t *p)
     p->buf_elems = NULL;
     DCP_CHECK(dcp_calloc(&p->buf_elems, (int64_t)p->num_ranks * DCP_BUF_COUNT, sizeof(int64_t),
                          "plan buffers"));
-    const int64_t hq = p->shape.num_heads, hkv = p->shape.num_kv_heads, d = p->shape.head_dim;
+    const int64_t hq = p->shape.num_heads, hkv = p->shape.num_kv_heads;
     for (int32_t r = 0; r < p->num_ranks; r++) {
         int64_t *e = p->buf_elems + (int64_t)r * DCP_BUF_COUNT;
         const int64_t n = p->rank_tokens[r];
-        static const int q_like[] = {DCP_BUF_Q,  DCP_BUF_O,     DCP_BUF_DO,
-                                     DCP_BUF_DQ, DCP_BUF_ACC_O, DCP_BUF_ACC_DQ};
+        /* rows of every query head (Q, O, dO, dQ, LSE, delta) or of every KV head */
+        static const int q_like[] = {DCP_BUF_Q,   DCP_BUF_O,       DCP_BUF_DO,
+                                     DCP_BUF_DQ,  DCP_BUF_ACC_O,   DCP_BUF_ACC_DQ,
+                                     DCP_BUF_LSE, DCP_BUF_ACC_LSE, DCP_BUF_DELTA};
         static const int kv_like[] = {DCP_BUF_K,  DCP_BUF_V,      DCP_BUF_DK,
                                       DCP_BUF_DV, DCP_BUF_ACC_DK, DCP_BUF_ACC_DV};
-        static const int row_like[] = {DCP_BUF_LSE, DCP_BUF_ACC_LSE, DCP_BUF_DELTA};
-        for (int i = 0; i < 6; i++) e[q_like[i]] = n * hq * d;
-        for (int i = 0; i < 6; i++) e[kv_like[i]] = n * hkv * d;
-        for (int i = 0; i < 3; i++) e[row_like[i]] = n * hq;
+        for (int i = 0; i < 9; i++) e[q_like[i]] = n * hq * dcp_plan_head_width(p, q_like[i]);
+        for (int i = 0; i < 6; i++) e[kv_like[i]] = n * hkv * dcp_plan_head_width(p, kv_like[i]);
         for (int b = DCP_BUF_STAGE; b < DCP_BUF_COUNT; b++)
             e[b] = p->work_elems[(int64_t)r * DCP_BUF_COUNT + b];
     }

@@ -20,6 +20,7 @@
 #define DCP_PARTITION_PLAN_H
 
 #include "include/base/descr.h"
+#include "include/base/shape.h"
 #include "topo/cluster.h"
 
 #include <stdatomic.h>
@@ -137,6 +138,31 @@ static inline int64_t dcp_plan_prog_begin(const dcp_plan_t *p, dcp_pass_t pass, 
 static inline int64_t dcp_plan_prog_end(const dcp_plan_t *p, dcp_pass_t pass, int32_t r)
 {
     return p->prog_off[(int64_t)pass * p->num_ranks + r + 1];
+}
+
+/* Elements per head of a row of caller buffer or accumulator b: head_dim on the query/key
+ * side (Q, K, dQ, dK), head_dim_v on the value side (V, O, dO, dV); 1 for the per-head
+ * statistics (LSE, delta). */
+static inline int32_t dcp_plan_head_width(const dcp_plan_t *p, int32_t b)
+{
+    switch (b) {
+    case DCP_BUF_Q:
+    case DCP_BUF_K:
+    case DCP_BUF_DQ:
+    case DCP_BUF_DK:
+    case DCP_BUF_ACC_DQ:
+    case DCP_BUF_ACC_DK:
+        return p->shape.head_dim;
+    case DCP_BUF_V:
+    case DCP_BUF_O:
+    case DCP_BUF_DO:
+    case DCP_BUF_DV:
+    case DCP_BUF_ACC_O:
+    case DCP_BUF_ACC_DV:
+        return dcp_shape_dv(&p->shape);
+    default:
+        return 1;
+    }
 }
 
 /* Bytes per element of buffer b. */

@@ -19,6 +19,7 @@
  * field is ignored and one plan has one byte string.
  */
 #include "include/base/error.h"
+#include "partition/place.h"
 #include "partition/blocks.h"
 #include "partition/mask.h"
 #include "partition/plan.h"
@@ -46,13 +47,17 @@ static dcp_status_t check_meta(const dcp_plan_t *p)
         return CORRUPT("plan: %d ranks do not form %d nodes x %d devices", p->num_ranks,
                        p->num_nodes, p->devs_per_node);
     if (s->num_heads < 1 || s->num_kv_heads < 1 || s->num_heads % s->num_kv_heads != 0 ||
-        s->head_dim < 1 || s->head_dim > 4096 || (int64_t)s->num_heads * s->head_dim > (1 << 24))
-        return CORRUPT("plan: attention shape %d/%d heads x %d is invalid", s->num_heads,
-                       s->num_kv_heads, s->head_dim);
+        s->head_dim < 1 || s->head_dim > 4096 || s->head_dim_v < 1 || s->head_dim_v > 4096 ||
+        (int64_t)s->num_heads * s->head_dim > (1 << 24) ||
+        (int64_t)s->num_heads * s->head_dim_v > (1 << 24))
+        return CORRUPT("plan: attention shape %d/%d heads x %d/%d is invalid", s->num_heads,
+                       s->num_kv_heads, s->head_dim, s->head_dim_v);
     if ((unsigned)s->dtype > DCP_DTYPE_FP16 || !(s->scale > 0.0f) || !isfinite(s->scale))
         return CORRUPT("plan: dtype or scale is invalid");
+    if (!(s->softcap >= 0.0f) || !isfinite(s->softcap) || signbit(s->softcap))
+        return CORRUPT("plan: softcap %g is invalid", (double)s->softcap);
     if (o->block_size < 1 || o->head_blocks < 1 || s->num_kv_heads % o->head_blocks != 0 ||
-        o->divisions < 1 || o->divisions > 1024 || (unsigned)o->strategy >= DCP_STRATEGY_COUNT ||
+        o->divisions < 1 || o->divisions > 1024 || !dcp_strategy_ops(o->strategy) ||
         !(o->eps_inter >= 0) || !(o->eps_intra >= 0) || o->mem_cap_bytes < 0 ||
         (unsigned)o->expansion > DCP_EXPAND_STAR || o->net_cap < 0 || (o->refine & ~1) ||
         (unsigned)o->comm_schedule > DCP_COMM_ROUNDS || o->coalesce < 1 || o->metis_tries < 1 ||
@@ -86,7 +91,8 @@ static dcp_status_t check_seqs(const dcp_plan_t *p, const dcp_seq_info_t *seqs)
             return CORRUPT("plan: sequence %d: %s", s, why);
         }
     }
-    if (pairs * 4.0 * p->shape.head_dim * p->shape.num_heads > (double)DCP_MAX_FLOPS ||
+    if (pairs * (double)dcp_shape_pair_flops(&p->shape) * p->shape.num_heads >
+            (double)DCP_MAX_FLOPS ||
         dcp_shape_token_bytes(&p->shape, total) > DCP_MAX_BATCH_BYTES)
         return CORRUPT("plan: %lld tokens of %d heads x %d are past the size limits",
                        (long long)total, p->shape.num_heads, p->shape.head_dim);
@@ -271,11 +277,12 @@ static int group_views_ok(const where_t *w, const dcp_tile_group_t *g)
 {
     const dcp_plan_t *p = w->p;
     const int64_t qw = (int64_t)p->qpg * p->shape.head_dim, n = g->q_len;
+    const int64_t vw = (int64_t)p->qpg * dcp_shape_dv(&p->shape); /* O and dO rows */
     if (!view_ok(w, g->q, n, qw, BIT(DCP_BUF_Q) | BIT(DCP_BUF_RQ))) return 0;
     if (w->pass == DCP_PASS_FWD)
-        return view_ok(w, g->o, n, qw, BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_PART)) &&
+        return view_ok(w, g->o, n, vw, BIT(DCP_BUF_ACC_O) | BIT(DCP_BUF_PART)) &&
                view_ok(w, g->lse, n, p->qpg, BIT(DCP_BUF_ACC_LSE) | BIT(DCP_BUF_PART));
-    return view_ok(w, g->dout, n, qw, BIT(DCP_BUF_DO) | BIT(DCP_BUF_RQ)) &&
+    return view_ok(w, g->dout, n, vw, BIT(DCP_BUF_DO) | BIT(DCP_BUF_RQ)) &&
            view_ok(w, g->lse, n, p->qpg, BIT(DCP_BUF_LSE) | BIT(DCP_BUF_RSTAT)) &&
            view_ok(w, g->delta, n, p->qpg, BIT(DCP_BUF_DELTA) | BIT(DCP_BUF_RSTAT)) &&
            view_ok(w, g->dq, n, qw, BIT(DCP_BUF_ACC_DQ) | BIT(DCP_BUF_PART));
@@ -284,12 +291,13 @@ static int group_views_ok(const where_t *w, const dcp_tile_group_t *g)
 static int tile_views_ok(const where_t *w, const dcp_tile_t *t)
 {
     const int64_t kw = (int64_t)w->p->kvpg * w->p->shape.head_dim, n = t->kv_len;
+    const int64_t vw = (int64_t)w->p->kvpg * dcp_shape_dv(&w->p->shape);
     if (!view_ok(w, t->k, n, kw, BIT(DCP_BUF_K) | BIT(DCP_BUF_RKV)) ||
-        !view_ok(w, t->v, n, kw, BIT(DCP_BUF_V) | BIT(DCP_BUF_RKV)))
+        !view_ok(w, t->v, n, vw, BIT(DCP_BUF_V) | BIT(DCP_BUF_RKV)))
         return 0;
     return w->pass == DCP_PASS_FWD ||
            (view_ok(w, t->dk, n, kw, BIT(DCP_BUF_ACC_DK) | BIT(DCP_BUF_PART)) &&
-            view_ok(w, t->dv, n, kw, BIT(DCP_BUF_ACC_DV) | BIT(DCP_BUF_PART)));
+            view_ok(w, t->dv, n, vw, BIT(DCP_BUF_ACC_DV) | BIT(DCP_BUF_PART)));
 }
 
 typedef struct {
@@ -398,7 +406,7 @@ static dcp_status_t check_attn(const where_t *w, const dcp_instr_t *in)
 static dcp_status_t check_merges(const where_t *w, const dcp_instr_t *in)
 {
     const dcp_plan_t *p = w->p;
-    const int64_t qw = (int64_t)p->qpg * p->shape.head_dim;
+    const int64_t qw = (int64_t)p->qpg * dcp_shape_dv(&p->shape); /* O rows */
     if (!range_ok(in->first, in->count, p->num_merges) || in->count < 1)
         return bad(w, "REDUCE names no valid merges");
     for (int64_t i = in->first; i < in->first + in->count; i++) {

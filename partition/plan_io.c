@@ -6,10 +6,11 @@
  *   payload: sections META, SEQS, BLOCKS, PROGRAMS (forward and backward), ITEMS, each
  *            opened by a u32 tag;
  *            every array is prefixed by its u64 element count.
- *   A plan of K >= 2 layer kinds is version 5: a KINDS section follows SEQS (K, every kind's
+ *   A plan of K >= 2 layer kinds is version 7: a KINDS section follows SEQS (K, every kind's
  *   layer count, then for kinds 1 .. K-1 their pass ranges and a SEQS section of their
- *   masks), and PROGRAMS holds the K program pairs. A plan of one kind is version 4, with no
- *   KINDS section (version 4 added the cost model's bwd_speed to META).
+ *   masks), and PROGRAMS holds the K program pairs. A plan of one kind is version 6, with no
+ *   KINDS section. Versions 6 and 7 added the shape's softcap and value head dim to META;
+ *   older bytes (4 and 5) are refused by name: their plans would read as another shape.
  *
  * All integers are little-endian. One walker (codec_t) both writes and reads, so the field
  * order cannot differ between the two. Reading trusts nothing: the checksum, every count
@@ -31,8 +32,10 @@
 #include <string.h>
 
 #define PLAN_MAGIC        "DCPPLAN"
-#define PLAN_VERSION       4u /* 2: backward programs; 3: options.metis_tries; 4: bwd_speed */
-#define PLAN_VERSION_KINDS 5u /* version 4 and the KINDS section: several layer kinds */
+/* 2: backward programs; 3: options.metis_tries; 4: bwd_speed; 6: softcap, head_dim_v */
+#define PLAN_VERSION       6u
+#define PLAN_VERSION_KINDS 7u /* version 6 and the KINDS section: several layer kinds */
+#define PLAN_VERSION_OLD   5u /* versions up to this one predate the shape's variants */
 #define PLAN_HEADER_BYTES  32u
 
 enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS, SEC_KINDS };
@@ -40,7 +43,7 @@ enum { SEC_META = 0x4154454d, SEC_SEQS, SEC_BLOCKS, SEC_PROGRAMS, SEC_ITEMS, SEC
 typedef struct {
     dcp_writer_t *w; /* writing when non-NULL (the plan is then only read) */
     dcp_reader_t *r;
-    int kinds; /* the bytes have a KINDS section (version 4) */
+    int kinds; /* the bytes have a KINDS section (version 7) */
 } codec_t;
 
 static void f_u32(codec_t *c, uint32_t *v)
@@ -243,6 +246,8 @@ static dcp_status_t f_meta(codec_t *c, dcp_plan_t *p)
     f_i32(c, &p->shape.head_dim);
     f_enum(c, &p->shape.dtype);
     f_f32(c, &p->shape.scale);
+    f_f32(c, &p->shape.softcap);
+    f_i32(c, &p->shape.head_dim_v);
     dcp_plan_options_t *o = &p->opts;
     f_i32(c, &o->block_size);
     f_i32(c, &o->head_blocks);
@@ -538,6 +543,12 @@ static dcp_status_t check_header(const uint8_t *b, size_t size, uint32_t *versio
     const uint32_t version = dcp_get_u32(&r), hbytes = dcp_get_u32(&r);
     const uint64_t payload = dcp_get_u64(&r);
     const uint32_t crc = dcp_get_u32(&r), flags = dcp_get_u32(&r);
+    if (version >= 2 && version <= PLAN_VERSION_OLD)
+        return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
+                             "plan bytes: version %u is an older dcp's format (before the "
+                             "shape's softcap and value head dim), this build reads %u and %u: "
+                             "plan the batch again",
+                             version, PLAN_VERSION, PLAN_VERSION_KINDS);
     if (version != PLAN_VERSION && version != PLAN_VERSION_KINDS)
         return dcp_set_error(DCP_ERR_PLAN_CORRUPT,
                              "plan bytes: version %u, this build reads %u and %u", version,

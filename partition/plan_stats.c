@@ -29,8 +29,9 @@ typedef struct {
 static void tally_attn(const dcp_plan_t *p, const dcp_instr_t *in, pass_tally_t *t)
 {
     /* the backward recomputes the scores and forms dV, dP, dQ, dK: 2.5x the forward */
-    const int64_t per_pair =
-        (in->arg == DCP_PASS_BWD ? 10 : 4) * (int64_t)p->shape.head_dim * p->qpg;
+    const int64_t per_pair = (in->arg == DCP_PASS_BWD ? dcp_shape_pair_flops_bwd(&p->shape)
+                                                      : dcp_shape_pair_flops(&p->shape)) *
+                             p->qpg;
     for (int64_t g = in->first; g < in->first + in->count; g++) {
         const dcp_tile_group_t *gr = &p->groups[g];
         const dcp_seq_info_t *s = &p->seqs[gr->seq];
@@ -150,6 +151,14 @@ dcp_status_t dcp_plan_get_stats(const dcp_plan_t *plan, dcp_plan_stats_t *stats_
     if (!plan || !stats_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "stats_out" : "plan");
     *stats_out = plan->stats;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_plan_get_shape(const dcp_plan_t *plan, dcp_attn_shape_t *shape_out)
+{
+    if (!plan || !shape_out)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", plan ? "shape_out" : "plan");
+    *shape_out = plan->shape;
     return DCP_OK;
 }
 

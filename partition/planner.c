@@ -37,6 +37,7 @@ void dcp_plan_options_default(dcp_plan_options_t *opts_out)
         .comm_schedule = DCP_COMM_DIVISIONS,
         .coalesce = 1,
         .metis_tries = 2,
+        .hierarchy = 1,
     };
 }
 
@@ -77,6 +78,13 @@ static dcp_status_t check_options(const dcp_plan_options_t *o)
     if (o->coalesce < 1 || o->coalesce > 65536)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.coalesce = %d, must be in [1, 65536]",
                              o->coalesce);
+    if (o->strategy_arg < 0)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "options.strategy_arg = %d, must be >= 0 (0: the policy's default)",
+                             o->strategy_arg);
+    if (o->hierarchy != 0 && o->hierarchy != 1)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "options.hierarchy = %d, must be 0 or 1",
+                             o->hierarchy);
     if (o->metis_tries < 1 || o->metis_tries > DCP_MAX_METIS_TRIES)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "options.metis_tries = %d, must be in [1, %d]",
                              o->metis_tries, DCP_MAX_METIS_TRIES);
@@ -364,6 +372,86 @@ static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_sh
     return DCP_OK;
 }
 
+/* The cost model's floor of the training step on placement x (dcp_cost_floor), ms. */
+static dcp_status_t step_floor_of(const dcp_placed_t *x, const dcp_cluster_t *cluster,
+                                  double *ms_out)
+{
+    double fwd = 0, bwd = 0;
+    DCP_CHECK(dcp_cost_floor(&x->b, &x->pl, cluster, &fwd, &bwd));
+    *ms_out = fwd + bwd;
+    return DCP_OK;
+}
+
+/* Placement x's plan kept in *best where the simulator runs it faster, built only where the
+ * cost model's floor of its step (dcp_cost_floor) is under *best's simulated step. */
+static dcp_status_t screen(const dcp_placed_t *x, const dcp_cluster_t *cluster, candidate_t *best)
+{
+    double fl;
+    DCP_CHECK(step_floor_of(x, cluster, &fl));
+    if (fl * (1.0 - 1e-9) >= best->ms) return DCP_OK;
+    dcp_plan_t *p = NULL;
+    DCP_CHECK(plan_placed(x, cluster, &p));
+    return keep_faster(best, p, cluster);
+}
+
+/* How far apart whole documents packed into the cluster's nodes leave the nodes' loads
+ * (dcp_nodes_imbalance). */
+static dcp_status_t nodes_imbalance(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                    const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                    double *imbalance_out)
+{
+    dcp_blocks_t b = {0};
+    dcp_status_t st = dcp_blocks_init(&b, batch, shape, o->block_size, o->head_blocks);
+    if (st == DCP_OK) st = dcp_nodes_imbalance(&b, cluster, imbalance_out);
+    dcp_blocks_release(&b);
+    return st;
+}
+
+/* The hierarchical candidates that the peer policies suggest, each screened (screen). The
+ * first is packed DP x CP's (DCP_STRATEGY_NODES, place_hier.c): documents packed into nodes,
+ * then METIS on each node's devices; its packing may leave the nodes' loads apart only by less
+ * than the incumbent's simulated step exceeds the cost model's floor of it (the share of the
+ * step lost to transfers and waits, which traffic kept inside the nodes could win back).
+ * Where the packing leaves the nodes uneven, the second is the same packing with head
+ * parallelism inside each node (DCP_STRATEGY_ULYSSES with a node per group): every device of
+ * the busiest node then takes an equal share of every tile, where METIS on the node's coarse
+ * rows is a few percent apart and cannot move work to another node. On the 36 batches of the
+ * README's comparison at FA2 rates it was built on 2 and won on both (4.66 against 4.94 ms,
+ * 27.59 against 29.93 ms); tried on the 16 whose packing was even, it lost on all 16
+ * (1.11-1.76x the incumbent's step: the re-layout's copies and transfers outweigh a balance
+ * METIS already has), as it lost on 24 of 24 inside the nodes of METIS's own plan. The plan
+ * kept names its placement (stats.strategy). A batch of layer kinds, or a cluster of one node,
+ * has none. */
+static dcp_status_t hier_candidates(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
+                                    const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
+                                    candidate_t *best)
+{
+    if (dcp_batch_kinds(batch) > 1 || cluster->num_nodes < 2) return DCP_OK;
+    double imbalance = 0, incumbent = 0;
+    DCP_CHECK(nodes_imbalance(batch, shape, o, cluster, &imbalance));
+    const int uneven = imbalance > 1 + o->eps_inter;
+    dcp_placed_t x = {0};
+    dcp_status_t st = DCP_OK;
+    if (uneven) { /* worth it only where the incumbent loses more than the imbalance costs */
+        st = dcp_kinds_place_on(dcp_plan_root(best->plan), batch, cluster, &x);
+        if (st == DCP_OK) st = step_floor_of(&x, cluster, &incumbent);
+        dcp_placed_release(&x);
+        if (st != DCP_OK || !(incumbent > 0) || imbalance > best->ms / incumbent) return st;
+    }
+    for (int k = 0; k < 2 && st == DCP_OK; k++) {
+        const int32_t g = cluster->devs_per_node;
+        if (k == 1 && (!uneven || g < 2 || shape->num_kv_heads % g)) break;
+        dcp_plan_options_t co = *o;
+        co.strategy = k == 0 ? DCP_STRATEGY_NODES : DCP_STRATEGY_ULYSSES;
+        co.strategy_arg = k == 0 ? 0 : g;
+        st = dcp_place_batch(batch, shape, &co, cluster, &x);
+        if (st == DCP_OK && !x.pl.fallback) st = screen(&x, cluster, best);
+        if (st == DCP_ERR_CAPACITY) st = DCP_OK; /* this candidate does not fit the cap */
+        dcp_placed_release(&x);
+    }
+    return st;
+}
+
 /* DCP_STRATEGY_METIS, kept against the zigzag baseline: where zigzag's plan might be faster
  * per training step (forward + backward, what the METIS tries minimise too), it is built and
  * the simulator keeps the faster of the two (METIS's on a tie). (Asking both the forward and
@@ -384,10 +472,10 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
 {
     candidate_t best;
     DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &best));
+    dcp_status_t st = o->hierarchy ? hier_candidates(batch, shape, o, cluster, &best) : DCP_OK;
     const dcp_plan_t *mp = best.plan;
     double fl = model_chunked_floor(mp, dcp_strategy_zigzag.chunks(cluster->num_ranks), cluster);
-    dcp_status_t st = DCP_OK;
-    if (!floor_not_faster(fl, mp)) {
+    if (st == DCP_OK && !floor_not_faster(fl, mp)) {
         dcp_plan_options_t zo = *o;
         zo.strategy = DCP_STRATEGY_ZIGZAG;
         dcp_placed_t x = {0};

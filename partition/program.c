@@ -99,16 +99,28 @@ static int64_t xfer_elems(const emitter_t *e, const dcp_transfer_t *x)
     return dcp_blocks_xfer_elems(e->b, (dcp_xfer_kind_t)x->kind, e->b->blk_len[x->block]);
 }
 
-/* Caller Q (or the ACC_O accumulator) rows of block t, head group h. */
+/* Elements of a head group's row of buffer b: query heads (qw) or KV heads (kw), each
+ * head_dim or head_dim_v wide as b holds the query/key or the value side. */
+static int64_t qw(const emitter_t *e, int32_t buf)
+{
+    return (int64_t)e->b->qpg * dcp_plan_head_width(e->p, buf);
+}
+
+static int64_t kw(const emitter_t *e, int32_t buf)
+{
+    return (int64_t)e->b->kvpg * dcp_plan_head_width(e->p, buf);
+}
+
+/* Caller Q (or O, dO, or an accumulator of their layout) rows of block t, head group h. */
 static dcp_view_t q_rows(const emitter_t *e, int32_t buf, int32_t t, int32_t h)
 {
-    const int64_t hq = e->p->shape.num_heads, d = e->p->shape.head_dim;
+    const int64_t hq = e->p->shape.num_heads, d = dcp_plan_head_width(e->p, buf);
     return view(buf, (e->p->blk_row[t] * hq + (int64_t)h * e->b->qpg) * d, hq * d);
 }
 
 static dcp_view_t kv_rows(const emitter_t *e, int32_t buf, int32_t t, int32_t h)
 {
-    const int64_t hkv = e->p->shape.num_kv_heads, d = e->p->shape.head_dim;
+    const int64_t hkv = e->p->shape.num_kv_heads, d = dcp_plan_head_width(e->p, buf);
     return view(buf, (e->p->blk_row[t] * hkv + (int64_t)h * e->b->kvpg) * d, hkv * d);
 }
 
@@ -122,7 +134,7 @@ static dcp_view_t stat_rows(const emitter_t *e, int32_t buf, int32_t t, int32_t 
 /* A partial-output slot: O rows, then LSE rows. */
 static void part_views(const emitter_t *e, int64_t off, int32_t len, dcp_view_t *o, dcp_view_t *lse)
 {
-    const int64_t w = (int64_t)e->b->qpg * e->p->shape.head_dim;
+    const int64_t w = qw(e, DCP_BUF_O);
     *o = view(DCP_BUF_PART, off, w);
     *lse = view(DCP_BUF_PART, off + len * w, e->b->qpg);
 }
@@ -130,32 +142,33 @@ static void part_views(const emitter_t *e, int64_t off, int32_t len, dcp_view_t 
 /* ---- steps ---------------------------------------------------------------------------------- */
 
 /* The staging copies of block t, head group h, into the `kind` slot at `off`: each source
- * rows go after the previous one's. */
+ * rows go after the previous one's (K then V, Q then dO: their widths may differ). */
 static dcp_status_t push_stage(emitter_t *e, int32_t kind, int32_t t, int32_t h, int64_t off)
 {
-    const int64_t d = e->p->shape.head_dim, len = e->b->blk_len[t];
-    const int64_t qw = e->b->qpg * d, kw = e->b->kvpg * d, sw = e->b->qpg;
+    const int64_t len = e->b->blk_len[t], sw = e->b->qpg;
     dcp_view_t src[2];
-    int64_t w;
+    int64_t w[2];
     int n = 2;
     switch (kind) {
     case DCP_XFER_Q:
-        src[0] = q_rows(e, DCP_BUF_Q, t, h), w = qw, n = 1;
+        src[0] = q_rows(e, DCP_BUF_Q, t, h), w[0] = qw(e, DCP_BUF_Q), n = 1;
         break;
     case DCP_XFER_BQ:
-        src[0] = q_rows(e, DCP_BUF_Q, t, h), src[1] = q_rows(e, DCP_BUF_DO, t, h), w = qw;
+        src[0] = q_rows(e, DCP_BUF_Q, t, h), src[1] = q_rows(e, DCP_BUF_DO, t, h);
+        w[0] = qw(e, DCP_BUF_Q), w[1] = qw(e, DCP_BUF_DO);
         break;
     case DCP_XFER_BSTAT:
         src[0] = stat_rows(e, DCP_BUF_LSE, t, h), src[1] = stat_rows(e, DCP_BUF_DELTA, t, h);
-        w = sw;
+        w[0] = w[1] = sw;
         break;
     default: /* DCP_XFER_KV */
-        src[0] = kv_rows(e, DCP_BUF_K, t, h), src[1] = kv_rows(e, DCP_BUF_V, t, h), w = kw;
+        src[0] = kv_rows(e, DCP_BUF_K, t, h), src[1] = kv_rows(e, DCP_BUF_V, t, h);
+        w[0] = kw(e, DCP_BUF_K), w[1] = kw(e, DCP_BUF_V);
         break;
     }
     for (int i = 0; i < n; i++)
-        DCP_CHECK(push_copy(e, src[i], view(send_buf(kind), off + i * len * w, w), (int32_t)len,
-                            (int32_t)w));
+        DCP_CHECK(push_copy(e, src[i], view(send_buf(kind), off + i * len * w[0], w[i]),
+                            (int32_t)len, (int32_t)w[i]));
     return DCP_OK;
 }
 
@@ -307,18 +320,18 @@ static dcp_status_t group_io_bwd(emitter_t *e, int32_t tq, int32_t h, dcp_tile_g
         g->dq = q_rows(e, DCP_BUF_ACC_DQ, tq, h);
         return DCP_OK;
     }
-    const int64_t len = e->b->blk_len[tq], qw = (int64_t)e->b->qpg * e->p->shape.head_dim;
+    const int64_t len = e->b->blk_len[tq], w = qw(e, DCP_BUF_Q);
     int32_t xq, xs, xd;
     DCP_CHECK(find_xfer(e, DCP_XFER_BQ, tq, h, &xq));
     DCP_CHECK(find_xfer(e, DCP_XFER_BSTAT, tq, h, &xs));
     DCP_CHECK(find_xfer(e, DCP_XFER_DQ, tq, h, &xd));
-    g->q = view(DCP_BUF_RQ, e->dst_off[xq], qw);
-    g->dout = view(DCP_BUF_RQ, e->dst_off[xq] + len * qw, qw);
+    g->q = view(DCP_BUF_RQ, e->dst_off[xq], w);
+    g->dout = view(DCP_BUF_RQ, e->dst_off[xq] + len * w, qw(e, DCP_BUF_DO));
     g->lse = view(DCP_BUF_RSTAT, e->dst_off[xs], e->b->qpg);
     g->delta = view(DCP_BUF_RSTAT, e->dst_off[xs] + len * e->b->qpg, e->b->qpg);
     int64_t off;
     DCP_CHECK(grad_slot(e, xd, &off));
-    g->dq = view(DCP_BUF_PART, off, qw);
+    g->dq = view(DCP_BUF_PART, off, w);
     return DCP_OK;
 }
 
@@ -337,7 +350,7 @@ static dcp_status_t group_io(emitter_t *e, int32_t tq, int32_t h, int32_t div, d
     int32_t xq, xp;
     DCP_CHECK(find_xfer(e, DCP_XFER_Q, tq, h, &xq));
     DCP_CHECK(find_xfer(e, DCP_XFER_PART, tq, h, &xp));
-    g->q = view(DCP_BUF_RQ, e->dst_off[xq], (int64_t)e->b->qpg * e->p->shape.head_dim);
+    g->q = view(DCP_BUF_RQ, e->dst_off[xq], qw(e, DCP_BUF_Q));
     const dcp_transfer_t *x = &e->s->xfers[xp];
     g->accumulate = x->first_div != div;
     if (!g->accumulate)
@@ -365,16 +378,16 @@ static dcp_status_t push_tile(emitter_t *e, int64_t t, int32_t h)
     } else {
         int32_t xk;
         DCP_CHECK(find_xfer(e, DCP_XFER_KV, kv, h, &xk));
-        const int64_t w = (int64_t)e->b->kvpg * p->shape.head_dim;
-        tile.k = view(DCP_BUF_RKV, e->dst_off[xk], w);
-        tile.v = view(DCP_BUF_RKV, e->dst_off[xk] + tile.kv_len * w, w);
+        const int64_t wk = kw(e, DCP_BUF_K), wv = kw(e, DCP_BUF_V);
+        tile.k = view(DCP_BUF_RKV, e->dst_off[xk], wk);
+        tile.v = view(DCP_BUF_RKV, e->dst_off[xk] + tile.kv_len * wk, wv);
         if (bwd) {
             int32_t xd;
             int64_t off;
             DCP_CHECK(find_xfer(e, DCP_XFER_DKV, kv, h, &xd));
             DCP_CHECK(grad_slot(e, xd, &off));
-            tile.dk = view(DCP_BUF_PART, off, w);
-            tile.dv = view(DCP_BUF_PART, off + tile.kv_len * w, w);
+            tile.dk = view(DCP_BUF_PART, off, wk);
+            tile.dv = view(DCP_BUF_PART, off + tile.kv_len * wk, wv);
         }
     }
     DCP_CHECK(dcp_reserve(&p->tiles, &e->cap_tiles, p->num_tiles + 1, sizeof *p->tiles, "tiles"));
@@ -540,7 +553,7 @@ static dcp_status_t emit_merges(emitter_t *e, const part_in_t *in, int64_t n)
 static dcp_status_t emit_sums(emitter_t *e, const part_in_t *in, int64_t n)
 {
     dcp_plan_t *p = e->p;
-    const int64_t d = p->shape.head_dim, qw = e->b->qpg * d, kw = e->b->kvpg * d;
+    const int64_t wq = qw(e, DCP_BUF_DQ), w[2] = {kw(e, DCP_BUF_DK), kw(e, DCP_BUF_DV)};
     const int64_t copy0 = p->num_copies;
     for (int64_t i = 0; i < n;) {
         const int64_t i0 = i;
@@ -549,20 +562,20 @@ static dcp_status_t emit_sums(emitter_t *e, const part_in_t *in, int64_t n)
         const int64_t to = in[i0].dest;
         if (in[i0].kind == DCP_XFER_DQ) {
             const dcp_view_t dq =
-                to < 0 ? q_rows(e, DCP_BUF_ACC_DQ, t, h) : view(DCP_BUF_PART, to, qw);
+                to < 0 ? q_rows(e, DCP_BUF_ACC_DQ, t, h) : view(DCP_BUF_PART, to, wq);
             for (int64_t j = i0; j < i; j++)
-                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, e->dst_off[in[j].xfer], qw), dq, len,
-                                    (int32_t)qw));
+                DCP_CHECK(push_copy(e, view(DCP_BUF_PART, e->dst_off[in[j].xfer], wq), dq, len,
+                                    (int32_t)wq));
             continue;
         }
         const dcp_view_t acc[2] = {
-            to < 0 ? kv_rows(e, DCP_BUF_ACC_DK, t, h) : view(DCP_BUF_PART, to, kw),
-            to < 0 ? kv_rows(e, DCP_BUF_ACC_DV, t, h) : view(DCP_BUF_PART, to + len * kw, kw)};
+            to < 0 ? kv_rows(e, DCP_BUF_ACC_DK, t, h) : view(DCP_BUF_PART, to, w[0]),
+            to < 0 ? kv_rows(e, DCP_BUF_ACC_DV, t, h) : view(DCP_BUF_PART, to + len * w[0], w[1])};
         for (int side = 0; side < 2; side++)
             for (int64_t j = i0; j < i; j++)
-                DCP_CHECK(
-                    push_copy(e, view(DCP_BUF_PART, e->dst_off[in[j].xfer] + side * len * kw, kw),
-                              acc[side], len, (int32_t)kw));
+                DCP_CHECK(push_copy(
+                    e, view(DCP_BUF_PART, e->dst_off[in[j].xfer] + side * len * w[0], w[side]),
+                    acc[side], len, (int32_t)w[side]));
     }
     return push_instr(e, DCP_OP_REDUCE, DCP_PASS_BWD, copy0, p->num_copies - copy0);
 }
@@ -591,17 +604,16 @@ static dcp_status_t emit_copy_out(emitter_t *e, int64_t tokens)
 {
     if (tokens == 0) return DCP_OK;
     const int64_t hq = e->p->shape.num_heads, hkv = e->p->shape.num_kv_heads;
-    const int64_t qw = hq * e->p->shape.head_dim, kw = hkv * e->p->shape.head_dim;
     static const int32_t fwd[2][2] = {{DCP_BUF_ACC_O, DCP_BUF_O}, {DCP_BUF_ACC_LSE, DCP_BUF_LSE}};
     static const int32_t bwd[3][2] = {
         {DCP_BUF_ACC_DQ, DCP_BUF_DQ}, {DCP_BUF_ACC_DK, DCP_BUF_DK}, {DCP_BUF_ACC_DV, DCP_BUF_DV}};
     const int bw = e->pass == DCP_PASS_BWD;
-    const int64_t widths[2][3] = {{qw, hq, 0}, {qw, kw, kw}};
     const int n = bw ? 3 : 2;
     const int64_t copy0 = e->p->num_copies;
     for (int i = 0; i < n; i++) {
         const int32_t *pair = bw ? bwd[i] : fwd[i];
-        const int64_t w = widths[bw][i];
+        const int64_t w = (pair[1] == DCP_BUF_DK || pair[1] == DCP_BUF_DV ? hkv : hq) *
+                          dcp_plan_head_width(e->p, pair[1]);
         DCP_CHECK(
             push_copy(e, view(pair[0], 0, w), view(pair[1], 0, w), (int32_t)tokens, (int32_t)w));
     }

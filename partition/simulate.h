@@ -100,17 +100,21 @@ typedef struct {
 } dcp_sim_trace_t;
 
 /* The built-in tables, by name: "h100" (FlashAttention-2-class kernels on H100 SXM, bf16,
- * head dim 128, and dcp's merge and copy as measured there) and "a100" (the same class on
- * A100-SXM4). Figures and sources in simulate_kernels.c. */
+ * head dim 128, and dcp's merge and copy as measured there), "a100" (the same class on
+ * A100-SXM4), and two measured on an H100: "h100-dcp" (dcp's attention engine) and
+ * "h100-cudnn" (cuDNN's SDPA). Figures and sources in simulate_kernels.c. */
 dcp_status_t dcp_sim_kernels_builtin(const char *name, dcp_sim_kernels_t *k_out);
 
 /* The built-in table of the device whose dense peak is closest to `peak_tflops`. */
 const char *dcp_sim_kernels_builtin_for(double peak_tflops);
 
 /* A table from a cost model's figures (topo/cluster.h): the forward at peak x efficiency at
- * each of its edges, the backward at bwd_speed times that, merges and copies at its memory
- * bandwidth. A preset's curve is its device's (topo/device_kernels.h), so this table times
- * attention exactly as the built-in table of that device does. */
+ * each of its edges, the backward at bwd_speed times that, merges and copies at the shares of
+ * its memory bandwidth that dcp's merge and copy kernels reached on an H100 (1240 and 540 of
+ * 3350 GB/s, as the built-in tables scale them). A preset's curve is its device's
+ * (topo/device_kernels.h), so this table times attention, merges and copies exactly as the
+ * built-in table of that device does: the planner judges plans as dcp-plan --simulate
+ * reports them. */
 void dcp_sim_kernels_from_perf(const dcp_perf_model_t *m, dcp_sim_kernels_t *k_out);
 
 /* Checks a table's figures; messages name the field. */

@@ -70,8 +70,7 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
                                  "contexts only (this one is on GPU %d)",
                                  ctx->device);
         a->active = DCP_ATTN_TWIN;
-        a->dense[DCP_PASS_FWD] = a->dense[DCP_PASS_BWD] =
-            DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL);
+        a->dense[DCP_PASS_FWD] = a->dense[DCP_PASS_BWD] = DCP_SEG_ALL_DENSE;
         describe(a, "%s", "cuDNN's data path with dcp's CPU twin of its attention");
         return DCP_OK;
     default:
@@ -139,13 +138,14 @@ static dcp_status_t build_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
     DCP_CHECK(dcp_calloc(&ps->launch_of, ps->ninstr + 1, sizeof *ps->launch_of, "engine launches"));
     DCP_CHECK(
         dcp_calloc(&ps->prog.launches, nattn + 1, sizeof *ps->prog.launches, "engine launches"));
-    const dcp_seg_shape_t shape = {p->qpg,
-                                   p->kvpg,
-                                   p->shape.head_dim,
-                                   ctx->attn.min_rows,
-                                   ctx->attn.dense[pass],
-                                   pass == DCP_PASS_BWD,
-                                   ctx->attn.deterministic};
+    const dcp_seg_shape_t shape = {.q_heads = p->qpg,
+                                   .kv_heads = p->kvpg,
+                                   .head_dim = p->shape.head_dim,
+                                   .head_dim_v = dcp_shape_dv(&p->shape),
+                                   .min_rows = ctx->attn.min_rows,
+                                   .dense = ctx->attn.dense[pass],
+                                   .backward = pass == DCP_PASS_BWD,
+                                   .deterministic = ctx->attn.deterministic};
     for (int64_t i = i0; i < i1; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         ps->launch_of[i - i0] = -1;
@@ -199,6 +199,20 @@ static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
     return DCP_OK;
 }
 
+/* The staging both passes' programs need, on the context's device. */
+static dcp_status_t ensure_staging(dcp_context_t *ctx)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    size_t seg = 0, seg32 = 0;
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        const dcp_seg_prog_t *g = &a->pass[pass].prog;
+        if ((size_t)g->seg_elems * a->elem_bytes > seg) seg = (size_t)g->seg_elems * a->elem_bytes;
+        if ((size_t)g->seg32_elems * 4 > seg32) seg32 = (size_t)g->seg32_elems * 4;
+    }
+    DCP_CHECK(staging(ctx, &a->seg, &a->seg_cap, seg ? seg : 64));
+    return staging(ctx, &a->seg32, &a->seg32_cap, seg32 ? seg32 : 64);
+}
+
 /* The kernels' view of the engine for `pass` (the executor's env, staging added). */
 static dcp_kernel_env_t engine_env(const dcp_context_t *ctx, const dcp_plan_t *p)
 {
@@ -209,41 +223,73 @@ static dcp_kernel_env_t engine_env(const dcp_context_t *ctx, const dcp_plan_t *p
     env.q_heads = p->qpg;
     env.kv_heads = p->kvpg;
     env.head_dim = p->shape.head_dim;
+    env.head_dim_v = dcp_shape_dv(&p->shape);
     env.scale = p->shape.scale;
     env.dtype = p->shape.dtype;
     env.stream = ctx->stream;
     return env;
 }
 
+/* The pass's device copy of its program and cuDNN's plans for it. */
+static dcp_status_t prepare_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass)
+{
+    dcp_attn_state_t *a = &ctx->attn;
+    dcp_attn_pass_t *ps = &a->pass[pass];
+    if (!ps->launch_of) return DCP_OK;
+    if (!ctx->dev->host_memory) DCP_CHECK(upload_pass(ctx, ps));
+    if (a->active != DCP_ATTN_CUDNN) return DCP_OK;
+    const dcp_kernel_env_t env = engine_env(ctx, p);
+    return dcp_cudnn_prepare(a->cudnn, pass, &ps->prog, &env, ps->arrays.ints);
+}
+
+/* Both passes' programs, staging, device copies and cuDNN plans. A class whose graph cuDNN
+ * cannot build leaves the engine's set for this context (the note says why) and everything
+ * is made again without it (the staging may move, and every variant pack points into it). */
 static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
 {
     dcp_attn_state_t *a = &ctx->attn;
-    size_t seg = 0, seg32 = 0;
-    const size_t es = (size_t)dcp_plan_elem_bytes(p, DCP_BUF_Q);
+    for (;;) {
+        for (int pass = 0; pass < DCP_PASS_COUNT; pass++)
+            DCP_CHECK(build_pass(ctx, p, (dcp_pass_t)pass));
+        DCP_CHECK(ensure_staging(ctx));
+        int again = 0;
+        for (int pass = 0; pass < DCP_PASS_COUNT && !again; pass++) {
+            const dcp_status_t st = prepare_pass(ctx, p, (dcp_pass_t)pass);
+            const int32_t failed =
+                a->active == DCP_ATTN_CUDNN ? dcp_cudnn_failed_classes(a->cudnn, pass) & a->dense[pass] : 0;
+            if (st == DCP_OK) continue;
+            if (!failed) return st;
+            char why[400];
+            dcp_error_save(why, sizeof why);
+            const size_t at = strlen(a->note);
+            snprintf(a->note + at, sizeof a->note - at, "; %s: dcp's kernels run those segments",
+                     why);
+            a->dense[pass] &= ~failed;
+            again = 1;
+        }
+        if (!again) break;
+    }
     for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
-        DCP_CHECK(build_pass(ctx, p, (dcp_pass_t)pass));
         const dcp_seg_prog_t *g = &a->pass[pass].prog;
-        if ((size_t)g->seg_elems * es > seg) seg = (size_t)g->seg_elems * es;
-        if ((size_t)g->seg32_elems * 4 > seg32) seg32 = (size_t)g->seg32_elems * 4;
-        if (pass == DCP_PASS_FWD)
-            for (int c = 0; c < DCP_SEG_CLASSES; c++) a->pairs[c] += g->pairs[c];
-        else
+        for (int c = 0; c < DCP_SEG_CLASSES; c++)
+            (pass == DCP_PASS_FWD ? a->pairs : a->pairs_bwd)[c] += g->pairs[c];
+        if (pass == DCP_PASS_BWD)
             for (int64_t l = 0; l < g->num_launches; l++) {
                 a->bwd_launches++;
                 a->bwd_waves += g->launches[l].own_waves + g->launches[l].acc_waves;
             }
     }
-    DCP_CHECK(staging(ctx, &a->seg, &a->seg_cap, seg ? seg : 64));
-    DCP_CHECK(staging(ctx, &a->seg32, &a->seg32_cap, seg32 ? seg32 : 64));
-    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
-        dcp_attn_pass_t *ps = &a->pass[pass];
-        if (!ps->launch_of) continue;
-        if (!ctx->dev->host_memory) DCP_CHECK(upload_pass(ctx, ps));
-        if (a->active == DCP_ATTN_CUDNN) {
-            const dcp_kernel_env_t env = engine_env(ctx, p);
-            DCP_CHECK(dcp_cudnn_prepare(a->cudnn, pass, &ps->prog, &env, ps->arrays.ints));
-        }
-    }
+    return DCP_OK;
+}
+
+/* A plan the dense engine does not take: dcp's kernels run every tile of it (the programs of
+ * the plan bound before are dropped, so that none of its launches runs for this one), `why`
+ * added to the note once. */
+static dcp_status_t run_own(dcp_attn_state_t *a, dcp_context_t *ctx, const char *why)
+{
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
+    if (why && !strstr(a->note, why) && strlen(a->note) + strlen(why) < sizeof a->note)
+        strcat(a->note, why);
     return DCP_OK;
 }
 
@@ -253,16 +299,23 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     /* the layer kinds of a plan share its serial, not their programs */
     if (a->active == DCP_ATTN_OWN || (a->serial == p->serial && a->kind == p->kind)) return DCP_OK;
     a->serial = 0;
+    const int32_t dv = dcp_shape_dv(&p->shape);
+    if (p->shape.softcap != 0.0f)
+        return run_own(a, ctx, "; plans with a softcap run on dcp's kernels (cuDNN's frontend "
+                               "takes a score modifier only without the padding mask packed "
+                               "entries need)");
     if (a->active == DCP_ATTN_CUDNN &&
         (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
-         p->shape.head_dim > 256)) { /* cuDNN's SDPA: fp16/bf16, head dim a multiple of 8 <= 256 */
+         p->shape.head_dim > 256 || dv % 8 != 0 || dv > 256)) {
+        /* cuDNN's SDPA: fp16/bf16, head dims multiples of 8 up to 256 */
         if (a->requested == DCP_ATTN_CUDNN)
             return dcp_set_error(DCP_ERR_UNSUPPORTED,
                                  "cudnn: SDPA takes bf16/fp16 and head dims that are multiples of "
-                                 "8 up to 256, not this plan's (head dim %d)",
-                                 p->shape.head_dim);
-        return DCP_OK; /* this plan runs on dcp's kernels; the next may not */
+                                 "8 up to 256, not this plan's (head dims %d/%d)",
+                                 p->shape.head_dim, dv);
+        return run_own(a, ctx, NULL); /* this plan runs on dcp's kernels; the next may not */
     }
+    a->elem_bytes = (size_t)dcp_plan_elem_bytes(p, DCP_BUF_Q);
     const dcp_status_t st = bind(ctx, p);
     if (st == DCP_OK) {
         a->serial = p->serial;
@@ -330,10 +383,15 @@ dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx, dcp_attn_engine_i
         .plans_built = cs.plans,
         .plan_hits = cs.hits,
         .plan_build_ms = cs.build_ms,
+        .plan_evictions = cs.evictions,
+        .graphs_failed = cs.failed,
         .bwd_launches = a->bwd_launches,
         .bwd_waves = a->bwd_waves,
     };
-    for (int c = 0; c < DCP_SEG_CLASSES; c++) info.pairs[c] = a->pairs[c];
+    for (int c = 0; c < DCP_SEG_CLASSES; c++) {
+        info.pairs[c] = a->pairs[c];
+        info.pairs_bwd[c] = a->pairs_bwd[c];
+    }
     *info_out = info;
     return DCP_OK;
 }

@@ -38,7 +38,8 @@ typedef struct {
     dcp_attn_pass_t pass[DCP_PASS_COUNT];
     void *seg, *seg32; /* staging: DCP_BUF_SEG, DCP_BUF_SEG32 */
     size_t seg_cap, seg32_cap;
-    int64_t pairs[DCP_SEG_CLASSES];
+    size_t elem_bytes; /* of the bound plan's dtype */
+    int64_t pairs[DCP_SEG_CLASSES], pairs_bwd[DCP_SEG_CLASSES];
     int64_t bwd_launches, bwd_waves; /* dcp_attn_engine_info_t's */
 } dcp_attn_state_t;
 

@@ -2,6 +2,7 @@
 #include "plugin/context.h"
 
 #include "include/base/error.h"
+#include "include/base/test_hook.h"
 #include "include/base/timeout.h"
 
 #include <math.h>
@@ -17,6 +18,17 @@ dcp_status_t dcp_context_default_timeout(double *timeout_s_out)
                          getenv("DCP_TIMEOUT_S"));
 }
 
+/* Streams are lent to CUDA contexts only. */
+static dcp_status_t check_streams(const dcp_context_config_t *config, int32_t device)
+{
+    if ((config->compute_stream || config->transfer_stream) && dcp_device_of(device)->host_memory)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config.%s is set on a CPU context (streams are lent to CUDA "
+                             "contexts)",
+                             config->compute_stream ? "compute_stream" : "transfer_stream");
+    return DCP_OK;
+}
+
 /* Threads of one process: the in-process engine over the group's hub, on every link. */
 static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t *config)
 {
@@ -29,9 +41,16 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "config.nccl_comm is set on in-process ranks (they copy blocks "
                              "between themselves; NCCL serves process ranks)");
+    if (config->node_file)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config.node_file is set on in-process ranks (they plan with the "
+                             "caller's cluster: name the file in its spec, \"Nx@%.200s\")",
+                             config->node_file);
     snprintf(ctx->cluster_why, sizeof ctx->cluster_why,
              "the ranks are threads: plan with a cluster of the caller's choosing");
     DCP_CHECK(dcp_device_parse(config->device, config->rank, "config.device", &ctx->device));
+    /* before the engine: a rank refused here has not joined its peers */
+    DCP_CHECK(check_streams(config, ctx->device));
     return dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
 }
 
@@ -39,7 +58,7 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
 static dcp_status_t attach_job(dcp_context_t *ctx, const dcp_context_config_t *config)
 {
     dcp_job_t job;
-    DCP_CHECK(dcp_job_attach(config, &job));
+    DCP_CHECK(dcp_job_attach(config, ctx->timeout_s, &job));
     ctx->engine = job.engine;
     ctx->peers = job.peers;
     memcpy(ctx->engine_kind, job.engine_kind, sizeof ctx->engine_kind);
@@ -64,6 +83,7 @@ static dcp_status_t mover_copy(void *user, const dcp_xfer_op_t *send, const dcp_
     if (recv->ready) DCP_CHECK(dev->stream_wait(s, recv->ready));
     DCP_CHECK(dev->copy(recv->ptr, send->ptr, send->bytes, s));
     const int ordered = same_device && send->done && recv->done;
+    if (!ordered) DCP_TEST_COUNT(DCP_COUNT_HOST_SYNC);
     if (!ordered) return dev->stream_sync(s);
     DCP_CHECK(dev->event_record(send->done, s));
     return dev->event_record(recv->done, s);
@@ -122,7 +142,8 @@ static dcp_status_t check_config(const dcp_context_config_t *config)
     return DCP_OK;
 }
 
-dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
+static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap, void *user,
+                           dcp_context_t **ctx_out)
 {
     if (!config || !ctx_out)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", config ? "ctx_out" : "config");
@@ -131,17 +152,19 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
     DCP_CHECK(dcp_calloc(&ctx, 1, sizeof *ctx, "context"));
     ctx->device = -1;
     ctx->rank = config->group ? config->rank : config->bootstrap->rank;
-    dcp_status_t st = config->group ? attach_group(ctx, config) : attach_job(ctx, config);
+    double timeout_s = config->timeout_s;
+    dcp_status_t st = timeout_s > 0 ? DCP_OK : dcp_context_default_timeout(&timeout_s);
+    ctx->timeout_s = dcp_timeout_clamp(timeout_s);
+    if (st == DCP_OK) st = config->group ? attach_group(ctx, config) : attach_job(ctx, config);
+    if (st == DCP_OK && wrap) {
+        dcp_engine_t *inner = ctx->engine;
+        ctx->engine = NULL;
+        st = wrap(user, ctx->rank, inner, &ctx->engine);
+    }
     ctx->dev = dcp_device_of(ctx->device);
-    if (st == DCP_OK && (config->compute_stream || config->transfer_stream) &&
-        ctx->dev->host_memory)
-        st = dcp_set_error(DCP_ERR_INVALID_ARG,
-                           "config.%s is set on a CPU context (streams are lent to CUDA contexts)",
-                           config->compute_stream ? "compute_stream" : "transfer_stream");
+    if (st == DCP_OK) st = check_streams(config, ctx->device);
     if (st == DCP_OK && !ctx->dev->host_memory) st = attach_device(ctx, config);
     if (st == DCP_OK) st = dcp_attn_init(ctx, config);
-    double timeout_s = config->timeout_s;
-    if (st == DCP_OK && !(timeout_s > 0)) st = dcp_context_default_timeout(&timeout_s);
     if (st != DCP_OK) {
         /* the peers' creation has succeeded: they learn of this rank's failure at their
          * first call, instead of waiting for it until the timeout (UCX's close, a transfer) */
@@ -150,23 +173,38 @@ dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_
         release(ctx);
         return st;
     }
-    ctx->timeout_s = dcp_timeout_clamp(timeout_s);
     const char *progress = getenv("DCP_PROGRESS");
     ctx->drive_progress = ctx->engine->needs_progress && !(progress && !strcmp(progress, "none"));
+    dcp_stamps_init(ctx);
+    dcp_context_describe_transport(ctx);
     *ctx_out = ctx;
     return DCP_OK;
+}
+
+dcp_status_t dcp_context_create(const dcp_context_config_t *config, dcp_context_t **ctx_out)
+{
+    return create(config, NULL, NULL, ctx_out);
+}
+
+dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap,
+                                        void *user, dcp_context_t **ctx_out)
+{
+    if (config && !config->group)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "context: a wrapped engine needs a group");
+    return create(config, wrap, user, ctx_out);
 }
 
 void dcp_context_destroy(dcp_context_t *ctx)
 {
     if (!ctx) return;
     dcp_stamps_cancel(ctx);
-    dcp_stamps_free(&ctx->stamps);
     dcp_attn_release(ctx);
     dcp_binding_release(ctx);
     /* the engine first: after a failure it may still hold transfers into the buffers */
     dcp_engine_destroy(ctx->engine);
     dcp_binding_free_buffers(ctx);
+    dcp_stamps_free(ctx);
+    dcp_variants_free(ctx);
     release(ctx);
 }
 
@@ -174,12 +212,13 @@ dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_sh
 {
     if (!ctx || !shape)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "shape" : "ctx");
-    return ctx->dev->kernels->check_shape(shape->head_dim, shape->dtype);
+    return ctx->dev->kernels->check_shape(shape);
 }
 
 dcp_status_t dcp_context_health(dcp_context_t *ctx)
 {
-    const dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    if (st == DCP_OK) st = dcp_context_watch(ctx);
     if (st == DCP_OK) return DCP_OK;
     char why[1024];
     dcp_error_save(why, sizeof why);
@@ -190,6 +229,7 @@ dcp_status_t dcp_context_health(dcp_context_t *ctx)
 dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
+    dcp_stamps_notify(ctx, NULL, DCP_PASS_FWD, reason);
     ctx->engine->ops->abort(ctx->engine, reason);
     return DCP_OK;
 }

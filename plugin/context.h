@@ -8,6 +8,7 @@
 #include "plugin/binding.h"
 #include "plugin/job.h"
 #include "plugin/stamp.h"
+#include "plugin/variants.h"
 #include "transport/engine.h"
 #include "transport/inproc.h"
 #include "transport/select.h"
@@ -36,16 +37,44 @@ struct dcp_context {
     dcp_stamps_t stamps;   /* this call's identity, exchanged with the peers */
     uint64_t calls;        /* forward and backward calls so far (the stamps' call count) */
     double wait_blocked_s; /* host time spent blocked in COMM_WAIT, summed over calls */
+    double queued_at;      /* GPU: when the last call returned with work queued (dcp_now());
+                              0: none left unfinished at the last look */
+    uint64_t queued_call;  /* that call's number (the stamps' call count) and pass */
+    int32_t queued_pass;
+    char transport_note[256]; /* dcp_context_transport_note() */
     int drive_progress;    /* the executor tests transfers in flight while it computes */
     dcp_attn_state_t attn; /* what runs the dense segments (attn_engine.h) */
+    dcp_variants_t variants; /* the max logit's maxima (variants.h) */
 };
 
-/* The engine's health at the start of a call or a barrier. A peer's failure seen there is
- * relayed to the other peers (engine abort) like one seen inside a call: peers already inside
- * would otherwise find this rank gone once it exits, and blame it (tests/mpi/kill.sh's midrun
- * kill: ranks 2 and 3 named rank 0, which had seen rank 1 die between calls and exited
- * without a notice). */
+/* The engine's health and dcp_context_watch() at the start of a call or a barrier. A
+ * failure seen there is relayed to the other peers (engine abort) like one seen inside a call:
+ * peers already inside would otherwise find this rank gone once it exits, and blame it
+ * (tests/mpi/kill.sh's midrun kill: ranks 2 and 3 named rank 0, which had seen rank 1 die
+ * between calls and exited without a notice). */
 dcp_status_t dcp_context_health(dcp_context_t *ctx);
+
+/* Records that call ctx->calls (pass `pass`) returned with its work queued (GPU contexts):
+ * dcp_context_watch() finds it if it does not finish. */
+void dcp_context_queued(dcp_context_t *ctx, dcp_pass_t pass);
+
+/* GPU work that outlives its call: the stamps of earlier calls that have landed are compared
+ * (plugin/stamp.h), and the last call's work, when it has not finished within the context's
+ * timeout of the call's return, gives DCP_ERR_TIMEOUT naming the peers it exchanges blocks
+ * with. Never waits. Called by dcp_context_health(). */
+dcp_status_t dcp_context_watch(dcp_context_t *ctx);
+
+/* Writes ctx->transport_note (dcp_context_transport_report), and prints it under
+ * $DCP_DEBUG; once the engine and the stamps' channel are set. */
+void dcp_context_describe_transport(dcp_context_t *ctx);
+
+/* Tests: dcp_context_create() for a rank of an in-process group (config->group), whose engine
+ * `wrap` replaces before anything uses it: wrap gets the group's in-process engine (owning it
+ * from then on, also on failure) and gives the engine the context uses. */
+typedef dcp_status_t (*dcp_engine_wrap_fn)(void *user, int32_t rank, dcp_engine_t *inner,
+                                           dcp_engine_t **engine_out);
+dcp_status_t dcp_context_create_wrapped(const dcp_context_config_t *config, dcp_engine_wrap_fn wrap,
+                                        void *user, dcp_context_t **ctx_out);
 
 /* Default per-wait timeout: $DCP_TIMEOUT_S when set, else 60 s; a value that is not a
  * number of seconds > 0 is refused naming the variable. */

@@ -20,7 +20,11 @@
  *  - the caller's stream waits for the stream's last work (exit): outputs are ready for
  *    the caller's later work, and the call returns without waiting for the GPU.
  * Engines that are not stream-ordered (UCX on host memory) get a host wait for the
- * stream before each launch instead, and complete on the host.
+ * stream before each launch instead, and complete on the host (DCP_TEST_COUNT counts these
+ * host synchronisations for the tests; a UCX that moves device memory orders its launches by
+ * the ready events instead, transport/ucx.h). The call's stamps go out before its first
+ * transfer and are checked at its first COMM_WAIT (plugin/stamp.h); a GPU call's queued work
+ * is watched by the context's next call (plugin/synchronize.c).
  *
  * Progress has an owner: the executor. Engines whose transfers move only while called
  * (UCX: a rendezvous block is fetched inside the receiver's worker progress) get their
@@ -76,7 +80,7 @@ static const char *const buf_name[DCP_BUF_FIRST_WORK] = {
     [DCP_BUF_DQ] = "dq",   [DCP_BUF_DK] = "dk",       [DCP_BUF_DV] = "dv"};
 
 static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                               const caller_bufs_t *io, float scale)
+                               const caller_bufs_t *io, float scale, const dcp_call_variants_t *v)
 {
     if (!(scale >= 0.0f) || !isfinite(scale))
         return dcp_set_error(DCP_ERR_INVALID_ARG,
@@ -86,7 +90,8 @@ static dcp_status_t check_call(const dcp_context_t *ctx, const dcp_plan_t *p, dc
         return dcp_set_error(DCP_ERR_INVALID_ARG, "plan: %d ranks, the group has %d", p->num_ranks,
                              ctx->engine->size);
     const int gpu = !ctx->dev->host_memory;
-    DCP_CHECK(ctx->dev->kernels->check_shape(p->shape.head_dim, p->shape.dtype));
+    DCP_CHECK(ctx->dev->kernels->check_shape(&p->shape));
+    DCP_CHECK(dcp_variants_check(ctx, p, pass, v));
     if (p->rank_tokens[ctx->rank] == 0) return DCP_OK;
     const int nbufs = pass == DCP_PASS_FWD ? DCP_BUF_LSE + 1 : DCP_BUF_FIRST_WORK;
     for (int i = 0; i < nbufs; i++) {
@@ -136,8 +141,8 @@ static dcp_status_t start_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass
 /* Binds the plan, orders the context's stream after the caller's, and builds the kernels'
  * view of the buffers. */
 static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                            const caller_bufs_t *io, float scale, void *caller,
-                            dcp_kernel_env_t *env)
+                            const caller_bufs_t *io, float scale, const dcp_call_variants_t *v,
+                            void *caller, dcp_kernel_env_t *env)
 {
     memset(env, 0, sizeof *env);
     DCP_CHECK(ctx->dev->set_device(ctx->device));
@@ -154,9 +159,12 @@ static dcp_status_t prepare(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t 
     env->q_heads = p->qpg;
     env->kv_heads = p->kvpg;
     env->head_dim = p->shape.head_dim;
+    env->head_dim_v = dcp_shape_dv(&p->shape);
+    env->softcap = p->shape.softcap;
     env->scale = scale > 0.0f ? scale : p->shape.scale;
     env->dtype = p->shape.dtype;
     env->deterministic = ctx->attn.deterministic;
+    DCP_CHECK(dcp_variants_start(ctx, p, pass, v, env));
     return start_pass(ctx, p, pass, env);
 }
 
@@ -185,10 +193,12 @@ static dcp_status_t launch(dcp_context_t *ctx, const dcp_plan_t *p, const dcp_ke
 {
     dcp_binding_t *bd = &ctx->bound;
     void *ready = bd->ready[in->arg];
-    if (ctx->engine->stream_ordered)
+    if (ctx->engine->stream_ordered) {
         DCP_CHECK(ctx->dev->event_record(ready, ctx->stream));
-    else
+    } else {
+        DCP_TEST_COUNT(DCP_COUNT_HOST_SYNC);
         DCP_CHECK(ctx->dev->stream_sync(ctx->stream));
+    }
     for (int64_t i = 0; i < in->count; i++) {
         const dcp_comm_op_t *op = &p->comm[in->first + i];
         const size_t es = (size_t)dcp_plan_elem_bytes(p, op->buf);
@@ -217,12 +227,14 @@ static dcp_status_t progress(dcp_context_t *ctx, const dcp_plan_t *p)
 }
 
 /* An ATTN instruction: the attention engine's segment program where it has one (attn_engine.h),
- * else the tile list in slices with progress between them when the transfer engine needs it. */
+ * else the tile list in slices with progress between them when the transfer engine needs it.
+ * A forward that returns the max logit runs the tile list: the engine's graphs do not give it. */
 static dcp_status_t attn(dcp_context_t *ctx, const dcp_plan_t *p, int fwd,
                          const dcp_kernel_env_t *env, const descr_t *d, const dcp_instr_t *in)
 {
-    const int64_t launch =
-        dcp_attn_launch(ctx, fwd ? DCP_PASS_FWD : DCP_PASS_BWD, (int64_t)(in - p->instrs));
+    const int64_t launch = env->max_logit ? -1
+                                          : dcp_attn_launch(ctx, fwd ? DCP_PASS_FWD : DCP_PASS_BWD,
+                                                            (int64_t)(in - p->instrs));
     if (launch >= 0) {
         DCP_CHECK(dcp_attn_run(ctx, fwd ? DCP_PASS_FWD : DCP_PASS_BWD, launch, env));
         return ctx->drive_progress ? progress(ctx, p) : DCP_OK;
@@ -238,7 +250,8 @@ static dcp_status_t attn(dcp_context_t *ctx, const dcp_plan_t *p, int fwd,
 }
 
 static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
-                                const dcp_kernel_env_t *env_in, void *caller)
+                                const dcp_kernel_env_t *env_in, const dcp_call_variants_t *v,
+                                void *caller)
 {
     dcp_xfer_req_t **reqs = ctx->bound.reqs;
     const dcp_kernels_t *k = ctx->dev->kernels;
@@ -246,11 +259,19 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
     dcp_kernel_env_t launch_env = *env_in;
     const dcp_kernel_env_t *env = &launch_env;
     const int fwd = pass == DCP_PASS_FWD;
-    DCP_CHECK(dcp_stamps_launch(ctx, p, pass, env_in->scale));
-    for (int64_t i = dcp_plan_prog_begin(p, pass, ctx->rank);
-         i < dcp_plan_prog_end(p, pass, ctx->rank); i++) {
+    const uint32_t flags = fwd && v->max_logit ? DCP_STAMP_MAX_LOGIT : 0;
+    DCP_CHECK(dcp_stamps_launch(ctx, p, pass, env_in->scale, flags));
+    const int64_t end = dcp_plan_prog_end(p, pass, ctx->rank);
+    /* the variants finish before the outputs are published: the last COPY of a rank with
+     * rows (emit_copy_out), else the program's end */
+    int finished = 0;
+    for (int64_t i = dcp_plan_prog_begin(p, pass, ctx->rank); i < end; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         launch_env.max_rows = d.rows ? d.rows[i] : 0;
+        if (i == end - 1 && in->op == DCP_OP_COPY && p->rank_tokens[ctx->rank] > 0) {
+            DCP_CHECK(dcp_variants_finish(ctx, p, pass, v, env));
+            finished = 1;
+        }
         DCP_TEST_DELAY(in->op == DCP_OP_COMM_LAUNCH ? DCP_DELAY_LAUNCH
                        : in->op == DCP_OP_COMM_WAIT ? DCP_DELAY_WAIT
                                                     : DCP_DELAY_KERNEL);
@@ -286,21 +307,27 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
         }
         if (ctx->drive_progress && in->op != DCP_OP_ATTN) DCP_CHECK(progress(ctx, p));
     }
+    if (!finished) DCP_CHECK(dcp_variants_finish(ctx, p, pass, v, env));
     DCP_CHECK(dcp_stamps_settle(ctx)); /* a rank without transfers checks its neighbours */
     /* the caller's later work runs after the outputs are written */
     DCP_CHECK(ctx->dev->event_record(ctx->exit, ctx->stream));
-    return ctx->dev->stream_wait(caller, ctx->exit);
+    DCP_CHECK(ctx->dev->stream_wait(caller, ctx->exit));
+    dcp_context_queued(ctx, pass);
+    return DCP_OK;
 }
 
 /* Every failure of a rank, bad arguments included, is announced to its peers: they are
  * inside the same collective and would otherwise wait for this rank until the timeout. */
 static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t pass,
-                             const caller_bufs_t *io, float scale, void *caller)
+                             const caller_bufs_t *io, float scale, const dcp_call_variants_t *v,
+                             void *caller)
 {
     dcp_kernel_env_t env;
-    dcp_status_t st = check_call(ctx, plan, pass, io, scale);
-    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, scale, caller, &env);
-    if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, caller);
+    dcp_status_t st = check_call(ctx, plan, pass, io, scale, v);
+    if (st == DCP_OK) st = prepare(ctx, plan, pass, io, scale, v, caller, &env);
+    if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, v, caller);
+    if (st != DCP_OK) /* before its stamps went out: a notice in their place (stamp.h) */
+        dcp_stamps_notify(ctx, plan, pass, dcp_last_error());
     ctx->calls++;
     if (st != DCP_OK) {
         ctx->engine->ops->abort(ctx->engine, dcp_last_error());
@@ -319,34 +346,36 @@ static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pas
 
 /* Arguments that cannot reach the peers' collective (no context) fail locally; the rest go
  * through run_pass. */
-static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, const void *io,
-                          const void *stream)
+static dcp_status_t enter(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pass_t pass,
+                          const void *io, const void *stream)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");
     DCP_CHECK(dcp_context_health(ctx));
-    if (!plan || !io) {
-        ctx->engine->ops->abort(ctx->engine, !plan ? "plan is NULL" : "io is NULL");
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", !plan ? "plan" : "io");
-    }
-    if (stream && ctx->dev->host_memory) {
-        ctx->engine->ops->abort(ctx->engine, "stream is not NULL on a CPU context");
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "stream is not NULL on a CPU context");
-    }
-    return DCP_OK;
+    const char *bad = !plan                             ? "plan is NULL"
+                      : !io                             ? "io is NULL"
+                      : stream && ctx->dev->host_memory ? "stream is not NULL on a CPU context"
+                                                        : NULL;
+    if (!bad) return DCP_OK;
+    dcp_set_error(DCP_ERR_INVALID_ARG, "%s", bad);
+    dcp_stamps_notify(ctx, plan, pass, bad);
+    ctx->engine->ops->abort(ctx->engine, bad);
+    return DCP_ERR_INVALID_ARG;
 }
 
 dcp_status_t dcp_forward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_tensors_t *io,
                          void *stream)
 {
-    DCP_CHECK(enter(ctx, plan, io, stream));
+    DCP_CHECK(enter(ctx, plan, DCP_PASS_FWD, io, stream));
     const caller_bufs_t bufs = forward_bufs(io);
-    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs, io->softmax_scale, stream);
+    const dcp_call_variants_t v = {io->sinks, io->max_logit, NULL};
+    return run_pass(ctx, plan, DCP_PASS_FWD, &bufs, io->softmax_scale, &v, stream);
 }
 
 dcp_status_t dcp_backward(dcp_context_t *ctx, const dcp_plan_t *plan, const dcp_grad_tensors_t *io,
                           void *stream)
 {
-    DCP_CHECK(enter(ctx, plan, io, stream));
+    DCP_CHECK(enter(ctx, plan, DCP_PASS_BWD, io, stream));
     const caller_bufs_t bufs = backward_bufs(io);
-    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs, io->fwd.softmax_scale, stream);
+    const dcp_call_variants_t v = {io->fwd.sinks, NULL, io->dsinks};
+    return run_pass(ctx, plan, DCP_PASS_BWD, &bufs, io->fwd.softmax_scale, &v, stream);
 }

@@ -1,9 +1,10 @@
 /*
  * Contexts of process ranks (one rank per process, any number of nodes): every rank
  * describes itself (host, process, hwloc's view of its node, what its UCX moves), the
- * ranks gather the peer table once over the bootstrap, ranks with the same host name form
- * a node, the engine of each link class is chosen from the table (transport/select.h), and
- * where the classes in use get different engines a routing engine holds them all.
+ * ranks gather the peer table once over the bootstrap, ranks with the same host name and
+ * boot id form a node, the engine of each link class is chosen from the table
+ * (transport/select.h), and where the classes in use get different engines a routing engine
+ * holds them all.
  */
 #include "plugin/job.h"
 
@@ -13,6 +14,7 @@
 #include "topo/cluster.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"
+#include "topo/node_file.h"
 #include "transport/bootstrap.h"
 #include "transport/nccl.h"
 #include "transport/peers.h"
@@ -24,17 +26,92 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Nodes by host name; the cluster when ranks are placed node by node, evenly. */
+/* A node file's figures, as this rank loaded them (config.node_file, $DCP_NODE_FILE). */
+typedef struct {
+    const char *path, *field; /* NULL: none */
+    int32_t devs, nics;
+    dcp_perf_model_t perf;
+} node_file_t;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The figures' digest, field by field (no padding), never 0. */
+static uint64_t figures_digest(const node_file_t *f)
+{
+    const dcp_perf_model_t *m = &f->perf;
+    const double v[6] = {m->intra_gbps,  m->inter_gbps, m->lat_us,
+                         m->peak_tflops, m->hbm_gbps,   m->bwd_speed};
+    uint64_t h = fnv(14695981039346656037ull, &f->devs, sizeof f->devs);
+    h = fnv(h, &f->nics, sizeof f->nics);
+    h = fnv(h, v, sizeof v);
+    h = fnv(h, &m->eff_n, sizeof m->eff_n);
+    h = fnv(h, m->eff_tokens, (size_t)m->eff_n * sizeof *m->eff_tokens);
+    h = fnv(h, m->eff_value, (size_t)m->eff_n * sizeof *m->eff_value);
+    return h ? h : 1;
+}
+
+static dcp_status_t load_node_file(const dcp_context_config_t *config, node_file_t *f)
+{
+    memset(f, 0, sizeof *f);
+    f->path = config->node_file ? config->node_file : getenv("DCP_NODE_FILE");
+    f->field = config->node_file ? "config.node_file" : "$DCP_NODE_FILE";
+    if (!f->path) return DCP_OK;
+    if (!f->path[0]) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is empty", f->field);
+    dcp_perf_model_default(&f->perf);
+    const dcp_status_t st = dcp_node_file_read(f->path, &f->devs, &f->nics, &f->perf);
+    if (st != DCP_OK) {
+        char why[400];
+        dcp_error_save(why, sizeof why);
+        return dcp_set_error(st, "%s: %s", f->field, why);
+    }
+    return DCP_OK;
+}
+
+/* The node file's figures in place of hwloc's, once every rank is known to have loaded the
+ * same and the file's devices are the job's ranks per node. */
+static dcp_status_t apply_node_file(dcp_job_t *job, const dcp_peer_table_t *t, const node_file_t *f)
+{
+    for (int32_t r = 1; r < t->size; r++)
+        if (t->peer[r].figures != t->peer[0].figures)
+            return dcp_set_error(DCP_ERR_INVALID_ARG,
+                                 "%s: ranks price the job differently: rank 0 with %s, rank %d "
+                                 "with %s (every rank must load the same node file)",
+                                 f->path ? f->field : "config.node_file",
+                                 t->peer[0].figures ? "a node file's figures" : "hwloc's", r,
+                                 t->peer[r].figures ? "a node file's figures" : "hwloc's");
+    if (!f->path) return DCP_OK;
+    if (!job->cluster)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "%s '%s': no cluster to price: %s", f->field,
+                             f->path, job->cluster_why);
+    if (f->devs != job->cluster->devs_per_node)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "%s '%s': devices %d, but this job has %d ranks per node (%d "
+                             "nodes): the file describes another machine",
+                             f->field, f->path, f->devs, job->cluster->devs_per_node,
+                             job->cluster->num_nodes);
+    char field[300];
+    snprintf(field, sizeof field, "%s '%.200s'", f->field, f->path);
+    DCP_CHECK(dcp_cluster_set_nics(job->cluster, f->nics, field));
+    job->cluster->perf = f->perf;
+    return DCP_OK;
+}
+
+/* Nodes by identity (host name and boot id); the cluster when ranks are placed node by node,
+ * evenly. */
 static dcp_status_t build_cluster(dcp_job_t *job, const dcp_peer_table_t *t)
 {
     const dcp_peer_t *all = t->peer;
     const int32_t n = t->size;
-    /* runs of ranks on one host: each host one run, every run as long */
+    /* runs of ranks on one node: each node one run, every run as long */
     int32_t nodes = 0, per = 0, blocked = 1;
     for (int32_t r = 0; r < n;) {
         int32_t e = r;
-        while (e < n && !strcmp(all[e].host, all[r].host)) e++;
-        for (int32_t q = 0; q < r; q++) blocked &= strcmp(all[q].host, all[r].host) != 0;
+        while (e < n && dcp_peers_same_node(t, e, r)) e++;
+        for (int32_t q = 0; q < r; q++) blocked &= !dcp_peers_same_node(t, q, r);
         if (nodes++ == 0)
             per = e - r;
         else
@@ -48,11 +125,13 @@ static dcp_status_t build_cluster(dcp_job_t *job, const dcp_peer_table_t *t)
         return DCP_OK;
     }
     DCP_CHECK(dcp_cluster_create(nodes, per, &job->cluster));
-    /* the network figures where every node knows them: the slowest node's */
+    /* the network figures where every node knows them: the slowest node's; NICs where every
+     * node has the same */
     double inter = 0, lat = 0;
-    int known = 1;
+    int known = 1, same_nics = all[0].nics > 0;
     for (int32_t r = 0; r < n; r++) {
         known &= all[r].inter_gbps > 0;
+        same_nics &= all[r].nics == all[0].nics;
         if (inter == 0 || all[r].inter_gbps < inter) inter = all[r].inter_gbps;
         if (all[r].lat_us > lat) lat = all[r].lat_us;
     }
@@ -60,6 +139,9 @@ static dcp_status_t build_cluster(dcp_job_t *job, const dcp_peer_table_t *t)
         job->cluster->perf.inter_gbps = inter;
         job->cluster->perf.lat_us = lat;
     }
+    /* (hwloc's NICs fit only a job with a rank per GPU; otherwise one per device) */
+    if (same_nics && all[0].gpus == per)
+        (void)dcp_cluster_set_nics(job->cluster, all[0].nics, "discovery"); /* a regular count */
     return DCP_OK;
 }
 
@@ -122,7 +204,7 @@ static void stage_release(void *user)
     free(s);
 }
 
-static dcp_status_t stage(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
+dcp_status_t dcp_job_staged_engine(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
 {
     stager_t *s = NULL;
     dcp_status_t st = dcp_calloc(&s, 1, sizeof *s, "job: stager");
@@ -145,14 +227,21 @@ static dcp_status_t create_engine(const dcp_context_config_t *config, const dcp_
     const dcp_bootstrap_t *bs = config->bootstrap;
     if (kind == DCP_ENGINE_NCCL)
         return dcp_nccl_engine_create_on(bs, t, job->device, config->nccl_comm,
-                                         config->transfer_stream, out);
+                                         config->transfer_stream, job->timeout_s, out);
     int ucx_cuda = 1;
     for (int32_t r = 0; r < t->size; r++) ucx_cuda &= t->peer[r].ucx_cuda;
     if (kind == DCP_ENGINE_UCX && job->device >= 0 && !ucx_cuda) {
         /* device memory over a UCX that cannot move it: staged through host memory */
         dcp_engine_t *ucx = NULL;
         DCP_CHECK(dcp_ucx_engine_create_on(bs, t, &ucx));
-        return stage(job->device, ucx, out);
+        return dcp_job_staged_engine(job->device, ucx, out);
+    }
+    if (kind == DCP_ENGINE_UCX && job->device >= 0) {
+        /* device memory moved by UCX itself: its launches ordered by the ops' ready events,
+         * so that a job of NCCL and UCX legs queues its launches without a host wait */
+        DCP_CHECK(dcp_ucx_engine_create_on(bs, t, out));
+        dcp_ucx_engine_order_by(*out, dcp_device_of(job->device)->event_query);
+        return DCP_OK;
     }
     if (kind == DCP_ENGINE_UCX) return dcp_ucx_engine_create_on(bs, t, out);
     return dcp_set_error(DCP_ERR_UNSUPPORTED, "transport %s: no such engine for process ranks",
@@ -238,8 +327,14 @@ static dcp_status_t attach(const dcp_context_config_t *config, dcp_job_t *job)
                              bs->rank, bs->size, bs->allgather ? "set" : "NULL");
     dcp_peer_t me;
     dcp_peer_describe_self(1, &me);
+    /* a rank whose node file fails still joins the gather, and fails at the agreement below */
+    node_file_t file;
+    const dcp_status_t st_file = load_node_file(config, &file);
+    if (st_file == DCP_OK && file.path) me.figures = figures_digest(&file);
     DCP_CHECK(dcp_peers_gather(bs, &me, &job->peers));
-    dcp_status_t st = build_cluster(job, &job->peers);
+    dcp_status_t st = st_file;
+    if (st == DCP_OK) st = build_cluster(job, &job->peers);
+    if (st == DCP_OK) st = apply_node_file(job, &job->peers, &file);
     /* the GPU: by the rank's place among the ranks of its host */
     if (st == DCP_OK)
         st = dcp_device_parse(config->device, dcp_peers_local_index(&job->peers, bs->rank),
@@ -256,9 +351,10 @@ static dcp_status_t attach(const dcp_context_config_t *config, dcp_job_t *job)
     return create_engines(config, &job->peers, job);
 }
 
-dcp_status_t dcp_job_attach(const dcp_context_config_t *config, dcp_job_t *job_out)
+dcp_status_t dcp_job_attach(const dcp_context_config_t *config, double timeout_s,
+                            dcp_job_t *job_out)
 {
-    dcp_job_t job = {.device = -1};
+    dcp_job_t job = {.device = -1, .timeout_s = timeout_s};
     const dcp_status_t st = attach(config, &job);
     if (st != DCP_OK) {
         dcp_cluster_destroy(job.cluster);

@@ -28,7 +28,7 @@
 #define SVC_DEFAULT_BYTES ((int64_t)256 << 20)
 #define SVC_MSG_CAP       512
 #define SVC_MASK_WORDS    6  /* kind + up to five parameter words */
-#define SVC_HEAD_WORDS    32 /* room for put_head()'s 26 words */
+#define SVC_HEAD_WORDS    32 /* room for put_head()'s 29 words */
 
 /* Serialized plan bytes, shared by the cache and the workers that copy from them. */
 typedef struct {
@@ -114,6 +114,8 @@ static int64_t put_head(int32_t *w, const dcp_attn_shape_t *s, const dcp_plan_op
     w[n++] = s->head_dim;
     w[n++] = (int32_t)s->dtype;
     put_double(w + n, (double)s->scale), n += 2;
+    put_double(w + n, s->softcap == 0.0f ? 0.0 : (double)s->softcap), n += 2;
+    w[n++] = dcp_shape_dv(s);
     w[n++] = o->block_size;
     w[n++] = o->head_blocks;
     w[n++] = o->divisions;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,8 +71,22 @@ dcp_status_t dcp_cluster_create(int32_t nodes, int32_t devs, dcp_cluster_t **clu
     c->devs_per_node = devs;
     c->num_ranks = nodes * devs;
     c->nics_per_node = devs;
+    c->nics_per_dev = 1;
     dcp_perf_model_default(&c->perf);
     *cluster_out = c;
+    return DCP_OK;
+}
+
+dcp_status_t dcp_cluster_set_nics(dcp_cluster_t *c, int32_t nics, const char *field)
+{
+    const int32_t g = c->devs_per_node;
+    if (nics < 1 || (nics > g && nics % g != 0) || nics / g > 64)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "%s: %d NICs for %d devices per node: the devices share 1..%d NICs, "
+                             "or each drives the same number (a multiple of %d, at most %d)",
+                             field, nics, g, g, g, 64 * g);
+    c->nics_per_node = nics > g ? g : nics;
+    c->nics_per_dev = nics > g ? nics / g : 1;
     return DCP_OK;
 }
 
@@ -91,8 +106,12 @@ static const preset_t presets[] = {
     /* p4de.24xlarge, DCP's testbed (SOSP'25 micro-benchmarks): the same node with A100-SXM4-80GB
      * (HBM2e 2039 GB/s) */
     {"p4de", 8, 4, 300.0, 6.25, 15.0, 2039.0, "a100"},
-    /* NVLink4 900 GB/s both ways; one 400 Gb/s HCA per GPU = 50 GB/s per device */
+    /* DGX H100: NVLink4 900 GB/s both ways; one 400 Gb/s ConnectX-7 (InfiniBand NDR) per GPU
+     * = 50 GB/s per device */
     {"h100-ib", 8, 8, 450.0, 50.0, 3.0, 3350.0, "h100"},
+    /* p5.48xlarge: 8 x H100-80GB (HBM3 3350 GB/s) on NVSwitch; 32 x 100 Gb/s EFA (3200 Gbps),
+     * four beside each GPU: 4 x 12.5 = 50 GB/s per device, EFA's latency */
+    {"p5", 8, 32, 450.0, 50.0, 15.0, 3350.0, "h100"},
     /* 8 x A100-SXM4-40GB on NVLink3 behind a single 100 Gb/s NIC per node = 12.5 GB/s
      * shared by 8 devices: four times less network per GPU than a p4d/p4de */
     {"a100-1nic", 8, 1, 300.0, 1.5625, 5.0, 1555.0, "a100"},
@@ -145,13 +164,11 @@ static dcp_status_t parse_figure(const char *spec, const char *kv, const char *e
                              (int)(eq - kv), kv, num);
     const size_t klen = (size_t)(eq - kv);
     if (klen == 4 && !memcmp(kv, "nics", 4)) {
-        if (v != floor(v) || v > c->devs_per_node)
-            return dcp_set_error(DCP_ERR_INVALID_ARG,
-                                 "cluster spec '%s': nics=%s must be a whole number in 1..%d "
-                                 "(the devices per node)",
-                                 spec, num, c->devs_per_node);
-        c->nics_per_node = (int32_t)v;
-        return DCP_OK;
+        char field[200];
+        snprintf(field, sizeof field, "cluster spec '%.100s': nics=%.60s", spec, num);
+        if (v != floor(v) || v > 65536)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "%s: not a whole number of NICs", field);
+        return dcp_cluster_set_nics(c, (int32_t)v, field);
     }
     static const char *keys[] = {"intra", "inter", "lat", "tflops", "hbm", "bwd"};
     double *dst[] = {&c->perf.intra_gbps, &c->perf.inter_gbps, &c->perf.lat_us,
@@ -182,7 +199,7 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     if (nodes < 0 || g < 0)
         return dcp_set_error(
             DCP_ERR_INVALID_ARG,
-            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, p4de, h100-ib, a100-1nic) or "
+            "cluster spec '%s': expected NxG, NxPRESET (a100-efa, p4de, h100-ib, p5, a100-1nic) or "
             "Nx@NODE (an hwloc XML capture or a dcp-calibrate node file) "
             "[:intra=GBps][:inter=GBps][:lat=us][:tflops=T][:hbm=GBps][:bwd=X][:nics=N]",
             spec);
@@ -195,7 +212,7 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
     devs = (int32_t)per_node;
     dcp_perf_model_t node_perf;
     dcp_perf_model_default(&node_perf);
-    int32_t nics = 0; /* a node file's; 0: one per device */
+    int32_t nics = 0; /* a node file's or a capture's; 0: one per device */
     if (file) {
         char path[4096];
         const size_t n = (size_t)(shape_end - x - 2);
@@ -207,21 +224,21 @@ dcp_status_t dcp_cluster_from_spec(const char *spec, dcp_cluster_t **cluster_out
         if (dcp_node_file_is(path))
             DCP_CHECK(dcp_node_file_read(path, &devs, &nics, &node_perf));
         else
-            DCP_CHECK(dcp_node_figures_from_xml(path, &devs, &node_perf));
+            DCP_CHECK(dcp_node_figures_from_xml(path, &devs, &nics, &node_perf));
     }
     dcp_cluster_t *c = NULL;
     DCP_CHECK(dcp_cluster_create((int32_t)nodes, devs, &c));
     c->perf = node_perf;
-    if (nics > 0) c->nics_per_node = nics;
+    dcp_status_t st = DCP_OK;
+    if (nics > 0) st = dcp_cluster_set_nics(c, nics, "cluster spec: the node's NICs");
     if (pre) {
-        c->nics_per_node = pre->nics;
+        st = dcp_cluster_set_nics(c, pre->nics, "preset");
         c->perf.intra_gbps = pre->intra;
         c->perf.inter_gbps = pre->inter;
         c->perf.lat_us = pre->lat;
         c->perf.hbm_gbps = pre->hbm;
         dcp_device_kernels_perf(dcp_device_kernels(pre->device), &c->perf);
     }
-    dcp_status_t st = DCP_OK;
     for (const char *kv = colon; kv && st == DCP_OK;) {
         kv++;
         const char *next = strchr(kv, ':');

@@ -25,6 +25,28 @@ const char *dcp_nic_kind_name(dcp_nic_kind_t kind)
     return (unsigned)kind < DCP_NIC_KIND_COUNT ? names[kind] : "?";
 }
 
+const char *dcp_nic_fabric(const dcp_nic_info_t *nic)
+{
+    if (nic->kind == DCP_NIC_EFA || nic->link_layer == DCP_LINK_LAYER_EFA) return "EFA";
+    if (nic->kind == DCP_NIC_ETH) return "Ethernet";
+    switch (nic->link_layer) {
+    case DCP_LINK_LAYER_INFINIBAND:
+        return "InfiniBand";
+    case DCP_LINK_LAYER_ETHERNET:
+        return "RoCE";
+    default:
+        return "unknown";
+    }
+}
+
+int32_t dcp_node_nic_users(const dcp_node_topo_t *node, int32_t k)
+{
+    int32_t users = 0;
+    for (int32_t g = 0; g < node->num_gpus; g++)
+        for (int32_t i = 0; i < node->gpus[g].num_nics; i++) users += node->gpus[g].nics[i] == k;
+    return users;
+}
+
 static void busid_of(hwloc_obj_t pci, char *buf, size_t n)
 {
     snprintf(buf, n, "%04x:%02x:%02x.%01x", pci->attr->pcidev.domain, pci->attr->pcidev.bus,
@@ -92,15 +114,51 @@ static void nic_speed(dcp_nic_info_t *n)
     }
 }
 
+/* A live port's link layer, from sysfs ("InfiniBand", "Ethernet", "Unspecified" on EFA). */
+static dcp_link_layer_t live_link_layer(const char *name)
+{
+    char path[256], text[32] = "";
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/link_layer", name);
+    FILE *f = fopen(path, "r");
+    if (!f) return DCP_LINK_LAYER_UNKNOWN;
+    const int ok = fgets(text, sizeof text, f) != NULL;
+    fclose(f);
+    if (!ok) return DCP_LINK_LAYER_UNKNOWN;
+    if (!strncmp(text, "InfiniBand", 10)) return DCP_LINK_LAYER_INFINIBAND;
+    if (!strncmp(text, "Ethernet", 8)) return DCP_LINK_LAYER_ETHERNET;
+    return DCP_LINK_LAYER_UNKNOWN;
+}
+
+/* A captured port's link layer, from what hwloc records of it: a LID other than 0 is given
+ * by an InfiniBand subnet manager; a RoCE port has LID 0 (or none) beside its GIDs; failing
+ * both, the length of its network interface's hardware address (20 bytes for IPoIB, 6 for
+ * Ethernet). */
+static dcp_link_layer_t captured_link_layer(hwloc_obj_t ofed, const char *netdev_address)
+{
+    const char *lid = hwloc_obj_get_info_by_name(ofed, "Port1LID");
+    const char *gid = hwloc_obj_get_info_by_name(ofed, "Port1GID0");
+    if (lid && strtoul(lid, NULL, 0) != 0) return DCP_LINK_LAYER_INFINIBAND;
+    if (lid || gid) return DCP_LINK_LAYER_ETHERNET;
+    if (netdev_address) {
+        int colons = 0;
+        for (const char *c = netdev_address; *c; c++) colons += *c == ':';
+        if (colons == 19) return DCP_LINK_LAYER_INFINIBAND;
+        if (colons == 5) return DCP_LINK_LAYER_ETHERNET;
+    }
+    return DCP_LINK_LAYER_UNKNOWN;
+}
+
 static hwloc_obj_t pci_parent(hwloc_obj_t osdev)
 {
     hwloc_obj_t p = osdev->parent;
     return p && p->type == HWLOC_OBJ_PCI_DEVICE ? p : NULL;
 }
 
-/* NICs: OpenFabrics devices, then network interfaces of PCI devices that have none. */
+/* NICs: OpenFabrics devices, then network interfaces of PCI devices that have none; then the
+ * link layer of each. */
 static dcp_status_t find_nics(hwloc_topology_t t, int live, dcp_node_topo_t *n, hwloc_obj_t *objs)
 {
+    hwloc_obj_t ofed_of[DCP_NODE_MAX_DEVS] = {NULL}, net_of[DCP_NODE_MAX_DEVS] = {NULL};
     for (int pass = 0; pass < 2; pass++)
         for (hwloc_obj_t o = hwloc_get_next_osdev(t, NULL); o; o = hwloc_get_next_osdev(t, o)) {
             hwloc_obj_t pci = pci_parent(o);
@@ -110,8 +168,10 @@ static dcp_status_t find_nics(hwloc_topology_t t, int live, dcp_node_topo_t *n, 
             int32_t k = 0;
             while (k < n->num_nics && objs[k] != pci) k++;
             if (k < n->num_nics) { /* the network interface of an RDMA NIC already found */
-                if (net && !n->nics[k].netdev[0])
+                if (net && !n->nics[k].netdev[0]) {
                     snprintf(n->nics[k].netdev, sizeof n->nics[k].netdev, "%s", o->name);
+                    net_of[k] = o;
+                }
                 continue;
             }
             if (n->num_nics == DCP_NODE_MAX_DEVS)
@@ -128,8 +188,22 @@ static dcp_status_t find_nics(hwloc_topology_t t, int live, dcp_node_topo_t *n, 
             nic->numa = numa_of(t, pci);
             nic->pci_gbps = pci->attr->pcidev.linkspeed;
             if (live) nic_speed(nic);
+            if (ofed) ofed_of[n->num_nics] = o;
             objs[n->num_nics++] = pci;
         }
+    for (int32_t k = 0; k < n->num_nics; k++) {
+        dcp_nic_info_t *nic = &n->nics[k];
+        if (nic->kind == DCP_NIC_EFA)
+            nic->link_layer = DCP_LINK_LAYER_EFA;
+        else if (nic->kind == DCP_NIC_ETH)
+            nic->link_layer = DCP_LINK_LAYER_ETHERNET;
+        else
+            nic->link_layer =
+                live ? live_link_layer(nic->name)
+                     : captured_link_layer(
+                           ofed_of[k],
+                           net_of[k] ? hwloc_obj_get_info_by_name(net_of[k], "Address") : NULL);
+    }
     return DCP_OK;
 }
 
@@ -181,31 +255,69 @@ static dcp_status_t find_gpus(hwloc_topology_t t, const char *const *busids, int
         busid_of(objs[i], n->gpus[i].busid, sizeof n->gpus[i].busid);
         n->gpus[i].numa = numa_of(t, objs[i]);
         n->gpus[i].nic = -1;
+        n->gpus[i].pci_gbps = objs[i]->attr->pcidev.linkspeed;
     }
     return DCP_OK;
 }
 
-/* Each GPU takes, among the nearest NICs of the best kind present (RDMA before TCP), the
- * one serving the fewest GPUs so far. */
+/* Gives NIC k to GPU g (NICs kept nearest first). */
+static void give(dcp_node_topo_t *n, int32_t g, int32_t k, dcp_path_t path)
+{
+    dcp_gpu_info_t *x = &n->gpus[g];
+    if (x->num_nics == DCP_GPU_MAX_NICS) return;
+    x->nics[x->num_nics++] = k;
+    if (x->nic < 0 || path < x->nic_path) {
+        x->nic = k;
+        x->nic_path = path;
+    }
+}
+
+/* NICs to GPUs (dcp_node_discover). Candidates are the RDMA NICs where the node has any, else
+ * every NIC. First each candidate NIC joins the GPU nearest to it among the GPUs it is a
+ * nearest NIC of (ties: the GPU with fewest NICs so far, then the lower index); then each GPU
+ * still without one shares its nearest NIC that the fewest GPUs use. */
 static void choose_nics(hwloc_topology_t t, dcp_node_topo_t *n, hwloc_obj_t *gpu, hwloc_obj_t *nic)
 {
-    int rdma = 0, load[DCP_NODE_MAX_DEVS] = {0};
+    int rdma = 0;
+    int32_t users[DCP_NODE_MAX_DEVS] = {0};
+    dcp_path_t best[DCP_NODE_MAX_DEVS];
+    dcp_path_t path[DCP_NODE_MAX_DEVS][DCP_NODE_MAX_DEVS]; /* 16 KB */
     for (int32_t k = 0; k < n->num_nics; k++) rdma |= n->nics[k].kind != DCP_NIC_ETH;
+#define CANDIDATE(k) (!rdma || n->nics[k].kind != DCP_NIC_ETH)
     for (int32_t g = 0; g < n->num_gpus; g++) {
-        int32_t best = -1;
-        dcp_path_t best_path = DCP_PATH_COUNT;
+        best[g] = DCP_PATH_COUNT;
         for (int32_t k = 0; k < n->num_nics; k++) {
-            if (rdma && n->nics[k].kind == DCP_NIC_ETH) continue;
-            const dcp_path_t p = classify(t, gpu[g], nic[k]);
-            if (best < 0 || p < best_path || (p == best_path && load[k] < load[best])) {
-                best = k;
-                best_path = p;
-            }
+            if (!CANDIDATE(k)) continue;
+            path[g][k] = classify(t, gpu[g], nic[k]);
+            if (path[g][k] < best[g]) best[g] = path[g][k];
         }
-        n->gpus[g].nic = best;
-        n->gpus[g].nic_path = best_path;
-        if (best >= 0) load[best]++;
     }
+    for (int32_t k = 0; k < n->num_nics; k++) {
+        if (!CANDIDATE(k)) continue;
+        int32_t to = -1;
+        for (int32_t g = 0; g < n->num_gpus; g++) {
+            if (path[g][k] != best[g]) continue;
+            if (to < 0 || path[g][k] < path[to][k] ||
+                (path[g][k] == path[to][k] && n->gpus[g].num_nics < n->gpus[to].num_nics))
+                to = g;
+        }
+        if (to >= 0 && n->gpus[to].num_nics < DCP_GPU_MAX_NICS) {
+            give(n, to, k, path[to][k]);
+            users[k]++;
+        }
+    }
+    for (int32_t g = 0; g < n->num_gpus; g++) {
+        if (n->gpus[g].num_nics > 0) continue;
+        int32_t pick = -1;
+        for (int32_t k = 0; k < n->num_nics; k++)
+            if (CANDIDATE(k) && path[g][k] == best[g] && (pick < 0 || users[k] < users[pick]))
+                pick = k;
+        if (pick >= 0) {
+            give(n, g, pick, path[g][pick]);
+            users[pick]++;
+        }
+    }
+#undef CANDIDATE
 }
 
 /* hwloc's PCI discovery goes through libpciaccess, whose global state is not thread-safe:

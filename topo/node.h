@@ -1,7 +1,9 @@
 /*
  * One node's devices as hwloc sees them: GPUs (PCI objects, found by the bus ids CUDA
  * reports, or every NVIDIA 3D/VGA controller), NICs (OpenFabrics devices - mlx5_*, EFA - and
- * plain network interfaces), their NUMA nodes, and PCI-tree distances. Plain data.
+ * plain network interfaces) with the fabric each port is on, their NUMA nodes, PCI-tree
+ * distances, and the NICs each GPU uses: one on most nodes, several where a node has more
+ * NICs than GPUs beside each GPU (an AWS p5: four 100 Gb/s EFA per H100). Plain data.
  */
 #ifndef DCP_TOPO_NODE_H
 #define DCP_TOPO_NODE_H
@@ -9,6 +11,7 @@
 #include "include/dcp.h"
 
 #define DCP_NODE_MAX_DEVS 64
+#define DCP_GPU_MAX_NICS  8 /* NICs one GPU drives at once (its rails) */
 
 /* How far two PCI devices are, nearest first (NCCL's classes). */
 typedef enum {
@@ -27,11 +30,24 @@ typedef enum {
     DCP_NIC_KIND_COUNT = 3
 } dcp_nic_kind_t;
 
+/* The link layer of an RDMA NIC's port: what tells InfiniBand from RoCE (both are verbs
+ * devices of kind DCP_NIC_IB) and from EFA. */
+typedef enum {
+    DCP_LINK_LAYER_UNKNOWN = 0,
+    DCP_LINK_LAYER_INFINIBAND = 1, /* an InfiniBand fabric (a subnet manager gave it a LID) */
+    DCP_LINK_LAYER_ETHERNET = 2,   /* RoCE on an RDMA NIC; TCP on a plain one */
+    DCP_LINK_LAYER_EFA = 3,        /* AWS SRD ("Unspecified" in sysfs) */
+    DCP_LINK_LAYER_COUNT = 4
+} dcp_link_layer_t;
+
 typedef struct {
     char busid[16]; /* "0000:18:00.0" */
     int32_t numa;   /* first NUMA node of its locality, -1 unknown */
-    int32_t nic;    /* index into nics of the NIC it uses, -1 none */
+    int32_t nic;    /* index into nics of the first NIC it uses, -1 none */
     dcp_path_t nic_path;
+    int32_t num_nics;               /* NICs it uses (0 none) */
+    int32_t nics[DCP_GPU_MAX_NICS]; /* their indices into nics, nearest first */
+    double pci_gbps;                /* its PCI link, GB/s (0 unknown) */
 } dcp_gpu_info_t;
 
 typedef struct {
@@ -39,6 +55,8 @@ typedef struct {
     char netdev[32]; /* its network interface, "" when none */
     char busid[16];
     dcp_nic_kind_t kind;
+    dcp_link_layer_t link_layer; /* live: ports/1/link_layer; a capture: the PCI vendor (EFA),
+                                    the port's LID (InfiniBand) or GID without one (RoCE) */
     int32_t numa;
     double pci_gbps;  /* PCI link bandwidth, GB/s (0 unknown) */
     double link_gbps; /* network link rate, Gb/s (0 unknown: sysfs only when live) */
@@ -54,12 +72,23 @@ typedef struct {
 
 /* Discovers a node: from the hwloc XML at `xml_path`, or the live machine when NULL. GPUs
  * are the PCI devices with the given bus ids in that order (as CUDA reports them), or, when
- * busids is NULL, every NVIDIA GPU in bus order. Each GPU gets the nearest NIC (RDMA NICs
- * before plain ones), GPUs spread evenly over equally near NICs. */
+ * busids is NULL, every NVIDIA GPU in bus order. NICs go to GPUs by PCI distance, RDMA NICs
+ * before plain ones: each NIC to the GPU nearest to it among those for which it is a nearest
+ * NIC (ties to the GPU with fewest NICs so far), so a GPU beside four NICs uses all four; a
+ * GPU left without then shares its nearest NIC (the least shared), so GPUs spread evenly over
+ * equally near NICs. A NIC farther from every GPU than that GPU's own (storage, management)
+ * serves none. */
 dcp_status_t dcp_node_discover(const char *xml_path, const char *const *busids, int32_t num_busids,
                                dcp_node_topo_t *node_out);
 
 const char *dcp_path_name(dcp_path_t path);
 const char *dcp_nic_kind_name(dcp_nic_kind_t kind);
+
+/* The fabric of a NIC, for people: "EFA", "InfiniBand", "RoCE", "Ethernet" (a plain NIC:
+ * TCP) or "unknown" (an RDMA NIC whose link layer is not known). */
+const char *dcp_nic_fabric(const dcp_nic_info_t *nic);
+
+/* GPUs that use NIC k (the GPUs sharing it). */
+int32_t dcp_node_nic_users(const dcp_node_topo_t *node, int32_t k);
 
 #endif

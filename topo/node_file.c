@@ -4,7 +4,8 @@
  * `key value...` per line, '#' to the end of a line a comment:
  *
  *   devices G         ranks per node (required)
- *   nics N            network adapters the node's devices share (1..G; default G)
+ *   nics N            the node's network adapters: 1..G the devices share, or a multiple of G
+ *                     (each device drives N / G of its own, inter sums them); default G
  *   intra X           GB/s per direction per device inside the node
  *   inter X           GB/s per direction per device to other nodes
  *   lat X             microseconds per transfer
@@ -118,9 +119,11 @@ dcp_status_t dcp_node_file_read(const char *path, int32_t *devs_out, int32_t *ni
     fclose(f);
     if (st != DCP_OK) return st;
     if (devs < 1) return dcp_set_error(DCP_ERR_INVALID_ARG, "node file '%s': no 'devices' line", path);
-    if (nics > devs)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "node file '%s': nics %d > devices %d", path,
-                             nics, devs);
+    if (nics > devs && nics % devs != 0)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "node file '%s': nics %d for devices %d: 1..%d NICs the devices "
+                             "share, or a multiple of %d (each device its own)",
+                             path, nics, devs, devs, devs);
     if (points > 0) m.eff_n = points;
     char field[300];
     snprintf(field, sizeof field, "node file '%s'", path);

@@ -27,11 +27,14 @@
 #include <stdint.h>
 
 /* Tag spaces: bit 63 the engines' own control messages (launch() refuses it), bit 62 the
- * context's barriers, bit 61 call stamps (plugin/stamp.h: host memory on every engine; the
- * sender's rank in the low 32 bits), below them a plan's block transfers. */
+ * context's barriers, bit 61 call stamps (plugin/stamp.h; the sender's rank in the low 32
+ * bits): host memory where the engine carries it (host_stamps), else with bit 60 set the
+ * context's device memory (DCP_TAG_NOTICE: stamps that also carry abort notices); below them
+ * a plan's block transfers (bit 61 clear). */
 #define DCP_TAG_CONTROL (1ull << 63)
 #define DCP_TAG_SYNC    (1ull << 62)
 #define DCP_TAG_STAMP   (1ull << 61)
+#define DCP_TAG_NOTICE  (DCP_TAG_STAMP | 1ull << 60)
 
 /* A block transfer's tag: 29 bits of the plan's fingerprint (ranks that run different plans
  * do not match each other's blocks) and the transfer's index. */
@@ -43,6 +46,12 @@ static inline uint64_t dcp_tag_data(uint32_t fingerprint, uint32_t transfer)
 static inline int dcp_tag_is_stamp(uint64_t tag)
 {
     return (tag & (DCP_TAG_CONTROL | DCP_TAG_SYNC | DCP_TAG_STAMP)) == DCP_TAG_STAMP;
+}
+
+/* A stamp in host memory (an engine that moves device memory leaves its pointer alone). */
+static inline int dcp_tag_is_host_stamp(uint64_t tag)
+{
+    return dcp_tag_is_stamp(tag) && (tag & DCP_TAG_NOTICE) != DCP_TAG_NOTICE;
 }
 
 /* The longest failure reason an abort carries to the peers (bytes, with the terminator). */
@@ -94,6 +103,11 @@ struct dcp_engine {
      * progress), so the executor drives test() on the requests in flight while it computes.
      * 0: they move by themselves (a copy at match time, a GPU stream). */
     int32_t needs_progress;
+    /* 1: the engine moves host memory beside the blocks and its abort() tells the peers why
+     * (in-process, UCX): call stamps are host memory, checked on the host. 0 (NCCL, or a
+     * routing engine with an NCCL leg): neither; the context's stamps travel in its device
+     * memory and carry the abort notices themselves (plugin/stamp.h). */
+    int32_t host_stamps;
 };
 
 static inline void dcp_engine_destroy(dcp_engine_t *e)

@@ -154,7 +154,7 @@ static dcp_status_t post(inproc_engine_t *ie, const dcp_xfer_op_t *op, dcp_xfer_
             DCP_TEST_DELAY(DCP_DELAY_COPY);
             if (DCP_TEST_FAULT(DCP_FAULT_INPROC_COPY))
                 copy_failed = 1;
-            else if (ie->mover.copy && !dcp_tag_is_stamp(op->tag)) /* stamps: host memory */
+            else if (ie->mover.copy && !dcp_tag_is_host_stamp(op->tag)) /* stamps: host memory */
                 copy_failed = ie->mover.copy(ie->mover.user, send, recv,
                                              h->device[src] == h->device[dst]) != DCP_OK;
             else if (op->bytes > 0)
@@ -353,7 +353,7 @@ dcp_status_t dcp_inproc_engine_create(dcp_inproc_hub_t *hub, int32_t rank,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "rank = %d, must be in [0, %d)", rank, hub->size);
     inproc_engine_t *ie;
     DCP_CHECK(dcp_calloc(&ie, 1, sizeof *ie, "in-process engine"));
-    ie->base = (dcp_engine_t){&inproc_ops, rank, hub->size, 0, 0};
+    ie->base = (dcp_engine_t){&inproc_ops, rank, hub->size, 0, 0, 1};
     ie->hub = hub;
     *engine_out = &ie->base;
     return DCP_OK;

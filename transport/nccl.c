@@ -3,6 +3,7 @@
 #include "include/base/error.h"
 #include "include/base/poll.h"
 #include "transport/bootstrap.h"
+#include "transport/lent.h"
 #include "transport/peers.h"
 
 #include <cuda_runtime_api.h>
@@ -12,9 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* How long communicator set-up and finalisation may take. */
-#define SETUP_TIMEOUT_S 120.0
 
 /* The NCCL entry points dcp uses, resolved from the loaded library. */
 typedef struct {
@@ -30,6 +28,9 @@ typedef struct {
     ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     const char *(*error_string)(ncclResult_t);
+    ncclResult_t (*comm_count)(const ncclComm_t, int *);
+    ncclResult_t (*user_rank)(const ncclComm_t, int *);
+    ncclResult_t (*cu_device)(const ncclComm_t, int *);
 } nccl_api_t;
 
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     cudaStream_t stream;
     int owns_stream;
     int failed; /* the communicator was aborted: every later call fails */
+    double timeout_s; /* the context's: communicator set-up, launches, finalisation */
 } nccl_engine_t;
 
 struct dcp_xfer_req {
@@ -71,6 +73,9 @@ static dcp_status_t load_api(nccl_api_t *a)
         {(void **)&a->send, "ncclSend"},
         {(void **)&a->recv, "ncclRecv"},
         {(void **)&a->error_string, "ncclGetErrorString"},
+        {(void **)&a->comm_count, "ncclCommCount"},
+        {(void **)&a->user_rank, "ncclCommUserRank"},
+        {(void **)&a->cu_device, "ncclCommCuDevice"},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(a->lib, syms[i].name);
@@ -150,12 +155,16 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
         if (ops[k].peer < 0 || ops[k].peer >= base->size || ops[k].peer == base->rank)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: op %lld has peer %d", (long long)k,
                                  ops[k].peer);
-    int64_t moved = 0;
-    for (int64_t k = 0; k < n; k++) moved += !dcp_tag_is_stamp(ops[k].tag);
+    for (int64_t k = 0; k < n; k++)
+        if (dcp_tag_is_host_stamp(ops[k].tag)) /* host_stamps is 0: the context knows */
+            return dcp_set_error(DCP_ERR_INTERNAL,
+                                 "nccl: op %lld is a call stamp in host memory, which NCCL "
+                                 "cannot move",
+                                 (long long)k);
     const dcp_xfer_op_t **order = NULL;
     dcp_xfer_req_t *r = NULL;
     dcp_status_t st;
-    if (moved == 0) { /* no event: the host never waits on the engine's stream for nothing */
+    if (n == 0) { /* no event: the host never waits on the engine's stream for nothing */
         DCP_CHECK(dcp_calloc(&r, 1, sizeof *r, "nccl request"));
         *req_out = r;
         return DCP_OK;
@@ -181,17 +190,14 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     }
     ncclResult_t nr = e->api.group_start();
     for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
-        /* call stamps are host memory, which NCCL cannot move: they are not exchanged here
-         * (NCCL matches by order; a receive's stamp stays zero, which the executor skips) */
-        if (!dcp_tag_is_stamp(order[k]->tag))
-            nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8,
-                                              order[k]->peer, e->comm, e->stream)
-                                : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8,
-                                              order[k]->peer, e->comm, e->stream);
+        nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
+                                          e->comm, e->stream)
+                            : e->api.recv(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
+                                          e->comm, e->stream);
     const ncclResult_t end = e->api.group_end();
     if (nr == ncclSuccess || nr == ncclInProgress) nr = end;
     if (nr == ncclInProgress) {
-        st = settle(e, "group launch", SETUP_TIMEOUT_S);
+        st = settle(e, "group launch", e->timeout_s);
     } else {
         st = nr == ncclSuccess ? DCP_OK : nccl_error(e, nr, "group launch");
     }
@@ -299,7 +305,7 @@ static void nccl_destroy(dcp_engine_t *base)
     nccl_engine_t *e = (nccl_engine_t *)base;
     if (e->comm && e->owns_comm) {
         if (!e->failed && e->api.finalize(e->comm) != ncclSuccess) fail(e);
-        if (!e->failed && settle(e, "finalize", SETUP_TIMEOUT_S) != DCP_OK) fail(e);
+        if (!e->failed && settle(e, "finalize", e->timeout_s) != DCP_OK) fail(e);
         if (!e->failed) e->api.destroy(e->comm); /* after an abort the comm is gone */
     }
     if (e->stream && e->owns_stream) cudaStreamDestroy(e->stream);
@@ -360,7 +366,7 @@ static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs,
         cfg.blocking = 0; /* waits can give up, and abort */
         const ncclResult_t r = e->api.init_rank_config(&e->comm, bs->size, ids[0], bs->rank, &cfg);
         st = r == ncclSuccess || r == ncclInProgress
-                 ? settle(e, "communicator set-up", SETUP_TIMEOUT_S)
+                 ? settle(e, "communicator set-up", e->timeout_s)
                  : nccl_error(e, r, "ncclCommInitRankConfig");
     }
     free(ids);
@@ -370,12 +376,26 @@ static dcp_status_t open_comm(nccl_engine_t *e, const dcp_bootstrap_t *bs,
 dcp_status_t dcp_nccl_engine_create(const dcp_bootstrap_t *bootstrap, int device, void *lent_comm,
                                     void *lent_stream, dcp_engine_t **engine_out)
 {
-    return dcp_nccl_engine_create_on(bootstrap, NULL, device, lent_comm, lent_stream, engine_out);
+    return dcp_nccl_engine_create_on(bootstrap, NULL, device, lent_comm, lent_stream,
+                                     bootstrap ? dcp_bootstrap_timeout(bootstrap) : 0, engine_out);
+}
+
+/* What NCCL says of a lent communicator (count -1: it cannot read it). */
+static dcp_lent_comm_t lent_facts(const nccl_engine_t *e, void *comm)
+{
+    dcp_lent_comm_t f = {-1, -1, -1};
+    int count = 0, rank = 0, dev = 0;
+    if (e->api.comm_count((ncclComm_t)comm, &count) == ncclSuccess &&
+        e->api.user_rank((ncclComm_t)comm, &rank) == ncclSuccess &&
+        e->api.cu_device((ncclComm_t)comm, &dev) == ncclSuccess)
+        f = (dcp_lent_comm_t){count, rank, dev};
+    return f;
 }
 
 dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
                                        const dcp_peer_table_t *peers, int device, void *lent_comm,
-                                       void *lent_stream, dcp_engine_t **engine_out)
+                                       void *lent_stream, double timeout_s,
+                                       dcp_engine_t **engine_out)
 {
     if (!bootstrap || !bootstrap->allgather || bootstrap->size < 1 || bootstrap->rank < 0 ||
         bootstrap->rank >= bootstrap->size || !engine_out)
@@ -387,8 +407,9 @@ dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
         return dcp_set_error(DCP_ERR_INVALID_ARG, "nccl: device %d of %d", device, count);
     nccl_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "nccl engine"));
-    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1, 0};
+    e->base = (dcp_engine_t){&nccl_ops, bootstrap->rank, bootstrap->size, 1, 0, 0};
     e->device = device;
+    e->timeout_s = timeout_s > 0 ? timeout_s : dcp_bootstrap_timeout(bootstrap);
     dcp_status_t st = load_api(&e->api);
     cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
     e->stream = (cudaStream_t)lent_stream;
@@ -398,6 +419,9 @@ dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
     if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "stream");
     /* a rank without NCCL or a stream fails every rank, not only itself */
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "nccl set-up"), st, err);
+    /* every rank lends a communicator that fits, or none lends one: checked on all at once */
+    const dcp_lent_comm_t facts = lent_comm ? lent_facts(e, lent_comm) : (dcp_lent_comm_t){0};
+    DCP_CHECK_GOTO(dcp_lent_comm_check(bootstrap, lent_comm ? &facts : NULL, device), st, err);
     if (lent_comm) {
         e->comm = (ncclComm_t)lent_comm;
     } else {
@@ -412,4 +436,44 @@ err:
     fail(e);
     nccl_destroy(&e->base);
     return st;
+}
+
+struct dcp_nccl_test_comm {
+    nccl_api_t api;
+    ncclComm_t comm;
+};
+
+dcp_status_t dcp_nccl_test_comm_create(int device, void **comm_out,
+                                       dcp_nccl_test_comm_t **handle_out)
+{
+    dcp_nccl_test_comm_t *h = NULL;
+    DCP_CHECK(dcp_calloc(&h, 1, sizeof *h, "nccl test communicator"));
+    dcp_status_t st = load_api(&h->api);
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (st == DCP_OK && cudaSetDevice(device) != cudaSuccess)
+        st = dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: no CUDA device %d", device);
+    if (st == DCP_OK && (r = h->api.get_unique_id(&id)) == ncclSuccess) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER; /* blocking */
+        r = h->api.init_rank_config(&h->comm, 1, id, 0, &cfg);
+    }
+    if (st == DCP_OK && r != ncclSuccess)
+        st = dcp_set_error(DCP_ERR_SYSTEM, "nccl: a one-rank communicator: %s",
+                           h->api.error_string(r));
+    if (st != DCP_OK) {
+        if (h->api.lib) dlclose(h->api.lib);
+        free(h);
+        return st;
+    }
+    *comm_out = h->comm;
+    *handle_out = h;
+    return DCP_OK;
+}
+
+void dcp_nccl_test_comm_destroy(dcp_nccl_test_comm_t *h)
+{
+    if (!h) return;
+    h->api.destroy(h->comm);
+    dlclose(h->api.lib);
+    free(h);
 }

@@ -12,10 +12,35 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The first line of a small file, without its newline; 0 when it cannot be read or is empty. */
+static int first_line(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    const int ok = fgets(buf, (int)n, f) != NULL;
+    fclose(f);
+    if (!ok) return 0;
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return buf[0] != '\0';
+}
+
+void dcp_peer_identify(const char *boot_id_path, dcp_peer_t *me)
+{
+    memset(me->host, 0, sizeof me->host);
+    if (gethostname(me->host, sizeof me->host - 1) != 0) snprintf(me->host, sizeof me->host, "?");
+    memset(me->boot, 0, sizeof me->boot);
+    char *b = me->boot;
+    const size_t n = sizeof me->boot;
+    const int found = boot_id_path ? first_line(boot_id_path, b, n)
+                                   : first_line("/proc/sys/kernel/random/boot_id", b, n) ||
+                                         first_line("/etc/machine-id", b, n);
+    if (!found) memset(b, 0, n);
+}
+
 void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
 {
     memset(me, 0, sizeof *me);
-    if (gethostname(me->host, sizeof me->host - 1) != 0) snprintf(me->host, sizeof me->host, "?");
+    dcp_peer_identify(NULL, me);
     me->pid = (int64_t)getpid();
     struct stat st;
     if (stat("/proc/self/ns/pid", &st) == 0) me->pidns = (uint64_t)st.st_ino;
@@ -28,6 +53,7 @@ void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
         me->gpus = node->num_gpus;
         for (int32_t k = 0; k < node->num_nics; k++)
             if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;
+        me->nics = dcp_node_model_nics(node);
         dcp_perf_model_t perf = {0};
         dcp_node_figures(node, &perf);
         me->inter_gbps = perf.inter_gbps;
@@ -78,7 +104,7 @@ int32_t dcp_peers_local_index(const dcp_peer_table_t *t, int32_t r)
 
 int dcp_peers_same_node(const dcp_peer_table_t *t, int32_t a, int32_t b)
 {
-    return !strcmp(t->peer[a].host, t->peer[b].host);
+    return !strcmp(t->peer[a].host, t->peer[b].host) && !strcmp(t->peer[a].boot, t->peer[b].boot);
 }
 
 int dcp_peers_same_pidns(const dcp_peer_table_t *t, int32_t a, int32_t b)

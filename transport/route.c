@@ -116,7 +116,10 @@ static dcp_status_t route_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_
 
 /* While parts are in flight on several engines, every engine is tested in turn (each
  * progresses its own transfers: none waits on the host for one while another starves) and
- * asked for peer failures; the last part gets the engine's own wait. */
+ * every engine is asked for peer failures (a peer's notice may come over a leg this wait has
+ * nothing on); the last part gets the engine's own wait where that engine hears of failures
+ * itself (host_stamps: its own notices), else it is polled like the others (NCCL's wait would
+ * not learn that a peer failed on another leg). */
 static dcp_status_t route_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeout_s,
                                void *stream)
 {
@@ -136,13 +139,12 @@ static dcp_status_t route_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double tim
             if (r->sub[i]) left++, last = i;
         }
         if (left == 0) break;
-        if (left == 1) {
+        if (left == 1 && e->sub[last]->host_stamps) {
             const double rest = deadline - dcp_now();
             DCP_CHECK(finish(e, r, last, rest > 0 ? rest : 0, stream));
             break;
         }
         for (int32_t i = 0; i < e->n; i++) {
-            if (!r->sub[i]) continue;
             const dcp_status_t st = e->sub[i]->ops->health(e->sub[i]);
             if (st != DCP_OK) return blame(e, i, st);
         }
@@ -239,16 +241,29 @@ dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
             dcp_engine_destroy(engines[i]);
         return st;
     }
-    e->base = (dcp_engine_t){&route_ops, rank, size, 1, 0};
+    e->base = (dcp_engine_t){&route_ops, rank, size, 1, 0, 1};
     e->n = n;
     for (int32_t i = 0; i < n; i++) {
         e->sub[i] = engines[i];
         e->label[i] = labels[i];
         e->base.stream_ordered &= engines[i]->stream_ordered;
         e->base.needs_progress |= engines[i]->needs_progress;
+        e->base.host_stamps &= engines[i]->host_stamps;
     }
     memcpy(e->engine_of, engine_of, (size_t)size);
     for (int32_t p = 0; p < size; p++) e->engine_peer[p] = engine_peer ? engine_peer[p] : p;
     *engine_out = &e->base;
     return DCP_OK;
+}
+
+int32_t dcp_route_leg(const dcp_engine_t *e, int32_t i, const dcp_engine_t **leg_out,
+                      const char **label_out)
+{
+    if (!e || e->ops != &route_ops) return 0;
+    const route_engine_t *r = (const route_engine_t *)e;
+    if (i >= 0 && i < r->n) {
+        *leg_out = r->sub[i];
+        *label_out = r->label[i];
+    }
+    return r->n;
 }

@@ -26,4 +26,9 @@ dcp_status_t dcp_route_engine_create(int32_t rank, int32_t size, int32_t n,
                                      const uint8_t *engine_of, const int32_t *engine_peer,
                                      dcp_engine_t **engine_out);
 
+/* Engine i of a routing engine and the label of the links it serves (i in [0, count));
+ * returns the count of legs (0 and nothing written when e is not a routing engine). */
+int32_t dcp_route_leg(const dcp_engine_t *e, int32_t i, const dcp_engine_t **leg_out,
+                      const char **label_out);
+
 #endif

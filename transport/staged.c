@@ -97,7 +97,7 @@ static dcp_status_t staged_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, 
     char *host = r->buf->ptr;
     int sends = 0;
     for (int64_t k = 0; k < n; k++)
-        if (ops[k].send && ops[k].bytes && !dcp_tag_is_stamp(ops[k].tag)) {
+        if (ops[k].send && ops[k].bytes && !dcp_tag_is_host_stamp(ops[k].tag)) {
             DCP_CHECK_GOTO(e->st.copy(e->st.user, host + r->off[k], ops[k].ptr, ops[k].bytes), st,
                            err);
             sends = 1;
@@ -105,7 +105,7 @@ static dcp_status_t staged_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, 
     if (sends) DCP_CHECK_GOTO(e->st.sync(e->st.user), st, err);
     for (int64_t k = 0; k < n; k++) {
         dcp_xfer_op_t op = ops[k];
-        if (!dcp_tag_is_stamp(op.tag)) op.ptr = host + r->off[k]; /* stamps: host memory */
+        if (!dcp_tag_is_host_stamp(op.tag)) op.ptr = host + r->off[k]; /* stamps: host memory */
         op.ready = op.done = NULL;
         DCP_CHECK_GOTO(e->inner->ops->launch(e->inner, &op, 1, &r->sub[k]), st, err);
     }
@@ -122,7 +122,7 @@ static dcp_status_t complete(staged_engine_t *e, dcp_xfer_req_t *r, int64_t k)
     DCP_CHECK(e->inner->ops->wait(e->inner, r->sub[k], 0, NULL));
     r->sub[k] = NULL;
     const dcp_xfer_op_t *op = &r->ops[k];
-    if (op->send || !op->bytes || dcp_tag_is_stamp(op->tag)) return DCP_OK;
+    if (op->send || !op->bytes || dcp_tag_is_host_stamp(op->tag)) return DCP_OK;
     return e->st.copy(e->st.user, op->ptr, (char *)r->buf->ptr + r->off[k], op->bytes);
 }
 
@@ -237,7 +237,8 @@ dcp_status_t dcp_staged_engine_create(dcp_engine_t *inner, const dcp_stager_t *s
         if (stager->release) stager->release(stager->user);
         return st;
     }
-    e->base = (dcp_engine_t){&staged_ops, inner->rank, inner->size, 0, inner->needs_progress};
+    e->base = (dcp_engine_t){&staged_ops, inner->rank,           inner->size,
+                             0,           inner->needs_progress, inner->host_stamps};
     e->inner = inner;
     e->st = *stager;
     *engine_out = &e->base;

@@ -71,6 +71,8 @@ struct ucx_engine {
      * nothing: [size] requests in flight, [size] outgoing notices */
     void **close_reqs;
     abort_msg_t *abort_out;
+    /* set: ops with a ready event are posted once it is reached (dcp_ucx_engine_order_by) */
+    dcp_status_t (*ready_query)(void *event, int *state_out);
 };
 
 struct dcp_xfer_req {
@@ -79,6 +81,9 @@ struct dcp_xfer_req {
     ucs_status_t *status; /* completion status of each op */
     int32_t *peer;
     uint8_t *send; /* 1: the op is a send */
+    dcp_xfer_op_t *held; /* ops waiting for their ready event (ready NULL once posted);
+                            NULL when none were held */
+    int64_t nheld;
 };
 
 static dcp_status_t ucx_error(ucs_status_t s, const char *what)
@@ -202,6 +207,7 @@ static dcp_status_t post_abort_listener(ucx_engine_t *e)
 static void free_req(dcp_xfer_req_t *r)
 {
     if (!r) return;
+    free(r->held);
     free(r->reqs);
     free(r->status);
     free(r->peer);
@@ -257,6 +263,67 @@ static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
     return DCP_OK;
 }
 
+/* Posts op k of r (a tagged send or receive). A post that fails is this rank's own
+ * failure, named with the call; the ops posted before it are the caller's to withdraw. */
+static dcp_status_t post(ucx_engine_t *e, dcp_xfer_req_t *r, int64_t k, const dcp_xfer_op_t *op)
+{
+    ucp_request_param_t p = {0};
+    void *q;
+    if (DCP_TEST_FAULT(op->send ? DCP_FAULT_UCX_SEND : DCP_FAULT_UCX_RECV))
+        q = UCS_STATUS_PTR(UCS_ERR_IO_ERROR);
+    else if (op->send)
+        q = ucp_tag_send_nbx(e->eps[op->peer], op->ptr, op->bytes, op->tag, &p);
+    else
+        q = ucp_tag_recv_nbx(e->worker, op->ptr, op->bytes, op->tag, ~0ull, &p);
+    if (UCS_PTR_IS_ERR(q)) {
+        r->status[k] = UCS_ERR_CANCELED; /* never posted: nothing to harvest */
+        r->pending--;
+        char call[48];
+        op_name(r, k, call, sizeof call);
+        /* a peer that failed first (its notice waiting, its process gone: a shared-memory
+         * endpoint then refuses the post) is named rather than this rank */
+        for (int i = 0; i < 16 && e->failed_peer < 0; i++) progress(e);
+        e->next_liveness = 0;
+        check_liveness(e);
+        if (e->failed_peer >= 0)
+            return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d cannot post its %s",
+                                 e->failed_peer, e->failed_reason, e->base.rank, call);
+        return dcp_set_error(DCP_ERR_SYSTEM, "ucx: rank %d cannot post its %s (%zu bytes): %s",
+                             e->base.rank, call, op->bytes, ucs_status_string(UCS_PTR_STATUS(q)));
+    }
+    if (q) {
+        r->reqs[k] = q;
+        return DCP_OK;
+    }
+    /* completed at once */
+    r->status[k] = DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE) ? UCS_ERR_IO_ERROR : UCS_OK;
+    r->pending--;
+    return DCP_OK;
+}
+
+/* Whether op's ready event has been reached (always, unless ops are ordered by events). */
+static dcp_status_t is_ready(const ucx_engine_t *e, const dcp_xfer_op_t *op, int *ready_out)
+{
+    int state = 1;
+    if (e->ready_query && op->ready) DCP_CHECK(e->ready_query(op->ready, &state));
+    *ready_out = state != 0;
+    return DCP_OK;
+}
+
+/* Posts the held ops whose ready event has been reached. */
+static dcp_status_t post_ready(ucx_engine_t *e, dcp_xfer_req_t *r)
+{
+    for (int64_t k = 0; r->nheld > 0 && k < r->n; k++) {
+        if (!r->held[k].ready) continue;
+        int ready = 0;
+        DCP_CHECK(is_ready(e, &r->held[k], &ready));
+        if (!ready) continue;
+        r->held[k].ready = NULL;
+        r->nheld--;
+        DCP_CHECK(post(e, r, k, &r->held[k]));
+    }
+    return DCP_OK;
+}
 static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r);
 
 static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int64_t n,
@@ -276,34 +343,27 @@ static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int
     DCP_CHECK_GOTO(dcp_calloc(&r->peer, n, sizeof *r->peer, "ucx request"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&r->send, n, sizeof *r->send, "ucx request"), st, err);
     r->n = n;
+    r->pending = n;
     for (int64_t k = 0; k < n; k++) {
-        ucp_request_param_t p = {0};
-        void *q;
-        if (DCP_TEST_FAULT(ops[k].send ? DCP_FAULT_UCX_SEND : DCP_FAULT_UCX_RECV))
-            q = UCS_STATUS_PTR(UCS_ERR_IO_ERROR);
-        else if (ops[k].send)
-            q = ucp_tag_send_nbx(e->eps[ops[k].peer], ops[k].ptr, ops[k].bytes, ops[k].tag, &p);
-        else
-            q = ucp_tag_recv_nbx(e->worker, ops[k].ptr, ops[k].bytes, ops[k].tag, ~0ull, &p);
         r->peer[k] = ops[k].peer;
         r->send[k] = (uint8_t)(ops[k].send != 0);
-        if (UCS_PTR_IS_ERR(q)) {
-            /* this rank's own failure: the ops posted so far are withdrawn */
-            char call[48];
-            st = dcp_set_error(DCP_ERR_SYSTEM, "ucx: rank %d cannot post its %s (%zu bytes): %s",
-                               base->rank, op_name(r, k, call, sizeof call), ops[k].bytes,
-                               ucs_status_string(UCS_PTR_STATUS(q)));
+        r->status[k] = UCS_INPROGRESS;
+        int ready = 1;
+        DCP_CHECK_GOTO(is_ready(e, &ops[k], &ready), st, err);
+        if (ready) {
+            st = post(e, r, k, &ops[k]);
+            if (st == DCP_OK) continue;
+            /* the ops posted so far are withdrawn; those after k were never counted out */
+            r->pending -= n - k - 1;
             r->n = k;
             ucx_cancel(base, r);
             return st;
         }
-        if (q) {
-            r->reqs[k] = q;
-            r->status[k] = UCS_INPROGRESS;
-            r->pending++;
-        } else if (DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE)) { /* completed at once */
-            r->status[k] = UCS_ERR_IO_ERROR;
-        }
+        /* its region is not written (send) or not free (receive) yet: posted once it is */
+        if (!r->held)
+            DCP_CHECK_GOTO(dcp_calloc(&r->held, n, sizeof *r->held, "ucx request"), st, err);
+        r->held[k] = ops[k];
+        r->nheld++;
     }
     *req_out = r;
     return DCP_OK;
@@ -315,6 +375,7 @@ err:
 static dcp_status_t ucx_test(dcp_engine_t *base, dcp_xfer_req_t *r, int *done_out)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
+    DCP_CHECK(post_ready(e, r));
     progress(e);
     const dcp_status_t st = harvest(e, r);
     *done_out = r->pending == 0;
@@ -328,6 +389,7 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
     const double start = dcp_now(), deadline = start + timeout_s;
     double grace_end = -1; /* set once the deadline has passed */
     for (dcp_poll_t poll = dcp_poll_start();; dcp_poll_pause(&poll)) {
+        DCP_CHECK(post_ready(e, r));
         progress(e);
         DCP_CHECK(harvest(e, r));
         if (r->pending == 0) break;
@@ -339,7 +401,7 @@ static dcp_status_t ucx_wait(dcp_engine_t *base, dcp_xfer_req_t *r, double timeo
         if ((poll.polls & 255) == 0 && dcp_now() > deadline) {
             int32_t peer = -1;
             for (int64_t i = 0; i < r->n && peer < 0; i++)
-                if (r->reqs[i]) peer = r->peer[i];
+                if (r->reqs[i] || (r->held && r->held[i].ready)) peer = r->peer[i];
             /* Past the deadline a wait listens longer for a notice before it blames the peer
              * it waited for: that peer may itself be waiting for the rank that failed (the
              * ranks of a host whose link went down), and its own timeout names that one. A
@@ -375,6 +437,8 @@ static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
     if (!r) return;
     for (int64_t i = 0; i < r->n; i++)
         if (r->reqs[i]) ucp_request_cancel(e->worker, r->reqs[i]);
+    r->pending -= r->nheld; /* never posted */
+    r->nheld = 0;
     const double deadline = dcp_now() + CANCEL_GRACE_S;
     while (r->pending > 0 && dcp_now() < deadline) {
         progress(e);
@@ -688,7 +752,7 @@ dcp_status_t dcp_ucx_engine_create_on(const dcp_bootstrap_t *bootstrap,
                              bootstrap ? bootstrap->rank : -1, bootstrap ? bootstrap->size : -1);
     ucx_engine_t *e = NULL;
     DCP_CHECK(dcp_calloc(&e, 1, sizeof *e, "ucx engine"));
-    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0, 1};
+    e->base = (dcp_engine_t){&ucx_ops, bootstrap->rank, bootstrap->size, 0, 1, 1};
     e->bs = bootstrap;
     e->failed_peer = -1;
     e->suspect = -1;
@@ -732,4 +796,12 @@ int dcp_ucx_supports_cuda(void)
                      (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
     ucp_cleanup(ctx);
     return cuda;
+}
+
+void dcp_ucx_engine_order_by(dcp_engine_t *engine,
+                             dcp_status_t (*ready_query)(void *event, int *state_out))
+{
+    ucx_engine_t *e = (ucx_engine_t *)engine;
+    e->ready_query = ready_query;
+    engine->stream_ordered = ready_query != NULL;
 }

@@ -8,6 +8,9 @@
  * wait, an in-process block copy); the hook sleeps for seeded random times so that the
  * interleavings a GPU's asynchronous streams produce also happen on the CPU executor.
  *
+ * Counting (tests/unit/delay_hook.c): DCP_TEST_COUNT(site) marks an event a test counts per
+ * thread.
+ *
  * Allocation failures (tests/unit/fault_hook.c): every allocation of the library (alloc.h,
  * and the device tables' memory, page-locked memory, streams, events and timers) asks
  * DCP_TEST_ALLOC_FAILS(site) first and fails as a real one would when it says so; a block it
@@ -46,17 +49,25 @@ typedef enum {
     DCP_FAULT_COUNT
 } dcp_fault_site_t;
 
+/* Events the tests count (DCP_TEST_COUNT(site), per thread): a host synchronisation is the
+ * calling thread waiting for a device's queued work (a stream or event synchronisation, or
+ * an event query that had to wait), which a stream-ordered call avoids. */
+typedef enum { DCP_COUNT_HOST_SYNC, DCP_COUNT_SITES } dcp_count_site_t;
+
 #ifdef DCP_TEST_HOOKS
 void dcp_test_delay(dcp_delay_site_t site);
+void dcp_test_count(dcp_count_site_t site);
 int dcp_test_alloc_fails(const void *site);
 void dcp_test_alloc_made(uintptr_t old, const void *ptr, size_t bytes, const void *site);
 int dcp_test_fault(dcp_fault_site_t site);
 #define DCP_TEST_DELAY(site)                       dcp_test_delay(site)
+#define DCP_TEST_COUNT(site)                       dcp_test_count(site)
 #define DCP_TEST_ALLOC_FAILS(site)                 dcp_test_alloc_fails(site)
 #define DCP_TEST_ALLOC_MADE(old, ptr, bytes, site) dcp_test_alloc_made(old, ptr, bytes, site)
 #define DCP_TEST_FAULT(site)                       dcp_test_fault(site)
 #else
 #define DCP_TEST_DELAY(site)                       ((void)0)
+#define DCP_TEST_COUNT(site)                       ((void)0)
 #define DCP_TEST_ALLOC_FAILS(site)                 ((void)(site), 0)
 #define DCP_TEST_ALLOC_MADE(old, ptr, bytes, site) ((void)(old), (void)(site))
 #define DCP_TEST_FAULT(site)                       0

@@ -21,6 +21,16 @@
  * log2 domain; the output is normalised at the end and stored in fp32 or the input type
  * (by the output buffer), merged by LSE with what is there when the group accumulates.
  *
+ * Head dims (template DK for Q and K, DV for V and O): 64, 96, 128, 192 and 256, and MLA's
+ * 192/128. Past 128 (where two m-tiles' S, O and Q reads would spill) the CTA takes the other
+ * shape, 16 rows a warp; where a chunk of 64 keys would not fit sm_80's shared memory beside
+ * Q (DK + DV > 384), its chunks are 32 keys; Q fragments stay in registers only at DK <= 128
+ * with one m-tile (or DK <= 64). The variants run in kernels of their own (VAR, one m-tile a
+ * warp), so that the plain ones keep their registers: a softcap c makes each scaled score
+ * c tanh(s / c) before the mask (tested for NaN or Inf before it, which tanh would hide), and
+ * with p.max_logit each warp maxes its rows' running maxima (the largest allowed score each
+ * saw, capped) into its query head's entry, one atomic a warp.
+ *
  * Non-finite inputs (dcp.h, dcp_tensors_t): each row keeps whether it has an allowed key at
  * all and whether an allowed score was NaN or +-Inf; at the store a row without allowed keys
  * is (0, -inf) whatever the MMAs left in it, and a row with a non-finite score, sum or output
@@ -44,19 +54,20 @@ namespace dcp_cuda
 
 constexpr int BM = 128, PAD = 8;
 
-/* MT m-tiles of 16 rows per warp: 8 / MT warps cover BM rows; chunks of BN keys (32 with two
- * m-tiles, as FlashAttention-2 at head dim 128 on sm_80, so S and O fit the registers). */
-template <int MT> struct Shape {
-    static constexpr int WARPS = 8 / MT, THREADS = WARPS * 32, BN = MT == 1 ? 64 : 32;
-};
-
-template <int D> struct AttnGeom {
-    static constexpr int LD = D + PAD; /* padded smem row: ldmatrix rows hit distinct banks */
+/* The geometry of a launch: MT m-tiles of 16 rows per warp, 8 / MT warps covering BM rows,
+ * chunks of BN keys (32 with two m-tiles, as FlashAttention-2 at head dim 128 on sm_80, so S
+ * and O fit the registers; 32 with one where 64 keys' K and V would not fit sm_80's shared
+ * memory beside Q), padded smem rows (ldmatrix rows hit distinct banks). */
+template <int DK, int DV, int MT> struct Cfg {
+    static_assert(MT == 1 || (DK <= 128 && DV <= 128), "two m-tiles fit the registers to 128");
+    static constexpr int WARPS = 8 / MT, THREADS = WARPS * 32;
+    static constexpr int BN = MT == 2 ? 32 : (DK + DV > 384 ? 32 : 64);
+    static constexpr int LDK = DK + PAD, LDV = DV + PAD;
+    /* Q's fragments in registers for the whole row block, or read from shared memory at each
+     * chunk where the registers hold O and S */
+    static constexpr bool QREG = (MT == 1 && DK <= 128) || DK <= 64;
     /* Q, then K and V of two chunk buffers */
-    template <int MT> static constexpr size_t smem_bytes()
-    {
-        return (size_t)(BM + 4 * Shape<MT>::BN) * LD * 2;
-    }
+    static constexpr size_t smem_bytes = (size_t)(BM * LDK + 2 * BN * (LDK + LDV)) * 2;
 };
 
 struct AttnParams {
@@ -65,7 +76,12 @@ struct AttnParams {
     const dcp_tile_group_t *groups;
     const dcp_tile_t *tiles;
     int32_t rep;      /* query heads per KV head */
+    int32_t q_heads;  /* query heads of a head group: group g's head j is g x q_heads + j */
     float scale_log2; /* softmax scale x log2(e) */
+    /* softcap c > 0: a score s (scaled) becomes c tanh(s / c), computed as
+     * cap_log2 x tanh(raw x cap_scale) in the log2 domain; 0: off */
+    float softcap, cap_scale, cap_log2;
+    float *max_logit; /* per query head of the shape, or NULL (kernel.h) */
 };
 
 /* A row's allowed keys inside one tile, [lo0, hi0) u [lo1, hi1), tile-local and clamped to
@@ -185,7 +201,7 @@ template <> struct Rows<1> {
 };
 
 template <> struct Rows<2> {
-    static_assert(Shape<2>::BN == 32, "a row's keys of a chunk are one 32-bit word");
+    static_assert(Cfg<128, 128, 2>::BN == 32, "a row's keys of a chunk are one 32-bit word");
     Range mine; /* row (lane & 3) of the thread's four */
     __device__ __forceinline__ static int own_off() { return row_off(threadIdx.x & 3); }
     __device__ __forceinline__ void tile(const dcp_seq_info_t &seq, const dcp_tile_group_t &g,
@@ -222,12 +238,11 @@ struct Cursor {
 
 /* Moves c (and R, the ranges of c's tile) forward to the first chunk some row of the CTA
  * sees; false at the end of the group's tiles. Block-uniform: every thread calls it. */
-template <int MT>
+template <int MT, int BN>
 __device__ bool find_chunk(const AttnParams &p, const dcp_tile_group_t &g,
                            const dcp_seq_info_t &seq, int r0, int row0, bool rows_valid, Cursor &c,
                            Rows<MT> &R)
 {
-    constexpr int BN = Shape<MT>::BN;
     const int end = g.first_tile + g.num_tiles;
     while (c.ti < end) {
         const dcp_tile_t &t = p.tiles[c.ti];
@@ -256,10 +271,10 @@ __device__ bool find_chunk(const AttnParams &p, const dcp_tile_group_t &g,
 }
 
 /* rows [0, n) of a [rows, D] view into smem [BM or BN][LD]; rows past n become zeros. */
-template <typename T, int D, int ROWS, int THREADS>
+template <typename T, int D, int LD, int ROWS, int THREADS>
 __device__ __forceinline__ void load_rows(T *s, const T *src, int64_t stride, int n)
 {
-    constexpr int LD = AttnGeom<D>::LD, VEC = 8, PER_ROW = D / VEC;
+    constexpr int VEC = 8, PER_ROW = D / VEC;
     for (int i = threadIdx.x; i < ROWS * PER_ROW; i += THREADS) {
         const int r = i / PER_ROW, col = (i % PER_ROW) * VEC;
         const bool ok = r < n;
@@ -267,17 +282,17 @@ __device__ __forceinline__ void load_rows(T *s, const T *src, int64_t stride, in
     }
 }
 
-template <typename T, int D, int MT>
+template <typename T, int DK, int DV, int MT>
 __device__ __forceinline__ void load_chunk(const AttnParams &p, const Cursor &c, int kvh, T *Ks,
                                            T *Vs)
 {
-    constexpr int BN = Shape<MT>::BN, THREADS = Shape<MT>::THREADS;
+    using C = Cfg<DK, DV, MT>;
     const dcp_tile_t &t = p.tiles[c.ti];
-    const int n = min(BN, t.kv_len - c.c0);
-    const T *k = (const T *)p.bufs[t.k.buf] + t.k.off + (int64_t)kvh * D;
-    const T *v = (const T *)p.bufs[t.v.buf] + t.v.off + (int64_t)kvh * D;
-    load_rows<T, D, BN, THREADS>(Ks, k + (int64_t)c.c0 * t.k.stride, t.k.stride, n);
-    load_rows<T, D, BN, THREADS>(Vs, v + (int64_t)c.c0 * t.v.stride, t.v.stride, n);
+    const int n = min(C::BN, t.kv_len - c.c0);
+    const T *k = (const T *)p.bufs[t.k.buf] + t.k.off + (int64_t)kvh * DK;
+    const T *v = (const T *)p.bufs[t.v.buf] + t.v.off + (int64_t)kvh * DV;
+    load_rows<T, DK, C::LDK, C::BN, C::THREADS>(Ks, k + (int64_t)c.c0 * t.k.stride, t.k.stride, n);
+    load_rows<T, DV, C::LDV, C::BN, C::THREADS>(Vs, v + (int64_t)c.c0 * t.v.stride, t.v.stride, n);
 }
 
 /* The per-thread state of the online softmax: 2 MT rows, D/8 output n-tiles per m-tile. */
@@ -294,29 +309,38 @@ template <int D, int MT> struct Acc {
 /* Q fragments of the warp's m-tiles: kept in registers for the row block (QREG), or read
  * from shared memory at each chunk (FlashAttention-2's shape at head dim 128, where the
  * registers hold O and S). */
-template <int D, int MT> struct QFrag {
-    static constexpr bool QREG = MT == 1 || D <= 64;
-    uint32_t f[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+template <int DK, int DV, int MT> struct QFrag {
+    static constexpr bool QREG = Cfg<DK, DV, MT>::QREG;
+    uint32_t f[QREG ? MT : 1][QREG ? DK / 16 : 1][4];
 };
 
 /* Fragment kk of m-tile mt of the warp's Q rows, from shared memory. */
-template <typename T, int D, int MT>
+template <typename T, int LD, int MT>
 __device__ __forceinline__ void q_frag(uint32_t (&r)[4], const T *Qs, int mt, int kk)
 {
-    constexpr int LD = AttnGeom<D>::LD;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = warp * 16 * MT + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     const int col = kk * 16 + ((lane >> 4) & 1) * 8;
     ldmatrix_x4(r, Qs + row * LD + col);
 }
 
-template <typename T, int D, int MT>
-__device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &c,
-                                             const Rows<MT> &R, const QFrag<D, MT> &qf,
-                                             const T *Qs, const T *Ks, const T *Vs,
-                                             Acc<D, MT> &a)
+/* The score a kernel keeps of a raw q.k (log2 domain): scaled, and capped where a VAR kernel
+ * runs with a softcap. */
+template <bool VAR> __device__ __forceinline__ float logit2(const AttnParams &p, float raw)
 {
-    constexpr int LD = AttnGeom<D>::LD, BN = Shape<MT>::BN;
+    if constexpr (VAR) {
+        if (p.softcap > 0.0f) return p.cap_log2 * tanhf(raw * p.cap_scale);
+    }
+    return raw * p.scale_log2;
+}
+
+template <typename T, int DK, int DV, int MT, bool VAR>
+__device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &c,
+                                             const Rows<MT> &R, const QFrag<DK, DV, MT> &qf,
+                                             const T *Qs, const T *Ks, const T *Vs, Acc<DV, MT> &a)
+{
+    using C = Cfg<DK, DV, MT>;
+    constexpr int LDK = C::LDK, LDV = C::LDV, BN = C::BN;
     const int lane = threadIdx.x & 31;
     if (!c.full && !__any_sync(0xffffffffu, R.own_sees(c.c0, c.c0 + BN)))
         return; /* none of this warp's rows sees the chunk */
@@ -328,22 +352,22 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
 #pragma unroll
         for (int n = 0; n < BN / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        uint32_t qs[QFrag<D, MT>::QREG ? 1 : MT][4];
-        if constexpr (!QFrag<D, MT>::QREG) {
+    for (int kk = 0; kk < DK / 16; kk++) {
+        uint32_t qs[C::QREG ? 1 : MT][4];
+        if constexpr (!C::QREG) {
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) q_frag<T, D, MT>(qs[mt], Qs, mt, kk);
+            for (int mt = 0; mt < MT; mt++) q_frag<T, LDK, MT>(qs[mt], Qs, mt, kk);
         }
 #pragma unroll
         for (int np = 0; np < BN / 16; np++) {
             uint32_t b[4];
             const int key = np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
             const int col = kk * 16 + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(b, Ks + key * LD + col);
+            ldmatrix_x4(b, Ks + key * LDK + col);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 const uint32_t *q;
-                if constexpr (QFrag<D, MT>::QREG)
+                if constexpr (C::QREG)
                     q = qf.f[mt][kk];
                 else
                     q = qs[mt];
@@ -366,11 +390,12 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
         for (int n = 0; n < BN / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float v = s[mt][n][2 * h + e] * p.scale_log2;
+                const float raw = s[mt][n][2 * h + e];
+                float v = logit2<VAR>(p, raw);
                 if (!c.full && !keys.ok(n * 8 + e))
                     v = -INFINITY;
-                else
-                    bad |= !(fabsf(v) <= 3.402823466e38f); /* NaN or +-Inf */
+                else /* NaN or +-Inf, before a cap could hide it */
+                    bad |= !(fabsf(raw * p.scale_log2) <= 3.402823466e38f);
                 s[mt][n][2 * h + e] = v;
                 mx = fmaxf(mx, v);
             }
@@ -395,7 +420,7 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
+        for (int n = 0; n < DV / 8; n++) {
             a.o[mt][n][0] *= alpha[2 * mt];
             a.o[mt][n][1] *= alpha[2 * mt];
             a.o[mt][n][2] *= alpha[2 * mt + 1];
@@ -414,11 +439,11 @@ __device__ __forceinline__ void attend_chunk(const AttnParams &p, const Cursor &
             pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
         }
 #pragma unroll
-        for (int np = 0; np < D / 16; np++) {
+        for (int np = 0; np < DV / 16; np++) {
             uint32_t b[4];
             const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
             const int col = np * 16 + ((lane >> 4) & 1) * 8;
-            ldmatrix_x4_trans(b, Vs + key * LD + col);
+            ldmatrix_x4_trans(b, Vs + key * LDV + col);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 mma16816<T>(a.o[mt][2 * np], pa[mt], b[0], b[1]);
@@ -519,17 +544,47 @@ __device__ __forceinline__ void store_rows(const AttnParams &p, const dcp_tile_g
     }
 }
 
-template <typename T, int D, int MT>
-__global__ void __launch_bounds__(Shape<MT>::THREADS, MT)
+/* fp32 *addr = max(*addr, v), device-wide; a NaN v is dropped. Ordered as integers: a float
+ * >= 0 orders like its bits as int, one < 0 inversely to its bits as unsigned; the entries
+ * start at -inf. */
+__device__ __forceinline__ void atomic_max_f32(float *addr, float v)
+{
+    if (!(v == v)) return;
+    if (v >= 0.0f)
+        atomicMax(reinterpret_cast<int *>(addr), __float_as_int(v + 0.0f)); /* -0 as +0 */
+    else
+        atomicMin(reinterpret_cast<unsigned *>(addr), __float_as_uint(v));
+}
+
+/* The largest running maximum of the warp's valid rows that saw a key, in natural units,
+ * into the max logit of query head g x q_heads + h. The quad's threads share each row's. */
+template <int DV, int MT>
+__device__ __forceinline__ void max_logit_rows(const AttnParams &p, const dcp_tile_group_t &g,
+                                               int h, int r0, int row0, const Acc<DV, MT> &a)
+{
+    float mx = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < 2 * MT; x++)
+        if (a.seen(x) && r0 + row0 + row_off(x) < g.q_len) mx = fmaxf(mx, a.m[x]);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0 && mx > -INFINITY)
+        atomic_max_f32(p.max_logit + (int64_t)g.head_group * p.q_heads + h,
+                       mx * 0.69314718055994531f);
+}
+
+template <typename T, int DK, int DV, int MT, bool VAR>
+__global__ void __launch_bounds__(Cfg<DK, DV, MT>::THREADS, MT)
     attn_fwd_kernel(const __grid_constant__ AttnParams p)
 {
-    constexpr int LD = AttnGeom<D>::LD, THREADS = Shape<MT>::THREADS, BN = Shape<MT>::BN;
+    using C = Cfg<DK, DV, MT>;
+    constexpr int THREADS = C::THREADS, BN = C::BN;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
-    /* K and V of chunk buffer b at Ks + b * KV_BUF, Vs + b * KV_BUF (arithmetic, not an
+    /* K and V of chunk buffer b at Ks + b * K_BUF, Vs + b * V_BUF (arithmetic, not an
      * array indexed at run time, which would live in local memory) */
-    constexpr int KV_BUF = BN * LD;
-    T *const Ks = Qs + BM * LD, *const Vs = Qs + (BM + 2 * BN) * LD;
+    constexpr int K_BUF = BN * C::LDK, V_BUF = BN * C::LDV;
+    T *const Ks = Qs + BM * C::LDK, *const Vs = Ks + 2 * K_BUF;
 
     const dcp_tile_group_t &g = p.groups[blockIdx.x];
     const dcp_seq_info_t &seq = p.seqs[g.seq];
@@ -540,16 +595,16 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, MT)
     for (int r0 = blockIdx.y * BM; r0 < g.q_len; r0 += gridDim.y * BM) {
         __syncthreads(); /* the previous row block is done with shared memory */
         const T *q =
-            (const T *)p.bufs[g.q.buf] + g.q.off + (int64_t)r0 * g.q.stride + (int64_t)h * D;
-        load_rows<T, D, BM, THREADS>(Qs, q, g.q.stride, min(BM, g.q_len - r0));
+            (const T *)p.bufs[g.q.buf] + g.q.off + (int64_t)r0 * g.q.stride + (int64_t)h * DK;
+        load_rows<T, DK, C::LDK, BM, THREADS>(Qs, q, g.q.stride, min(BM, g.q_len - r0));
         cp_async_commit();
 
         const bool rows_valid = r0 + warp * 16 * MT < g.q_len;
         Cursor cur = {g.first_tile, 0, 0};
         Rows<MT> R;
-        bool found = find_chunk<MT>(p, g, seq, r0, row0, rows_valid, cur, R);
+        bool found = find_chunk<MT, BN>(p, g, seq, r0, row0, rows_valid, cur, R);
         if (found) {
-            load_chunk<T, D, MT>(p, cur, kvh, Ks, Vs);
+            load_chunk<T, DK, DV, MT>(p, cur, kvh, Ks, Vs);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -557,18 +612,19 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, MT)
         }
         __syncthreads();
 
-        QFrag<D, MT> qf;
-        if constexpr (QFrag<D, MT>::QREG) {
+        QFrag<DK, DV, MT> qf;
+        if constexpr (C::QREG) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int kk = 0; kk < D / 16; kk++) q_frag<T, D, MT>(qf.f[mt][kk], Qs, mt, kk);
+                for (int kk = 0; kk < DK / 16; kk++)
+                    q_frag<T, C::LDK, MT>(qf.f[mt][kk], Qs, mt, kk);
         }
-        Acc<D, MT> a;
+        Acc<DV, MT> a;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int n = 0; n < D / 8; n++)
+            for (int n = 0; n < DV / 8; n++)
                 a.o[mt][n][0] = a.o[mt][n][1] = a.o[mt][n][2] = a.o[mt][n][3] = 0.0f;
 #pragma unroll
         for (int x = 0; x < 2 * MT; x++) {
@@ -582,48 +638,83 @@ __global__ void __launch_bounds__(Shape<MT>::THREADS, MT)
             Cursor nxt = cur;
             nxt.c0 += BN;
             Rows<MT> Rn = R;
-            const bool more = find_chunk<MT>(p, g, seq, r0, row0, rows_valid, nxt, Rn);
+            const bool more = find_chunk<MT, BN>(p, g, seq, r0, row0, rows_valid, nxt, Rn);
             if (more) {
-                load_chunk<T, D, MT>(p, nxt, kvh, Ks + (buf ^ 1) * KV_BUF,
-                                          Vs + (buf ^ 1) * KV_BUF);
+                load_chunk<T, DK, DV, MT>(p, nxt, kvh, Ks + (buf ^ 1) * K_BUF,
+                                          Vs + (buf ^ 1) * V_BUF);
                 cp_async_commit();
                 cp_async_wait<1>();
             } else {
                 cp_async_wait<0>();
             }
             __syncthreads();
-            attend_chunk<T, D, MT>(p, cur, R, qf, Qs, Ks + buf * KV_BUF, Vs + buf * KV_BUF, a);
+            attend_chunk<T, DK, DV, MT, VAR>(p, cur, R, qf, Qs, Ks + buf * K_BUF, Vs + buf * V_BUF,
+                                             a);
             __syncthreads();
             cur = nxt;
             R = Rn;
             found = more;
             buf ^= 1;
         }
-        store_rows<T, D, MT>(p, g, h, r0, row0, a);
+        store_rows<T, DV, MT>(p, g, h, r0, row0, a);
+        if constexpr (VAR) {
+            if (p.max_logit) max_logit_rows<DV, MT>(p, g, h, r0, row0, a);
+        }
     }
 }
 
-template <typename T, int D, int MT>
+template <typename T, int DK, int DV, int MT, bool VAR>
 static cudaError_t launch(const AttnParams &p, int64_t num_groups, int32_t max_rows,
                           int32_t q_heads, cudaStream_t stream)
 {
-    const size_t smem = AttnGeom<D>::template smem_bytes<MT>();
-    cudaError_t e = cudaFuncSetAttribute(attn_fwd_kernel<T, D, MT>,
+    using C = Cfg<DK, DV, MT>;
+    const size_t smem = C::smem_bytes;
+    cudaError_t e = cudaFuncSetAttribute(attn_fwd_kernel<T, DK, DV, MT, VAR>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     const int row_blocks = (max_rows + BM - 1) / BM;
     const dim3 grid((unsigned)num_groups, (unsigned)(row_blocks < 65535 ? row_blocks : 65535),
                     (unsigned)q_heads);
-    attn_fwd_kernel<T, D, MT><<<grid, Shape<MT>::THREADS, smem, stream>>>(p);
+    attn_fwd_kernel<T, DK, DV, MT, VAR><<<grid, C::THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T, int D>
+/* Two m-tiles a warp (32 rows) where asked and S, O and Q's reads fit their registers (head dims
+ * to 128; MLA's 192/128 spills there), else one. The variants
+ * (a softcap's tanh, the max logit's reduction) run in kernels of their own (VAR), one m-tile
+ * a warp, where the registers hold them beside S and O: the plain kernels stay as they were. */
+template <typename T, int DK, int DV>
 static cudaError_t launch_shape(const AttnParams &p, int64_t num_groups, int32_t max_rows,
                                 int32_t q_heads, cudaStream_t stream, int warp_rows)
 {
-    return warp_rows == 32 ? launch<T, D, 2>(p, num_groups, max_rows, q_heads, stream)
-                           : launch<T, D, 1>(p, num_groups, max_rows, q_heads, stream);
+    if (p.softcap > 0.0f || p.max_logit)
+        return launch<T, DK, DV, 1, true>(p, num_groups, max_rows, q_heads, stream);
+    if constexpr (DK <= 128 && DV <= 128) {
+        if (warp_rows == 32)
+            return launch<T, DK, DV, 2, false>(p, num_groups, max_rows, q_heads, stream);
+    }
+    return launch<T, DK, DV, 1, false>(p, num_groups, max_rows, q_heads, stream);
+}
+
+/* The head dims dcp builds (kernel.h, dcp_cuda_dims_ok), for one element type. */
+template <typename T>
+static cudaError_t launch_dims(const AttnParams &p, int32_t dk, int32_t dv, int64_t num_groups,
+                               int32_t max_rows, int32_t q_heads, cudaStream_t s, int wr)
+{
+    if (dk == 192 && dv == 128)
+        return launch_shape<T, 192, 128>(p, num_groups, max_rows, q_heads, s, wr);
+    switch (dk) {
+    case 64:
+        return launch_shape<T, 64, 64>(p, num_groups, max_rows, q_heads, s, wr);
+    case 96:
+        return launch_shape<T, 96, 96>(p, num_groups, max_rows, q_heads, s, wr);
+    case 128:
+        return launch_shape<T, 128, 128>(p, num_groups, max_rows, q_heads, s, wr);
+    case 192:
+        return launch_shape<T, 192, 192>(p, num_groups, max_rows, q_heads, s, wr);
+    default:
+        return launch_shape<T, 256, 256>(p, num_groups, max_rows, q_heads, s, wr);
+    }
 }
 
 } // namespace dcp_cuda
@@ -649,10 +740,12 @@ extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "cuda attention: dtype %d, the GPU kernels run bf16 and fp16",
                              (int)env->dtype);
-    if (env->head_dim != 64 && env->head_dim != 128)
+    const int32_t dk = env->head_dim, dv = dcp_env_dv(env);
+    if (!dcp_cuda_dims_ok(dk, dv))
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
-                             "cuda attention: head_dim %d, the GPU kernels run 64 and 128",
-                             env->head_dim);
+                             "cuda attention: head dims %d/%d, the GPU kernels run 64, 96, 128, "
+                             "192, 256 and 192/128",
+                             dk, dv);
     if (num_groups > 0x7fffffff || env->q_heads > 65535 || env->max_rows < 1)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "cuda attention: %lld groups x %d heads (max_rows %d) out of range",
@@ -663,19 +756,19 @@ extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,
     p.groups = groups;
     p.tiles = tiles;
     p.rep = env->q_heads / env->kv_heads;
+    p.q_heads = env->q_heads;
     p.scale_log2 = env->scale * 1.4426950408889634f;
+    p.softcap = env->softcap > 0.0f ? env->softcap : 0.0f;
+    p.cap_scale = p.softcap > 0.0f ? env->scale / p.softcap : 0.0f;
+    p.cap_log2 = p.softcap * 1.4426950408889634f;
+    p.max_logit = env->max_logit;
     cudaStream_t s = (cudaStream_t)env->stream;
     const bool bf = env->dtype == DCP_DTYPE_BF16;
     const int wr = dcp_cuda_attn_warp_rows();
     const int64_t ng = num_groups;
     const int32_t mr = env->max_rows, qh = env->q_heads;
-    cudaError_t e;
-    if (env->head_dim == 64)
-        e = bf ? launch_shape<__nv_bfloat16, 64>(p, ng, mr, qh, s, wr)
-               : launch_shape<__half, 64>(p, ng, mr, qh, s, wr);
-    else
-        e = bf ? launch_shape<__nv_bfloat16, 128>(p, ng, mr, qh, s, wr)
-               : launch_shape<__half, 128>(p, ng, mr, qh, s, wr);
+    const cudaError_t e = bf ? launch_dims<__nv_bfloat16>(p, dk, dv, ng, mr, qh, s, wr)
+                             : launch_dims<__half>(p, dk, dv, ng, mr, qh, s, wr);
     if (e != cudaSuccess)
         return dcp_set_error(DCP_ERR_SYSTEM, "cuda attention launch: %s", cudaGetErrorString(e));
     return DCP_OK;

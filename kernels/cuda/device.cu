@@ -146,6 +146,17 @@ extern "C" dcp_status_t dcp_cuda_event_sync(void *event)
     return e == cudaSuccess ? DCP_OK : fail(e, "event synchronize");
 }
 
+extern "C" dcp_status_t dcp_cuda_event_query(void *event, int *state_out)
+{
+    const cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaSuccess || e == cudaErrorNotReady || e == cudaErrorCapturedEvent) {
+        *state_out = e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1;
+        if (e != cudaSuccess) (void)cudaGetLastError(); /* not sticky: clear it */
+        return DCP_OK;
+    }
+    return fail(e, "event query");
+}
+
 extern "C" dcp_status_t dcp_cuda_stream_wait(void *stream, void *event)
 {
     const cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
@@ -349,4 +360,5 @@ extern "C" const dcp_device_t dcp_device_cuda = {
     dcp_cuda_event_sync,
     dcp_cuda_timer_start,
     dcp_cuda_timer_stop,
+    dcp_cuda_event_query,
 };

@@ -58,6 +58,9 @@ void dcp_cuda_event_destroy(void *event);
 dcp_status_t dcp_cuda_event_record(void *event, void *stream);
 dcp_status_t dcp_cuda_stream_wait(void *stream, void *event);
 dcp_status_t dcp_cuda_event_sync(void *event);
+/* Without waiting: *state_out 1 the event's last record is reached, 0 not yet, -1 it was
+ * recorded in a stream capture (the table's event_query, kernels/device.h). */
+dcp_status_t dcp_cuda_event_query(void *event, int *state_out);
 
 /* n floats of dst set to value, queued on `stream`. */
 dcp_status_t dcp_cuda_fill_f32(float *dst, int64_t n, float value, void *stream);

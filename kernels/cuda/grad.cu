@@ -199,22 +199,22 @@ extern "C" dcp_status_t dcp_cuda_bwd_delta(const dcp_kernel_env_t *env, int64_t 
         return dcp_set_error(DCP_ERR_UNSUPPORTED,
                              "cuda delta: dtype %d, the GPU kernels run bf16 and fp16",
                              (int)env->dtype);
-    if (rows < 0 || env->head_dim < 1)
-        return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda delta: %lld rows of head_dim %d",
-                             (long long)rows, env->head_dim);
+    const int32_t d = dcp_env_dv(env); /* O and dO rows */
+    if (rows < 0 || d < 1)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "cuda delta: %lld rows of head_dim_v %d",
+                             (long long)rows, d);
     const void *dout = env->bufs[DCP_BUF_DO], *o = env->bufs[DCP_BUF_O];
     float *delta = (float *)env->bufs[DCP_BUF_DELTA];
-    const int pairs = env->head_dim % 2 == 0 && (((uintptr_t)dout | (uintptr_t)o) & 3) == 0;
+    const int pairs = d % 2 == 0 && (((uintptr_t)dout | (uintptr_t)o) & 3) == 0;
     const int64_t want = (rows + WARPS - 1) / WARPS, cap = 1 << 20; /* grid-stride past cap */
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
     cudaStream_t s = (cudaStream_t)env->stream;
     if (env->dtype == DCP_DTYPE_BF16)
-        delta_kernel<__nv_bfloat16><<<blocks, THREADS, 0, s>>>((const __nv_bfloat16 *)dout,
-                                                               (const __nv_bfloat16 *)o, delta,
-                                                               rows, env->head_dim, pairs);
+        delta_kernel<__nv_bfloat16><<<blocks, THREADS, 0, s>>>(
+            (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)o, delta, rows, d, pairs);
     else
         delta_kernel<__half><<<blocks, THREADS, 0, s>>>((const __half *)dout, (const __half *)o,
-                                                        delta, rows, env->head_dim, pairs);
+                                                        delta, rows, d, pairs);
     return launched("delta");
 }
 
@@ -251,7 +251,7 @@ extern "C" dcp_status_t dcp_cuda_delta_out(const dcp_kernel_env_t *env,
     for (int b = 0; b < DCP_BUF_ALL; b++) p.bufs[b] = env->bufs[b];
     p.items = items;
     p.heads = env->q_heads;
-    p.d = env->head_dim;
+    p.d = dcp_env_dv(env); /* O and dO rows */
     const int64_t want =
         ((int64_t)(env->max_rows < 1 ? 1 : env->max_rows) * p.heads + WARPS - 1) / WARPS;
     const unsigned ys = (unsigned)(want < 65535 ? want : 65535);

@@ -11,4 +11,7 @@ extern "C" const dcp_kernels_t dcp_kernels_cuda = {
     dcp_cuda_accumulate,
     dcp_cuda_shape_check,
     dcp_cuda_delta_out,
+    dcp_cuda_sinks_fwd,
+    dcp_cuda_sinks_bwd,
+    dcp_cuda_max_f32,
 };

@@ -345,7 +345,7 @@ extern "C" dcp_status_t dcp_cuda_merge(const dcp_kernel_env_t *env, const dcp_me
     p.items = items;
     p.srcs = srcs;
     p.heads = env->q_heads;
-    p.d = env->head_dim;
+    p.d = dcp_env_dv(env); /* O rows */
     p.dtype = env->dtype;
     const unsigned ys = slices((int64_t)env->max_rows * env->q_heads, MC_WARPS);
     merge_kernel<<<dim3((unsigned)num_items, ys), MC_THREADS, 0, (cudaStream_t)env->stream>>>(p);
@@ -369,7 +369,8 @@ extern "C" dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_cop
     /* as many blocks as the widest rows (the plan type's, all heads) need for COPY_UNROLL
      * 16-byte moves a thread: fp32 rows give a thread more, narrower ones fewer */
     const int64_t heads = env->q_heads > env->kv_heads ? env->q_heads : env->kv_heads;
-    const int64_t units = (heads * env->head_dim * 2 + 15) / 16;
+    const int64_t wide = env->head_dim > dcp_env_dv(env) ? env->head_dim : dcp_env_dv(env);
+    const int64_t units = (heads * wide * 2 + 15) / 16;
     const unsigned ys = slices((int64_t)env->max_rows * units, (int64_t)MC_THREADS * COPY_UNROLL);
     copy_kernel<<<dim3((unsigned)num_items, ys), MC_THREADS, 0, (cudaStream_t)env->stream>>>(p);
     return launched("copy");

@@ -19,7 +19,7 @@ dcp_status_t dcp_cuda_copy(const dcp_kernel_env_t *env, const dcp_copy_item_t *i
 /* The backward (attn_bwd.cu): dQ, dK, dV of every tile added with fp32 atomics into the
  * groups' dq and the tiles' dk, dv; with env->deterministic, each destination element once,
  * its terms summed in tile order. The groups' tiles must be consecutive (group i + 1 starts
- * where group i ends), as plans emit them; head_dim 64 or 128. */
+ * where group i ends), as plans emit them; head dims as dcp_cuda_dims_ok() (kernel.h). */
 dcp_status_t dcp_cuda_attn_bwd(const dcp_kernel_env_t *env, const dcp_tile_group_t *groups,
                                int64_t num_groups, const dcp_tile_t *tiles);
 /* delta = rowsum(dO * O) into bufs[DCP_BUF_DELTA] (grad.cu). */
@@ -31,6 +31,12 @@ dcp_status_t dcp_cuda_accumulate(const dcp_kernel_env_t *env, const dcp_copy_ite
 /* The engine's O from delta (kernel.h, dcp_delta_out_item_t; grad.cu). */
 dcp_status_t dcp_cuda_delta_out(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
                                 int64_t num_items);
+/* The variants' row kernels (kernel.h; variants.cu). */
+dcp_status_t dcp_cuda_sinks_fwd(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                                const float *sinks);
+dcp_status_t dcp_cuda_sinks_bwd(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,
+                                const float *sinks, float *dsinks);
+dcp_status_t dcp_cuda_max_f32(const dcp_kernel_env_t *env, float *dst, const float *src, int32_t n);
 
 #ifdef __cplusplus
 }

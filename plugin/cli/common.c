@@ -47,13 +47,19 @@ void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *a)
         {"seed", DCPT_ARG_INT, &f->seed, 0, INT64_MAX, "seed for lengths and tensors", 0},
         {"heads", DCPT_ARG_INT, &f->heads, 1, 65536, "query heads", 0},
         {"kv-heads", DCPT_ARG_INT, &f->kv_heads, 1, 65536, "KV heads", 0},
-        {"head-dim", DCPT_ARG_INT, &f->head_dim, 1, 4096, "head dimension", 0},
+        {"head-dim", DCPT_ARG_INT, &f->head_dim, 1, 4096, "head dimension (of Q and K)", 0},
+        {"head-dim-v", DCPT_ARG_INT, &f->head_dim_v, 0, 4096,
+         "value head dimension (of V and O; 0: --head-dim; MLA: 128 with --head-dim 192)", 0},
+        {"softcap", DCPT_ARG_DOUBLE, &f->softcap, 0, 0, "logit softcap c tanh(s / c) (0: off)", 0},
         {"block", DCPT_ARG_INT, &f->block, 1, 2147483647, "tokens per block", 0},
         {"head-blocks", DCPT_ARG_INT, &f->head_blocks, 1, 65536, "head groups", 0},
         {"divisions", DCPT_ARG_INT, &f->divisions, 0, 1024,
          "compute divisions per rank (0: chosen per batch)", 0},
         {"strategy", DCPT_ARG_STR, &f->strategy, 0, 0,
-         "ring, zigzag, lpt, metis, auto, a comma list, or all", 0},
+         "ring, zigzag, lpt, metis, auto, a peer policy (packed[:C], dyncp[:M], ulysses[:C], "
+         "usp[:U], magi[:CHUNK]), a comma list, all (dcp's own) or peers (metis and the "
+         "policies)",
+         0},
         {"mem-cap", DCPT_ARG_INT, &f->mem_cap, 0, INT64_MAX,
          "per-rank cap on owned block bytes (default none)", 0},
         {"layers", DCPT_ARG_STR, &f->layers, 0, 0,
@@ -151,22 +157,55 @@ dcp_batch_t dcpt_common_batch(const dcpt_common_t *c, int32_t b, int32_t m, dcp_
         .num_seqs = n, .lengths = c->lengths + first, .num_kinds = nk, .kinds = kinds};
 }
 
+/* "all": dcp's own strategies; "peers": the default and the peer policies, each with its
+ * default parameter. */
+static const char *const strategy_sets[][2] = {
+    {"all", "ring,zigzag,lpt,metis"},
+    {"peers", "metis,packed,dyncp,ulysses,usp,magi"},
+};
+
 static void resolve_strategies(const char *tool, const dcpt_common_flags_t *f, dcpt_common_t *out)
 {
-    if (!strcmp(f->strategy, "all")) {
-        out->num_strategies = DCP_STRATEGY_COUNT;
-        out->strategies = calloc(DCP_STRATEGY_COUNT, sizeof *out->strategies);
-        for (int i = 0; i < DCP_STRATEGY_COUNT; i++) out->strategies[i] = (dcp_strategy_t)i;
-        return;
+    /* the sets expanded in place, then the items */
+    size_t len = strlen(f->strategy) + 1;
+    for (size_t k = 0; k < sizeof strategy_sets / sizeof strategy_sets[0]; k++)
+        len +=
+            strlen(strategy_sets[k][1]) * (strlen(f->strategy) / strlen(strategy_sets[k][0]) + 1);
+    char *list = calloc(len, 1);
+    char **items, *storage, **sets, *set_storage;
+    if (!list) dcpt_args_fail(tool, "strategy", "out of memory");
+    const int nsets = dcpt_args_split(tool, "strategy", f->strategy, &sets, &set_storage);
+    for (int i = 0; i < nsets; i++) {
+        const char *item = sets[i];
+        for (size_t k = 0; k < sizeof strategy_sets / sizeof strategy_sets[0]; k++)
+            if (!strcmp(item, strategy_sets[k][0])) item = strategy_sets[k][1];
+        if (i) strcat(list, ",");
+        strcat(list, item);
     }
-    char **items, *storage;
-    out->num_strategies = dcpt_args_split(tool, "strategy", f->strategy, &items, &storage);
-    out->strategies = calloc((size_t)out->num_strategies, sizeof *out->strategies);
-    for (int32_t i = 0; i < out->num_strategies; i++)
-        if (dcp_strategy_parse(items[i], &out->strategies[i]) != DCP_OK)
+    free(sets);
+    free(set_storage);
+    out->num_strategies = dcpt_args_split(tool, "strategy", list, &items, &storage);
+    free(list);
+    const size_t n = (size_t)out->num_strategies;
+    out->strategies = calloc(n, sizeof *out->strategies);
+    out->strategy_args = calloc(n, sizeof *out->strategy_args);
+    out->strategy_labels = calloc(n, sizeof *out->strategy_labels);
+    if (!out->strategies || !out->strategy_args || !out->strategy_labels)
+        dcpt_args_fail(tool, "strategy", "out of memory");
+    for (int32_t i = 0; i < out->num_strategies; i++) {
+        if (dcp_strategy_parse_spec(items[i], &out->strategies[i], &out->strategy_args[i]) !=
+            DCP_OK)
             dcpt_args_fail(tool, "strategy", "%s", dcp_last_error());
+        out->strategy_labels[i] = strdup(items[i]);
+    }
     free(items);
     free(storage);
+}
+
+void dcpt_common_strategy(const dcpt_common_t *c, int32_t s, dcp_plan_options_t *opts)
+{
+    opts->strategy = c->strategies[s];
+    opts->strategy_arg = c->strategy_args[s];
 }
 
 /* A length times --scale: at least 1 token, and never past 2^31 - 1 (exits 2 naming
@@ -273,8 +312,11 @@ void dcpt_common_resolve(const char *tool, const dcpt_common_flags_t *f, const d
     if (f->kv_heads % f->head_blocks != 0)
         dcpt_args_fail(tool, "head-blocks", "%lld does not divide --kv-heads %lld",
                        (long long)f->head_blocks, (long long)f->kv_heads);
-    out->shape = (dcp_attn_shape_t){(int32_t)f->heads, (int32_t)f->kv_heads, (int32_t)f->head_dim,
-                                    DCP_DTYPE_FP32, 0.0f};
+    if (!(f->softcap >= 0) || !isfinite(f->softcap))
+        dcpt_args_fail(tool, "softcap", "%g: must be finite and >= 0 (0: off)", f->softcap);
+    out->shape = (dcp_attn_shape_t){
+        (int32_t)f->heads, (int32_t)f->kv_heads,  (int32_t)f->head_dim, DCP_DTYPE_FP32, 0.0f,
+        (float)f->softcap, (int32_t)f->head_dim_v};
     dcp_plan_options_default(&out->opts);
     out->opts.block_size = (int32_t)f->block;
     out->opts.head_blocks = (int32_t)f->head_blocks;
@@ -292,6 +334,10 @@ void dcpt_common_free(dcpt_common_t *c)
     free(c->kind_labels);
     free(c->kind_layers);
     free(c->masks);
+    for (int32_t i = 0; c->strategy_labels && i < c->num_strategies; i++)
+        free(c->strategy_labels[i]);
+    free(c->strategy_labels);
+    free(c->strategy_args);
     free(c->strategies);
     free(c->batch_first);
     free(c->lengths);

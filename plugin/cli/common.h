@@ -8,6 +8,8 @@
 
 typedef struct {
     int64_t ranks, tokens, max_len, seed, heads, kv_heads, head_dim, block, head_blocks, divisions;
+    int64_t head_dim_v; /* 0: head_dim */
+    double softcap;     /* 0: off */
     int64_t mem_cap;
     const char *cluster, *mask, *seqlens, *lengths_file, *strategy;
     const char *layers; /* MASK:COUNT,...: the layer kinds of one model (replaces --mask) */
@@ -16,7 +18,7 @@ typedef struct {
 } dcpt_common_flags_t;
 
 /* Number of table entries dcpt_common_args() fills. */
-#define DCPT_COMMON_NARGS 17
+#define DCPT_COMMON_NARGS 19
 
 void dcpt_common_defaults(dcpt_common_flags_t *f);
 void dcpt_common_args(dcpt_common_flags_t *f, dcpt_arg_t *args);
@@ -33,6 +35,8 @@ typedef struct {
     char **kind_labels;
     int32_t num_strategies;
     dcp_strategy_t *strategies;
+    int32_t *strategy_args; /* options.strategy_arg of each ("packed:8": 8; 0 without one) */
+    char **strategy_labels; /* each as given ("packed:8", "metis") */
     int32_t num_batches;
     int32_t *batch_first; /* batch b: lengths[batch_first[b] .. batch_first[b + 1]) */
     int32_t *lengths;
@@ -51,6 +55,9 @@ void dcpt_common_free(dcpt_common_t *c);
  * --layers. */
 dcp_batch_t dcpt_common_batch(const dcpt_common_t *c, int32_t b, int32_t m, dcp_mask_t **masks_out,
                               dcp_layer_kind_t kinds[DCP_MAX_KINDS]);
+
+/* Strategy s of the list into opts (strategy and strategy_arg). */
+void dcpt_common_strategy(const dcpt_common_t *c, int32_t s, dcp_plan_options_t *opts);
 
 /* "fp32", "bf16", "fp16": parsed (exits 2 naming --<flag> otherwise) and named. */
 dcp_dtype_t dcpt_dtype_arg(const char *tool, const char *flag, const char *text);

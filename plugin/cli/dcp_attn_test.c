@@ -44,6 +44,7 @@ typedef struct {
     const char *engine;        /* --engine: the contexts' attention engine (NULL: default) */
     int deterministic;         /* --deterministic: the contexts' mode (dcp.h) */
     int layers;                /* --layers: a kind column, a row per kind and a model row */
+    int sinks, max_logit;      /* --sinks, --max-logit: the variants every call asks for */
 } run_flags_t;
 
 /* The job when ranks are processes; ctx NULL when they are threads. */
@@ -62,6 +63,7 @@ typedef struct {
     int64_t tokens, comm_bytes, inter_node_bytes, max_rank_bytes, flops, transfers, max_buffer;
     int checked, passed;
     double max_abs_err, max_rel_err, max_lse_err; /* NaN (null, "-") when not checked */
+    double max_logit_err, dsinks_err;             /* --max-logit, --sinks: harness.h's */
     double comm, inter, max_rank;                 /* the bytes above, as doubles */
     double comp_imb, mem_imb, plan_ms, gflops;
     dcpt_stats_t exec_ms, host_us, wait_us;
@@ -77,7 +79,8 @@ typedef struct {
     /* the attention engine (rank 0's context) */
     const char *engine, *engine_note;
     int deterministic; /* the contexts' mode (--deterministic) */
-    int64_t cudnn_version, plans_built, plan_hits, pairs[3], bwd_launches, bwd_waves;
+    int64_t cudnn_version, plans_built, plan_hits, pairs[2][DCP_ATTN_CLASSES], bwd_launches,
+        bwd_waves, graphs_failed;
     double plan_build_ms;
 } row_t;
 
@@ -103,6 +106,8 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "passed", DCPT_F_BOOL, NULL, passed),
     F(NULL, 0, "max_abs_err", DCPT_F_NUM, NULL, max_abs_err),
     F(NULL, 0, "max_lse_err", DCPT_F_NUM, NULL, max_lse_err),
+    F(NULL, 0, "max_logit_err", DCPT_F_NUM, NULL, max_logit_err),
+    F(NULL, 0, "dsinks_err", DCPT_F_NUM, NULL, dsinks_err),
     SCALED("comm(MB)", 9, NULL, "%.2f", comm, 1e-6),
     F(NULL, 0, "comm_bytes", DCPT_F_INT, NULL, comm_bytes),
     SCALED("inter(MB)", 9, NULL, "%.2f", inter, 1e-6),
@@ -130,9 +135,17 @@ static const dcpt_field_t fwd_fields[] = {
     F(NULL, 0, "plans_built", DCPT_F_INT, NULL, plans_built),
     F(NULL, 0, "plan_hits", DCPT_F_INT, NULL, plan_hits),
     F(NULL, 0, "plan_build_ms", DCPT_F_NUM, NULL, plan_build_ms),
-    F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0]),
-    F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[1]),
-    F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[2]),
+    F(NULL, 0, "graphs_failed", DCPT_F_INT, NULL, graphs_failed),
+    F(NULL, 0, "pairs_full", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_FULL]),
+    F(NULL, 0, "pairs_causal", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_CAUSAL]),
+    F(NULL, 0, "pairs_band", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_BAND]),
+    F(NULL, 0, "pairs_left", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_LEFT]),
+    F(NULL, 0, "pairs_masked", DCPT_F_INT, NULL, pairs[0][DCP_ATTN_CLASS_MASKED]),
+    F(NULL, 0, "bwd_pairs_full", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_FULL]),
+    F(NULL, 0, "bwd_pairs_causal", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_CAUSAL]),
+    F(NULL, 0, "bwd_pairs_band", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_BAND]),
+    F(NULL, 0, "bwd_pairs_left", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_LEFT]),
+    F(NULL, 0, "bwd_pairs_masked", DCPT_F_INT, NULL, pairs[1][DCP_ATTN_CLASS_MASKED]),
     F(NULL, 0, "bwd_launches", DCPT_F_INT, NULL, bwd_launches),
     F(NULL, 0, "bwd_waves", DCPT_F_INT, NULL, bwd_waves),
 };
@@ -201,6 +214,13 @@ static double max3(const double *x)
     return fmax(x[0], fmax(x[1], x[2]));
 }
 
+/* --sinks and --max-logit on a harness (before its reference). */
+static dcp_status_t enable_variants(dcpt_harness_t *h, const run_flags_t *rf, uint64_t seed)
+{
+    if (rf->sinks) DCP_CHECK(dcpt_harness_enable_sinks(h, seed));
+    return rf->max_logit ? dcpt_harness_enable_max_logit(h) : DCP_OK;
+}
+
 static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
                          const dcpt_harness_t *h, const job_t *job, const run_flags_t *rf)
 {
@@ -220,16 +240,26 @@ static void print_header(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         snprintf(ranks, sizeof ranks, "threads");
     dcpt_field_t fields[MAXFIELDS];
     const dcpt_bench_t b = bench_of(rf, fields);
-    char divs[16];
+    char divs[16], dims[32], variants[96] = "";
+    const int32_t dv = c->shape.head_dim_v > 0 ? c->shape.head_dim_v : c->shape.head_dim;
+    if (dv == c->shape.head_dim)
+        snprintf(dims, sizeof dims, "%d", c->shape.head_dim);
+    else
+        snprintf(dims, sizeof dims, "%d/%d", c->shape.head_dim, dv);
+    snprintf(variants, sizeof variants, "%s%s%s", rf->sinks ? ", sinks" : "",
+             rf->max_logit ? ", max logit" : "", c->shape.softcap > 0 ? ", softcap " : "");
+    if (c->shape.softcap > 0)
+        snprintf(variants + strlen(variants), sizeof variants - strlen(variants), "%g",
+                 (double)c->shape.softcap);
     dcpt_bench_header(&b,
                       "%d ranks (%dx%d) as %s, %lld tokens in %d sequences (longest %d), heads "
-                      "%d/%d x %d, %s %s, block %d, head blocks %d, divisions %s",
+                      "%d/%d x %s, %s %s, block %d, head blocks %d, divisions %s%s",
                       dcp_cluster_num_ranks(cluster), dcp_cluster_num_nodes(cluster),
                       dcp_cluster_num_ranks(cluster) / dcp_cluster_num_nodes(cluster), ranks,
                       (long long)h->tokens, h->num_seqs, longest, c->shape.num_heads,
-                      c->shape.num_kv_heads, c->shape.head_dim, dcpt_dtype_name(c->shape.dtype),
-                      rf->device, c->opts.block_size, c->opts.head_blocks,
-                      dcpt_divisions_name(c->opts.divisions, divs));
+                      c->shape.num_kv_heads, dims, dcpt_dtype_name(c->shape.dtype), rf->device,
+                      c->opts.block_size, c->opts.head_blocks,
+                      dcpt_divisions_name(c->opts.divisions, divs), variants);
 }
 
 /* The race check held: no mismatch and, in deterministic mode, the same bits every run. */
@@ -267,6 +297,8 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
         .max_abs_err = ck ? r->max_abs_err : NAN,
         .max_rel_err = ck ? r->max_rel_err : NAN,
         .max_lse_err = ck ? r->max_lse_err : NAN,
+        .max_logit_err = ck && rf->max_logit ? r->max_logit_err : NAN,
+        .dsinks_err = ck && rf->sinks && rf->backward ? r->dsinks_err : NAN,
         .comm = (double)ps->comm_bytes,
         .inter = (double)ps->inter_node_bytes,
         .max_rank = (double)ps->max_rank_bytes,
@@ -297,7 +329,11 @@ static row_t make_row(const char *mask, const char *strategy, const dcp_plan_sta
     row.plans_built = r->engine.plans_built;
     row.plan_hits = r->engine.plan_hits;
     row.plan_build_ms = r->engine.plan_build_ms;
-    for (int c = 0; c < 3; c++) row.pairs[c] = r->engine.pairs[c];
+    for (int c = 0; c < DCP_ATTN_CLASSES; c++) {
+        row.pairs[0][c] = r->engine.pairs[c];
+        row.pairs[1][c] = r->engine.pairs_bwd[c];
+    }
+    row.graphs_failed = r->engine.graphs_failed;
     row.bwd_launches = r->engine.bwd_launches;
     row.bwd_waves = r->engine.bwd_waves;
     row.repeat_runs = rep->runs;
@@ -375,6 +411,8 @@ static void model_add(row_t *m, const row_t *r, int32_t layers)
     m->max_abs_err = fmax(m->max_abs_err, r->max_abs_err);
     m->max_rel_err = fmax(m->max_rel_err, r->max_rel_err);
     m->max_lse_err = fmax(m->max_lse_err, r->max_lse_err);
+    m->max_logit_err = fmax(m->max_logit_err, r->max_logit_err);
+    m->dsinks_err = fmax(m->dsinks_err, r->dsinks_err);
     for (int g = 0; g < 3; g++) m->rel_grad[g] = fmax(m->rel_grad[g], r->rel_grad[g]);
     m->rel_grad_max = fmax(m->rel_grad_max, r->rel_grad_max);
     m->bwd_flops += layers * r->bwd_flops;
@@ -416,11 +454,11 @@ static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_pla
 /* One (mask, strategy) run; returns 1 when it failed, 2 when the plan does not fit --mem-cap. A
  * failed run of a job's ranks ends the job (the engines may be broken, a peer may be dead). */
 static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_harness_t *h,
-                   const char *mask, dcp_strategy_t strategy, const run_flags_t *rf,
-                   const job_t *job)
+                   const char *mask, int32_t si, const run_flags_t *rf, const job_t *job)
 {
     dcp_plan_options_t opts = c->opts;
-    opts.strategy = strategy;
+    dcpt_common_strategy(c, si, &opts);
+    const char *strategy = c->strategy_labels[si];
     const dcp_batch_t batch = dcpt_harness_batch(h);
     dcp_plan_t *plan = NULL;
     dcp_status_t st = dcp_plan_create(&batch, &h->shape, &opts, cluster, &plan);
@@ -457,13 +495,13 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
             fprintf(stderr,
                     "%s: mask %s, strategy %s cannot be planned as configured (--mem-cap, --block, "
                     "--ranks): %s\n",
-                    tool, mask, dcp_strategy_name(strategy), dcp_last_error());
+                    tool, mask, strategy, dcp_last_error());
         return 2;
     }
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: mask %s, strategy %s: %s: %s\n", tool,
-                job->ctx ? job->bs.rank : 0, mask, dcp_strategy_name(strategy),
-                dcp_status_string(st), dcp_last_error());
+                job->ctx ? job->bs.rank : 0, mask, strategy, dcp_status_string(st),
+                dcp_last_error());
         if (broken) {
             fflush(NULL);
             dcpt_mpi_stop(1, 1);
@@ -471,8 +509,7 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
         }
         return 1;
     }
-    if (!job->ctx || job->bs.rank == 0)
-        print_row(mask, dcp_strategy_name(strategy), &ps, &r, &rep, rf);
+    if (!job->ctx || job->bs.rank == 0) print_row(mask, strategy, &ps, &r, &rep, rf);
     return (rf->check && !r.passed) || !repeat_ok(&rep, rf);
 }
 
@@ -500,11 +537,12 @@ static dcp_status_t run_kind(dcpt_harness_t *h, const dcp_plan_t *p, const run_f
  * harness (the same inputs, the kind's masks) and is checked against its own reference; a
  * row per kind, then the model row. Returns as run_one(). */
 static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
-                          dcpt_harness_t *const *hs, dcp_strategy_t strategy, const run_flags_t *rf,
+                          dcpt_harness_t *const *hs, int32_t si, const run_flags_t *rf,
                           const job_t *job)
 {
     dcp_plan_options_t opts = c->opts;
-    opts.strategy = strategy;
+    dcpt_common_strategy(c, si, &opts);
+    const char *strategy = c->strategy_labels[si];
     dcp_layer_kind_t kinds[DCP_MAX_KINDS];
     for (int32_t k = 0; k < c->num_kinds; k++)
         kinds[k] = (dcp_layer_kind_t){hs[k]->masks, c->kind_layers[k]};
@@ -518,11 +556,9 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         dcpt_mpi_fault_point("plan");
         st = plans_agree(job, st, plan);
     }
-    row_t rows[DCP_MAX_KINDS], model = {.mask = "model",
-                                        .strategy = dcp_strategy_name(strategy),
-                                        .kind = "model",
-                                        .passed = 1,
-                                        .bwd_passed = 1};
+    row_t rows[DCP_MAX_KINDS],
+        model = {
+            .mask = "model", .strategy = strategy, .kind = "model", .passed = 1, .bwd_passed = 1};
     char digests[DCP_MAX_KINDS][24];
     /* the rows point into their results (digest, engine): kept until the rows are printed */
     dcpt_harness_result_t res[DCP_MAX_KINDS] = {{0}};
@@ -536,8 +572,7 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         if (st == DCP_OK) st = run_kind(hs[k], view, rf, job, r, &broken);
         if (st != DCP_OK) break;
         const dcpt_harness_repeat_t none = {0};
-        rows[k] =
-            make_row(c->mask_names[k], dcp_strategy_name(strategy), &ps, r, &none, rf, digests[k]);
+        rows[k] = make_row(c->mask_names[k], strategy, &ps, r, &none, rf, digests[k]);
         rows[k].kind = c->kind_labels[k];
         model_add(&model, &rows[k], c->kind_layers[k]);
         layers += c->kind_layers[k];
@@ -548,8 +583,7 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
         const int capacity = st == DCP_ERR_CAPACITY;
         if (!capacity || !job->ctx || job->bs.rank == 0)
             fprintf(stderr, "%s: rank %d: layers, strategy %s: %s: %s\n", tool,
-                    job->ctx ? job->bs.rank : 0, dcp_strategy_name(strategy), dcp_status_string(st),
-                    dcp_last_error());
+                    job->ctx ? job->bs.rank : 0, strategy, dcp_status_string(st), dcp_last_error());
         if (broken) {
             fflush(NULL);
             dcpt_mpi_stop(1, 1);
@@ -560,6 +594,8 @@ static int run_layers_one(const dcpt_common_t *c, const dcp_cluster_t *cluster,
     if (job->ctx && job->bs.rank != 0) return failed;
     model.check = rf->check ? (model.passed && model.bwd_passed ? "PASS" : "FAIL") : "-";
     if (!rf->check) model.max_abs_err = model.max_rel_err = model.max_lse_err = NAN;
+    if (!rf->check || !rf->max_logit) model.max_logit_err = NAN;
+    if (!rf->check || !rf->sinks || !rf->backward) model.dsinks_err = NAN;
     if (!rf->check) model.rel_grad_max = model.rel_grad[0] = model.rel_grad[1] = NAN;
     if (!rf->check) model.rel_grad[2] = NAN;
     for (int32_t k = 0; k < c->num_kinds; k++) {
@@ -586,6 +622,7 @@ static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, cons
         st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &hs[k])
                    : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(hs[k], seed);
+        if (st == DCP_OK) st = enable_variants(hs[k], rf, seed);
         if (st == DCP_OK) hs[k]->attn_engine = rf->engine;
         if (st == DCP_OK) hs[k]->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
@@ -610,7 +647,7 @@ static int run_layers(const dcpt_common_t *c, const dcp_cluster_t *cluster, cons
             fflush(stdout);
         }
         for (int32_t s = 0; s < c->num_strategies; s++) {
-            const int rc = run_layers_one(c, cluster, hs, c->strategies[s], rf, job);
+            const int rc = run_layers_one(c, cluster, hs, s, rf, job);
             failed = rc > failed ? rc : failed;
             if (job->ctx) dcpt_mpi_fault_point("between");
         }
@@ -636,6 +673,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
         dcp_status_t st = masks ? dcpt_harness_create(c->lengths, nseq, masks, &c->shape, seed, &h)
                                 : DCP_ERR_NO_MEMORY;
         if (st == DCP_OK && rf->backward) st = dcpt_harness_enable_backward(h, seed);
+        if (st == DCP_OK) st = enable_variants(h, rf, seed);
         if (st == DCP_OK) h->attn_engine = rf->engine;
         if (st == DCP_OK) h->deterministic = rf->deterministic;
         if (st == DCP_OK && rf->check && !job->ctx)
@@ -655,7 +693,7 @@ static int run_all(const dcpt_common_t *c, const dcp_cluster_t *cluster, const r
             fflush(stdout);
         }
         for (int32_t s = 0; s < c->num_strategies; s++) {
-            const int rc = run_one(c, cluster, h, c->mask_names[m], c->strategies[s], rf, job);
+            const int rc = run_one(c, cluster, h, c->mask_names[m], s, rf, job);
             failed = rc > failed ? rc : failed;
             if (job->ctx) dcpt_mpi_fault_point("between");
         }
@@ -771,7 +809,7 @@ int main(int argc, char **argv)
     dcpt_common_defaults(&f);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     run_flags_t rf = {0, 0, 0, 1, 3, cores > 0 ? cores : 1, 0, 1e-5, "cpu", NULL, 1, 0, NULL, 0, 0};
-    enum { OWN = 14 };
+    enum { OWN = 16 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + OWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[OWN] = {
@@ -802,8 +840,15 @@ int main(int argc, char **argv)
          0},
         {"deterministic", DCPT_ARG_FLAG, &rf.deterministic, 0, 0,
          "deterministic mode: with --repeat, every run must give the first run's bits", 0},
+        {"sinks", DCPT_ARG_FLAG, &rf.sinks, 0, 0,
+         "learnable sinks (GPT-OSS) of random logits in every call (with --check --backward: "
+         "d sinks checked too)",
+         0},
+        {"max-logit", DCPT_ARG_FLAG, &rf.max_logit, 0, 0,
+         "every forward returns the max logit per query head (checked on every rank)", 0},
     };
     for (int i = 0; i < OWN; i++) args[DCPT_COMMON_NARGS + i] = own[i];
+    dcpt_mpi_require_pmi(tool);
     if (dcpt_mpi_launched()) dcpt_args_set_fail_hook(dcpt_mpi_fail_early); /* others name it */
     dcpt_args_parse(argc, argv, args, DCPT_COMMON_NARGS + OWN, tool,
                     "Plans a batch, runs dynamic context-parallel attention on in-process ranks\n"

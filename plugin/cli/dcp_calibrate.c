@@ -602,6 +602,7 @@ int main(int argc, char **argv)
         {"json", DCPT_ARG_FLAG, &f.json, 0, 0, "one JSON object per figure", 0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
+    dcpt_mpi_require_pmi(tool);
     const int mpi = dcpt_mpi_launched();
     if (mpi) dcpt_args_set_fail_hook(dcpt_mpi_fail_early);
     dcpt_args_parse(argc, argv, args, nargs, tool,

@@ -22,6 +22,7 @@
 #include "include/base/out_file.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cudnn.h"
+#include "plugin/cli/cudnn_probe.h"
 #include "kernels/device.h"
 #include "kernels/segment.h"
 #include "kernels/kernel.h"
@@ -338,8 +339,13 @@ static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int b
 {
     memset(c, 0, sizeof *c);
     DCP_CHECK(dcp_calloc(&c->prog.launches, 1, sizeof *c->prog.launches, "bench launches"));
-    const dcp_seg_shape_t shape = {tc->hq,   tc->hkv,         tc->d, 64, b->dense[backward],
-                                   backward, b->deterministic};
+    const dcp_seg_shape_t shape = {.q_heads = tc->hq,
+                                   .kv_heads = tc->hkv,
+                                   .head_dim = tc->d,
+                                   .min_rows = 64,
+                                   .dense = b->dense[backward],
+                                   .backward = backward,
+                                   .deterministic = b->deterministic};
     int64_t launch;
     DCP_CHECK(dcp_seg_prog_add(&c->prog, &shape, &tc->seq, tc->groups, tc->num_groups, tc->tiles,
                                &launch));
@@ -376,8 +382,12 @@ static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int b
 /* The share of a program's allowed pairs in dense calls. */
 static double dense_share(const dcp_seg_prog_t *g)
 {
-    const double all = (double)(g->pairs[0] + g->pairs[1] + g->pairs[2]);
-    return all > 0 ? (double)(g->pairs[0] + g->pairs[1]) / all : 0.0;
+    double all = 0, dense = 0;
+    for (int c = 0; c < DCP_SEG_CLASSES; c++) {
+        all += (double)g->pairs[c];
+        if (c != DCP_SEG_MASKED) dense += (double)g->pairs[c];
+    }
+    return all > 0 ? dense / all : 0.0;
 }
 
 /* The backward of a case: one untimed forward with O published in the dtype (as the executor
@@ -708,7 +718,7 @@ int main(int argc, char **argv)
     int64_t warmup = -1, iters = -1, sources = 4, seed = 1;
     const char *engine = "own";
     double peak = 0;
-    int json = 0, deterministic = 0;
+    int json = 0, deterministic = 0, probe = 0;
     dcpt_arg_t args[] = {
         {"device", DCPT_ARG_STR, &device, 0, 0, "cpu, cuda or cuda:N (default: cuda if any)", 0},
         {"dtype", DCPT_ARG_STR, &dtype, 0, 0,
@@ -734,6 +744,10 @@ int main(int argc, char **argv)
          "own, cudnn (a GPU) or twin (cpu): what runs attn and bwd (default own)", 0},
         {"deterministic", DCPT_ARG_FLAG, &deterministic, 0, 0,
          "bwd: the deterministic kernels (each gradient summed in a fixed order)", 0},
+        {"probe", DCPT_ARG_FLAG, &probe, 0, 0,
+         "with --engine cudnn: build every graph cuDNN is asked for, a line each (built, ms, "
+         "engine, cuDNN's error), instead of timing; exit 1 when one does not build",
+         0},
     };
     const int nargs = (int)(sizeof args / sizeof args[0]);
     dcpt_args_parse(argc, argv, args, nargs, tool,
@@ -770,7 +784,7 @@ int main(int argc, char **argv)
     char engine_note[160] = "";
     if (!strcmp(engine, "twin")) {
         if (!cpu) dcpt_args_fail(tool, "engine", "twin runs on the CPU (--device cpu)");
-        b.dense[0] = b.dense[1] = DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL);
+        b.dense[0] = b.dense[1] = DCP_SEG_ALL_DENSE;
     } else if (!strcmp(engine, "cudnn")) {
         if (cpu) dcpt_args_fail(tool, "engine", "cudnn runs on a GPU (--device cuda)");
         if (dcp_cuda_set_device(b.gpu) != DCP_OK ||
@@ -785,6 +799,14 @@ int main(int argc, char **argv)
                  *why[1] ? "; backward: " : "", why[1]);
     } else if (strcmp(engine, "own")) {
         dcpt_args_fail(tool, "engine", "'%s': own, cudnn or twin", engine);
+    }
+    if (probe && !b.cudnn) dcpt_args_fail(tool, "probe", "probes cuDNN: add --engine cudnn");
+    if (probe) {
+        if (!json) printf("# cuDNN graphs%s\n", engine_note);
+        const int failed = dcpt_cudnn_probe(stdout, b.cudnn, json);
+        dcp_cudnn_close(b.cudnn);
+        b.dev->stream_destroy(b.stream);
+        return failed ? 1 : 0;
     }
     dcpt_bench_header(&b.h,
                       "%s %s, merge of %lld partials; bwd: delta + backward%s, 2.5x the "

@@ -14,8 +14,10 @@
 #include "partition/export.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/bench.h"
+#include "plugin/cli/peer_report.h"
 #include "plugin/cli/plan_layers.h"
 #include "plugin/cli/seg_share.h"
+#include "plugin/cli/sim_kernels.h"
 #include "plugin/cli/sim_report.h"
 #include "plugin/cli/svg.h"
 #include "topo/cluster.h"
@@ -29,11 +31,11 @@
 static const char *tool = "dcp-plan";
 
 typedef struct {
-    int json, no_refine, per_batch, simulate, segments, compare;
+    int json, no_refine, per_batch, simulate, segments, compare, no_hierarchy;
     int64_t repeat, net_cap, coalesce, metis_tries, svg_rank;
     double eps_inter, eps_intra, sim_host_cores;
     const char *svg, *hgr, *patoh, *partition, *expansion, *comm, *kernel_table, *dtype,
-        *sim_kernels;
+        *sim_kernels, *kernels;
     dcpt_sim_t sim;
 } plan_flags_t;
 
@@ -43,10 +45,12 @@ typedef struct {
     double bwd_comm, bwd_inter, bwd_predicted;
     double comp_imb, mem_imb, bwd_comp_imb; /* worst batch */
     int32_t fallbacks, n;
-    double seg[3]; /* --segments: allowed pairs per class (full, causal, masked), all batches */
+    double seg[2][DCP_ATTN_CLASSES]; /* --segments: allowed pairs per pass and class, all batches */
     double *plan_ms;
     int64_t n_ms;
     dcpt_sim_agg_t sim;
+    dcpt_peer_batch_t *batch; /* [batches]: each batch's simulated step, for the peers table */
+    int refused;              /* a peer policy that cannot run this batch (named on stderr) */
 } agg_t;
 
 /* One strategy's row of a table: means over the batches of one mask (imbalance: the worst
@@ -90,7 +94,7 @@ typedef struct {
     int32_t batch, block;
     dcpt_stats_t plan_ms;
     dcp_plan_stats_t s;
-    double seg[3]; /* --segments: the share of the forward's pairs per class, else NaN */
+    double seg[2][DCP_ATTN_CLASSES]; /* --segments: each pass's share of pairs per class, else NaN */
 } json_row_t;
 
 #define J(key, kind, member)                                                                       \
@@ -127,9 +131,16 @@ static const dcpt_field_t json_fields[] = {
     J("bwd_num_transfers", DCPT_F_I32, s.bwd_num_transfers),
     J("bwd_num_phases", DCPT_F_I32, s.bwd_num_phases),
     J("bwd_predicted_ms", DCPT_F_NUM, s.bwd_predicted_ms),
-    J("seg_full", DCPT_F_NUM, seg[0]),
-    J("seg_causal", DCPT_F_NUM, seg[1]),
-    J("seg_masked", DCPT_F_NUM, seg[2]),
+    J("seg_full", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_FULL]),
+    J("seg_causal", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_CAUSAL]),
+    J("seg_band", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_BAND]),
+    J("seg_left", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_LEFT]),
+    J("seg_masked", DCPT_F_NUM, seg[0][DCP_ATTN_CLASS_MASKED]),
+    J("bwd_seg_full", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_FULL]),
+    J("bwd_seg_causal", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_CAUSAL]),
+    J("bwd_seg_band", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_BAND]),
+    J("bwd_seg_left", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_LEFT]),
+    J("bwd_seg_masked", DCPT_F_NUM, seg[1][DCP_ATTN_CLASS_MASKED]),
 };
 #undef J
 #define NJSON ((int)(sizeof json_fields / sizeof json_fields[0]))
@@ -184,6 +195,7 @@ static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
     c->shape.dtype = dcpt_dtype_arg(tool, "dtype", pf->dtype);
     c->opts.net_cap = (int32_t)pf->net_cap;
     c->opts.refine = !pf->no_refine;
+    c->opts.hierarchy = !pf->no_hierarchy;
     c->opts.coalesce = (int32_t)pf->coalesce;
     c->opts.metis_tries = (int32_t)pf->metis_tries;
     c->opts.eps_inter = pf->eps_inter;
@@ -191,12 +203,12 @@ static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
     if (pf->kernel_table) read_kernel_table(pf->kernel_table, c->cluster);
 }
 
-static void progress(int64_t done, int64_t total, int32_t batch, dcp_strategy_t s)
+static void progress(int64_t done, int64_t total, int32_t batch, const char *s)
 {
     if (total < 8) return;
     if (isatty(STDERR_FILENO)) {
         fprintf(stderr, "\r%s: %lld/%lld plans (batch %d, %s)   ", tool, (long long)done,
-                (long long)total, batch, dcp_strategy_name(s));
+                (long long)total, batch, s);
         if (done == total) fputc('\n', stderr);
     } else if (done * 10 / total != (done - 1) * 10 / total) {
         fprintf(stderr, "%s: %lld/%lld plans\n", tool, (long long)done, (long long)total);
@@ -211,30 +223,31 @@ static void sim_json(dcpt_json_t *j, const void *sim)
 
 /* FILE-mask-strategy<suffix>.svg from --svg FILE, named by the strategy asked for (a metis
  * request that returned zigzag's plan is the metis file; ':' in the mask spec becomes '_'). */
-static void svg_name(const plan_flags_t *pf, const char *mask_name, dcp_strategy_t asked,
+static void svg_name(const plan_flags_t *pf, const char *mask_name, const char *asked,
                      const char *suffix, char *path, size_t size)
 {
     const char *dot = strrchr(pf->svg, '.');
     const int stem = dot ? (int)(dot - pf->svg) : (int)strlen(pf->svg);
-    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name, dcp_strategy_name(asked),
-             suffix, dot ? dot : ".svg");
+    snprintf(path, size, "%.*s-%s-%s%s%s", stem, pf->svg, mask_name, asked, suffix,
+             dot ? dot : ".svg");
     for (char *q = path + stem; *q; q++) *q = *q == ':' ? '_' : *q;
 }
 
 /* Plans one batch with one strategy `repeat` times; keeps the last plan's statistics. */
-static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b, dcp_strategy_t s,
+static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b, int32_t si,
                       const plan_flags_t *pf, const char *mask_name, agg_t *a)
 {
+    const char *label = c->strategy_labels[si];
     const int32_t first = c->batch_first[b], n = c->batch_first[b + 1] - first;
     dcp_mask_t *masks = calloc((size_t)n, sizeof *masks);
     for (int32_t i = 0; i < n; i++) masks[i] = *mask;
     const dcp_batch_t batch = {.num_seqs = n, .lengths = c->lengths + first, .masks = masks};
     dcp_plan_options_t o = c->opts;
-    o.strategy = s;
+    dcpt_common_strategy(c, si, &o);
     dcp_plan_stats_t st = {0};
     dcpt_sim_row_t sim;
     dcp_status_t rc = DCP_OK;
-    double seg[3] = {0, 0, 0};
+    double seg[2][DCP_ATTN_CLASSES] = {{0}};
     for (int64_t k = 0; k < pf->repeat && rc == DCP_OK; k++) {
         dcp_plan_t *p = NULL;
         rc = dcp_plan_create(&batch, &c->shape, &o, c->cluster, &p);
@@ -243,7 +256,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         const int draw = rc == DCP_OK && k == 0 && b == 0 && pf->svg;
         if (rc == DCP_OK && k == 0 && pf->simulate) {
             char path[1024] = "", title[256];
-            if (draw) svg_name(pf, mask_name, s, "-timeline", path, sizeof path);
+            if (draw) svg_name(pf, mask_name, label, "-timeline", path, sizeof path);
             snprintf(title, sizeof title, "%s, %s: %d ranks, %lld tokens, simulated",
                      dcp_strategy_name(st.strategy), mask_name, st.num_ranks,
                      (long long)st.total_tokens);
@@ -254,7 +267,7 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         if (rc == DCP_OK && k == 0 && pf->segments) rc = dcpt_seg_pairs(p, 64, seg);
         if (draw && rc == DCP_OK) {
             char path[1024], title[256];
-            svg_name(pf, mask_name, s, "", path, sizeof path);
+            svg_name(pf, mask_name, label, "", path, sizeof path);
             snprintf(title, sizeof title,
                      "%s, %s: %d ranks, %lld tokens, %.1f MB moved (%.1f "
                      "between nodes), imbalance %.1f%% / %.1f%%",
@@ -267,29 +280,40 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
         dcp_plan_destroy(p);
     }
     free(masks);
+    if (rc == DCP_ERR_INVALID_ARG && o.strategy >= DCP_STRATEGY_PACKED && !a->refused) {
+        /* a peer policy that cannot run this shape or cluster: the others still compare */
+        fprintf(stderr, "%s: %s refused: %s\n", tool, label, dcp_last_error());
+        a->refused = 1;
+        return 0;
+    }
+    if (rc == DCP_ERR_INVALID_ARG && a->refused) return 0;
     if (rc == DCP_ERR_CAPACITY) { /* the configuration asks for the impossible: exit 2 */
         fprintf(stderr,
                 "%s: batch %d, strategy %s cannot be planned as configured (--mem-cap, --block, "
                 "--ranks): %s\n",
-                tool, b, dcp_strategy_name(s), dcp_last_error());
+                tool, b, label, dcp_last_error());
         return 2;
     }
     if (rc != DCP_OK) {
-        fprintf(stderr, "%s: batch %d, %s: %s: %s\n", tool, b, dcp_strategy_name(s),
-                dcp_status_string(rc), dcp_last_error());
+        fprintf(stderr, "%s: batch %d, %s: %s: %s\n", tool, b, label, dcp_status_string(rc),
+                dcp_last_error());
         return 1;
     }
     if (pf->json) {
-        json_row_t row = {dcp_strategy_name(s),
+        json_row_t row = {label,
                           dcp_strategy_name(st.strategy),
                           mask_name,
                           b,
                           c->opts.block_size,
                           dcpt_stats(a->plan_ms + a->n_ms - pf->repeat, pf->repeat),
                           st,
-                          {NAN, NAN, NAN}};
-        const double all = seg[0] + seg[1] + seg[2];
-        for (int k = 0; pf->segments && all > 0 && k < 3; k++) row.seg[k] = seg[k] / all;
+                          {{0}}};
+        for (int pass = 0; pass < 2; pass++) {
+            double all = 0;
+            for (int k = 0; k < DCP_ATTN_CLASSES; k++) all += seg[pass][k];
+            for (int k = 0; k < DCP_ATTN_CLASSES; k++)
+                row.seg[pass][k] = pf->segments && all > 0 ? seg[pass][k] / all : NAN;
+        }
         dcpt_report_row(stdout, 1, json_fields, NJSON, &row, pf->simulate ? sim_json : NULL, &sim);
     }
     a->comm += (double)st.comm_bytes;
@@ -304,12 +328,32 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
     a->bwd_comp_imb = fmax(a->bwd_comp_imb, st.bwd_compute_imbalance);
     a->mem_imb = fmax(a->mem_imb, st.memory_imbalance);
     a->fallbacks += st.fallback;
-    for (int k = 0; k < 3; k++) a->seg[k] += seg[k];
+    if (pf->simulate)
+        a->batch[b] =
+            (dcpt_peer_batch_t){1, sim.fwd_ms + sim.bwd_ms, sim.exposed_comm_ms, st.plan_ms};
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < DCP_ATTN_CLASSES; k++) a->seg[pass][k] += seg[pass][k];
     a->n++;
     return 0;
 }
 
-static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t *pf)
+/* A fresh aggregate for `batches` batches planned `repeat` times (0, 0: only freed). */
+static void agg_reset(agg_t *a, int32_t batches, int64_t repeat)
+{
+    free(a->plan_ms);
+    free(a->batch);
+    *a = (agg_t){0};
+    if (!batches) return;
+    a->plan_ms = calloc((size_t)(batches * repeat), sizeof(double));
+    a->batch = calloc((size_t)batches, sizeof *a->batch);
+    if (!a->plan_ms || !a->batch) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+        exit(1);
+    }
+}
+
+static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t *pf,
+                        int32_t batches)
 {
     double zz = -1;
     for (int32_t i = 0; i < c->num_strategies; i++)
@@ -319,7 +363,7 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
         agg_t *a = &aggs[i];
         if (!a->n) continue;
         table_row_t r = {
-            .strategy = dcp_strategy_name(c->strategies[i]),
+            .strategy = c->strategy_labels[i],
             .comm = a->comm / a->n,
             .inter = a->inter / a->n,
             .x_zigzag = zz > 0 ? a->inter / a->n / zz : NAN,
@@ -339,26 +383,44 @@ static void print_table(const dcpt_common_t *c, agg_t *aggs, const plan_flags_t 
         dcpt_report_row(stdout, 0, table_fields, NTABLE, &r, NULL, NULL);
     }
     if (pf->segments) {
-        printf(
-            "\nsegments (share of the forward's allowed pairs; dense runs of 64 rows or more):\n");
-        printf("%-8s %8s %8s %8s\n", "strategy", "full(%)", "causal(%)", "masked(%)");
-        for (int32_t i = 0; i < c->num_strategies; i++) {
-            const agg_t *a = &aggs[i];
-            const double all = a->seg[0] + a->seg[1] + a->seg[2];
-            if (!a->n || !(all > 0)) continue;
-            printf("%-8s %8.1f %9.1f %9.1f\n", dcp_strategy_name(c->strategies[i]),
-                   100 * a->seg[0] / all, 100 * a->seg[1] / all, 100 * a->seg[2] / all);
-        }
+        printf("\nsegments (share of the allowed pairs per class; dense runs of 64 rows or "
+               "more):\n");
+        printf("%-8s %-4s %8s %9s %8s %8s %9s\n", "strategy", "pass", "full(%)", "causal(%)",
+               "band(%)", "left(%)", "masked(%)");
+        for (int32_t i = 0; i < c->num_strategies; i++)
+            for (int pass = 0; pass < 2; pass++) {
+                const agg_t *a = &aggs[i];
+                double all = 0;
+                for (int k = 0; k < DCP_ATTN_CLASSES; k++) all += a->seg[pass][k];
+                if (!a->n || !(all > 0)) continue;
+                printf("%-8s %-4s %8.1f %9.1f %8.1f %8.1f %9.1f\n",
+                       c->strategy_labels[i], pass ? "bwd" : "fwd",
+                       100 * a->seg[pass][0] / all, 100 * a->seg[pass][1] / all,
+                       100 * a->seg[pass][2] / all, 100 * a->seg[pass][3] / all,
+                       100 * a->seg[pass][4] / all);
+            }
     }
     if (!pf->simulate) return;
     dcpt_sim_agg_t *sim = calloc((size_t)(uint32_t)c->num_strategies, sizeof *sim);
     for (int32_t i = 0; sim && i < c->num_strategies; i++) sim[i] = aggs[i].sim;
     printf("\nsimulated (means):\n");
-    if (sim) dcpt_sim_table(stdout, c->strategies, sim, c->num_strategies);
+    const char *const *labels = (const char *const *)c->strategy_labels;
+    if (sim) dcpt_sim_table(stdout, c->strategies, labels, sim, c->num_strategies);
     printf("\nwhere the simulated time goes (means, ms; exposed: the slowest rank's, path: the "
            "critical path's):\n");
-    if (sim) dcpt_sim_explain_table(stdout, c->strategies, sim, c->num_strategies);
+    if (sim) dcpt_sim_explain_table(stdout, labels, sim, c->num_strategies);
     free(sim);
+    int32_t def = -1;
+    for (int32_t i = 0; i < c->num_strategies && def < 0; i++)
+        if (c->strategies[i] == DCP_STRATEGY_METIS) def = i;
+    if (def < 0 || c->num_strategies < 2) return;
+    const dcpt_peer_batch_t **rows = calloc((size_t)c->num_strategies, sizeof *rows);
+    for (int32_t i = 0; rows && i < c->num_strategies; i++) rows[i] = aggs[i].batch;
+    printf("\nagainst the default (metis), batch by batch (x-default: the policy's simulated step "
+           "over the default's, geometric mean [worst batch]; exposed: communication the "
+           "slowest rank waits for, share of its step):\n");
+    if (rows) dcpt_peer_table(stdout, labels, rows, c->num_strategies, def, batches);
+    free(rows);
 }
 
 static void print_header(const dcpt_common_t *c, int64_t repeat)
@@ -373,11 +435,12 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
     char divs[16];
     dcpt_bench_header(
         &b,
-        "%d ranks (%dx%d), %d batch(es), %lld tokens, %d sequences (longest %lld), "
-        "heads %d/%d x %d %s, block %d, head blocks %d, divisions %s, %s, %s expansion; "
-        "plan(ms): each batch planned --repeat times",
-        nr, nn, nr / nn, c->num_batches, (long long)tokens, c->batch_first[c->num_batches],
-        (long long)longest, c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
+        "%d ranks (%dx%d), network %.4g GB/s per device (%d NICs per node), %d batch(es), "
+        "%lld tokens, %d sequences (longest %lld), heads %d/%d x %d %s, block %d, head blocks "
+        "%d, divisions %s, %s, %s expansion; plan(ms): each batch planned --repeat times",
+        nr, nn, nr / nn, c->cluster->perf.inter_gbps, dcp_cluster_node_nics(c->cluster),
+        c->num_batches, (long long)tokens, c->batch_first[c->num_batches], (long long)longest,
+        c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
         dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
         dcpt_divisions_name(c->opts.divisions, divs),
         c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
@@ -440,7 +503,7 @@ int main(int argc, char **argv)
                        .expansion = "clique",
                        .comm = "divisions",
                        .dtype = "bf16"};
-    enum { NOWN = 25 };
+    enum { NOWN = 27 };
     dcpt_arg_t args[DCPT_COMMON_NARGS + NOWN];
     dcpt_common_args(&f, args);
     const dcpt_arg_t own[NOWN] = {
@@ -466,6 +529,8 @@ int main(int argc, char **argv)
          "METIS placements tried (seeds); the plan predicted fastest is kept", 0},
         {"no-refine", DCPT_ARG_FLAG, &pf.no_refine, 0, 0,
          "skip METIS balance repair and refinement", 0},
+        {"no-hierarchy", DCPT_ARG_FLAG, &pf.no_hierarchy, 0, 0,
+         "METIS's global plan only: no hierarchical candidates (options.hierarchy = 0)", 0},
         {"eps-inter", DCPT_ARG_DOUBLE, &pf.eps_inter, 0, 100, "METIS imbalance between nodes", 0},
         {"eps-intra", DCPT_ARG_DOUBLE, &pf.eps_intra, 0, 100, "METIS imbalance between devices", 0},
         {"comm-schedule", DCPT_ARG_STR, &pf.comm, 0, 0, "divisions or rounds", 0},
@@ -480,6 +545,10 @@ int main(int argc, char **argv)
         {"sim-kernels", DCPT_ARG_STR, &pf.sim_kernels, 0, 0,
          "simulator kernel table: dcp-kernel-bench --json file, h100 or a100 (default: by "
          "cluster peak)",
+         0},
+        {"kernels", DCPT_ARG_STR, &pf.kernels, 0, 0,
+         "kernel table of the planner's cost model and of --simulate: h100, a100, h100-dcp, "
+         "h100-cudnn or a dcp-kernel-bench --json file",
          0},
         {"sim-host-cores", DCPT_ARG_DOUBLE, &pf.sim_host_cores, 0, 4096,
          "simulate CPU ranks sharing N cores of one host (0: a GPU per rank)", 0},
@@ -503,9 +572,22 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         if (!pf.simulate && dcpt_args_seen(args, nargs, sim_only[k]))
             dcpt_args_fail(tool, sim_only[k], "sets the simulator up: add --simulate");
+    if (pf.kernels) /* one table for both: the two that set one each are refused beside it */
+        for (int k = 0; k < 2; k++) {
+            static const char *const one[2] = {"kernel-table", "sim-kernels"};
+            if (dcpt_args_seen(args, nargs, one[k]))
+                dcpt_args_fail(tool, one[k], "not with --kernels (it sets both tables)");
+        }
     dcpt_common_t c;
     dcpt_common_resolve(tool, &f, args, &c);
     apply_flags(&pf, &c);
+    if (pf.kernels) {
+        dcp_sim_kernels_t k;
+        if (dcpt_kernels_load(pf.kernels, c.shape.head_dim, &k) != DCP_OK ||
+            dcpt_kernels_to_cluster(&k, c.cluster) != DCP_OK)
+            dcpt_args_fail(tool, "kernels", "%s", dcp_last_error());
+        pf.sim_kernels = pf.kernels;
+    }
     if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
     if (pf.simulate)
         dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
@@ -534,35 +616,28 @@ int main(int argc, char **argv)
     int64_t done = 0;
     agg_t *aggs = calloc((size_t)c.num_strategies, sizeof *aggs);
     for (int32_t m = 0; m < c.num_masks; m++) {
-        for (int32_t s = 0; s < c.num_strategies; s++) {
-            free(aggs[s].plan_ms);
-            aggs[s] = (agg_t){0};
-            aggs[s].plan_ms = calloc((size_t)(c.num_batches * pf.repeat), sizeof(double));
-        }
+        for (int32_t s = 0; s < c.num_strategies; s++)
+            agg_reset(&aggs[s], c.num_batches, pf.repeat);
         for (int32_t b = 0; b < c.num_batches; b++) {
             for (int32_t s = 0; s < c.num_strategies; s++) {
-                const int rc =
-                    plan_batch(&c, &c.masks[m], b, c.strategies[s], &pf, c.mask_names[m], &aggs[s]);
+                const int rc = plan_batch(&c, &c.masks[m], b, s, &pf, c.mask_names[m], &aggs[s]);
                 failed = rc > failed ? rc : failed;
-                progress(++done, total, b, c.strategies[s]);
+                progress(++done, total, b, c.strategy_labels[s]);
             }
             if (pf.per_batch && !pf.json) {
                 printf("\nmask %s, batch %d\n", c.mask_names[m], b);
-                print_table(&c, aggs, &pf);
-                for (int32_t s = 0; s < c.num_strategies; s++) {
-                    free(aggs[s].plan_ms);
-                    aggs[s] = (agg_t){0};
-                    aggs[s].plan_ms = calloc((size_t)(c.num_batches * pf.repeat), sizeof(double));
-                }
+                print_table(&c, aggs, &pf, c.num_batches);
+                for (int32_t s = 0; s < c.num_strategies; s++)
+                    agg_reset(&aggs[s], c.num_batches, pf.repeat);
             }
         }
         if (!pf.json && !pf.per_batch) {
             printf("\nmask %s (%d batches: means; imbalance: worst batch)\n", c.mask_names[m],
                    c.num_batches);
-            print_table(&c, aggs, &pf);
+            print_table(&c, aggs, &pf, c.num_batches);
         }
     }
-    for (int32_t s = 0; s < c.num_strategies; s++) free(aggs[s].plan_ms);
+    for (int32_t s = 0; s < c.num_strategies; s++) agg_reset(&aggs[s], 0, 0);
     free(aggs);
     dcpt_common_free(&c);
     return failed;

@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/half.h"
+#include "include/base/shape.h"
 #include "kernels/device.h"
 #include "kernels/reference.h"
 #include "plugin/cli/report.h"
@@ -34,6 +35,9 @@ void dcpt_harness_destroy(dcpt_harness_t *h)
     free(h->low_dq);
     free(h->low_dk);
     free(h->low_dv);
+    free(h->sinks);
+    free(h->ref_max_logit);
+    free(h->ref_seq_max);
     free(h);
 }
 
@@ -58,17 +62,18 @@ dcp_status_t dcpt_harness_create(const int32_t *lengths, int32_t num_seqs, const
     }
     const int64_t nq = h->tokens * shape->num_heads * shape->head_dim;
     const int64_t nkv = h->tokens * shape->num_kv_heads * shape->head_dim;
+    const int64_t nv = h->tokens * shape->num_kv_heads * dcp_shape_dv(shape);
     DCP_CHECK_GOTO(dcp_calloc(&h->q, nq, sizeof(float), "harness Q"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&h->k, nkv, sizeof(float), "harness K"), st, err);
-    DCP_CHECK_GOTO(dcp_calloc(&h->v, nkv, sizeof(float), "harness V"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&h->v, nv, sizeof(float), "harness V"), st, err);
     dcpt_rng_t rng = {seed};
     for (int64_t i = 0; i < nq; i++) h->q[i] = (float)dcpt_rng_normal(&rng);
     for (int64_t i = 0; i < nkv; i++) h->k[i] = (float)dcpt_rng_normal(&rng);
-    for (int64_t i = 0; i < nkv; i++) h->v[i] = (float)dcpt_rng_normal(&rng);
+    for (int64_t i = 0; i < nv; i++) h->v[i] = (float)dcpt_rng_normal(&rng);
     /* inputs exactly representable in the plan dtype: the reference sees what the GPU sees */
     for (int64_t i = 0; i < nq; i++) h->q[i] = dcp_round_to(shape->dtype, h->q[i]);
     for (int64_t i = 0; i < nkv; i++) h->k[i] = dcp_round_to(shape->dtype, h->k[i]);
-    for (int64_t i = 0; i < nkv; i++) h->v[i] = dcp_round_to(shape->dtype, h->v[i]);
+    for (int64_t i = 0; i < nv; i++) h->v[i] = dcp_round_to(shape->dtype, h->v[i]);
     *harness_out = h;
     return DCP_OK;
 err:
@@ -81,11 +86,30 @@ dcp_status_t dcpt_harness_enable_backward(dcpt_harness_t *h, uint64_t seed)
     if (h->dout) return DCP_OK;
     if (h->ref_o)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "harness: backward enabled after the reference");
-    const int64_t nq = h->tokens * h->shape.num_heads * h->shape.head_dim;
+    const int64_t nq = h->tokens * h->shape.num_heads * dcp_shape_dv(&h->shape); /* like O */
     DCP_CHECK(dcp_calloc(&h->dout, nq, sizeof(float), "harness dO"));
     dcpt_rng_t rng = {seed ^ 0x9E3779B97F4A7C15ull};
     for (int64_t i = 0; i < nq; i++)
         h->dout[i] = dcp_round_to(h->shape.dtype, (float)dcpt_rng_normal(&rng));
+    return DCP_OK;
+}
+
+dcp_status_t dcpt_harness_enable_sinks(dcpt_harness_t *h, uint64_t seed)
+{
+    if (h->sinks) return DCP_OK;
+    if (h->ref_o)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "harness: sinks enabled after the reference");
+    DCP_CHECK(dcp_calloc(&h->sinks, h->shape.num_heads, sizeof(float), "harness sinks"));
+    dcpt_rng_t rng = {seed ^ 0x5DEECE66Dull};
+    for (int32_t i = 0; i < h->shape.num_heads; i++) h->sinks[i] = (float)dcpt_rng_normal(&rng);
+    return DCP_OK;
+}
+
+dcp_status_t dcpt_harness_enable_max_logit(dcpt_harness_t *h)
+{
+    if (h->ref_o)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "harness: max logit enabled after the reference");
+    h->max_logit = 1;
     return DCP_OK;
 }
 
@@ -111,28 +135,35 @@ dcp_status_t dcpt_harness_reference(dcpt_harness_t *h, int32_t threads, const dc
                                     int32_t rank)
 {
     const int64_t hq = h->shape.num_heads, d = h->shape.head_dim, hkv = h->shape.num_kv_heads;
+    const int64_t dv = dcp_shape_dv(&h->shape);
     if (!h->ref_o) {
-        DCP_CHECK(dcp_calloc(&h->ref_o, h->tokens * hq * d, sizeof(double), "reference O"));
+        DCP_CHECK(dcp_calloc(&h->ref_o, h->tokens * hq * dv, sizeof(double), "reference O"));
         DCP_CHECK(dcp_calloc(&h->ref_lse, h->tokens * hq, sizeof(double), "reference LSE"));
         DCP_CHECK(dcp_calloc(&h->ref_done, h->num_seqs, 1, "reference"));
+        if (h->max_logit) {
+            DCP_CHECK(dcp_calloc(&h->ref_max_logit, hq, sizeof(double), "reference max logit"));
+            DCP_CHECK(dcp_calloc(&h->ref_seq_max, h->num_seqs * hq, sizeof(double),
+                                 "reference max logit"));
+        }
         if (h->shape.dtype != DCP_DTYPE_FP32)
-            DCP_CHECK(dcp_calloc(&h->low_o, h->tokens * hq * d, sizeof(float), "plain O"));
+            DCP_CHECK(dcp_calloc(&h->low_o, h->tokens * hq * dv, sizeof(float), "plain O"));
         if (h->dout) {
             const int64_t nq = h->tokens * hq * d, nkv = h->tokens * hkv * d;
+            const int64_t nv = h->tokens * hkv * dv;
             DCP_CHECK(dcp_calloc(&h->ref_dq, nq, sizeof(double), "reference dQ"));
             DCP_CHECK(dcp_calloc(&h->ref_dk, nkv, sizeof(double), "reference dK"));
-            DCP_CHECK(dcp_calloc(&h->ref_dv, nkv, sizeof(double), "reference dV"));
+            DCP_CHECK(dcp_calloc(&h->ref_dv, nv, sizeof(double), "reference dV"));
             if (h->shape.dtype != DCP_DTYPE_FP32) {
                 DCP_CHECK(dcp_calloc(&h->low_dq, nq, sizeof(float), "plain dQ"));
                 DCP_CHECK(dcp_calloc(&h->low_dk, nkv, sizeof(float), "plain dK"));
-                DCP_CHECK(dcp_calloc(&h->low_dv, nkv, sizeof(float), "plain dV"));
+                DCP_CHECK(dcp_calloc(&h->low_dv, nv, sizeof(float), "plain dV"));
             }
         }
     }
     uint8_t *want = NULL;
     DCP_CHECK(dcp_calloc(&want, h->num_seqs, 1, "reference"));
     dcp_status_t st = DCP_OK;
-    if (plan)
+    if (plan && !h->max_logit) /* the max logit is the whole batch's */
         st = seqs_of_rank(plan, rank, want);
     else
         memset(want, 1, (size_t)h->num_seqs);
@@ -151,16 +182,28 @@ dcp_status_t dcpt_harness_reference(dcpt_harness_t *h, int32_t threads, const dc
             continue;
         }
         const int64_t t = h->seq_start[s], qo = t * hq * d, ko = t * hkv * d;
-        st = dcpt_reference_attention(seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko,
-                                      h->ref_o + qo, h->ref_lse + t * hq,
-                                      h->low_o ? h->low_o + qo : NULL, threads);
+        const int64_t oo = t * hq * dv, vo = t * hkv * dv; /* O, dO; V, dV */
+        /* the run's max logit, kept by each of its sequences: the largest over sequences is
+         * the batch's */
+        const dcpt_ref_extra_t extra = {h->sinks, h->ref_seq_max ? h->ref_seq_max + s * hq : NULL,
+                                        NULL};
+        st = dcpt_reference_attention_x(seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + vo,
+                                        &extra, h->ref_o + oo, h->ref_lse + t * hq,
+                                        h->low_o ? h->low_o + oo : NULL, threads);
+        for (int32_t x = s + 1; st == DCP_OK && h->ref_seq_max && x < e; x++)
+            memcpy(h->ref_seq_max + x * hq, h->ref_seq_max + s * hq, (size_t)hq * sizeof(double));
         if (st == DCP_OK && h->dout)
-            st = dcpt_reference_backward(
-                seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + ko, h->dout + qo,
-                h->ref_dq + qo, h->ref_dk + ko, h->ref_dv + ko, h->low_dq ? h->low_dq + qo : NULL,
-                h->low_dk ? h->low_dk + ko : NULL, h->low_dv ? h->low_dv + ko : NULL, threads);
+            st = dcpt_reference_backward_x(
+                seqs, e - s, &h->shape, h->q + qo, h->k + ko, h->v + vo, h->dout + oo, &extra,
+                h->ref_dq + qo, h->ref_dk + ko, h->ref_dv + vo, h->low_dq ? h->low_dq + qo : NULL,
+                h->low_dk ? h->low_dk + ko : NULL, h->low_dv ? h->low_dv + vo : NULL, threads);
         if (st == DCP_OK) memset(h->ref_done + s, 1, (size_t)(e - s));
         s = e;
+    }
+    for (int64_t x = 0; st == DCP_OK && h->ref_max_logit && x < hq; x++) {
+        h->ref_max_logit[x] = -INFINITY;
+        for (int32_t q = 0; q < h->num_seqs; q++)
+            h->ref_max_logit[x] = fmax(h->ref_max_logit[x], h->ref_seq_max[q * hq + x]);
     }
     free(seqs);
     free(want);
@@ -191,10 +234,22 @@ typedef struct {
     int nt;            /* tensors in use: 5 (forward only) or NT */
     int64_t width[NT]; /* elements per row of each tensor */
     dcp_dtype_t dtype;
+    /* the variants' per-head tensors, V_NUM per rank (sinks, max logit, dsinks: Hq fp32
+     * each; NULL where not in use): host, and on the rank's GPU (NULL on the CPU) */
+    float **vhost, **vdev;
+    int32_t heads;
 } rank_io_t;
+
+enum { V_SINKS = 0, V_MAX = 1, V_DSINKS = 2, V_NUM = 3 };
 
 static void rank_io_free(rank_io_t *r)
 {
+    for (int32_t i = 0; r->vhost && i < V_NUM * r->n; i++) {
+        free(r->vhost[i]);
+        if (r->vdev && r->vdev[i]) dcp_device_of(r->gpu[i / V_NUM])->free(r->vdev[i]);
+    }
+    free(r->vhost);
+    free(r->vdev);
     for (int32_t i = 0; r->store && r->gpu && i < NT * r->n; i++)
         dcp_device_of(r->gpu[i / NT])->free(r->store[i]);
     free(r->store);
@@ -300,6 +355,46 @@ static int has_store(const rank_io_t *r, int32_t rank)
     return r->gpu[rank] >= 0 || r->dtype != DCP_DTYPE_FP32;
 }
 
+/* Variant tensor v of a rank where it computes: the GPU copy, or the host one. */
+static float *var_at(const rank_io_t *r, int32_t rank, int v)
+{
+    return r->vdev[V_NUM * rank + v] ? r->vdev[V_NUM * rank + v] : r->vhost[V_NUM * rank + v];
+}
+
+/* Variant tensor v of a rank between host and GPU (a no-op on the CPU). */
+static dcp_status_t var_move(rank_io_t *r, int32_t rank, int v, int to_dev)
+{
+    float *host = r->vhost[V_NUM * rank + v], *dev = r->vdev[V_NUM * rank + v];
+    if (!host || !dev) return DCP_OK;
+    const size_t bytes = (size_t)r->heads * sizeof(float);
+    return to_dev ? copy_bytes(r, rank, dev, host, bytes) : copy_bytes(r, rank, host, dev, bytes);
+}
+
+/* The variants a harness asks for, on a rank: its sinks (and their gradient with a backward),
+ * its max logit; io and gio point at them. */
+static dcp_status_t rank_io_variants(const dcpt_harness_t *h, rank_io_t *r, int32_t rank)
+{
+    const int want[V_NUM] = {h->sinks != NULL, h->max_logit, h->sinks && h->dout};
+    const int gpu = r->gpu[rank];
+    for (int v = 0; v < V_NUM; v++) {
+        if (!want[v]) continue;
+        float **host = &r->vhost[V_NUM * rank + v];
+        DCP_CHECK(dcp_calloc(host, r->heads, sizeof(float), "harness variants"));
+        if (v == V_SINKS) memcpy(*host, h->sinks, (size_t)r->heads * sizeof(float));
+        if (gpu < 0) continue;
+        if (!(r->vdev[V_NUM * rank + v] =
+                  dcp_device_of(gpu)->alloc(gpu, (size_t)r->heads * sizeof(float))))
+            return dcp_set_error(DCP_ERR_NO_MEMORY, "harness: variants on GPU %d", gpu);
+        if (v == V_SINKS) DCP_CHECK(var_move(r, rank, v, 1));
+    }
+    dcp_tensors_t *io = &r->io[rank];
+    io->sinks = want[V_SINKS] ? var_at(r, rank, V_SINKS) : NULL;
+    io->max_logit = want[V_MAX] ? var_at(r, rank, V_MAX) : NULL;
+    r->gio[rank].fwd = *io;
+    r->gio[rank].dsinks = want[V_DSINKS] ? var_at(r, rank, V_DSINKS) : NULL;
+    return DCP_OK;
+}
+
 /* Tensors of ranks [lo, hi): on `device` as the contexts place in-process ranks, or, for
  * this process's rank of a job, on job_gpu (-1: the CPU). */
 static dcp_status_t rank_io_build(const dcpt_harness_t *h, const dcp_plan_t *plan, int32_t lo,
@@ -320,9 +415,13 @@ static dcp_status_t rank_io_build(const dcpt_harness_t *h, const dcp_plan_t *pla
     DCP_CHECK(dcp_calloc(&r->ntok, r->n, sizeof *r->ntok, "harness"));
     DCP_CHECK(dcp_calloc(&r->store, NT * r->n, sizeof *r->store, "harness"));
     DCP_CHECK(dcp_calloc(&r->gpu, r->n, sizeof *r->gpu, "harness"));
+    DCP_CHECK(dcp_calloc(&r->vhost, V_NUM * r->n, sizeof *r->vhost, "harness"));
+    DCP_CHECK(dcp_calloc(&r->vdev, V_NUM * r->n, sizeof *r->vdev, "harness"));
+    r->heads = h->shape.num_heads;
     const int64_t hq = h->shape.num_heads, hkv = h->shape.num_kv_heads, d = h->shape.head_dim;
-    const int64_t widths[NT] = {hq * d, hkv * d, hkv * d, hq * d, hq,
-                                hq * d, hq * d,  hkv * d, hkv * d};
+    const int64_t dv = dcp_shape_dv(&h->shape);
+    const int64_t widths[NT] = {hq * d,  hkv * d, hkv * dv, hq * dv, hq,
+                                hq * dv, hq * d,  hkv * d,  hkv * dv};
     memcpy(r->width, widths, sizeof widths);
     r->nt = h->dout ? NT : 5;
     r->dtype = h->shape.dtype;
@@ -333,6 +432,7 @@ static dcp_status_t rank_io_build(const dcpt_harness_t *h, const dcp_plan_t *pla
         else
             DCP_CHECK(dcp_device_parse(device, rank, "device", &r->gpu[rank]));
         if (has_store(r, rank)) DCP_CHECK(rank_io_to_store(r, rank));
+        DCP_CHECK(rank_io_variants(h, r, rank));
     }
     return DCP_OK;
 }
@@ -340,22 +440,30 @@ static dcp_status_t rank_io_build(const dcpt_harness_t *h, const dcp_plan_t *pla
 /* Outputs are poisoned with NaN before every run, so an unwritten element cannot pass. */
 static dcp_status_t poison(rank_io_t *r)
 {
-    for (int32_t rank = r->lo; rank < r->hi; rank++)
+    for (int32_t rank = r->lo; rank < r->hi; rank++) {
         for (int j = 0; j < r->nt; j++) {
             if (!is_output(j)) continue;
             for (int64_t i = 0; i < r->ntok[rank] * r->width[j]; i++)
                 r->bufs[NT * rank + j][i] = NAN;
             if (has_store(r, rank)) DCP_CHECK(move(r, rank, j, 1));
         }
+        for (int v = V_MAX; v <= V_DSINKS; v++) {
+            float *host = r->vhost[V_NUM * rank + v];
+            for (int32_t i = 0; host && i < r->heads; i++) host[i] = NAN;
+            DCP_CHECK(var_move(r, rank, v, 1));
+        }
+    }
     return DCP_OK;
 }
 
 /* The outputs of ranks with a store back in the host buffers the checks read. */
 static dcp_status_t fetch(rank_io_t *r)
 {
-    for (int32_t rank = r->lo; rank < r->hi; rank++)
+    for (int32_t rank = r->lo; rank < r->hi; rank++) {
         for (int j = 0; j < r->nt && has_store(r, rank); j++)
             if (is_output(j)) DCP_CHECK(move(r, rank, j, 0));
+        for (int v = V_MAX; v <= V_DSINKS; v++) DCP_CHECK(var_move(r, rank, v, 0));
+    }
     return DCP_OK;
 }
 
@@ -363,7 +471,9 @@ static dcp_status_t fetch(rank_io_t *r)
 typedef struct {
     double max_abs, ref_max, max_lse, low_abs;
     double g_abs[3], g_ref[3], g_low[3]; /* dQ, dK, dV */
-    int64_t bad, g_bad;
+    double ml_err;             /* max logit: max |x - ref| / max(1, |ref|) over the heads */
+    double ds_err;             /* dsinks: max |x - ref| / the rank's scale over the heads */
+    int64_t bad, g_bad, v_bad; /* v_bad: a NaN or a wrong infinity in max logit or dsinks */
     uint64_t digest; /* FNV-1a over the rank's output bytes (O, LSE, dQ, dK, dV) */
     int32_t checked;
 } rank_check_t;
@@ -389,9 +499,50 @@ static void check_grad(const rank_io_t *r, int32_t rank, int j, const double *re
     }
 }
 
+/* The max logit against the batch's reference, and dsinks against the reference over the
+ * rank's own rows: -sum exp(s - LSE) delta from the reference's LSE, O and dO. The scale of a
+ * head's dsinks is sum exp(s - LSE) sum |dO O| over those rows, a bound of every term's size:
+ * the error is judged relative to it (the sum may cancel). */
+static void check_variants(const dcpt_harness_t *h, const rank_io_t *r, int32_t rank,
+                           rank_check_t *c)
+{
+    const int64_t hq = h->shape.num_heads, dv = dcp_shape_dv(&h->shape);
+    const float *ml = r->vhost[V_NUM * rank + V_MAX], *ds = r->vhost[V_NUM * rank + V_DSINKS];
+    for (int64_t x = 0; ml && h->ref_max_logit && x < hq; x++) {
+        const double ref = h->ref_max_logit[x], got = ml[x];
+        if (isnan(got) || isinf(ref) != isinf(got) || (isinf(got) && got != ref))
+            c->v_bad++;
+        else if (!isinf(ref))
+            c->ml_err = fmax(c->ml_err, fabs(got - ref) / fmax(1.0, fabs(ref)));
+    }
+    if (!ds || !h->sinks || !h->dout) return;
+    for (int64_t x = 0; x < hq; x++) {
+        double ref = 0, scale = 0;
+        for (int64_t i = 0; i < r->ntok[rank]; i++) {
+            const int64_t g = r->rows[rank][i];
+            const double lse = h->ref_lse[g * hq + x];
+            if (!isfinite(lse)) continue;
+            const double p = exp((double)h->sinks[x] - lse);
+            double delta = 0, mag = 0;
+            for (int64_t e = 0; e < dv; e++) {
+                const double t =
+                    (double)h->dout[(g * hq + x) * dv + e] * h->ref_o[(g * hq + x) * dv + e];
+                delta += t;
+                mag += fabs(t);
+            }
+            ref -= p * delta;
+            scale += p * mag;
+        }
+        if (isnan(ds[x]))
+            c->v_bad++;
+        else
+            c->ds_err = fmax(c->ds_err, fabs(ds[x] - ref) / fmax(scale, 1e-30));
+    }
+}
+
 static void check_rank(const dcpt_harness_t *h, const rank_io_t *r, int32_t rank, rank_check_t *c)
 {
-    const int64_t hq = h->shape.num_heads, d = h->shape.head_dim;
+    const int64_t hq = h->shape.num_heads, d = dcp_shape_dv(&h->shape); /* O rows */
     const float *out = r->bufs[NT * rank + T_O], *lse = r->bufs[NT * rank + T_LSE];
     uint64_t x = 0xcbf29ce484222325ull;
     for (int j = 0; j < r->nt; j++) {
@@ -400,8 +551,14 @@ static void check_rank(const dcpt_harness_t *h, const rank_io_t *r, int32_t rank
         const int64_t n = r->ntok[rank] * r->width[j] * (int64_t)sizeof(float);
         for (int64_t i = 0; i < n; i++) x = (x ^ b[i]) * 0x100000001b3ull;
     }
+    for (int v = V_MAX; v <= V_DSINKS; v++) {
+        const unsigned char *b = (const unsigned char *)r->vhost[V_NUM * rank + v];
+        for (size_t i = 0; b && i < (size_t)r->heads * sizeof(float); i++)
+            x = (x ^ b[i]) * 0x100000001b3ull;
+    }
     *c = (rank_check_t){.digest = x, .checked = h->ref_o != NULL};
     if (!h->ref_o) return;
+    check_variants(h, r, rank, c);
     if (h->ref_dq) {
         const double *ref[3] = {h->ref_dq, h->ref_dk, h->ref_dv};
         const float *low[3] = {h->low_dq, h->low_dk, h->low_dv};
@@ -443,11 +600,19 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
         res->max_lse_err = fmax(res->max_lse_err, c[r].max_lse);
         res->bad_values += c[r].bad;
         res->low_abs_err = fmax(res->low_abs_err, c[r].low_abs);
+        res->max_logit_err = fmax(res->max_logit_err, c[r].ml_err);
+        res->dsinks_err = fmax(res->dsinks_err, c[r].ds_err);
+        res->variant_bad += c[r].v_bad;
         ref_max = fmax(ref_max, c[r].ref_max);
         for (int b = 0; b < 8; b++) x = (x ^ ((c[r].digest >> (8 * b)) & 0xff)) * 0x100000001b3ull;
     }
     res->digest = x;
     res->max_rel_err = ref_max > 0 ? res->max_abs_err / ref_max : res->max_abs_err;
+    /* the max logit as the LSE (1e-3 relative in bf16/fp16); dsinks: LSE's 1e-3 and a rounding
+     * step of O, twice, of the scale (fp32: tol) */
+    const double step = dtype == DCP_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+    const double ml_tol = dtype == DCP_DTYPE_FP32 ? tol : 1e-3;
+    const double ds_tol = dtype == DCP_DTYPE_FP32 ? tol : 2 * (1e-3 + step);
     if (dtype == DCP_DTYPE_FP32)
         res->passed = c[0].checked && res->bad_values == 0 && res->max_rel_err <= tol &&
                       res->max_lse_err <= tol;
@@ -455,6 +620,7 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
         res->passed = c[0].checked && res->bad_values == 0 &&
                       dcpt_lowp_rule_holds(dtype, res->max_abs_err, res->low_abs_err, ref_max,
                                            res->max_lse_err);
+    res->passed &= res->variant_bad == 0 && res->max_logit_err <= ml_tol;
     if (!res->bwd_run) return;
     res->bwd_passed = c[0].checked;
     for (int g = 0; g < 3; g++) {
@@ -472,7 +638,7 @@ static void reduce(const rank_check_t *c, int32_t n, double tol, dcp_dtype_t dty
                 ? res->max_rel_err_grad[g] <= tol
                 : dcpt_lowp_grad_rule_holds(dtype, abs, res->low_abs_err_grad[g], gref);
     }
-    res->bwd_passed &= res->bwd_bad_values == 0;
+    res->bwd_passed &= res->bwd_bad_values == 0 && res->dsinks_err <= ds_tol;
     res->passed &= res->bwd_passed;
 }
 

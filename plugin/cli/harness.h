@@ -29,6 +29,11 @@ typedef struct {
     float *low_dq, *low_dk, *low_dv;  /* bf16/fp16: the plain low-precision backward */
     const char *attn_engine;          /* the contexts' attention engine (NULL: the default) */
     int32_t deterministic;            /* the contexts' deterministic mode (dcp.h) */
+    /* the attention variants (dcpt_harness_enable_sinks, _max_logit) */
+    float *sinks;          /* [Hq] learnable sinks of every call; NULL: none */
+    int32_t max_logit;     /* 1: forwards return the max logit, checked on every rank */
+    double *ref_max_logit; /* [Hq] the batch's, from the reference */
+    double *ref_seq_max;   /* [num_seqs x Hq]: each reference run's, kept by its sequences */
 } dcpt_harness_t;
 
 typedef struct {
@@ -55,6 +60,12 @@ typedef struct {
     double max_abs_err_grad[3];
     double low_abs_err_grad[3]; /* bf16/fp16: the plain computation's max abs error */
     int64_t bwd_bad_values;     /* NaN or unwritten gradient elements */
+    /* the variants: max logit error relative to max(1, |ref|) (held to tol, 1e-3 in bf16 and
+     * fp16), dsinks error relative to each rank's scale (sum exp(s - LSE) |dO O|; tol, or
+     * 2 (1e-3 + a rounding step)), NaN or mismatched infinities in them */
+    double max_logit_err;
+    double dsinks_err;
+    int64_t variant_bad;
     dcpt_stats_t bwd_exec_ms;   /* wall time of one backward pass over all ranks */
     dcpt_stats_t bwd_host_us;   /* time dcp_backward takes to return */
     /* the attention engine of rank 0's context after the runs (dcp_context_attn_engine) */
@@ -72,6 +83,14 @@ void dcpt_harness_destroy(dcpt_harness_t *h);
 dcp_status_t dcpt_harness_enable_backward(dcpt_harness_t *h, uint64_t seed);
 
 /* The batch as the planner takes it. */
+/* Learnable sinks drawn from `seed` (standard normal) passed to every call, their gradient
+ * checked when the backward is enabled; before dcpt_harness_reference(). */
+dcp_status_t dcpt_harness_enable_sinks(dcpt_harness_t *h, uint64_t seed);
+
+/* Forwards return the max logit, checked on every rank against the batch's; before
+ * dcpt_harness_reference(), which then covers every sequence (the max is the batch's). */
+dcp_status_t dcpt_harness_enable_max_logit(dcpt_harness_t *h);
+
 dcp_batch_t dcpt_harness_batch(const dcpt_harness_t *h);
 
 /* The reference of every sequence (plan NULL), or only of those with rows on `rank` of

@@ -30,6 +30,35 @@ static int env_int(const char *const *vars, size_t n, int fallback)
     return fallback;
 }
 
+void dcpt_mpi_require_pmi(const char *tool)
+{
+    const char *id = getenv("SLURM_PROCID"), *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (!id || !tasks || atoi(tasks) < 2 || dcpt_mpi_launched()) return;
+    fprintf(stderr,
+            "%s: Slurm task %s of %s (SLURM_PROCID, SLURM_STEP_NUM_TASKS) has no process-"
+            "management interface: srun gave it neither PMIx (PMIX_RANK) nor PMI-2 (PMI_RANK, "
+            "PMI_SIZE), so every task would run a job of its own. Run srun --mpi=pmix (Open "
+            "MPI, and MPICH built with PMIx) or --mpi=pmi2 (MPICH); srun --mpi=list shows what "
+            "this Slurm has\n",
+            tool, id, tasks);
+    exit(2);
+}
+
+/* The processes the launcher started, from its environment (0 when none says): a world of
+ * another size means that MPI did not speak the launcher's PMI and started alone. */
+static int launched_size(const char **var_out)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v) {
+            *var_out = vars[i];
+            return atoi(v);
+        }
+    }
+    return 0;
+}
+
 int dcpt_mpi_local_rank(void)
 {
     static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
@@ -150,6 +179,27 @@ dcp_status_t dcpt_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_
     if (rc != MPI_SUCCESS) return dcp_set_error(DCP_ERR_SYSTEM, "MPI_Init returned %d", rc);
     /* errors come back as codes, so that a failed collective is reported, not fatal */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int size = 0;
+    const char *var = NULL;
+    const int want = launched_size(&var);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (want > 0 && size != want) {
+        char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+        int len = 0;
+        MPI_Get_library_version(lib, &len);
+        lib[strcspn(lib, "\n")] = '\0';
+        for (char *c = lib; *c; c++) *c = *c == '\t' ? ' ' : *c;
+        return dcp_set_error(DCP_ERR_SYSTEM,
+                             "MPI_COMM_WORLD has %d rank(s) but the launcher started %d (%s): this "
+                             "MPI (%s) did not speak the launcher's process-management interface "
+                             "(%s) and started alone; under srun use the --mpi= plugin it was "
+                             "built for (Open MPI: pmix; MPICH: pmi2, or pmix where built with it)",
+                             size, want, var, lib,
+                             getenv("PMIX_RANK")  ? "PMIx"
+                             : getenv("PMI_FD")   ? "PMI-2"
+                             : getenv("PMI_RANK") ? "PMI"
+                                                  : "none");
+    }
     dcpt_mpi_fault_point("init");
     DCP_CHECK(dcp_bootstrap_mpi(&mpi_bs));
     *bootstrap_out = mpi_bs;

@@ -14,6 +14,12 @@
 /* 1 when mpirun/mpiexec/srun (Open MPI, MPICH-style PMI, PMIx) started this process. */
 int dcpt_mpi_launched(void);
 
+/* Ends the process (status 2, naming the variables it read) when it is one of several tasks of
+ * a Slurm job step that no process-management interface reached (srun --mpi=none, or a site
+ * whose MpiDefault is none): each task would otherwise run a job of its own. Call before any
+ * work; returns otherwise. */
+void dcpt_mpi_require_pmi(const char *tool);
+
 /* This process's rank among those of its node, from the launcher's environment (Open MPI,
  * MPICH/Hydra, Slurm); 0 when none says. */
 int dcpt_mpi_local_rank(void);

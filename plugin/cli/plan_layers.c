@@ -92,13 +92,12 @@ static void model_add(fig_t *m, const fig_t *k, int32_t layers)
 }
 
 /* JSON line of one row. */
-static void json_row(const run_t *r, dcp_strategy_t s, int32_t v, int32_t b, int32_t k,
-                     const fig_t *x)
+static void json_row(const run_t *r, const char *s, int32_t v, int32_t b, int32_t k, const fig_t *x)
 {
     const dcpt_common_t *c = r->c;
     dcpt_json_t j;
     dcpt_json_begin(&j, stdout);
-    dcpt_json_str(&j, "strategy", dcp_strategy_name(s));
+    dcpt_json_str(&j, "strategy", s);
     dcpt_json_str(&j, "placement", r->vname[v]);
     dcpt_json_int(&j, "batch", b);
     if (k < r->nk)
@@ -135,7 +134,7 @@ static void record(run_t *r, int32_t s, int32_t v, int32_t b, int32_t k, const f
     cl->plan_ms[cl->n_ms] = x->plan_ms;
     cl->plan_cpu_ms[cl->n_ms++] = x->plan_cpu_ms;
     cl->n++;
-    if (r->f->json) json_row(r, r->c->strategies[s], v, b, k, x);
+    if (r->f->json) json_row(r, r->c->strategy_labels[s], v, b, k, x);
 }
 
 /* Planning time, wall clock and CPU (ms, medians of --repeat): on a shared host the CPU time
@@ -172,11 +171,11 @@ static double cpu_ms(void)
 }
 
 /* Plans `batch` f->repeat times (the last plan kept); the median planning times. */
-static dcp_status_t plan_timed(const run_t *r, const dcp_batch_t *batch, dcp_strategy_t s,
+static dcp_status_t plan_timed(const run_t *r, const dcp_batch_t *batch, int32_t s,
                                dcp_plan_t **plan_out, plan_time_t *time_out)
 {
     dcp_plan_options_t o = r->c->opts;
-    o.strategy = s;
+    dcpt_common_strategy(r->c, s, &o);
     double *ms = calloc(2 * (size_t)r->f->repeat, sizeof *ms), *cpu = ms + r->f->repeat;
     if (!ms) return DCP_ERR_NO_MEMORY;
     dcp_plan_t *p = NULL;
@@ -208,7 +207,7 @@ static void views_of(const dcp_plan_t *p, int32_t nk, const dcp_plan_t **views)
 }
 
 /* The first batch's joint plans drawn, one picture per kind. */
-static dcp_status_t draw(const run_t *r, const dcp_plan_t *const *views, dcp_strategy_t s)
+static dcp_status_t draw(const run_t *r, const dcp_plan_t *const *views, const char *s)
 {
     const char *svg = r->f->svg, *dot = strrchr(svg, '.');
     const int stem = dot ? (int)(dot - svg) : (int)strlen(svg);
@@ -216,8 +215,8 @@ static dcp_status_t draw(const run_t *r, const dcp_plan_t *const *views, dcp_str
         dcp_plan_stats_t st;
         DCP_CHECK(dcp_plan_get_stats(views[k], &st));
         char path[1024], title[256];
-        snprintf(path, sizeof path, "%.*s-%s-%s%s", stem, svg, r->c->mask_names[k],
-                 dcp_strategy_name(s), dot ? dot : ".svg");
+        snprintf(path, sizeof path, "%.*s-%s-%s%s", stem, svg, r->c->mask_names[k], s,
+                 dot ? dot : ".svg");
         for (char *q = path + stem; *q; q++) *q = *q == ':' ? '_' : *q;
         snprintf(title, sizeof title,
                  "%s, layer kind %s (one plan for every kind): %d ranks, %.1f MB moved, "
@@ -258,23 +257,22 @@ static dcp_status_t relayout_step(const run_t *r, dcp_plan_t *const *plans, doub
 static dcp_status_t plan_one(run_t *r, int32_t b, int32_t s)
 {
     const dcpt_common_t *c = r->c;
-    const dcp_strategy_t strategy = c->strategies[s];
     dcp_mask_t *masks = NULL;
     dcp_layer_kind_t kinds[DCP_MAX_KINDS];
     const dcp_batch_t all = dcpt_common_batch(c, b, 0, &masks, kinds);
     dcp_plan_t *joint = NULL, *alone[DCP_MAX_KINDS] = {NULL}, *on = NULL;
     const dcp_plan_t *views[DCP_MAX_KINDS];
     plan_time_t ms = {0, 0}, alone_ms = {0, 0};
-    dcp_status_t st = plan_timed(r, &all, strategy, &joint, &ms);
+    dcp_status_t st = plan_timed(r, &all, s, &joint, &ms);
     if (st == DCP_OK) {
         views_of(joint, r->nk, views);
         st = record_plans(r, s, 0, b, views, 0.0, ms);
     }
-    if (st == DCP_OK && b == 0 && r->f->svg) st = draw(r, views, strategy);
+    if (st == DCP_OK && b == 0 && r->f->svg) st = draw(r, views, c->strategy_labels[s]);
     for (int32_t k = 0; k < r->nk && r->f->compare && st == DCP_OK; k++) {
         const dcp_batch_t one = {
             .num_seqs = all.num_seqs, .lengths = all.lengths, .masks = kinds[k].masks};
-        st = plan_timed(r, &one, strategy, &alone[k], &ms);
+        st = plan_timed(r, &one, s, &alone[k], &ms);
         alone_ms.wall += ms.wall;
         alone_ms.cpu += ms.cpu;
         if (st == DCP_OK) st = dcp_plan_create_on(alone[k], &all, c->cluster, &on);
@@ -341,7 +339,7 @@ static void print_table(const run_t *r)
                 if (!cl->n) continue;
                 const double n = cl->n;
                 const table_row_t row = {
-                    .strategy = dcp_strategy_name(c->strategies[s]),
+                    .strategy = c->strategy_labels[s],
                     .placement = r->vname[v],
                     .kind = k < r->nk ? c->kind_labels[k] : "model",
                     .comm = cl->sum.comm / n,
@@ -381,8 +379,8 @@ int dcpt_plan_layers(const char *tool, const dcpt_common_t *c, const dcpt_layers
         for (int32_t s = 0; s < c->num_strategies; s++) {
             const dcp_status_t st = plan_one(&r, b, s);
             if (st == DCP_OK) continue;
-            fprintf(stderr, "%s: batch %d, layers, %s: %s: %s\n", tool, b,
-                    dcp_strategy_name(c->strategies[s]), dcp_status_string(st), dcp_last_error());
+            fprintf(stderr, "%s: batch %d, layers, %s: %s: %s\n", tool, b, c->strategy_labels[s],
+                    dcp_status_string(st), dcp_last_error());
             const int rc = st == DCP_ERR_CAPACITY ? 2 : 1;
             failed = rc > failed ? rc : failed;
         }

@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "plugin/cli/report.h"
+#include "topo/cluster.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -170,4 +171,22 @@ dcp_status_t dcpt_sim_kernels_read(const char *path, int32_t head_dim, dcp_sim_k
     if (st == DCP_OK) st = dcp_sim_kernels_check(&k);
     if (st == DCP_OK) *k_out = k;
     return st;
+}
+
+dcp_status_t dcpt_kernels_load(const char *name, int32_t head_dim, dcp_sim_kernels_t *k_out)
+{
+    static const char *const builtin[] = {"h100", "a100", "h100-dcp", "h100-cudnn"};
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (!strcmp(name, builtin[i])) return dcp_sim_kernels_builtin(name, k_out);
+    return dcpt_sim_kernels_read(name, head_dim, k_out);
+}
+
+dcp_status_t dcpt_kernels_to_cluster(const dcp_sim_kernels_t *k, dcp_cluster_t *cluster)
+{
+    double eff[DCP_MAX_KERNEL_POINTS];
+    const double peak = cluster->perf.peak_tflops;
+    for (int32_t i = 0; i < k->n; i++) eff[i] = fmin(1.0, k->fwd_tflops[i] / peak);
+    DCP_CHECK(dcp_cluster_set_kernel_table(cluster, k->n, k->tile, eff));
+    cluster->perf.bwd_speed = k->bwd_tflops[k->n - 1] / k->fwd_tflops[k->n - 1];
+    return DCP_OK;
 }

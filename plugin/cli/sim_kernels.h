@@ -12,4 +12,14 @@
  * file without the rows it needs fails naming what is missing. */
 dcp_status_t dcpt_sim_kernels_read(const char *path, int32_t head_dim, dcp_sim_kernels_t *k_out);
 
+/* A built-in table by name (dcp_sim_kernels_builtin: h100, a100, h100-dcp, h100-cudnn), else
+ * the file `name` as dcpt_sim_kernels_read() reads it. */
+dcp_status_t dcpt_kernels_load(const char *name, int32_t head_dim, dcp_sim_kernels_t *k_out);
+
+/* Gives the cluster's cost model the table's kernels, so that plans are made for the kernels
+ * they are simulated with: its efficiency curve is the forward TFLOP/s over the cluster's peak
+ * at the table's tiles (at most 1), its backward speed the backward's over the forward's at the
+ * largest tile. Not while the cluster plans. */
+dcp_status_t dcpt_kernels_to_cluster(const dcp_sim_kernels_t *k, dcp_cluster_t *cluster);
+
 #endif

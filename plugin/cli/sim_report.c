@@ -20,14 +20,15 @@ void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *
     }
     if (dcp_sim_machine_check(&s.machine, cluster->devs_per_node) != DCP_OK)
         dcpt_args_fail(tool, "cluster", "%s", dcp_last_error());
-    const char *name = kernels ? kernels : dcp_sim_kernels_builtin_for(cluster->perf.peak_tflops);
-    dcp_status_t st;
-    if (!strcmp(name, "h100") || !strcmp(name, "a100"))
-        st = dcp_sim_kernels_builtin(name, &s.kernels);
-    else
-        st = dcpt_sim_kernels_read(name, head_dim, &s.kernels);
-    if (st != DCP_OK) dcpt_args_fail(tool, "sim-kernels", "%s", dcp_last_error());
-    snprintf(s.kernels_name, sizeof s.kernels_name, "%s", name);
+    if (kernels) {
+        if (dcpt_kernels_load(kernels, head_dim, &s.kernels) != DCP_OK)
+            dcpt_args_fail(tool, "sim-kernels", "%s", dcp_last_error());
+        snprintf(s.kernels_name, sizeof s.kernels_name, "%s", kernels);
+    } else { /* the cluster's own figures: the table the planner judges its plans with */
+        dcp_sim_kernels_from_perf(&cluster->perf, &s.kernels);
+        snprintf(s.kernels_name, sizeof s.kernels_name, "the cluster's (%s-class)",
+                 dcp_sim_kernels_builtin_for(cluster->perf.peak_tflops));
+    }
     *sim_out = s;
 }
 
@@ -182,8 +183,8 @@ void dcpt_sim_header(FILE *f, const dcpt_sim_t *sim)
 {
     const dcp_sim_machine_t *m = &sim->machine;
     fprintf(f,
-            "# simulator: kernels %s; links %.4g GB/s (%.3g us) in a node, %d NIC(s) per node "
-            "at %.4g GB/s (%.3g us), full duplex; ",
+            "# simulator: kernels %s; links %.4g GB/s (%.3g us) in a node, %d network link(s) "
+            "per node at %.4g GB/s (%.3g us), full duplex; ",
             sim->kernels_name, m->intra_gbps, m->intra_lat_us, m->nics_per_node, m->nic_gbps,
             m->inter_lat_us);
     if (m->compute_slots > 0)
@@ -212,8 +213,8 @@ static void ratio(char cell[32], double base, double v)
         snprintf(cell, 32, "-");
 }
 
-void dcpt_sim_table(FILE *f, const dcp_strategy_t *strategies, const dcpt_sim_agg_t *aggs,
-                    int32_t n)
+void dcpt_sim_table(FILE *f, const dcp_strategy_t *strategies, const char *const *labels,
+                    const dcpt_sim_agg_t *aggs, int32_t n)
 {
     double ring = NAN, zigzag = NAN, best_fwd = NAN;
     for (int32_t i = 0; i < n; i++) {
@@ -232,7 +233,7 @@ void dcpt_sim_table(FILE *f, const dcp_strategy_t *strategies, const dcpt_sim_ag
         if (!a->n) continue;
         const double step = mean_of(a, a->sum.fwd_ms + a->sum.bwd_ms);
         char cell[NCOLS][32];
-        snprintf(cell[0], 32, "%s", dcp_strategy_name(strategies[i]));
+        snprintf(cell[0], 32, "%s", labels[i]);
         snprintf(cell[1], 32, "%.3f", mean_of(a, a->sum.fwd_ms));
         snprintf(cell[2], 32, "%.3f", mean_of(a, a->sum.bwd_ms));
         snprintf(cell[3], 32, "%.3f", step);
@@ -262,7 +263,7 @@ static void in_back(const double *kind, double *in, double *back)
     for (int k = 0; k < DCP_XFER_KIND_COUNT; k++) *(dcp_xfer_is_partial(k) ? back : in) += kind[k];
 }
 
-void dcpt_sim_explain_table(FILE *f, const dcp_strategy_t *strategies, const dcpt_sim_agg_t *aggs,
+void dcpt_sim_explain_table(FILE *f, const char *const *labels, const dcpt_sim_agg_t *aggs,
                             int32_t n)
 {
     dcpt_table_header(f, explain_cols, NEXPLAIN);
@@ -293,7 +294,7 @@ void dcpt_sim_explain_table(FILE *f, const dcp_strategy_t *strategies, const dcp
                                             x->path_latency_ms,
                                             x->path_ranks};
             char cell[NEXPLAIN][32];
-            snprintf(cell[0], 32, "%s", dcp_strategy_name(strategies[i]));
+            snprintf(cell[0], 32, "%s", labels[i]);
             snprintf(cell[1], 32, "%s", pass == DCP_PASS_FWD ? "fwd" : "bwd");
             for (int c = 2; c < NEXPLAIN; c++)
                 snprintf(cell[c], 32, c == NEXPLAIN - 1 ? "%.1f" : "%.3f", mean_of(a, v[c - 2]));

@@ -61,13 +61,13 @@ void dcpt_sim_json(dcpt_json_t *j, const dcpt_sim_row_t *row);
 
 /* The table: per strategy, mean simulated forward, backward and step (both) times, the
  * critical rank's split, and the step's speed-up over ring and zigzag where they ran. */
-void dcpt_sim_table(FILE *f, const dcp_strategy_t *strategies, const dcpt_sim_agg_t *aggs,
-                    int32_t n);
+void dcpt_sim_table(FILE *f, const dcp_strategy_t *strategies, const char *const *labels,
+                    const dcpt_sim_agg_t *aggs, int32_t n);
 
 /* The attribution table: per strategy and pass, the mean time, its split, the exposed
  * communication by direction (inputs in, partials back), link class and step bucket, and
  * the critical path's kernels, transfers and latencies. */
-void dcpt_sim_explain_table(FILE *f, const dcp_strategy_t *strategies, const dcpt_sim_agg_t *aggs,
+void dcpt_sim_explain_table(FILE *f, const char *const *labels, const dcpt_sim_agg_t *aggs,
                             int32_t n);
 
 /* The configuration line of the table. */

@@ -193,7 +193,8 @@ torch_job() {
         printf 'ok   torchrun, 2 hosts x 2 processes (gloo): 4 ranks checked (%.1f s): %s\n' \
             "$(later "$start" "$(now)")" "$(grep -m1 -o 'rank 0 of 4 .*' "$work/torch0.out")"
     else
-        fail "torchrun job: $(grep -hv '^\[' "$work"/torch[01].out | tail -8)"
+        # the workers' own lines (torchrun prefixes them with [defaultN]) name the cause
+        fail "torchrun job: $(grep -h "^\[default" "$work"/torch[01].out | tail -6)"
     fi
 }
 torch_job

@@ -10,6 +10,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+sys.stderr = sys.stdout  # torchrun 1.13 keeps stdout only (--redirects 1)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
 import reference  # noqa: E402  (also puts plugin/python on the path)
 import dcp.torch as dt  # noqa: E402
@@ -23,7 +25,10 @@ n = sum(lengths)
 full = [torch.randn(n, h, 64, dtype=torch.float64) for h in (4, 2, 2)]
 dout = torch.randn(n, 4, 64, dtype=torch.float64)
 with dt.Context() as ctx:
-    plan = dt.plan(lengths, mask, ctx, 4, 2, 64, torch.float32, block_size=128)
+    # zigzag over the whole group: the default would rightly keep each document inside one
+    # host on these 1 Gbit/s links, and this job is here to move bytes between hosts
+    plan = dt.plan(lengths, mask, ctx, q_heads=4, kv_heads=2, head_dim=64, dtype=torch.float32,
+                   block_size=128, strategy="zigzag")
     st = plan.stats()
     if st["num_nodes"] != hosts or st["inter_node_bytes"] <= 0:
         raise SystemExit("rank %d: the plan sees %d nodes and moves %d bytes between them; "

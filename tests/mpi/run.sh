@@ -4,7 +4,8 @@
 # processes, over UCX shared memory and over UCX TCP, every mask with the lpt, zigzag and
 # metis strategies, in fp32 and (4 processes) bf16 storage; and hybrid jobs of 2 processes
 # x 4 threads (--ranks-per-process 4) over shared memory and TCP; a plan of three layer
-# kinds (--layers) on 4 processes and on 2 processes x 2 threads.
+# kinds (--layers) on 4 processes and on 2 processes x 2 threads; and one job of 4 processes
+# per attention variant (sinks, softcap, head dim 256, MLA's 192/128, each with the max logit).
 # Each run must pass the reference check of both passes, and its outputs (O, LSE, dQ, dK,
 # dV) must be bit-identical (same digest) to the same plans run on in-process ranks.
 #
@@ -107,6 +108,22 @@ layers=(--tokens 2048 --block 128 --seed 12 --layers causal:1,window:300:3,lambd
 layers_want=8 # 2 strategies x (3 kinds + the model row)
 run_case 4 2x2 shm,self fp32 1 layers
 asan || run_case 2 2x2 shm,self fp32 2 layers
+
+# the attention variants, one job each on 4 processes: learnable sinks (and d sinks), a
+# logit softcap, head dim 256 and MLA's 192/128, each returning the max logit (reduced over
+# the processes)
+variant() { echo --tokens 512 --block 64 --seed 13 --mask causal,lambda:16:256 \
+    --strategy metis,zigzag --max-logit --check --backward --json --timeout 60 --warmup 0 \
+    --iters 1 "$@"; }
+read -ra sinks <<<"$(variant --sinks)"
+read -ra softcap <<<"$(variant --softcap 20)"
+read -ra d256 <<<"$(variant --head-dim 256)"
+read -ra mla <<<"$(variant --head-dim 192 --head-dim-v 128)"
+sinks_want=4 softcap_want=4 d256_want=4 mla_want=4 # 2 masks x 2 strategies
+for set in sinks softcap d256 mla; do
+    asan && [ "$set" != sinks ] && continue # under ASan the sinks' job (the all-reduce) only
+    run_case 4 2x2 shm,self fp32 1 "$set"
+done
 
 [ "$failures" -eq 0 ] && echo "mpi: all passed" || echo "mpi: $failures failed"
 [ "$failures" -eq 0 ]

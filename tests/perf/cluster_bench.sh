@@ -25,7 +25,9 @@
 #
 #   tests/perf/cluster_bench.sh [BIN_DIR] [OUT_DIR]     (build/bin, a new temporary folder)
 #   HOSTS="2 4" RANKS=8 RATES="0 1gbit 300mbit 100mbit" MASKS="causal lambda:32:512
-#   blockwise:128:2 shared-question:0.2:4" TOKENS=8192 BLOCK=256 ROUNDS=3 SEED=2 (defaults)
+#   blockwise:128:2 shared-question:0.2:4" TOKENS=8192 BLOCK=256 ROUNDS=3 SEED=2
+#   STRATEGIES=ring,zigzag,lpt,metis HEADS=4 KV_HEADS=2 (defaults; STRATEGIES=peers with
+#   KV_HEADS=4 measures the peer policies, whose head groups need the KV heads to divide)
 set -u
 bin=$(realpath "${1:-build/bin}")
 out=${2:-$(mktemp -d /tmp/dcp-cluster-bench.XXXXXX)}
@@ -40,6 +42,9 @@ TOKENS=${TOKENS:-8192}
 BLOCK=${BLOCK:-256}
 ROUNDS=${ROUNDS:-3}
 SEED=${SEED:-2}
+STRATEGIES=${STRATEGIES:-ring,zigzag,lpt,metis}
+HEADS=${HEADS:-4}
+KV_HEADS=${KV_HEADS:-2}
 cluster_trap true
 if ! cluster_can_run; then
     echo "cluster_bench: cannot run: $cluster_why" >&2
@@ -64,8 +69,8 @@ while left > 0:
 print(",".join(map(str, out)))
 PY
 )
-shape=(--seqlens "$lengths" --heads 4 --kv-heads 2 --head-dim 64 --block "$BLOCK" --head-blocks 1
-       --divisions 4 --dtype fp32 --seed "$SEED" --strategy ring,zigzag,lpt,metis)
+shape=(--seqlens "$lengths" --heads "$HEADS" --kv-heads "$KV_HEADS" --head-dim 64 --block "$BLOCK"
+       --head-blocks 1 --divisions 4 --dtype fp32 --seed "$SEED" --strategy "$STRATEGIES")
 echo "# cluster_bench: $RANKS ranks on hosts {$HOSTS}, rates {$RATES}, $TOKENS tokens" \
     "($(tr , '\n' <<<"$lengths" | wc -l) sequences, longest $(tr , '\n' <<<"$lengths" | sort -n |
     tail -1)), block $BLOCK, median of $ROUNDS rounds; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -106,9 +111,9 @@ import collections, json, statistics, sys
 out, hosts, rates, masks = sys.argv[1], *[a.split() for a in sys.argv[2:5]]
 def rows(path):
     return [json.loads(l) for l in open(path) if l.startswith("{")]
-print("| hosts | link | mask | strategy | fwd ms | bwd ms | step ms | sim step ms | sim err | "
-      "fwd wait | step vs zigzag | step vs lpt |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| hosts | link | mask | strategy | fwd ms | bwd ms | step ms [min-max] | sim step ms | "
+      "sim err | fwd wait | step vs zigzag | step vs lpt | metis's step vs it |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for h in hosts:
     for rate in rates:
         for mask in masks:
@@ -126,10 +131,13 @@ for h in hosts:
                 sstep = m["sim_fwd_ms"] + m["sim_bwd_ms"]
                 fwd = med(s, lambda r: r["exec_ms"])
                 wait = med(s, lambda r: r["wait_us"] / 1e3 / r["exec_ms"])
-                vs = lambda b: f"{step[b] / step[s]:.2f}x" if s == "metis" else ""
-                shown = s if r["placement"] == s else f"{s} ({r['placement']}'s plan)"
+                vs = lambda b: f"{step[b] / step[s]:.2f}x" if s == "metis" and b in step else ""
+                shown = s if r["placement"].split(":")[0] == s.split(":")[0] else f"{s} ({r['placement']}'s plan)"
+                steps = [x["exec_ms"] + x["bwd_exec_ms"] for x in rs]
+                them = f"{step['metis'] / step[s]:.2f}x" if "metis" in step and s != "metis" else ""
                 print(f"| {h} | {rate if rate != '0' else 'unshaped'} | {mask} | {shown} | "
-                      f"{fwd:.0f} | {med(s, lambda r: r['bwd_exec_ms']):.0f} | {step[s]:.0f} | "
+                      f"{fwd:.0f} | {med(s, lambda r: r['bwd_exec_ms']):.0f} | {step[s]:.0f} "
+                      f"[{min(steps):.0f}-{max(steps):.0f}] | "
                       f"{sstep:.0f} | {(sstep - step[s]) / step[s] * 100:+.0f}% | {wait * 100:.0f}% | "
-                      f"{vs('zigzag')} | {vs('lpt')} |")
+                      f"{vs('zigzag')} | {vs('lpt')} | {them} |")
 PY

@@ -4,12 +4,15 @@
 Runs the same attention through dcp (libdcp.so via ctypes: a one-rank plan, a CUDA context,
 dcp_forward and then dcp_backward on PyTorch's tensors) and through PyTorch's
 scaled_dot_product_attention with the flash and cuDNN backends (full and causal masks) or
-FlexAttention (lambda, blockwise, shared-question), forward and autograd backward, in one
+FlexAttention (window, lambda, blockwise, shared-question), forward and autograd backward, in one
 process, and prints the time of each pass and the ratio (other time / dcp time: above 1 means
 dcp is faster), and the largest difference of O and of dQ/dK/dV from PyTorch's. Only the pass
 itself is timed: the backward runs on a forward done before timing. TFLOP/s count exact
 allowed pairs (forward 4 x D x query heads per pair, backward 2.5 times that), as
-dcp-kernel-bench does.
+dcp-kernel-bench does. Each row says which engine ran dcp's segments: the allowed pairs per
+segment class of the case, forward and backward (dcp_pairs, dcp_pairs_bwd: full, causal,
+band, left, masked; the masked ones ran on dcp's own kernels), and the cuDNN graphs that did
+not build.
 
 The GPU comparison needs PyTorch and a CUDA GPU and is not part of `make test`. --dry-run
 needs neither: it plans every case through the ctypes mirror of dcp.h (the dcp package's
@@ -65,6 +68,9 @@ def flex_mask_mod(spec, total):
     """The DESIGN.md rule of a mask as a FlexAttention mask_mod (full and causal use SDPA)."""
     parts = spec.split(":")
     kind = parts[0]
+    if kind == "window":
+        w = int(parts[1]) if len(parts) == 2 else 4096
+        return lambda b, h, q, kv: (kv <= q) & (q - kv < w)
     if kind == "lambda":
         s, w = (int(parts[1]), int(parts[2])) if len(parts) == 3 else (64, 4096)
         return lambda b, h, q, kv: (kv <= q) & ((kv < s) | (q - kv < w))
@@ -253,8 +259,11 @@ def print_row(row):
                               row[n + p + "_ratio"], diff))
             elif n + p + "_error" in row:
                 cells.append("%s: %s" % (n, row[n + p + "_error"]))
-        print("%s  %s  dcp %.3f ms %.1f TFLOP/s  %s" %
-              (head, label, row["dcp" + p + "_ms"], row["dcp" + p + "_tflops"],
+        pairs = row.get("dcp_pairs" + p, [])
+        engine = ("" if not sum(pairs) else " (%s %.0f%%)" % (
+            row.get("dcp_engine", "?"), 100.0 * (sum(pairs) - pairs[-1]) / sum(pairs)))
+        print("%s  %s  dcp%s %.3f ms %.1f TFLOP/s  %s" %
+              (head, label, engine, row["dcp" + p + "_ms"], row["dcp" + p + "_tflops"],
                "  ".join(cells)), flush=True)
         head = " " * len(head)
 
@@ -389,7 +398,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default=None,
                     help="libdcp.so (default: $DCP_LIB, build/lib/libdcp.so, the installed one)")
-    ap.add_argument("--masks", default="full,causal,lambda,blockwise,shared-question")
+    ap.add_argument("--masks",
+                    default="full,causal,window:1024,lambda:64:4096,blockwise,shared-question")
     ap.add_argument("--totals", default="8192,16384,32768")
     ap.add_argument("--gqa", default="8:2,64:8")
     ap.add_argument("--head-dim", type=int, default=128)
@@ -435,9 +445,14 @@ def main():
     for spec in masks:
         for total in totals:
             for hq, hkv in gqas:
+                before = dcp.attn_engine(ctx)
                 row = run_case(dcp, torch, ctx, spec, total, hq, hkv, args.head_dim, args.block,
                                args)
-                row["dcp_engine"] = dcp.attn_engine(ctx)["engine"]
+                after = dcp.attn_engine(ctx)
+                row["dcp_engine"] = after["engine"]
+                for key in ("pairs", "pairs_bwd"):
+                    row["dcp_" + key] = [a - b for a, b in zip(after[key], before[key])]
+                row["dcp_graphs_failed"] = after["graphs_failed"] - before["graphs_failed"]
                 if args.json:
                     print(json.dumps(row), flush=True)
                 else:

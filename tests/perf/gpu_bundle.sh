@@ -9,7 +9,8 @@
 #                        libevent, ...), found with ldd on this machine, so exactly the
 #                        versions the build linked; lib/ucx and lib/hwloc hold the plugins
 #                        UCX and hwloc load by name (and what those load)
-#   DIR/python/dcp       the Python package; DIR/tests/{torch,perf} the Python checks
+#   DIR/python/dcp       the Python package; DIR/tests/{torch,perf} the Python checks;
+#                        DIR/tests/data/cudnn_sdpa_graphs, what the cudnn suite compares with
 #   DIR/MANIFEST         the commit, the build flags, every file with its size
 #
 # Left out on purpose: the C runtime (libc, libm, libstdc++, libgcc_s, the loader), which
@@ -31,7 +32,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 limit=$((64 * 1024 * 1024))
 case "$dir" in /|"$repo"|"$repo"/) echo "gpu_bundle: refusing to replace $dir" >&2; exit 1 ;; esac
 rm -rf "$dir"
-mkdir -p "$dir"/{bin,lib/ucx,lib/hwloc,python,tests/torch,tests/perf}
+mkdir -p "$dir"/{bin,lib/ucx,lib/hwloc,python,tests/torch,tests/perf,tests/data}
 dir=$(cd "$dir" && pwd)
 
 for t in dcp-tests dcp-attn-test dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench; do
@@ -95,9 +96,10 @@ done
 cp -r "$repo/plugin/python/dcp" "$dir/python/"
 find "$dir/python" -name __pycache__ -prune -exec rm -rf {} +
 cp "$repo"/tests/torch/*.py "$repo/tests/torch/run.sh" "$dir/tests/torch/"
-cp "$repo"/tests/perf/compare_sdpa.py "$repo"/tests/perf/torch_cuda_check.py \
+cp "$repo"/tests/perf/compare_sdpa.py "$repo"/tests/perf/torch_cuda_check.py "$repo"/tests/perf/sdpa_capture.py \
     "$repo"/tests/perf/gpu_report.py "$dir/tests/perf/"
 cp "$repo/tests/perf/gpu_check.sh" "$dir/gpu_check.sh"
+cp -r "$repo/tests/data/cudnn_sdpa_graphs" "$dir/tests/data/" # the cudnn suite's captures
 
 {
     echo "dcp GPU bundle"

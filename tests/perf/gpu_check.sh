@@ -18,7 +18,12 @@
 # Each step runs under `timeout`, the whole under the budget: a step that would not fit is
 # reported as skipped, never started.
 #
-# On a GPU the correctness steps run side by side, in lanes (the GPU suite; graph then torch;
+# cudnn-probe builds every cuDNN graph dcp asks for (a line each: built, ms, engine, cuDNN's own
+# error) and sdpa-capture logs the cuDNN graphs PyTorch itself builds (its logs in the logs
+# tarball, logs/sdpa-capture/), the reference for dcp's graphs.
+#
+# On a GPU the correctness steps run side by side, in lanes (the probe then the capture; the
+# GPU suite; graph then torch;
 # the three sanitizers; stress, its dtypes and strategies at once; attn; engine), each lane within
 # --lane-budget S (3/5 of the budget by default), then the steps that time (deterministic,
 # host-us, kernel-bench, compare-sdpa, warp-rows) alone on the GPU in what is left, so that
@@ -28,8 +33,11 @@
 # every library resolves inside it, the CPU suites, a CPU attention check, the ctypes mirror)
 # and reports every GPU step as skipped with the reason: what `make test` runs on the bundle.
 #
-# Steps: env bundle cpu-suites cpu-attn ctypes gpu-suite memcheck racecheck synccheck stress
-#        attn engine deterministic host-us graph torch kernel-bench compare-sdpa warp-rows
+# Steps: env bundle cpu-suites cpu-attn ctypes cudnn-probe sdpa-capture gpu-suite memcheck
+#        racecheck synccheck stress attn engine gpupath deterministic host-us graph torch
+#        kernel-bench compare-sdpa warp-rows
+# (gpupath: GPU waits that time out, NCCL's device-memory stamps on one rank, lent NCCL
+# communicators, and PyTorch's NCCL communicator lent to a Context; limit 150 s)
 set -uo pipefail
 mode=quick dry=0 budget=570 only= out= build= lanes=1 lane_budget= lane_work=
 while [ $# -gt 0 ]; do
@@ -46,7 +54,7 @@ while [ $# -gt 0 ]; do
     --lane-work) lane_work=$2; shift ;; # internal: one lane, writing into the parent's work
     --build) build=$2; shift ;;
     --build=*) build=${1#*=} ;;
-    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown flag $1 (--help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_check: one OUTDIR, got $out and $1" >&2; exit 2; }; out=$1 ;;
     esac
@@ -259,13 +267,32 @@ env_info() { # the machine, the libraries found, and the engine libdcp picks her
     "$bin/dcp-attn-test" --device "$1" --dtype bf16 --seqlens 300 --ranks 1 --cluster 1x1 \
         --heads 4 --kv-heads 2 --head-dim 64 --block 128 --engine auto --warmup 0 --iters 1 --json
 }
-cpu_suites() { "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment; }
-export -f env_info bundle_check gpu_tests sanitize stress cpu_suites
-export bin lib work sanitizer
+cpu_suites() { # from the base: the cudnn suite reads tests/data/cudnn_sdpa_graphs
+    cd "$base" && "$bin/dcp-tests" -s kernels && "$bin/dcp-tests" -s segment &&
+        "$bin/dcp-tests" -s cudnn
+}
+# the gpu suite's tests of the gpupath step (the gpu-suite step leaves them to it)
+gpupath_tests="synchronize_times_out_behind_a_held_stream next_call_times_out_behind_a_held_stream nccl_one_rank_device_stamps nccl_lent_comm_checked"
+gpupath() { # those tests, one process each, then Context(nccl_comm="group") through PyTorch
+    local fail=0 t
+    for t in $gpupath_tests; do
+        echo "--- $t"
+        "$bin/dcp-tests" -s gpu -t "$t" -v || fail=1
+    done
+    if [ "$torch_cuda" = 1 ]; then
+        "$py" "$tests/perf/torch_cuda_check.py" --only nccl_comm --json || fail=1
+    else
+        echo "torch_cuda_check --only nccl_comm: skipped (python3 here has no PyTorch with CUDA)"
+    fi
+    return $fail
+}
+export -f env_info bundle_check gpu_tests sanitize stress cpu_suites gpupath
+export bin lib work sanitizer gpupath_tests torch_cuda py tests base
 # lanes: the correctness steps side by side (each its own instance of this script,
 # writing into this work folder), then the rest below, alone on the GPU
 if [ $lanes = 1 ] && [ -z "$lane_work" ] && [ $gpu = 1 ]; then
-    lane_steps=("gpu-suite" "graph,torch" "memcheck,racecheck,synccheck" "stress" "attn" "engine")
+    lane_steps=("cudnn-probe,sdpa-capture" "gpu-suite" "graph,torch" "memcheck,racecheck,synccheck"
+        "stress" "attn" "engine" "gpupath")
     echo "== lanes (${lane_budget} s each): ${lane_steps[*]}"
     for l in "${lane_steps[@]}"; do
         mine=
@@ -286,7 +313,9 @@ if [ $gpu = 0 ]; then
         --repeat 2 --warmup 0 --iters 1 --json
     step ctypes cpu 120 "$py" "$tests/perf/compare_sdpa.py" --dry-run --lib "$lib/libdcp.so" --totals 4096
 fi
-step gpu-suite gpu "$(q 240 400)" gpu_tests eight_ranks_on_one_gpu_repeated
+step cudnn-probe gpu 150 "$bin/dcp-kernel-bench" --device cuda --engine cudnn --probe
+step sdpa-capture torch 200 "$py" "$tests/perf/sdpa_capture.py" logs/sdpa-capture
+step gpu-suite gpu "$(q 240 400)" gpu_tests eight_ranks_on_one_gpu_repeated $gpupath_tests
 step memcheck sanitizer "$(q 150 300)" sanitize memcheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic merge_and_copy" \
     "attention_every_mask attention_gqa_dims_and_edges backward_every_mask backward_gqa_dims_and_edges backward_deterministic merge_and_copy accumulate_grads executor_on_one_gpu")
 step racecheck sanitizer "$(q 150 300)" sanitize racecheck $(q "attention_gqa_dims_and_edges backward_gqa_dims_and_edges backward_deterministic" \
@@ -309,6 +338,7 @@ engines() { # own, then cudnn, on the same plans: times side by side, both check
 }
 export -f engines
 step engine gpu "$(q 300 300)" engines "$(q 8192 16384)" "$(q metis all)"
+step gpupath gpu 150 gpupath
 deterministic() { # the deterministic backward (--deterministic fails a row whose runs differ
     # in any bit) on dcp's kernels and on the engine cuDNN runs in (auto: its waves where its
     # backward is on), then the atomic kernel's count of unequal runs beside it (reported);

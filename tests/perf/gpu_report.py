@@ -76,6 +76,12 @@ def summarize(steps):
         t = by["gpu-suite"]["tests"]
         s["gpu_tests"] = {"passed": sum(v == "ok" for v in t.values()),
                           "failed": sorted(k for k, v in t.items() if v != "ok")}
+    if "gpupath" in by and by["gpupath"]["status"] != "skip":
+        t, rows = by["gpupath"]["tests"], [r for r in by["gpupath"]["records"] if "path" in r]
+        s["gpupath"] = {"passed": sum(v == "ok" for v in t.values()),
+                        "failed": sorted(k for k, v in t.items() if v != "ok"),
+                        "torch": [{k: r.get(k) for k in ("path", "passed", "skipped", "report")}
+                                  for r in rows]}
     for tool in ("memcheck", "racecheck", "synccheck"):
         if tool in by and by[tool]["status"] != "skip":
             errs = by[tool]["sanitizer"]
@@ -160,7 +166,7 @@ def text_report(meta, steps, summary):
                 lines.append("  " + " ".join("%s=%s" % (k, a[k]) for k in a))
             lines.append("")
         elif st["name"] in ("kernel-bench", "warp-rows", "compare-sdpa", "torch", "env",
-                            "deterministic") and rows:
+                            "deterministic", "gpupath") and rows:
             lines.append("%s:" % st["name"])
             lines += ["  " + json.dumps(r, sort_keys=True) for r in rows]
             lines.append("")
@@ -186,7 +192,7 @@ def main():
             st = {"name": name, "status": status, "rc": rc, "seconds": int(secs),
                   "limit_s": limit, "note": note, "records": records(text),
                   "tail": text.splitlines()[-40:]}
-            if name == "gpu-suite":
+            if name in ("gpu-suite", "gpupath"):
                 st["tests"] = suite_tests(text)
             if name in ("memcheck", "racecheck", "synccheck"):
                 st["sanitizer"] = sanitizer_errors(text)

@@ -4,6 +4,11 @@
   attention_inproc  every rank of a 4-rank plan on the one GPU (bf16 and fp16, several masks)
   attention         one rank per process through a dcp.torch.Context (a one-process gloo
                     group), the tensors on the GPU, autograd through dcp_backward
+  nccl_comm=group   the same through a Context whose NCCL engine runs on the communicator of
+                    an NCCL group made for it (dist.new_group(backend="nccl"); PyTorch's own,
+                    lent with nccl_comm="group"), which still serves the group afterwards; a
+                    PyTorch that does not expose it is reported as such (--only nccl_comm: this
+                    case, and only this one, runs)
 
 Each case is held to FlashAttention's rule: dcp's max error against the float64 reference
 is at most twice that of plain PyTorch attention in the same dtype on the GPU, plus one
@@ -83,17 +88,52 @@ def judge(path, mask, dtype, got, want, plain):
     return row
 
 
+def lent_group_comm():
+    """attention through a Context lent the communicator of an NCCL group made for it: checked
+    as the others, then the group still runs a collective of its own (dcp did not destroy it)."""
+    import torch.distributed as dist
+    kind = "causal"
+    torch.cuda.set_device(0)
+    group = dist.new_group([0], backend="nccl")
+    try:
+        ctx = dt.Context(group=group, device="cuda:0", nccl_comm="group")
+    except ValueError as e:  # this PyTorch does not expose the communicator
+        return {"path": "attention nccl_comm=group", "mask": kind, "dtype": "bfloat16",
+                "passed": None, "skipped": str(e)}
+    with ctx:
+        report = ctx.transport_report
+        masks = [kind] * len(LENGTHS)
+        x = inputs(torch.bfloat16, 13)
+        want = run_torch(*(t.double() for t in x), masks)
+        plain = run_torch(*(t.cuda() for t in x), masks)
+        plan = dt.plan(LENGTHS, masks, ctx.cluster, q_heads=HQ, kv_heads=HKV, head_dim=D,
+                       dtype=torch.bfloat16, block_size=128)
+        row = judge("attention nccl_comm=group", kind, torch.bfloat16,
+                    run_rank(ctx, plan, *(t.cuda() for t in x)), want, plain)
+        ctx.synchronize()
+    row["report"] = report
+    row["passed"] &= "engine nccl" in report
+    one = torch.ones(1, device="cuda:0")
+    dist.all_reduce(one, group=group)  # the group's communicator outlived the context
+    torch.cuda.synchronize()
+    row["group_after"] = float(one.item())
+    row["passed"] &= row["group_after"] == 1.0
+    dist.destroy_process_group(group)
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--masks", default=",".join(MASKS), help="comma-separated mask specs")
+    ap.add_argument("--only", choices=["nccl_comm"], help="one case alone")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_cuda_check: no CUDA device")
         return 2
     masks_list = args.masks.split(",")
     rows = []
-    for dtype in (torch.bfloat16, torch.float16):
+    for dtype in (torch.bfloat16, torch.float16) if not args.only else ():
         for kind in masks_list:
             masks = [kind] * len(LENGTHS)
             x = inputs(dtype, 9)
@@ -110,7 +150,7 @@ def main():
                                 rank=0, world_size=1)
         try:
             with dt.Context(device="cuda:0") as ctx:
-                for kind in ("causal", masks_list[-1]):
+                for kind in ("causal", masks_list[-1]) if not args.only else ():
                     masks = [kind] * len(LENGTHS)
                     x = inputs(torch.bfloat16, 11)
                     want = run_torch(*(t.double() for t in x), masks)
@@ -119,16 +159,20 @@ def main():
                                    head_dim=D, dtype=torch.bfloat16, block_size=128)
                     rows.append(judge("attention", kind, torch.bfloat16,
                                       run_rank(ctx, plan, *(t.cuda() for t in x)), want, plain))
+            if args.only:  # run alone (gpu_check.sh's gpupath step), not with the rest
+                rows.append(lent_group_comm())
         finally:
             dist.destroy_process_group()
     for r in rows:
         if args.json:
             print(json.dumps(r))
+        elif r.get("skipped"):
+            print("%-16s SKIPPED: %s" % (r["path"], r["skipped"]))
         else:
             print("%-16s %-24s %-8s %s  O %.2e (plain %.2e)  dQ %.2e (plain %.2e)" %
                   (r["path"], r["mask"], r["dtype"], "PASS" if r["passed"] else "FAIL",
                    r["o_err"], r["o_plain_err"], r["dq_err"], r["dq_plain_err"]))
-    return 0 if all(r["passed"] for r in rows) else 1
+    return 0 if all(r["passed"] is not False for r in rows) else 1  # None: skipped, said so
 
 
 if __name__ == "__main__":

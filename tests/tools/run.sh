@@ -44,6 +44,30 @@ json_check "$work/topo.json" \
     'rows[0]["host"] == "h100 \"ib\" node\\x" and rows[0]["figures"]["inter_gbps"] > 0 and
      all(n["link_gbps"] is None or n["link_gbps"] > 0 for n in rows[0]["nics"])'
 
+# ... rails and pinning: a p5 (after aws-ofi-nccl's published layout) gives each GPU its four
+# EFA (50 GB/s summed, UCX_NET_DEVICES listing the four, FI_PROVIDER=efa for the job); a DGX
+# H100 one InfiniBand HCA each (NCCL_IB_HCA with '=' for the exact name); captures leave
+# GPUDirect RDMA unchecked (null), the live machine reports it
+"$bin/dcp-topo" --xml "$here/p5.xml" --json >"$work/p5.json" || fail "dcp-topo --xml p5.xml"
+json_check "$work/p5.json" \
+    'all(len(g["nics"]) == 4 and abs(g["net_gbps"] - 50) < 1e-9 for g in rows[0]["gpus"]) and
+     rows[0]["gpus"][1]["env"]["ucx"] == "UCX_NET_DEVICES=rdmap96s0:1,rdmap97s0:1,rdmap98s0:1,rdmap99s0:1" and
+     rows[0]["gpus"][1]["env"]["nccl"] is None and rows[0]["job_env"] == "FI_PROVIDER=efa" and
+     all(n["fabric"] == "EFA" and n["gpus"] == 1 for n in rows[0]["nics"]) and
+     rows[0]["figures"]["inter_gbps"] == 50 and rows[0]["figures"]["nics"] == 32 and
+     rows[0]["gdr"] is None'
+"$bin/dcp-topo" --xml "$here/h100-ib.xml" --json >"$work/dgx.json" || fail "dcp-topo --xml h100-ib.xml"
+json_check "$work/dgx.json" \
+    'all(len(g["nics"]) == 1 for g in rows[0]["gpus"]) and
+     rows[0]["gpus"][3]["env"]["nccl"] == "NCCL_IB_HCA==mlx5_3:1" and
+     rows[0]["gpus"][3]["env"]["ucx"] == "UCX_NET_DEVICES=mlx5_3:1" and
+     [n["fabric"] for n in rows[0]["nics"] if n["gpus"]] == ["InfiniBand"] * 8 and
+     rows[0]["job_env"] is None'
+"$bin/dcp-topo" --xml "$here/p5.xml" | grep -q "^3) export UCX_NET_DEVICES=rdmap130s0:1,rdmap131s0:1,rdmap132s0:1,rdmap133s0:1 ;;$" ||
+    fail "dcp-topo --xml p5.xml: no pinning line for local rank 3"
+"$bin/dcp-topo" --json >"$work/here.json" || fail "dcp-topo on this machine"
+json_check "$work/here.json" 'isinstance(rows[0]["gdr"]["possible"], bool) and rows[0]["gdr"]["kernel"]'
+
 # 2. flag blame: a bad bus id names --busids, a bad capture --xml
 expect 2 "--busids:" "$bin/dcp-topo" --xml "$here/h100-ib.xml" --busids 0000:ff:00.0
 expect 2 "--xml:" "$bin/dcp-topo" --xml "$work/missing.xml" --busids 0000:ff:00.0
@@ -85,14 +109,30 @@ grep -q -- "--tokens N .*(default 131072)" "$work/help" || fail "dcp-plan --help
 # 5. capacity errors name the strategy asked for and exit 2
 expect 2 "strategy zigzag" "$bin/dcp-plan" --strategy zigzag --mem-cap 1000 --tokens 8192
 
-# 6. the bench harness: median within [min, max], units beside ucx_perftest's
+# 6. the bench harness: median within [min, max], units beside ucx_perftest's; the transport
+#    bench in nccl-tests' shape: -b/-e/-f sweeps, every pair of 3 ranks, the data check (which
+#    sees a flipped bit), flags it cannot honour refused by name
 "$bin/dcp-transport-bench" --engine inproc --sizes 8,64K --mb 2 --reps 3 --json \
     >"$work/tb.json" || fail "dcp-transport-bench --json"
 json_check "$work/tb.json" \
-    'all(r["gbps_min"] <= r["gbps"] <= r["gbps_max"] and
+    'all(r["time_us_min"] <= r["time_us"] <= r["time_us_max"] and
          r["latency_us_min"] <= r["latency_us"] <= r["latency_us_max"] and
-         abs(r["mibps"] - r["gbps"] * 1e9 / 2**20) < 1e-3 * r["mibps"] + 1e-9 and
+         abs(r["algbw"] - r["size"] / r["time_us"] / 1e3) < 1e-4 * r["algbw"] and
+         r["busbw"] == r["algbw"] and r["wrong"] == 0 and r["count"] == r["size"] and
+         abs(r["mibps"] - r["algbw"] * 1e9 / 2**20) < 1e-3 * r["mibps"] + 1e-9 and
          r["link"] == "threads" and r["ucx_tls"] is None for r in rows)'
+"$bin/dcp-transport-bench" --engine inproc --ranks 3 -b 1K -e 64K -f 8 --mb 1 --reps 2 --json \
+    >"$work/tb3.json" || fail "dcp-transport-bench --ranks 3 -b 1K -e 64K -f 8"
+json_check "$work/tb3.json" \
+    '[(r["peers"], r["size"]) for r in rows] ==
+     [(p, s) for p in ("0->1", "0->2", "1->2") for s in (1024, 8192, 65536)]'
+DCP_FAULT=1:check:flip expect 1 "the check found 1 bytes that differ" \
+    "$bin/dcp-transport-bench" --engine inproc --sizes 4K --mb 1 --reps 1
+grep -q "Out of bounds values : 1 FAILED" "$work/out" || fail "a flipped bit is not counted: $(tail -3 "$work/out")"
+expect 2 "--memory: inproc moves host memory" "$bin/dcp-transport-bench" --engine inproc --memory device
+expect 2 "--pattern: rails join nodes" "$bin/dcp-transport-bench" --engine inproc --pattern rails
+expect 2 "--maxbytes: 1K is below --minbytes 4K" "$bin/dcp-transport-bench" --engine inproc -b 4K -e 1K
+expect 2 "--sizes: give a list or -b/-e/-f" "$bin/dcp-transport-bench" --engine inproc --sizes 8 -b 8
 "$bin/dcp-attn-test" --tokens 1024 --strategy zigzag --json --warmup 1 --iters 3 \
     >"$work/at.json" || fail "dcp-attn-test --json"
 json_check "$work/at.json" \
@@ -117,15 +157,17 @@ expect 2 "kb-bad.json' line 2" "$bin/dcp-plan" --sim-kernels "$work/kb-bad.json"
     --tokens 8192 --strategy zigzag
 
 # 8. the attention engine: the twin runs cuDNN's data path on the CPU and passes, the race
-#    check counts its runs, the pairs per class add up; a CPU context asked for cuDNN runs
-#    dcp's kernels and says why
+#    check counts its runs, the window goes to the band classes, forward and backward; a CPU
+#    context asked for cuDNN runs dcp's kernels and says why
 "$bin/dcp-attn-test" --tokens 1024 --strategy lpt --mask causal,window:300 --check --backward \
     --engine twin --repeat 2 --warmup 0 --iters 1 --json >"$work/eng.json" ||
     fail "dcp-attn-test --engine twin --repeat 2"
 json_check "$work/eng.json" \
     'all(r["engine"] == "twin" and r["passed"] and r["bwd_passed"] and r["repeat_runs"] == 2
-         and r["mismatches"] == 0 and r["pairs_full"] + r["pairs_causal"] > 0 for r in rows)
-     and rows[1]["pairs_masked"] > 0'
+         and r["mismatches"] == 0 for r in rows)
+     and rows[0]["pairs_full"] + rows[0]["pairs_causal"] > 0
+     and rows[1]["pairs_band"] + rows[1]["pairs_left"] > 0
+     and rows[1]["bwd_pairs_band"] + rows[1]["bwd_pairs_left"] > 0'
 DCP_ATTN_ENGINE=cudnn "$bin/dcp-attn-test" --tokens 1024 --warmup 0 --iters 1 --json \
     >"$work/eng2.json" || fail "DCP_ATTN_ENGINE=cudnn dcp-attn-test on the CPU"
 json_check "$work/eng2.json" 'all(r["engine"] == "own" and "CPU" in r["engine_note"] for r in rows)'
@@ -196,6 +238,27 @@ done
     >"$work/eight.json" 2>/dev/null || fail "dcp-plan --json on 1x8"
 json_check "$work/one.json" 'rows[0]["max_buffer_bytes"] > 0 and rows[0]["max_rank_bytes"] == 0'
 json_check "$work/eight.json" 'rows[0]["max_buffer_bytes"] > 0 and rows[0]["max_rank_bytes"] > 0'
+
+# 14. the peer policies: --strategy peers compares them with the default batch by batch (every
+# one planned, the default's row 1.000); a parameter where none is taken, a group of ranks the
+# KV heads do not divide among and two kernel tables at once each blame their flag
+"$bin/dcp-plan" --cluster 2x4 --tokens 16384 --kv-heads 4 --strategy peers,magi:512 --simulate \
+    --kernels h100-cudnn >"$work/peers" 2>"$work/peers.err" ||
+    fail "dcp-plan --strategy peers: $(tail -3 "$work/peers.err")"
+python3 - "$work/peers" <<'PY' || fail "dcp-plan --strategy peers: the comparison table"
+import sys
+lines = open(sys.argv[1]).read().split("against the default")[1].splitlines()
+rows = {l.split()[0]: l.split() for l in lines if l and l.split()[0] in
+        ("metis", "packed", "dyncp", "ulysses", "usp", "magi", "magi:512")}
+assert len(rows) == 7, rows
+assert rows["metis"][3] == "1.000", rows["metis"]
+PY
+grep -q "kernels h100-cudnn" "$work/peers" || fail "dcp-plan --kernels: not in the header"
+expect 2 "--strategy: strategy 'metis:2'" "$bin/dcp-plan" --seqlens 100 --strategy metis:2
+expect 2 "--sim-kernels: not with --kernels" "$bin/dcp-plan" --seqlens 100 --simulate \
+    --kernels h100-dcp --sim-kernels h100
+expect 1 "num_kv_heads = 2" "$bin/dcp-attn-test" --ranks 4 --tokens 512 --strategy ulysses:4 \
+    --warmup 0 --iters 1
 
 if [ "$failures" -ne 0 ]; then
     echo "tests/tools: $failures failure(s)"

@@ -71,13 +71,22 @@ def random_custom(length, rng):
     return torch.tensor(rows, dtype=torch.int32)
 
 
-def attention(q, k, v, lengths, masks, scale=None, return_lse=False):
+def attention(q, k, v, lengths, masks, scale=None, return_lse=False, sinks=None, softcap=0.0,
+              return_max_logit=False):
     """Masked softmax attention per sequence in q's dtype (plain PyTorch, differentiable);
-    GQA by repeating KV heads; a query with no allowed key gets 0 (and LSE -inf). With
-    return_lse also the [tokens, heads] log-sum-exp of the scaled allowed scores."""
+    GQA by repeating KV heads; v's head dim may differ from q's and k's (MLA); a query with no
+    allowed key gets 0 (and LSE -inf). softcap c: every scaled score becomes c tanh(s / c)
+    before the mask (Gemma 2). sinks [Hq]: one more logit per query head in every row's
+    softmax, with no value (GPT-OSS's reference: the sink column is concatenated to the
+    scores, the softmax taken, the column dropped); a row with no allowed key then gets O = 0
+    and LSE = its sink. With return_lse also the [tokens, heads] log-sum-exp; with
+    return_max_logit the [heads] largest (capped) score of an allowed pair over the batch,
+    sinks excluded (-inf for a head with none)."""
     hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     outs, lses, start = [], [], 0
+    neg_inf = torch.full((), float("-inf"), dtype=q.dtype, device=q.device)
+    max_logit = neg_inf.expand(hq).clone()
     for length, spec in zip(lengths, masks):
         sl = slice(start, start + length)
         qs = q[sl].transpose(0, 1)                                   # [H, L, D]
@@ -85,19 +94,33 @@ def attention(q, k, v, lengths, masks, scale=None, return_lse=False):
         vs = v[sl].repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
         allowed = mask_matrix(spec, length).to(q.device)
         any_key = allowed.any(1, keepdim=True)
+        s = (qs @ ks.transpose(1, 2)) * scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        if allowed.any():
+            max_logit = torch.maximum(max_logit, s.detach().masked_fill(~allowed, float("-inf"))
+                                      .flatten(1).max(1).values)
         # rows with no key keep finite scores (their output is zeroed below) so that no NaN
         # reaches the gradients
-        s = (qs @ ks.transpose(1, 2)) * scale
         s = s.masked_fill(~allowed & any_key, float("-inf"))
-        lse = torch.where(any_key.squeeze(1), torch.logsumexp(s, dim=-1),
-                          torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
+        if sinks is not None:  # [H, L, L + 1]: the sink column last
+            col = sinks.to(q.dtype).view(hq, 1, 1).expand(hq, length, 1)
+            s = torch.cat([s.masked_fill(~any_key, float("-inf")), col], dim=-1)
+            lse = torch.logsumexp(s, dim=-1)
+            o = torch.softmax(s, dim=-1)[..., :length] @ vs
+        else:
+            lse = torch.where(any_key.squeeze(1), torch.logsumexp(s, dim=-1), neg_inf)
+            p = torch.softmax(s, dim=-1)
+            o = torch.where(any_key, p @ vs, torch.zeros((), dtype=q.dtype, device=q.device))
         lses.append(lse.transpose(0, 1))
-        p = torch.softmax(s, dim=-1)
-        o = torch.where(any_key, p @ vs, torch.zeros((), dtype=q.dtype, device=q.device))
         outs.append(o.transpose(0, 1))
         start += length
-    o = torch.cat(outs, 0)
-    return (o, torch.cat(lses, 0)) if return_lse else o
+    res = (torch.cat(outs, 0),)
+    if return_lse:
+        res += (torch.cat(lses, 0),)
+    if return_max_logit:
+        res += (max_logit,)
+    return res if len(res) > 1 else res[0]
 
 
 def sample_lengths(rng, tokens, scale, max_len, path=None):

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The PyTorch suites: dcp.torch.attention_inproc against plain PyTorch attention (every mask,
-# forward and gradients, fp32 and bf16, the Python surface), ranks that disagree on 4 gloo
-# processes, then the training example (tests/torch/train.py) on 4 processes against a
+# forward and gradients, fp32 and bf16, the Python surface), a Context on one gloo process
+# (the communicator it may lend, synchronize, its transport report), ranks that disagree on 4
+# gloo processes, then the training example (tests/torch/train.py) on 4 processes against a
 # single-process run, and a model of global and window layers on one plan of two layer
 # kinds (test_layers.py). Skipped, and said so, only where no python3 can import torch. (The
 # README's own torchrun commands run in tests/readme/check.py.)
@@ -26,7 +27,7 @@ export DCP_LIB="$lib" PYTHONPATH="$here/../../plugin/python${PYTHONPATH:+:$PYTHO
 "$py" -c 'import sys, torch; print("tests/torch: Python %s, PyTorch %s" %
           (sys.version.split()[0], torch.__version__))'
 failures=0
-for t in test_attention.py test_disagree.py train.py test_layers.py; do
+for t in test_attention.py test_context.py test_disagree.py train.py test_layers.py; do
     echo "tests/torch/$t"
     timeout 300 "$py" "$here/$t" || { echo "FAIL: tests/torch/$t"; failures=$((failures + 1)); }
 done

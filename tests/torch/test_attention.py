@@ -66,6 +66,91 @@ def inputs(lengths, dtype, seed):
             for h in (HQ, HKV, HKV, HQ)]
 
 
+class Variants(unittest.TestCase):
+    """The attention of today's open models through attention_inproc and autograd against a
+    float64 module (reference.attention): learnable sinks (GPT-OSS; their gradient too), a
+    logit softcap (Gemma 2), MLA's own value head dim (DeepSeek-V3) and the max logit, every
+    mask kind on 1, 3 and 4 ranks; fp32 to 1e-5 of the largest value."""
+
+    def run_case(self, kind, cluster, strategy, seed, dv=D, softcap=0.0, sinks=False):
+        rng = random.Random(seed)
+        masks = mask_specs(kind, LENGTHS, rng)
+        g = torch.Generator().manual_seed(seed)
+        t = sum(LENGTHS)
+        q, k = (torch.randn(t, h, D, generator=g, dtype=torch.float64) for h in (HQ, HKV))
+        v = torch.randn(t, HKV, dv, generator=g, dtype=torch.float64)
+        dout = torch.randn(t, HQ, dv, generator=g, dtype=torch.float64)
+        s = torch.randn(HQ, generator=g, dtype=torch.float64) if sinks else None
+        plan = dt.plan(LENGTHS, masks, cluster, like=(q.float(), k.float(), v.float()),
+                       softcap=softcap, block_size=BLOCK, strategy=strategy)
+        self.assertEqual((plan.head_dim_v, plan.softcap), (dv, softcap))
+        # the float64 module
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        sl = s.clone().requires_grad_() if sinks else None
+        o, lse, ml = ref.attention(*leaves, LENGTHS, masks, return_lse=True, sinks=sl,
+                                   softcap=softcap, return_max_logit=True)
+        torch.autograd.backward(o, dout)
+        want = [o.detach(), lse.detach(), ml] + [x.grad for x in leaves] + \
+            ([sl.grad] if sinks else [])
+        # dcp, ranks as threads
+        n = plan.num_ranks
+        idx = [plan.local_indices(r) for r in range(n)]
+        mine = [[x[i].float().clone().requires_grad_() for i in idx] for x in (q, k, v)]
+        sd = s.float().clone().requires_grad_() if sinks else None
+        outs, lses, mls = dt.attention_inproc(plan, *mine, sinks=sd, return_lse=True,
+                                              return_max_logit=True)
+        torch.autograd.backward(outs, [dout[i].float() for i in idx])
+
+        def gather(parts, like):
+            full = torch.zeros(like.shape, dtype=torch.float64)
+            for i, p in zip(idx, parts):
+                full[i] = p.detach().double()
+            return full
+        for r in range(1, n):  # the same max logit on every rank
+            self.assertTrue(torch.equal(mls[r], mls[0]))
+        got = [gather(outs, o), gather(lses, lse), mls[0].double()] + \
+            [gather([x.grad for x in m], w) for m, w in zip(mine, (q, k, v))] + \
+            ([sd.grad.double()] if sinks else [])
+        names = ["O", "LSE", "max logit", "dQ", "dK", "dV", "d sinks"]
+        for name, a, w in zip(names, got, want):
+            fin = torch.isfinite(w)
+            self.assertTrue(torch.equal(fin, torch.isfinite(a)), name)
+            err, top = ref.max_err(a[fin], w[fin]), max(ref.peak(w[fin]), 1.0)
+            self.assertLessEqual(err, 1e-5 * top, "%s %s %s %s: %s error %.3g of %.3g" %
+                                 (kind, cluster, strategy, (dv, softcap, sinks), name, err, top))
+
+    def test_sinks(self):
+        for kind in MASKS:
+            for cluster, strategy in CASES[:2] + [("1x1", "metis")]:
+                with self.subTest(mask=kind, cluster=cluster):
+                    self.run_case(kind, cluster, strategy, 21, sinks=True)
+
+    def test_softcap(self):
+        for kind in MASKS:
+            with self.subTest(mask=kind):
+                self.run_case(kind, "2x2", "metis", 22, softcap=1.5)
+
+    def test_value_head_dim(self):
+        for kind in MASKS:
+            with self.subTest(mask=kind):
+                self.run_case(kind, "1x3", "zigzag", 23, dv=8)
+
+    def test_all_at_once(self):
+        self.run_case("mixed", "1x4", "lpt", 24, dv=24, softcap=3.0, sinks=True)
+
+    def test_like_q_k_v_reads_the_value_head_dim(self):
+        q, k = torch.randn(33, HQ, D), torch.randn(33, HKV, D)
+        v = torch.randn(33, HKV, 12)
+        plan = dt.plan([20, 13], "causal", "1x2", like=(q, k, v))
+        self.assertEqual(plan.shape + (plan.head_dim_v,), (HQ, HKV, D, 12))
+        again = dt.plan_from_bytes(plan.to_bytes())
+        self.assertEqual(again.head_dim_v, 12)
+        with self.assertRaises(ValueError) as e:  # v of the wrong head dim for the plan
+            dt.attention_inproc(plan, [q[:20], q[20:]], [k[:20], k[20:]],
+                                [k[:20], k[20:]])
+        self.assertIn("v has shape", str(e.exception))
+
+
 class AttentionInproc(unittest.TestCase):
     """Every mask x (cluster, strategy), fp32 then bf16."""
 
@@ -367,7 +452,11 @@ class Surface(unittest.TestCase):
             (lambda: dt.plan([20, 13], ["causal", 5], "1x2", **SHAPE), TypeError,
              "mask[1] = 5 is not a mask"),
             (lambda: dt.plan([20], "causal", "1x2", like=(None, None)), ValueError, "like[0]"),
-            (lambda: dt.plan([20], "causal", "1x2", like=(q, q, q)), ValueError, "3 tensors"),
+            (lambda: dt.plan([20], "causal", "1x2", like=(q, q, q, q)), ValueError, "4 tensors"),
+            (lambda: dt.plan([20], "causal", "1x2", like=(q, q, q[:, :1])), ValueError,
+             "same tokens and heads"),
+            (lambda: dt.plan([20], "causal", "1x2", softcap=-1.0, **SHAPE), ValueError,
+             "softcap"),
             (lambda: dt.plan([20], "causal", "1x2", like=(q, q[:5])), ValueError,
              "same tokens"),
             (lambda: dt.plan([20], {"a": "causal"}, "1x2", layers=[1, 2], **SHAPE), TypeError,
@@ -379,6 +468,9 @@ class Surface(unittest.TestCase):
             (lambda: plan.gather([q[:17], q[:16]]), ValueError, "rank 0's tensor has 17 rows"),
             (lambda: dt.attention_inproc(None, [q], [q], [q]), TypeError, "a dcp.torch.Plan"),
             (lambda: dt.attention(None, plan, q, q, q), TypeError, "a dcp.torch.Context"),
+            (lambda: dt.attention_inproc(plan, [q[:20], q[:13]], [q[:20, :HKV]] * 2,
+                                         [q[:20, :HKV]] * 2, sinks=torch.zeros(HQ + 1)),
+             ValueError, "sinks must be a [4] tensor"),
             (lambda: dt.Planner("1x2", num_threads="2"), TypeError, "num_threads = '2'")]
         for fn, exc, text in cases:
             with self.subTest(text=text), self.assertRaises(exc) as e:

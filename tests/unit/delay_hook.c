@@ -52,3 +52,15 @@ void dcp_test_delay(dcp_delay_site_t site)
     const struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
 }
+
+static _Thread_local int64_t t_counts[DCP_COUNT_SITES];
+
+void dcp_test_count(dcp_count_site_t site)
+{
+    if ((unsigned)site < DCP_COUNT_SITES) t_counts[site]++;
+}
+
+int64_t t_counted(int site)
+{
+    return (unsigned)site < DCP_COUNT_SITES ? t_counts[site] : -1;
+}

@@ -18,13 +18,15 @@
 static const dcp_suite_fn suites[] = {
     dcp_suite_mask,     dcp_suite_cluster,   dcp_suite_blocks,    dcp_suite_place,
     dcp_suite_schedule, dcp_suite_plan_io,   dcp_suite_plan_fuzz, dcp_suite_plan_service,
-    dcp_suite_planner,  dcp_suite_kernels,   dcp_suite_segment,   dcp_suite_backward,
+    dcp_suite_planner,  dcp_suite_kernels,   dcp_suite_segment,   dcp_suite_cudnn,
+    dcp_suite_backward,
     dcp_suite_nonfinite,
     dcp_suite_faults,   dcp_suite_transport, dcp_suite_route,     dcp_suite_staged,
     dcp_suite_api,      dcp_suite_metis,     dcp_suite_refine,    dcp_suite_export,
     dcp_suite_rounds,   dcp_suite_cost,      dcp_suite_simulate,  dcp_suite_topo,
-    dcp_suite_ucx,      dcp_suite_disagree,  dcp_suite_e2e,       dcp_suite_kinds,
-    dcp_suite_ordering, dcp_suite_gpu,       dcp_suite_planner_load, dcp_suite_alloc_walk,
+    dcp_suite_ucx,      dcp_suite_disagree,  dcp_suite_stamps,    dcp_suite_lent,
+    dcp_suite_e2e,      dcp_suite_kinds,     dcp_suite_ordering,  dcp_suite_peers,
+    dcp_suite_gpu,      dcp_suite_variants,  dcp_suite_planner_load, dcp_suite_alloc_walk,
     dcp_suite_xfer_walk,
 };
 

@@ -26,6 +26,7 @@ int dcp_suite_route(void);
 int dcp_suite_staged(void);
 int dcp_suite_api(void);
 int dcp_suite_e2e(void);
+int dcp_suite_variants(void);
 int dcp_suite_ordering(void);
 int dcp_suite_gpu(void);
 int dcp_suite_metis(void);
@@ -37,8 +38,12 @@ int dcp_suite_simulate(void);
 int dcp_suite_topo(void);
 int dcp_suite_ucx(void);
 int dcp_suite_kinds(void);
+int dcp_suite_peers(void);
 int dcp_suite_disagree(void);
 int dcp_suite_segment(void);
+int dcp_suite_cudnn(void);
+int dcp_suite_stamps(void);
+int dcp_suite_lent(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {

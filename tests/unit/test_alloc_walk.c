@@ -2,7 +2,7 @@
  * fails in turn (make test: a seeded sample; DCP_WALK=full: every one) and the call must end
  * with DCP_ERR_NO_MEMORY and a message, or complete with the clean run's result, and leave no
  * block of dcp's allocator behind. Calls walked on one thread: clusters from specs and from
- * an hwloc capture, plans of every strategy, in rounds and of two layer kinds, plan bytes both
+ * an hwloc capture, plans of every strategy and peer policy, in rounds and of two layer kinds, plan bytes both
  * ways, a one-rank context through forward and backward (dcp's engine and the twin of cuDNN's
  * data path), the planner service. Then four ranks as threads of this process; ranks as
  * processes, and processes of threads, are walked in test_proc_walk.c. */
@@ -135,6 +135,19 @@ static void test_plan_lpt(void)
 static void test_plan_metis(void)
 {
     plan_walk("plan metis", DCP_STRATEGY_METIS, 0, 0);
+}
+
+/* The peer policies (partition/peer*.c): placements of their own, each walked. */
+static void test_plan_peers(void)
+{
+    static const struct {
+        const char *name;
+        dcp_strategy_t strategy;
+    } peers[] = {{"plan packed", DCP_STRATEGY_PACKED},   {"plan dyncp", DCP_STRATEGY_DYNCP},
+                 {"plan ulysses", DCP_STRATEGY_ULYSSES}, {"plan usp", DCP_STRATEGY_USP},
+                 {"plan magi", DCP_STRATEGY_MAGI}};
+    for (size_t i = 0; i < sizeof peers / sizeof *peers; i++)
+        plan_walk(peers[i].name, peers[i].strategy, 0, 0);
 }
 
 /* AUTO builds the plans of every strategy at three block sizes: its sites are those of the
@@ -468,6 +481,7 @@ int dcp_suite_alloc_walk(void)
         {"plan_zigzag", test_plan_zigzag},
         {"plan_lpt", test_plan_lpt},
         {"plan_metis", test_plan_metis},
+        {"plan_peers", test_plan_peers},
         {"plan_auto", test_plan_auto},
         {"plan_rounds", test_plan_rounds},
         {"plan_kinds", test_plan_kinds},

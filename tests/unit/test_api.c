@@ -174,6 +174,35 @@ static void test_local_layout_arguments(void)
     dcp_plan_destroy(p);
 }
 
+/* The shape a plan was made for, scale resolved, from the plan and from its bytes alike. */
+static void test_plan_shape(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_BF16);
+    dcp_attn_shape_t s, keep = {-7, -7, -7, DCP_DTYPE_FP32, -7.0f};
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(p, &s), DCP_OK);
+    CU_ASSERT(s.num_heads == 4 && s.num_kv_heads == 2 && s.head_dim == 8);
+    CU_ASSERT_EQUAL(s.dtype, DCP_DTYPE_BF16);
+    CU_ASSERT_DOUBLE_EQUAL(s.scale, 1.0 / sqrt(8.0), 1e-7); /* 0 resolved */
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, NULL, 0, &n), DCP_OK);
+    void *bytes = malloc(n);
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_serialize(p, bytes, n, &n), DCP_OK);
+    dcp_plan_t *q = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_deserialize(bytes, n, &q), DCP_OK);
+    dcp_attn_shape_t t;
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(q, &t), DCP_OK);
+    CU_ASSERT_EQUAL(memcmp(&s, &t, sizeof s), 0);
+    dcp_attn_shape_t u = keep;
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(NULL, &u), DCP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(dcp_last_error(), "plan") != NULL);
+    CU_ASSERT_EQUAL(memcmp(&u, &keep, sizeof u), 0); /* nothing written on failure */
+    CU_ASSERT_EQUAL(dcp_plan_get_shape(p, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(dcp_last_error(), "shape_out") != NULL);
+    free(bytes);
+    dcp_plan_destroy(q);
+    dcp_plan_destroy(p);
+}
+
 typedef struct {
     dcp_tensors_t io[2];
     float *mem[2][5];
@@ -443,11 +472,31 @@ static void test_context_and_executor_arguments(void)
     const dcp_attn_shape_t d100 = {4, 2, 100, DCP_DTYPE_BF16, 0.0f};
     CU_ASSERT_EQUAL(dcp_context_check_shape(ctx, &d100), DCP_OK);
     CU_ASSERT_EQUAL(dcp_context_check_shape(ctx, NULL), DCP_ERR_INVALID_ARG);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(100, DCP_DTYPE_BF16), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(&d100), DCP_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim = 100"));
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(256, DCP_DTYPE_FP16), DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(128, DCP_DTYPE_FP32), DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(64, DCP_DTYPE_BF16), DCP_OK);
+    /* dims the CUDA kernels are built for: 64 to 256 and MLA's 192/128; not 320, not 128/64,
+     * not fp32 */
+    static const int32_t dims[][3] = {{64, 0, DCP_OK},
+                                      {96, 96, DCP_OK},
+                                      {128, 0, DCP_OK},
+                                      {192, 0, DCP_OK},
+                                      {256, 256, DCP_OK},
+                                      {192, 128, DCP_OK},
+                                      {320, 0, DCP_ERR_UNSUPPORTED},
+                                      {128, 64, DCP_ERR_UNSUPPORTED},
+                                      {80, 0, DCP_ERR_UNSUPPORTED}};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+        const dcp_attn_shape_t s = {.num_heads = 4,
+                                    .num_kv_heads = 2,
+                                    .head_dim = dims[i][0],
+                                    .dtype = DCP_DTYPE_FP16,
+                                    .head_dim_v = dims[i][1]};
+        CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(&s), (dcp_status_t)dims[i][2]);
+    }
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim = 80, head_dim_v = 80"));
+    const dcp_attn_shape_t f32 = {4, 2, 128, DCP_DTYPE_FP32, 0.0f};
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.check_shape(&f32), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "dtype"));
     /* a CPU context takes no stream: refused by name (and the group learns of it) */
     const dcp_tensors_t none = {NULL, NULL, NULL, NULL, NULL, 0.0f};
     dcp_plan_t *two = small_plan("1x2", DCP_DTYPE_FP32);
@@ -507,6 +556,7 @@ int dcp_suite_api(void)
         {"last_error_after_success", test_last_error_after_success},
         {"plan_create_rejects_bad_input", test_plan_create_rejects_bad_input},
         {"local_layout_arguments", test_local_layout_arguments},
+        {"plan_shape", test_plan_shape},
         {"failing_rank_ends_its_peers", test_failing_rank_ends_its_peers},
         {"backward_arguments", test_backward_arguments},
         {"failed_group_stays_failed", test_failed_group_stays_failed},

@@ -106,6 +106,52 @@ static void test_node_file(void)
     CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 25, 1e-12);
     dcp_cluster_destroy(c);
     unlink(path);
+    /* more NICs than devices: each device drives its share */
+    path = node_file("devices 2\nnics 8\ninter 50\n");
+    snprintf(spec, sizeof spec, "2x@%s", path);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(spec, &c), DCP_OK);
+    CU_ASSERT_EQUAL(c->nics_per_node, 2);
+    CU_ASSERT_EQUAL(c->nics_per_dev, 4);
+    CU_ASSERT_EQUAL(dcp_cluster_node_nics(c), 8);
+    dcp_cluster_destroy(c);
+    unlink(path);
+}
+
+/* A node with more NICs than devices: an AWS p5 (32 x 100 Gb/s EFA for 8 H100, four per GPU)
+ * beside the DGX H100 (one 400 Gb/s HCA per GPU); both give a device 50 GB/s, the p5 through
+ * four NICs. nics=N in a spec: shared (N <= G) or each device's own (a multiple of G). */
+static void test_more_nics_than_devices(void)
+{
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2xp5", &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_num_ranks(c), 16);
+    CU_ASSERT_EQUAL(c->nics_per_node, 8);
+    CU_ASSERT_EQUAL(c->nics_per_dev, 4);
+    CU_ASSERT_EQUAL(dcp_cluster_node_nics(c), 32);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 4 * 12.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 15, 1e-12); /* EFA's */
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.hbm_gbps, 3350, 1e-12);
+    dcp_cluster_destroy(c);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2xh100-ib", &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_node_nics(c), 8);
+    CU_ASSERT_EQUAL(c->nics_per_dev, 1);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 3, 1e-12);
+    dcp_cluster_destroy(c);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4:nics=16:inter=50", &c), DCP_OK);
+    CU_ASSERT_EQUAL(c->nics_per_node, 4);
+    CU_ASSERT_EQUAL(c->nics_per_dev, 4);
+    dcp_cluster_destroy(c);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x4:nics=2", &c), DCP_OK);
+    CU_ASSERT_EQUAL(c->nics_per_node, 2);
+    CU_ASSERT_EQUAL(c->nics_per_dev, 1);
+    dcp_cluster_destroy(c);
+    c = NULL;
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("2x4:nics=6", &c), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(c);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "nics=6"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "a multiple of 4"));
+    CU_ASSERT_EQUAL(dcp_cluster_from_spec("2x4:nics=2.5", &c), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(c);
 }
 
 /* Bad node files: the message names the file and the line. */
@@ -122,7 +168,7 @@ static void test_bad_node_files_rejected(void)
         {"devices 4\nkernel 128\n", "line 2: kernel needs a tile edge"},
         {"devices 4\nkernel 128 1.5\n", "line 2: a kernel efficiency is at most 1"},
         {"inter 3\n", "no 'devices' line"},
-        {"devices 2\nnics 4\n", "nics 4 > devices 2"},
+        {"devices 2\nnics 3\n", "nics 3 for devices 2"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const char *path = node_file(bad[i].text);
@@ -174,6 +220,7 @@ int dcp_suite_cluster(void)
         {"spec_shapes_and_figures", test_spec_shapes_and_figures},
         {"bad_specs_rejected", test_bad_specs_rejected},
         {"presets", test_presets},
+        {"more_nics_than_devices", test_more_nics_than_devices},
         {"node_file", test_node_file},
         {"bad_node_files_rejected", test_bad_node_files_rejected},
         {NULL, NULL},

@@ -99,13 +99,21 @@ static void run(drank_t *d, int ucx)
     shm_bootstrap_destroy(bs);
 }
 
+/* A plan that moves data between the ranks (METIS's global plan: the default's candidates
+ * may keep every document inside one node, where ranks that disagree never meet). */
 static dcp_plan_t *plan_with(dcp_strategy_t strategy)
 {
     static const int32_t len[3] = {700, 90, 333};
     const dcp_mask_t m[3] = {{.kind = DCP_MASK_CAUSAL},
                              {.kind = DCP_MASK_FULL},
                              {.kind = DCP_MASK_WINDOW, .window = 50}};
-    return t_plan(len, 3, m, "2x2", strategy, 64, 2, 1);
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.strategy = strategy;
+    o.block_size = 64;
+    o.divisions = 2;
+    o.hierarchy = 0;
+    return t_plan_opts(len, 3, m, "2x2", &o);
 }
 
 /* Every rank stopped well before its timeout, and the ranks that found the difference name

@@ -3,12 +3,15 @@
  * double-precision reference with FlashAttention's rule (max error at most twice that of the
  * plain low-precision computation plus one rounding step; LSE within 1e-3) over every mask,
  * ragged tiles, 1-token sequences, fully masked rows, GQA 1/4/8, head dims 64/128, bf16 and
- * fp16; accumulation; merge and copy against the CPU; the GPU executor end to end.
+ * fp16; accumulation; merge and copy against the CPU; the GPU executor end to end, and the
+ * attention variants through it (head dims 96, 192, 256, MLA's 192/128, softcap, sinks, max
+ * logit).
  * Backward: dQ, dK, dV against the double reference backward by FlashAttention-2's gradient
  * rule (at most three times the plain low-precision error plus a rounding step) over the same
  * cases, exact zeros where no pair contributes; delta and gradient accumulation against the
  * host.
  */
+#include "include/base/error.h"
 #include "include/base/half.h"
 #include "kernels/cpu.h"
 #include "kernels/cuda/device.h"
@@ -16,14 +19,18 @@
 #include "partition/mask.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/tile_case.h"
+#include "tests/unit/shm_bootstrap.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
+#include "transport/nccl.h"
 
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The build's device code (sm_80 / sm_90a) loads and runs on this GPU. */
 static void test_device_code_runs(void)
@@ -695,9 +702,15 @@ static void test_backward_refusals(void)
 {
     static const dcp_tile_group_t g[1]; /* refused before any descriptor is read */
     dcp_kernel_env_t env = {
-        .q_heads = 8, .kv_heads = 2, .head_dim = 96, .dtype = DCP_DTYPE_BF16, .max_rows = 64};
+        .q_heads = 8, .kv_heads = 2, .head_dim = 80, .dtype = DCP_DTYPE_BF16, .max_rows = 64};
     CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head_dim 96"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head dims 80/80"));
+    env.head_dim = 128;
+    env.head_dim_v = 64; /* MLA's 192/128 only */
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_fwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "head dims 128/64"));
+    env.head_dim_v = 0;
     env.head_dim = 64;
     env.dtype = DCP_DTYPE_FP32;
     CU_ASSERT_EQUAL(dcp_kernels_cuda.attn_bwd(&env, g, 1, NULL), DCP_ERR_UNSUPPORTED);
@@ -740,6 +753,74 @@ static void test_executor_on_one_gpu(void)
         dcpt_harness_destroy(h);
         for (int s = 0; s < 4; s++) free(store[s]);
     }
+}
+
+/* The attention variants on the GPU kernels, through the executor on 4 in-process ranks
+ * sharing the GPU (2x2, the default strategy) and on one (zigzag): head dims 64, 96, 128, 192,
+ * 256 and MLA's 192/128, a softcap, learnable sinks, the max logit, bf16 and fp16, every mask,
+ * forward and backward, by FlashAttention's rules (harness.h: d sinks and the max logit too);
+ * deterministic mode on one of them. Sized for the GPU report's suite step (the host's double
+ * reference dominates: 858 tokens a case). */
+static void test_variants_on_one_gpu(void)
+{
+    static const struct {
+        int32_t d, dv;
+        float softcap;
+        int sinks;
+        dcp_dtype_t dtype;
+    } cases[] = {
+        {64, 0, 0.0f, 1, DCP_DTYPE_BF16},     {96, 0, 0.0f, 0, DCP_DTYPE_FP16},
+        {128, 0, 30.0f, 1, DCP_DTYPE_BF16},   {192, 0, 0.0f, 0, DCP_DTYPE_BF16},
+        {256, 0, 50.0f, 0, DCP_DTYPE_FP16},   {192, 128, 0.0f, 1, DCP_DTYPE_BF16},
+        {192, 128, 20.0f, 0, DCP_DTYPE_FP16}, {256, 0, 0.0f, 1, DCP_DTYPE_BF16},
+    };
+    const int32_t lengths[3] = {600, 1, 257};
+    dcpt_rng_t rng = {2024};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
+            dcp_mask_t masks[3];
+            int32_t *store[3];
+            for (int s = 0; s < 3; s++)
+                masks[s] = t_random_mask(&rng, (dcp_mask_kind_t)kind, lengths[s], &store[s]);
+            const dcp_attn_shape_t shape = {
+                8, 2, cases[ci].d, cases[ci].dtype, 0.0f, cases[ci].softcap, cases[ci].dv};
+            dcpt_harness_t *h = NULL;
+            CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(lengths, 3, masks, &shape, 40 + ci, &h),
+                                  DCP_OK);
+            CU_ASSERT_EQUAL(dcpt_harness_enable_backward(h, 41 + ci), DCP_OK);
+            if (cases[ci].sinks) CU_ASSERT_EQUAL(dcpt_harness_enable_sinks(h, 42 + ci), DCP_OK);
+            CU_ASSERT_EQUAL(dcpt_harness_enable_max_logit(h), DCP_OK);
+            h->deterministic = ci == 5 && kind == DCP_MASK_LAMBDA;
+            CU_ASSERT_EQUAL(dcpt_harness_reference(h, 8, NULL, 0), DCP_OK);
+            for (int run = 0; run < 2; run++) {
+                dcp_plan_options_t o;
+                dcp_plan_options_default(&o);
+                o.block_size = 128;
+                o.strategy = run == 1 ? DCP_STRATEGY_ZIGZAG : DCP_STRATEGY_METIS;
+                dcp_plan_t *p =
+                    t_plan_shape(lengths, 3, masks, run == 1 ? "1x1" : "2x2", &shape, &o);
+                CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+                dcpt_harness_result_t r;
+                const dcp_status_t st = dcpt_harness_run(h, p, 0, 1, 60.0, 1e-5, "cuda:0", &r);
+                CU_ASSERT_EQUAL(st, DCP_OK);
+                CU_ASSERT(r.passed);
+                if (st != DCP_OK || !r.passed)
+                    fprintf(stderr,
+                            "gpu variants: D %d/%d softcap %g sinks %d %s mask %d run %d: %s abs "
+                            "%.3g plain %.3g lse %.3g bad %lld; grads abs %.3g %.3g %.3g plain "
+                            "%.3g %.3g %.3g bad %lld; max logit %.3g dsinks %.3g bad %lld %s\n",
+                            cases[ci].d, cases[ci].dv, (double)cases[ci].softcap, cases[ci].sinks,
+                            cases[ci].dtype == DCP_DTYPE_BF16 ? "bf16" : "fp16", kind, run,
+                            dcp_status_string(st), r.max_abs_err, r.low_abs_err, r.max_lse_err,
+                            (long long)r.bad_values, r.max_abs_err_grad[0], r.max_abs_err_grad[1],
+                            r.max_abs_err_grad[2], r.low_abs_err_grad[0], r.low_abs_err_grad[1],
+                            r.low_abs_err_grad[2], (long long)r.bwd_bad_values, r.max_logit_err,
+                            r.dsinks_err, (long long)r.variant_bad, st ? dcp_last_error() : "");
+                dcp_plan_destroy(p);
+            }
+            dcpt_harness_destroy(h);
+            for (int s = 0; s < 3; s++) free(store[s]);
+        }
 }
 
 /* A GPU context refuses fp32 plans and host pointers, naming what is wrong. */
@@ -814,7 +895,7 @@ typedef struct {
     void *t[5];
 } one_gpu_rank_t;
 
-static void one_gpu_rank(one_gpu_rank_t *g, void *compute, void *transfer)
+static void one_gpu_rank_timed(one_gpu_rank_t *g, void *compute, void *transfer, double timeout_s)
 {
     const int32_t len = 2048;
     const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
@@ -823,12 +904,18 @@ static void one_gpu_rank(one_gpu_rank_t *g, void *compute, void *transfer)
     CU_ASSERT_EQUAL_FATAL(dcp_group_create(1, &g->group), DCP_OK);
     const dcp_context_config_t cfg = {.group = g->group,
                                       .device = "cuda:0",
+                                      .timeout_s = timeout_s,
                                       .compute_stream = compute,
                                       .transfer_stream = transfer};
     CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cfg, &g->ctx), DCP_OK);
     const size_t q = (size_t)len * 8 * 128 * 2, kv = (size_t)len * 2 * 128 * 2;
     const size_t bytes[5] = {q, kv, kv, q, (size_t)len * 8 * 4};
     for (int i = 0; i < 5; i++) CU_ASSERT_PTR_NOT_NULL_FATAL(g->t[i] = dcp_cuda_alloc(0, bytes[i]));
+}
+
+static void one_gpu_rank(one_gpu_rank_t *g, void *compute, void *transfer)
+{
+    one_gpu_rank_timed(g, compute, transfer, 0);
 }
 
 static void one_gpu_rank_free(one_gpu_rank_t *g)
@@ -974,6 +1061,180 @@ static void test_graph_capture_forward_backward(void)
     one_gpu_rank_free(&g);
 }
 
+/* ---- GPU waits with a timeout, NCCL's stamp path, lent communicators --------------------- */
+
+/* A context whose timeout is 1 s, its caller's stream held by a 4 s kernel: the forward
+ * returns (queued); dcp_context_synchronize ends with DCP_ERR_TIMEOUT after about the timeout
+ * (not the kernel's 4 s), naming the unfinished call, and the context has failed (its next call
+ * says so at once). */
+static void test_synchronize_times_out_behind_a_held_stream(void)
+{
+    void *caller = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &caller), DCP_OK);
+    one_gpu_rank_t g;
+    one_gpu_rank_timed(&g, NULL, NULL, 1.0);
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4], 0.0f};
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK); /* binds the plan */
+    CU_ASSERT_EQUAL(dcp_context_synchronize(g.ctx, 0), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_spin(caller, 4000.0), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK);
+    const double t0 = dcp_now();
+    CU_ASSERT_EQUAL(dcp_context_synchronize(g.ctx, 0), DCP_ERR_TIMEOUT);
+    const double waited = dcp_now() - t0;
+    CU_ASSERT(waited >= 0.9 && waited < 2.5);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "has not finished on GPU 0"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "the context has failed"));
+    fprintf(stderr, "gpu synchronize: DCP_ERR_TIMEOUT after %.2f s (timeout 1 s): %s\n", waited,
+            dcp_last_error());
+    const double t1 = dcp_now();
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_ERR_PEER);
+    CU_ASSERT(dcp_now() - t1 < 0.5);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(caller), DCP_OK);
+    one_gpu_rank_free(&g);
+    dcp_cuda_stream_destroy(caller);
+}
+
+/* The same hang found by the next call: queued behind the 4 s kernel, 1.3 s later the next
+ * forward returns DCP_ERR_TIMEOUT at once instead of queueing more; a shorter synchronize
+ * before the context's timeout has passed leaves the context going. */
+static void test_next_call_times_out_behind_a_held_stream(void)
+{
+    void *caller = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cuda_stream_create(0, &caller), DCP_OK);
+    one_gpu_rank_t g;
+    one_gpu_rank_timed(&g, NULL, NULL, 1.0);
+    const dcp_tensors_t io = {g.t[0], g.t[1], g.t[2], g.t[3], g.t[4], 0.0f};
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(caller), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cuda_spin(caller, 4000.0), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_context_synchronize(g.ctx, 0.2), DCP_ERR_TIMEOUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "the context goes on"));
+    const struct timespec pause = {1, 300000000};
+    nanosleep(&pause, NULL);
+    const double t0 = dcp_now();
+    CU_ASSERT_EQUAL(dcp_forward(g.ctx, g.plan, &io, caller), DCP_ERR_TIMEOUT);
+    CU_ASSERT(dcp_now() - t0 < 0.5);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "forward call 1 has not finished"));
+    CU_ASSERT_EQUAL(dcp_cuda_stream_sync(caller), DCP_OK);
+    one_gpu_rank_free(&g);
+    dcp_cuda_stream_destroy(caller);
+}
+
+/* A one-rank bootstrap: the allgather of one rank is a copy. */
+static dcp_status_t self_allgather(void *state, const void *send, void *recv, size_t bytes)
+{
+    (void)state;
+    memcpy(recv, send, bytes);
+    return DCP_OK;
+}
+
+/* A process rank on cuda:0 whose engine is NCCL (its own communicator, or `lent`): forward
+ * and backward of a one-rank plan run, the context reports NCCL, stream-ordered launches and
+ * stamps in device memory, and dcp_context_synchronize ends clean. */
+static void nccl_rank_runs(void *lent)
+{
+    const dcp_bootstrap_t bs = {0, 1, self_allgather, NULL, NULL, 30.0};
+    const dcp_context_config_t cfg = {
+        .bootstrap = &bs, .device = "cuda:0", .transport_intra = "nccl", .nccl_comm = lent};
+    dcp_context_t *ctx = NULL;
+    const dcp_status_t st = dcp_context_create(&cfg, &ctx);
+    CU_ASSERT_EQUAL(st, DCP_OK);
+    if (st != DCP_OK) {
+        fprintf(stderr, "gpu nccl context: %s: %s\n", dcp_status_string(st), dcp_last_error());
+        return;
+    }
+    const char *report = dcp_context_transport_report(ctx);
+    fprintf(stderr, "gpu nccl context: %s\n", report);
+    CU_ASSERT_PTR_NOT_NULL(strstr(report, "engine nccl"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(report, "launches stream-ordered"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(report, "abort notices in device memory"));
+    const int32_t len = 1024;
+    const dcp_mask_t causal = {.kind = DCP_MASK_CAUSAL};
+    const dcp_attn_shape_t shape = {8, 2, 128, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_t *p = t_plan_shape(&len, 1, &causal, "1x1", &shape, NULL);
+    const size_t q = (size_t)len * 8 * 128 * 2, kv = (size_t)len * 2 * 128 * 2;
+    const size_t bytes[9] = {q, kv, kv, q, (size_t)len * 8 * 4, q, q, kv, kv};
+    void *t[9];
+    for (int i = 0; i < 9; i++) CU_ASSERT_PTR_NOT_NULL_FATAL(t[i] = dcp_cuda_alloc(0, bytes[i]));
+    const dcp_grad_tensors_t io = {{t[0], t[1], t[2], t[3], t[4], 0.0f}, t[5], t[6], t[7], t[8]};
+    for (int k = 0; k < 3; k++) {
+        CU_ASSERT_EQUAL(dcp_forward(ctx, p, &io.fwd, NULL), DCP_OK);
+        CU_ASSERT_EQUAL(dcp_backward(ctx, p, &io, NULL), DCP_OK);
+    }
+    CU_ASSERT_EQUAL(dcp_context_synchronize(ctx, 0), DCP_OK);
+    dcp_context_destroy(ctx);
+    for (int i = 0; i < 9; i++) dcp_cuda_free(t[i]);
+    dcp_plan_destroy(p);
+}
+
+/* NCCL refuses two ranks on one GPU, so one GPU runs one NCCL rank: the engine, its
+ * device-memory stamp channel (no peer to stamp) and its timeout path, not an exchange. */
+static void test_nccl_one_rank_device_stamps(void)
+{
+    nccl_rank_runs(NULL);
+}
+
+typedef struct {
+    shm_bootstrap_t *bs;
+    int32_t rank;
+    void *comm;
+    dcp_status_t st;
+    char msg[512];
+} lent_rank_t;
+
+static void *lent_rank(void *arg)
+{
+    lent_rank_t *l = arg;
+    const dcp_bootstrap_t b = shm_bootstrap_rank(l->bs, l->rank);
+    const dcp_context_config_t cfg = {.bootstrap = &b,
+                                      .timeout_s = 30,
+                                      .device = "cuda:0",
+                                      .transport_intra = "nccl",
+                                      .nccl_comm = l->comm};
+    dcp_context_t *ctx = NULL;
+    l->st = dcp_context_create(&cfg, &ctx);
+    if (l->st != DCP_OK) dcp_error_save(l->msg, sizeof l->msg);
+    dcp_context_destroy(ctx);
+    return NULL;
+}
+
+/* A real lent communicator: one of one rank fits a one-rank job and runs it (and outlives the
+ * context: dcp never destroys it); two ranks that each lend a one-rank communicator are both
+ * refused, naming the rank and its communicator's size, before anything is sent on it. */
+static void test_nccl_lent_comm_checked(void)
+{
+    void *comm[2] = {NULL, NULL};
+    dcp_nccl_test_comm_t *h[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        const dcp_status_t st = dcp_nccl_test_comm_create(0, &comm[i], &h[i]);
+        CU_ASSERT_EQUAL(st, DCP_OK);
+        if (st != DCP_OK) {
+            fprintf(stderr, "gpu lent comm: %s\n", dcp_last_error());
+            for (int j = 0; j < i; j++) dcp_nccl_test_comm_destroy(h[j]);
+            return;
+        }
+    }
+    nccl_rank_runs(comm[0]);
+    shm_bootstrap_t *bs = shm_bootstrap_create(2, 4096);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bs);
+    lent_rank_t l[2];
+    pthread_t t[2];
+    for (int32_t r = 0; r < 2; r++) {
+        l[r] = (lent_rank_t){bs, r, comm[r], DCP_OK, ""};
+        pthread_create(&t[r], NULL, lent_rank, &l[r]);
+    }
+    for (int32_t r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    for (int32_t r = 0; r < 2; r++) {
+        CU_ASSERT_EQUAL(l[r].st, DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(l[r].msg, "config.nccl_comm of rank 0 has 1 ranks, the "
+                                                "bootstrap 2"));
+        fprintf(stderr, "gpu lent comm, rank %d: %s\n", r, l[r].msg);
+    }
+    shm_bootstrap_destroy(bs);
+    for (int i = 0; i < 2; i++) dcp_nccl_test_comm_destroy(h[i]);
+}
+
 int dcp_suite_gpu(void)
 {
     const int n = dcp_cuda_device_count();
@@ -998,10 +1259,16 @@ int dcp_suite_gpu(void)
         {"backward_refusals", test_backward_refusals},
         {"executor_on_one_gpu", test_executor_on_one_gpu},
         {"executor_refuses_bad_input", test_executor_refuses_bad_input},
+        {"variants_on_one_gpu", test_variants_on_one_gpu},
         {"eight_ranks_on_one_gpu_repeated", test_eight_ranks_on_one_gpu_repeated},
         {"forward_returns_before_its_work", test_forward_returns_before_its_work},
         {"lent_streams_outlive_the_context", test_lent_streams_outlive_the_context},
         {"graph_capture_forward_backward", test_graph_capture_forward_backward},
+        {"synchronize_times_out_behind_a_held_stream",
+         test_synchronize_times_out_behind_a_held_stream},
+        {"next_call_times_out_behind_a_held_stream", test_next_call_times_out_behind_a_held_stream},
+        {"nccl_one_rank_device_stamps", test_nccl_one_rank_device_stamps},
+        {"nccl_lent_comm_checked", test_nccl_lent_comm_checked},
         {NULL, NULL},
     };
     return dcp_add_suite("gpu", tests);

@@ -176,6 +176,15 @@ static void test_old_version_refused(void)
     CU_ASSERT_EQUAL(dcp_plan_deserialize(b, n, &q), DCP_ERR_PLAN_CORRUPT);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "version 1"));
     CU_ASSERT_PTR_NULL(q);
+    /* versions 4 and 5 had no softcap or value head dim: refused as an older format, before
+     * their META section could be read as another shape */
+    for (uint8_t v = 4; v <= 5; v++) {
+        b[8] = v;
+        CU_ASSERT_EQUAL(dcp_plan_deserialize(b, n, &q), DCP_ERR_PLAN_CORRUPT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), v == 4 ? "version 4" : "version 5"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "older"));
+        CU_ASSERT_PTR_NULL(q);
+    }
     free(b);
     dcp_plan_destroy(p);
 }
@@ -302,7 +311,7 @@ static void test_serialize_arguments(void)
 
 /* ---- hostile bytes: bounded memory, canonical form ---------------------------------------- */
 
-#define XFERS_AT 140 /* i32 transfer count: header 32, META tag, 27 fields before it */
+#define XFERS_AT 148 /* i32 transfer count: header 32, META tag, 29 fields before it */
 
 static void put_i32(uint8_t *b, size_t at, int32_t v)
 {

@@ -68,7 +68,8 @@ static double sim_step_ms(const dcp_plan_t *p, const char *cluster)
 /* The default plan of a batch (one mask spec for all) is no slower than zigzag's per
  * training step: the cost model ruled zigzag out (its prediction no faster), or the simulator
  * runs the default no slower; and it is zigzag's own plan where it is zigzag's (both with 8
- * divisions: the count candidates are compared at). */
+ * divisions: the count candidates are compared at), else METIS's or one of its hierarchical
+ * candidates'. */
 static void check_not_slower(const int32_t *len, int32_t n, const char *mask, const char *cluster,
                              int32_t block)
 {
@@ -89,7 +90,9 @@ static void check_not_slower(const int32_t *len, int32_t n, const char *mask, co
         CU_ASSERT_EQUAL(a, b);
         CU_ASSERT_EQUAL(def->fingerprint, zz->fingerprint);
     } else {
-        CU_ASSERT_EQUAL(def->stats.strategy, DCP_STRATEGY_METIS);
+        CU_ASSERT(def->stats.strategy == DCP_STRATEGY_METIS ||
+                  def->stats.strategy == DCP_STRATEGY_NODES ||
+                  def->stats.strategy == DCP_STRATEGY_ULYSSES);
     }
     dcp_plan_destroy(def);
     dcp_plan_destroy(zz);
@@ -151,7 +154,8 @@ static void test_default_by_training_step(void)
     dcp_plan_options_default(&o);
     o.block_size = 512;
     o.head_blocks = 2;
-    o.seed = 25; /* METIS's */
+    o.seed = 25;     /* METIS's */
+    o.hierarchy = 0; /* METIS's global plan against zigzag's */
     dcp_plan_t *def = t_plan_shape(len, n, m, "2x4", &sh, &o);
     o.strategy = DCP_STRATEGY_ZIGZAG;
     dcp_plan_t *zz = t_plan_shape(len, n, m, "2x4", &sh, &o);
@@ -322,17 +326,18 @@ static void test_chunked_floor(void)
 }
 
 /* options.divisions = 0 (the default) divides each batch's placement as the simulator runs
- * fastest: on 2x8 H100s, 32 sequences of 2K tokens (kernels too short to hide 8 launches
- * behind) get 6 divisions, a batch of 32K..1K sequences 12. Each plan is on the placement
- * that 8 divisions would have, and simulates no slower. */
+ * fastest: on 2x8 H100s, one sequence of 4K and 30 of 2K tokens (kernels too short to hide 8
+ * launches behind; they do not pack evenly into the two nodes, so the placement moves data)
+ * get 6 divisions, a batch of 32K..1K sequences 12. Each plan is on the placement that 8
+ * divisions would have, and simulates no slower. */
 static void test_divisions_chosen_per_batch(void)
 {
     static const dcp_attn_shape_t gqa = {32, 8, 128, DCP_DTYPE_BF16, 0.0f};
-    int32_t short_seqs[32];
-    for (int i = 0; i < 32; i++) short_seqs[i] = 2048;
+    int32_t short_seqs[31];
+    for (int i = 0; i < 31; i++) short_seqs[i] = i ? 2048 : 4096;
     static const int32_t mixed[7] = {32768, 16384, 8192, 4096, 2048, 1024, 1024};
     const int32_t *lens[2] = {short_seqs, mixed};
-    const int32_t n[2] = {32, 7}, want[2] = {6, 12};
+    const int32_t n[2] = {31, 7}, want[2] = {6, 12};
     dcp_mask_t m[32];
     for (int i = 0; i < 32; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m[i]), DCP_OK);
     for (int b = 0; b < 2; b++) {

@@ -86,7 +86,7 @@ static dcp_engine_t *fake_create(dcp_inproc_hub_t *hub, int32_t rank)
         free(f);
         return NULL;
     }
-    f->base = (dcp_engine_t){&fake_ops, rank, N, 0, 0};
+    f->base = (dcp_engine_t){&fake_ops, rank, N, 0, 0, 1};
     f->refuse_peer = -1;
     return &f->base;
 }

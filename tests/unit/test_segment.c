@@ -10,7 +10,6 @@
  */
 #include "include/base/mask_rule.h"
 #include "kernels/cpu.h"
-#include "kernels/cudnn.h"
 #include "kernels/segment.h"
 #include "partition/plan.h"
 #include "plugin/cli/harness.h"
@@ -32,104 +31,161 @@ static int allowed(const dcp_seq_info_t *s, int32_t q, int32_t k)
     return (k >= r[0] && k < r[1]) || (k >= r[2] && k < r[3]);
 }
 
-/* The pieces of one tile against the mask, pair by pair: FULL and CAUSAL pieces hold only
- * allowed pairs in exactly their shape, every allowed pair is in exactly one piece. */
-static void check_tile(const dcp_seq_info_t *seq, const dcp_tile_group_t *g, const dcp_tile_t *t,
-                       const dcp_seg_piece_t *pc, int64_t n, int32_t min_rows, int32_t dense)
+/* The absolute key of line key u of a group. */
+static int32_t line_abs(const dcp_seg_line_t *line, const dcp_tile_t *tiles, int32_t u)
 {
-    uint8_t *cover = calloc((size_t)g->q_len * t->kv_len, 1);
+    int32_t i = 0;
+    while (line->u0[i + 1] <= u) i++;
+    return tiles[line->tile[i]].kv_pos + (u - line->u0[i]);
+}
+
+/* The segments of one group against the mask, pair by pair: dense segments hold allowed pairs
+ * only, in exactly their class's shape, and every row of one sees a key; every allowed pair
+ * of the group's tiles is in exactly one segment. */
+static void check_group(const dcp_seq_info_t *seq, const dcp_tile_group_t *g,
+                        const dcp_tile_t *tiles, const dcp_seg_t *sg, int64_t n, int32_t min_rows,
+                        int32_t dense)
+{
+    dcp_seg_line_t line;
+    memset(&line, 0, sizeof line);
+    CU_ASSERT_EQUAL_FATAL(dcp_seg_line(g, tiles, &line), DCP_OK);
+    const int32_t U = line.u0[line.n];
+    uint8_t *cover = calloc((size_t)g->q_len * U + 1, 1);
     int64_t pairs = 0, want = 0;
     for (int64_t i = 0; i < n; i++) {
-        const dcp_seg_piece_t *p = &pc[i];
+        const dcp_seg_t *p = &sg[i];
         CU_ASSERT(p->r0 >= 0 && p->r0 < p->r1 && p->r1 <= g->q_len);
-        CU_ASSERT(p->k0 >= 0 && p->k0 < p->k1 && p->k1 <= t->kv_len);
-        if (p->cls != DCP_SEG_MASKED) {
+        CU_ASSERT_FATAL(p->k0 >= 0 && p->k0 < p->k1 && p->k1 <= U);
+        const int dense_cls = p->cls != DCP_SEG_MASKED;
+        if (dense_cls) {
             CU_ASSERT(p->r1 - p->r0 >= min_rows);
             CU_ASSERT(dense & DCP_SEG_BIT(p->cls));
         }
+        const int windowed = p->cls == DCP_SEG_BAND || p->cls == DCP_SEG_LEFT;
+        CU_ASSERT(windowed ? p->window >= 1 : p->window == 0);
         const int32_t sq = p->r1 - p->r0, skv = p->k1 - p->k0;
-        if (p->cls == DCP_SEG_CAUSAL) CU_ASSERT(skv >= sq);
         int64_t mine = 0;
-        for (int32_t r = p->r0; r < p->r1; r++)
+        for (int32_t r = p->r0; r < p->r1; r++) {
+            int64_t row = 0;
             for (int32_t k = p->k0; k < p->k1; k++) {
-                const int ok = allowed(seq, g->q_pos + r, t->kv_pos + k);
-                const int x = r - p->r0, y = k - p->k0;
-                if (p->cls == DCP_SEG_FULL) CU_ASSERT(ok);
-                if (p->cls == DCP_SEG_CAUSAL) CU_ASSERT_EQUAL(ok, y <= x + skv - sq);
+                const int ok = allowed(seq, g->q_pos + r, line_abs(&line, tiles, k));
+                if (dense_cls)
+                    CU_ASSERT_EQUAL(ok, dcp_seg_sees(p->cls, p->window, r - p->r0, k - p->k0, sq,
+                                                     skv));
                 if (!ok) continue;
-                mine++;
-                CU_ASSERT_EQUAL(cover[(size_t)r * t->kv_len + k], 0);
-                cover[(size_t)r * t->kv_len + k] = 1;
+                row++;
+                CU_ASSERT_EQUAL(cover[(size_t)r * U + k], 0);
+                cover[(size_t)r * U + k] = 1;
             }
+            if (dense_cls) CU_ASSERT(row > 0);
+            mine += row;
+        }
         CU_ASSERT_EQUAL(mine, p->pairs);
         pairs += p->pairs;
     }
     for (int32_t r = 0; r < g->q_len; r++)
-        for (int32_t k = 0; k < t->kv_len; k++) {
-            const int ok = allowed(seq, g->q_pos + r, t->kv_pos + k);
+        for (int32_t k = 0; k < U; k++) {
+            const int ok = allowed(seq, g->q_pos + r, line_abs(&line, tiles, k));
             want += ok;
-            CU_ASSERT_EQUAL(cover[(size_t)r * t->kv_len + k], ok);
+            CU_ASSERT_EQUAL(cover[(size_t)r * U + k], ok);
         }
     CU_ASSERT_EQUAL(pairs, want);
     free(cover);
+    dcp_seg_line_free(&line);
 }
 
-/* Random tiles of random masks: every piece checked pair by pair, for several minimum run
- * lengths and class sets (the policy can leave causal to dcp's kernels). */
+/* Random groups of random masks, against tiles in any order with gaps between them: every
+ * segment checked pair by pair, for several minimum run lengths and class sets (an engine may
+ * lack classes). */
 static void test_cut_is_exact(void)
 {
     dcpt_rng_t rng = {7};
     const int32_t mins[3] = {1, 3, 16};
-    const int32_t sets[3] = {DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL),
+    const int32_t sets[4] = {DCP_SEG_ALL_DENSE,
+                             DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL),
                              DCP_SEG_BIT(DCP_SEG_FULL), 0};
-    int64_t by_class[DCP_SEG_CLASSES] = {0, 0, 0};
+    int64_t by_class[DCP_SEG_CLASSES] = {0};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++)
-        for (int rep = 0; rep < 6; rep++) {
-            const int32_t len = 40 + (int32_t)dcpt_rng_range(&rng, 0, 159);
+        for (int rep = 0; rep < 8; rep++) {
+            const int32_t len = 40 + (int32_t)dcpt_rng_range(&rng, 0, 259);
             int32_t *store = NULL;
             dcp_seq_info_t seq = {len, t_random_mask(&rng, (dcp_mask_kind_t)kind, len, &store)};
-            /* one group of a random query range against random key ranges */
+            /* one group of a random query range against up to five key ranges, some left out
+             * (another rank's), in shuffled order */
             const int32_t q0 = (int32_t)dcpt_rng_range(&rng, 0, len - 1);
             const int32_t q1 = q0 + 1 + (int32_t)dcpt_rng_range(&rng, 0, len - q0 - 1);
-            dcp_tile_t tiles[3];
+            dcp_tile_t tiles[5];
             int nt = 0;
-            for (int32_t k0 = 0; k0 < len && nt < 3; nt++) {
-                const int32_t k1 = k0 + 1 + (int32_t)dcpt_rng_range(&rng, 0, len - k0 - 1);
-                memset(&tiles[nt], 0, sizeof tiles[nt]);
-                tiles[nt].kv_pos = k0;
-                tiles[nt].kv_len = k1 - k0;
+            for (int32_t k0 = 0; k0 < len && nt < 5;) {
+                const int32_t k1 = k0 + 1 + (int32_t)dcpt_rng_range(&rng, 0, (len - k0 - 1) / 2);
+                if (rep % 2 == 0 || dcpt_rng_range(&rng, 0, 3) != 0) {
+                    memset(&tiles[nt], 0, sizeof tiles[nt]);
+                    tiles[nt].kv_pos = k0;
+                    tiles[nt].kv_len = k1 - k0;
+                    nt++;
+                }
                 k0 = k1;
+            }
+            if (nt == 0) {
+                free(store);
+                continue;
+            }
+            for (int i = nt - 1; i > 0; i--) { /* a group's tiles come in any order */
+                const int j = (int)dcpt_rng_range(&rng, 0, i);
+                const dcp_tile_t t = tiles[i];
+                tiles[i] = tiles[j];
+                tiles[j] = t;
             }
             dcp_tile_group_t g;
             memset(&g, 0, sizeof g);
             g.q_pos = q0;
             g.q_len = q1 - q0;
-            g.first_tile = 0;
             g.num_tiles = nt;
             for (int mi = 0; mi < 3; mi++)
-                for (int si = 0; si < 3; si++) {
-                    dcp_seg_piece_t *pc = NULL;
+                for (int si = 0; si < 4; si++) {
+                    dcp_seg_t *sg = NULL;
                     int64_t n = 0;
-                    CU_ASSERT_EQUAL_FATAL(dcp_seg_cut(&seq, &g, 1, tiles, mins[mi], sets[si], &pc, &n),
+                    CU_ASSERT_EQUAL_FATAL(dcp_seg_cut(&seq, &g, 1, tiles, mins[mi], sets[si], &sg, &n),
                                           DCP_OK);
-                    int64_t first = 0;
-                    for (int t = 0; t < nt; t++) {
-                        int64_t m = 0;
-                        while (first + m < n && pc[first + m].tile == t) m++;
-                        check_tile(&seq, &g, &tiles[t], pc + first, m, mins[mi], sets[si]);
-                        first += m;
+                    check_group(&seq, &g, tiles, sg, n, mins[mi], sets[si]);
+                    for (int64_t i = 0; i < n; i++) {
+                        CU_ASSERT_EQUAL(sg[i].group, 0);
+                        by_class[sg[i].cls] += sg[i].pairs;
                     }
-                    CU_ASSERT_EQUAL(first, n);
-                    for (int64_t i = 0; i < n; i++) by_class[pc[i].cls] += pc[i].pairs;
-                    free(pc);
+                    free(sg);
                 }
             free(store);
         }
     /* every class occurs: the brute force above is not vacuous */
-    for (int c = 0; c < DCP_SEG_CLASSES; c++) CU_ASSERT(by_class[c] > 0);
-    dcp_seg_piece_t *pc = NULL;
+    for (int c = 0; c < DCP_SEG_CLASSES; c++) {
+        CU_ASSERT(by_class[c] > 0);
+        if (by_class[c] == 0) fprintf(stderr, "segment: no %s segment cut\n", dcp_seg_class_name(c));
+    }
+    dcp_seg_t *sg = NULL;
     int64_t n = 0;
-    CU_ASSERT_EQUAL(dcp_seg_cut(NULL, NULL, 0, NULL, 0, 0, &pc, &n), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_seg_cut(NULL, NULL, 0, NULL, 0, 0, &sg, &n), DCP_ERR_INVALID_ARG);
+}
+
+/* Tiles of one group that share keys are refused by name. */
+static void test_line_refuses_overlap(void)
+{
+    dcp_tile_t t[2];
+    memset(t, 0, sizeof t);
+    t[0].kv_pos = 0;
+    t[0].kv_len = 10;
+    t[1].kv_pos = 8;
+    t[1].kv_len = 4;
+    dcp_tile_group_t g;
+    memset(&g, 0, sizeof g);
+    g.num_tiles = 2;
+    dcp_seg_line_t line;
+    memset(&line, 0, sizeof line);
+    CU_ASSERT_EQUAL(dcp_seg_line(&g, t, &line), DCP_ERR_INTERNAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "share keys"));
+    t[1].kv_pos = 10;
+    CU_ASSERT_EQUAL(dcp_seg_line(&g, t, &line), DCP_OK);
+    CU_ASSERT_EQUAL(line.u0[2], 14);
+    dcp_seg_line_free(&line);
 }
 
 static dcp_plan_t *plan_for(const dcpt_harness_t *h, const char *cluster, dcp_strategy_t s,
@@ -148,7 +204,7 @@ static dcp_plan_t *plan_for(const dcpt_harness_t *h, const char *cluster, dcp_st
  * (dcpt_harness_repeat: within 2 tol of each other, and each within tol of the reference,
  * or FlashAttention's bound for bf16); the dense share of rank 0 returned in pairs. */
 static void expect_twin_matches(dcpt_harness_t *h, const dcp_plan_t *p, int32_t min_rows,
-                                const char *what, int64_t pairs[3])
+                                const char *what, int64_t pairs[DCP_SEG_CLASSES])
 {
     char rows[16];
     snprintf(rows, sizeof rows, "%d", min_rows);
@@ -166,7 +222,7 @@ static void expect_twin_matches(dcpt_harness_t *h, const dcp_plan_t *p, int32_t 
     CU_ASSERT_EQUAL(rep.mismatches, 0);
     CU_ASSERT(r.passed);
     CU_ASSERT_STRING_EQUAL(r.engine_name, "twin");
-    for (int c = 0; c < 3; c++) pairs[c] += r.engine.pairs[c];
+    for (int c = 0; c < DCP_SEG_CLASSES; c++) pairs[c] += r.engine.pairs[c];
     if (st != DCP_OK || rep.mismatches || !r.passed)
         fprintf(stderr,
                 "segment twin %s (min rows %d): %s; diff o %.3g lse %.3g dq %.3g dk %.3g dv "
@@ -188,7 +244,7 @@ static void test_twin_matches_tile_list(void)
                                                   "lambda:4:40", "blockwise:16:2",
                                                   "shared-question:0.2:3"};
     const int32_t mins[3] = {1, 5, 64};
-    int64_t pairs[3] = {0, 0, 0};
+    int64_t pairs[DCP_SEG_CLASSES] = {0};
     dcpt_rng_t rng = {3};
     for (int kind = 0; kind < DCP_MASK_KIND_COUNT; kind++) {
         dcp_mask_t m[5];
@@ -215,10 +271,8 @@ static void test_twin_matches_tile_list(void)
         dcpt_harness_destroy(h);
         for (int s = 0; s < 5; s++) free(store[s]);
     }
-    /* the dense path ran: full and causal segments went to the twin */
-    CU_ASSERT(pairs[DCP_SEG_FULL] > 0);
-    CU_ASSERT(pairs[DCP_SEG_CAUSAL] > 0);
-    CU_ASSERT(pairs[DCP_SEG_MASKED] > 0);
+    /* the dense path ran: every class went to the twin */
+    for (int c = 0; c < DCP_SEG_CLASSES; c++) CU_ASSERT(pairs[c] > 0);
 }
 
 /* bf16 storage: the twin rounds O and the dense gradients to bf16 as cuDNN does; the result
@@ -228,7 +282,7 @@ static void test_twin_bf16(void)
     const int32_t len[3] = {257, 130, 77};
     const dcp_attn_shape_t shape = {4, 1, 32, DCP_DTYPE_BF16, 0.0f};
     const char *specs[2] = {"causal", "lambda:8:64"};
-    int64_t pairs[3] = {0, 0, 0};
+    int64_t pairs[DCP_SEG_CLASSES] = {0};
     for (int k = 0; k < 2; k++) {
         dcp_mask_t m[3];
         for (int s = 0; s < 3; s++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[k], &m[s]), DCP_OK);
@@ -243,6 +297,33 @@ static void test_twin_bf16(void)
         dcpt_harness_destroy(h);
     }
     CU_ASSERT(pairs[DCP_SEG_FULL] + pairs[DCP_SEG_CAUSAL] > 0);
+}
+
+/* A value head dim of its own (MLA): the twin packs V, O, dO and dV rows D_v wide and gives
+ * the tile list's O, LSE and gradients, every mask kind on two strategies, fp32 and bf16. */
+static void test_twin_mla(void)
+{
+    const int32_t len[4] = {211, 1, 130, 77};
+    const dcp_attn_shape_t shapes[2] = {
+        {.num_heads = 4, .num_kv_heads = 2, .head_dim = 24, .dtype = DCP_DTYPE_FP32, .head_dim_v = 16},
+        {.num_heads = 4, .num_kv_heads = 1, .head_dim = 16, .dtype = DCP_DTYPE_BF16, .head_dim_v = 24}};
+    const char *specs[4] = {"causal", "window:37", "lambda:4:40", "shared-question:0.2:3"};
+    int64_t pairs[DCP_SEG_CLASSES] = {0};
+    for (int k = 0; k < 4; k++) {
+        dcp_mask_t m[4];
+        for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[k], &m[i]), DCP_OK);
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 4, m, &shapes[k % 2], 60 + k, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 70 + k), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+        const dcp_strategy_t s = k % 2 ? DCP_STRATEGY_ZIGZAG : DCP_STRATEGY_METIS;
+        dcp_plan_t *p = plan_for(h, "2x2", s, 32, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        expect_twin_matches(h, p, 8, specs[k], pairs);
+        dcp_plan_destroy(p);
+        dcpt_harness_destroy(h);
+    }
+    CU_ASSERT(pairs[DCP_SEG_CAUSAL] > 0 && pairs[DCP_SEG_BAND] + pairs[DCP_SEG_LEFT] > 0);
 }
 
 /* Whether rows [0, ra) of view a (width wa) and rows [0, rb) of b (width wb) share an element:
@@ -364,7 +445,7 @@ static void test_deterministic_waves(void)
     const char *specs[5] = {"causal", "window:37", "lambda:4:40", "blockwise:16:2",
                             "shared-question:0.2:3"};
     const dcp_strategy_t strategies[2] = {DCP_STRATEGY_ZIGZAG, DCP_STRATEGY_METIS};
-    int64_t launches = 0, waves = 0, pairs[3] = {0, 0, 0};
+    int64_t launches = 0, waves = 0, pairs[DCP_SEG_CLASSES] = {0};
     for (int kind = 0; kind < 5; kind++) {
         dcp_mask_t m[4];
         for (int s = 0; s < 4; s++)
@@ -387,14 +468,13 @@ static void test_deterministic_waves(void)
                     for (int det = 0; det < 2; det++) {
                         memset(&pr[det], 0, sizeof pr[det]);
                         pr[det].launches = calloc(1, sizeof *pr[det].launches);
-                        const dcp_seg_shape_t sh = {p->qpg,
-                                                    p->kvpg,
-                                                    p->shape.head_dim,
-                                                    min_rows,
-                                                    DCP_SEG_BIT(DCP_SEG_FULL) |
-                                                        DCP_SEG_BIT(DCP_SEG_CAUSAL),
-                                                    1,
-                                                    1 - det};
+                        const dcp_seg_shape_t sh = {.q_heads = p->qpg,
+                                                    .kv_heads = p->kvpg,
+                                                    .head_dim = p->shape.head_dim,
+                                                    .min_rows = min_rows,
+                                                    .dense = DCP_SEG_ALL_DENSE,
+                                                    .backward = 1,
+                                                    .deterministic = 1 - det};
                         CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr[det], &sh, p->seqs,
                                                                p->groups + in->first, in->count,
                                                                p->tiles, &at[det]),
@@ -432,6 +512,7 @@ static void test_deterministic_waves(void)
     CU_ASSERT(launches > 0);
     CU_ASSERT(waves > 2 * launches);
     CU_ASSERT(pairs[DCP_SEG_MASKED] > 0 && pairs[DCP_SEG_FULL] + pairs[DCP_SEG_CAUSAL] > 0);
+    CU_ASSERT(pairs[DCP_SEG_BAND] + pairs[DCP_SEG_LEFT] > 0);
 
     /* one group of two tiles whose dK and dV rows overlap by half: split, a wave each */
     enum { KW = 8, ROWS = 16 };
@@ -453,7 +534,8 @@ static void test_deterministic_waves(void)
     dcp_seg_prog_t pr;
     memset(&pr, 0, sizeof pr);
     pr.launches = calloc(1, sizeof *pr.launches);
-    const dcp_seg_shape_t sh = {1, 1, KW, 1, 0, 1, 1};
+    const dcp_seg_shape_t sh = {.q_heads = 1, .kv_heads = 1, .head_dim = KW, .min_rows = 1,
+                                .backward = 1, .deterministic = 1};
     int64_t at;
     CU_ASSERT_EQUAL_FATAL(dcp_seg_prog_add(&pr, &sh, &seq, &g, 1, t, &at), DCP_OK);
     const dcp_seg_launch_t *l = &pr.launches[at];
@@ -509,66 +591,6 @@ static void test_delta_out(void)
         }
 }
 
-/* Which classes each cuDNN version runs, and the versions refused by name. */
-static void test_cudnn_policy(void)
-{
-    const char *why;
-    const int32_t both = DCP_SEG_BIT(DCP_SEG_FULL) | DCP_SEG_BIT(DCP_SEG_CAUSAL);
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(91000, 0, &why), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "9.10.0"));
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(91001, 1, &why), 0);
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(91400, 0, &why), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "9.15.0"));
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(91500, 0, &why), DCP_SEG_BIT(DCP_SEG_FULL));
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(91900, 0, &why), DCP_SEG_BIT(DCP_SEG_FULL));
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "9.21.0"));
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(91900, 1, &why), 0);
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(92100, 0, &why), both);
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(92700, 1, &why), 0);
-    CU_ASSERT_EQUAL(dcp_cudnn_policy(92800, 1, &why), both);
-    /* the engine's classes: the policy, or every class when ungated (never a refused one) */
-    unsetenv("DCP_CUDNN_UNGATED");
-    CU_ASSERT_EQUAL(dcp_cudnn_classes(91900, 1, &why), 0);
-    setenv("DCP_CUDNN_UNGATED", "0", 1);
-    CU_ASSERT_EQUAL(dcp_cudnn_classes(91900, 1, &why), 0);
-    setenv("DCP_CUDNN_UNGATED", "1", 1);
-    CU_ASSERT_EQUAL(dcp_cudnn_classes(91900, 1, &why), both);
-    CU_ASSERT_PTR_NOT_NULL(strstr(why, "DCP_CUDNN_UNGATED"));
-    CU_ASSERT_EQUAL(dcp_cudnn_classes(91000, 0, &why), 0);
-    unsetenv("DCP_CUDNN_UNGATED");
-    char v[16];
-    dcp_cudnn_version_string(91501, v, sizeof v);
-    CU_ASSERT_STRING_EQUAL(v, "9.15.1");
-}
-
-/* Where a cuDNN library loads (no GPU needed), the descriptors of every dense call its
- * version runs finalize: attribute names, types, dims, strides and ragged offsets as the
- * real library checks them. */
-static void test_cudnn_descriptors(void)
-{
-    int64_t v = 0;
-    int checked = 0;
-    for (int bwd = 0; bwd < 2; bwd++)
-        for (int causal = 0; causal < 2; causal++) {
-            const dcp_status_t st =
-                dcp_cudnn_check_descriptors(bwd, causal, DCP_DTYPE_BF16, 8, 2, 128, &v);
-            if (v == 0) {
-                CU_ASSERT_EQUAL(st, DCP_ERR_UNSUPPORTED); /* no library: says so */
-                continue;
-            }
-            const char *why;
-            if (!(dcp_cudnn_policy(v, bwd, &why) & DCP_SEG_BIT(causal))) continue;
-            CU_ASSERT_EQUAL(st, DCP_OK);
-            if (st != DCP_OK) fprintf(stderr, "cudnn %lld descriptors: %s\n", (long long)v, dcp_last_error());
-            checked++;
-        }
-    const char *why;
-    if (v == 0)
-        printf("\nsegment: no cuDNN library loads here; descriptors not checked\n");
-    else if (dcp_cudnn_policy(v, 0, &why))
-        CU_ASSERT(checked > 0);
-}
-
 /* The engine choice of CPU contexts: cudnn and auto run dcp's kernels and say why, twin is
  * the twin, bad names are refused naming the field or the variable. */
 static void test_engine_choice_on_cpu(void)
@@ -612,12 +634,12 @@ int dcp_suite_segment(void)
 {
     static const dcp_test_t tests[] = {
         {"cut_is_exact", test_cut_is_exact},
+        {"line_refuses_overlap", test_line_refuses_overlap},
         {"twin_matches_tile_list", test_twin_matches_tile_list},
         {"twin_bf16", test_twin_bf16},
+        {"twin_mla", test_twin_mla},
         {"deterministic_waves", test_deterministic_waves},
         {"delta_out", test_delta_out},
-        {"cudnn_policy", test_cudnn_policy},
-        {"cudnn_descriptors", test_cudnn_descriptors},
         {"engine_choice_on_cpu", test_engine_choice_on_cpu},
         {NULL, NULL},
     };

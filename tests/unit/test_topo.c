@@ -1,7 +1,9 @@
 /* Topology discovery on hwloc XML captures (tests/data), without the hardware, and the
  * engine chosen for each link class. */
 #include "topo/cluster.h"
+#include "topo/gdr.h"
 #include "topo/node.h"
+#include "topo/node_figures.h"
 #include "transport/select.h"
 #include "tests/unit/suites.h"
 
@@ -69,6 +71,14 @@ static void test_h100_ib_node(void)
         CU_ASSERT_EQUAL(t->nics[t->gpus[g].nic].kind, DCP_NIC_IB);
     }
     CU_ASSERT_EQUAL(t->nics[nic_named(t, "eno1")].kind, DCP_NIC_ETH);
+    /* one HCA each, on InfiniBand (its port has a LID); storage HCAs serve no GPU */
+    for (int32_t g = 0; g < 8; g++) {
+        CU_ASSERT_EQUAL(t->gpus[g].num_nics, 1);
+        CU_ASSERT_STRING_EQUAL(dcp_nic_fabric(&t->nics[t->gpus[g].nic]), "InfiniBand");
+        CU_ASSERT_DOUBLE_EQUAL(dcp_node_gpu_gbps(t, g), 50.0, 1e-9);
+    }
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_8")), 0);
+    CU_ASSERT_EQUAL(dcp_node_model_nics(t), 8);
     CU_ASSERT_EQUAL(t->gpu_path[0][3], DCP_PATH_NODE);
     CU_ASSERT_EQUAL(t->gpu_path[3][4], DCP_PATH_SYS);
     free(t);
@@ -108,11 +118,21 @@ static void test_busid_order(void)
     free(t);
 }
 
-/* Four GPUs and two RDMA NICs all behind one host bridge: equally near, so each NIC gets two
- * GPUs; the plain Ethernet NIC, though just as near, is not used. */
-static void test_gpus_spread_over_equal_nics(void)
+/* A NIC of a synthetic node (flat_node): its PCI type, its OS device (OpenFabrics 3 or
+ * network 2) and what hwloc records of it, and a network interface of its own if any. */
+typedef struct {
+    const char *pci_type, *name;
+    int osdev_type;
+    const char *infos;            /* <info .../> lines of the OS device, or "" */
+    const char *netdev, *address; /* a second OS device (a network interface), or NULL */
+} fake_nic_t;
+
+/* An hwloc XML of `gpus` GPUs and the NICs, all behind one host bridge, in a temporary
+ * file whose path is written to `path` (PATH_CHARS). */
+#define PATH_CHARS 32
+static void flat_node(char *path, int gpus, const fake_nic_t *nics, int n)
 {
-    char path[] = "/tmp/dcp-topo-XXXXXX";
+    snprintf(path, PATH_CHARS, "/tmp/dcp-topo-XXXXXX");
     const int fd = mkstemp(path);
     CU_ASSERT_FATAL(fd >= 0);
     FILE *f = fdopen(fd, "w");
@@ -127,21 +147,42 @@ static void test_gpus_spread_over_equal_nics(void)
         "cpuset=\"0x1\" complete_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\" "
         "gp_index=\"3\"/>\n<object type=\"Bridge\" gp_index=\"4\" bridge_type=\"0-1\" "
         "depth=\"0\" bridge_pci=\"0000:[00-00]\">\n");
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < gpus; i++)
         fprintf(f,
                 "<object type=\"PCIDev\" gp_index=\"%d\" pci_busid=\"0000:00:0%d.0\" "
                 "pci_type=\"0302 [10de:20b0] [10de:0000] 00\" pci_link_speed=\"31.5\"/>\n",
                 10 + i, i + 1);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < n; i++) {
         fprintf(f,
                 "<object type=\"PCIDev\" gp_index=\"%d\" pci_busid=\"0000:00:1%d.0\" "
                 "pci_type=\"%s\" pci_link_speed=\"31.5\"><object type=\"OSDev\" gp_index=\"%d\" "
-                "name=\"%s%d\" osdev_type=\"%d\"/></object>\n",
-                20 + i, i,
-                i < 2 ? "0207 [15b3:1021] [15b3:0000] 00" : "0200 [8086:1533] [8086:0000] 00",
-                30 + i, i < 2 ? "mlx5_" : "eth", i, i < 2 ? 3 : 2);
+                "name=\"%s\" osdev_type=\"%d\">%s</object>\n",
+                20 + i, i, nics[i].pci_type, 40 + i, nics[i].name, nics[i].osdev_type,
+                nics[i].infos);
+        if (nics[i].netdev)
+            fprintf(f,
+                    "<object type=\"OSDev\" gp_index=\"%d\" name=\"%s\" osdev_type=\"2\"><info "
+                    "name=\"Address\" value=\"%s\"/></object>\n",
+                    60 + i, nics[i].netdev, nics[i].address);
+        fprintf(f, "</object>\n");
+    }
     fprintf(f, "</object>\n</object>\n</topology>\n");
     fclose(f);
+}
+
+#define MLX5  "0207 [15b3:1021] [15b3:0000] 00"
+#define EFA   "0200 [1d0f:efa1] [1d0f:0000] 00"
+#define INTEL "0200 [8086:1533] [8086:0000] 00"
+
+/* Four GPUs and two RDMA NICs all behind one host bridge: equally near, so each NIC gets two
+ * GPUs; the plain Ethernet NIC, though just as near, is not used. */
+static void test_gpus_spread_over_equal_nics(void)
+{
+    const fake_nic_t nics[3] = {{MLX5, "mlx5_0", 3, "", NULL, NULL},
+                                {MLX5, "mlx5_1", 3, "", NULL, NULL},
+                                {INTEL, "eth2", 2, "", NULL, NULL}};
+    char path[PATH_CHARS];
+    flat_node(path, 4, nics, 3);
     dcp_node_topo_t *t = discover(path, NULL, 0);
     unlink(path);
     CU_ASSERT_EQUAL_FATAL(t->num_gpus, 4);
@@ -149,11 +190,130 @@ static void test_gpus_spread_over_equal_nics(void)
     for (int32_t g = 0; g < 4; g++) {
         CU_ASSERT_EQUAL(t->gpus[g].nic_path, DCP_PATH_PHB);
         CU_ASSERT_FATAL(t->gpus[g].nic >= 0);
+        CU_ASSERT_EQUAL(t->gpus[g].num_nics, 1);
         CU_ASSERT_EQUAL(t->nics[t->gpus[g].nic].kind, DCP_NIC_IB);
         per_nic[strcmp(t->nics[t->gpus[g].nic].name, "mlx5_0") == 0 ? 0 : 1]++;
     }
     CU_ASSERT(per_nic[0] == 2 && per_nic[1] == 2);
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_0")), 2);
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "eth2")), 0);
+    /* each GPU half of an HCA: its nominal 50 GB/s capped by its PCI link's 31.5 */
+    CU_ASSERT_DOUBLE_EQUAL(dcp_node_gpu_gbps(t, 0), 31.5 / 2, 1e-9);
+    CU_ASSERT_EQUAL(dcp_node_model_nics(t), 2);
     free(t);
+}
+
+/* More NICs than GPUs, all equally near: two GPUs and four EFA devices, two each, and the
+ * bandwidth of a GPU is the sum of its NICs'. */
+static void test_gpu_uses_several_nics(void)
+{
+    fake_nic_t nics[4];
+    static const char *names[4] = {"rdmap16s0", "rdmap17s0", "rdmap18s0", "rdmap19s0"};
+    for (int i = 0; i < 4; i++) nics[i] = (fake_nic_t){EFA, names[i], 3, "", NULL, NULL};
+    char path[PATH_CHARS];
+    flat_node(path, 2, nics, 4);
+    dcp_node_topo_t *t = discover(path, NULL, 0);
+    unlink(path);
+    CU_ASSERT_EQUAL_FATAL(t->num_gpus, 2);
+    for (int32_t g = 0; g < 2; g++) {
+        CU_ASSERT_EQUAL(t->gpus[g].num_nics, 2);
+        CU_ASSERT_DOUBLE_EQUAL(dcp_node_gpu_gbps(t, g), 25.0, 1e-9); /* 2 x 100 Gb/s */
+    }
+    for (int32_t k = 0; k < 4; k++) CU_ASSERT_EQUAL(dcp_node_nic_users(t, k), 1);
+    CU_ASSERT_EQUAL(dcp_node_model_nics(t), 4);
+    free(t);
+}
+
+/* The fabric of each port in a capture: the PCI vendor for EFA, a LID for InfiniBand, LID 0
+ * with a GID for RoCE, else the hardware address of its network interface (20 bytes IPoIB,
+ * 6 Ethernet); a verbs device with none of these is unknown. */
+static void test_link_layer_from_capture(void)
+{
+    const char *lid5 = "<info name=\"Port1LID\" value=\"0x5\"/>";
+    const char *roce = "<info name=\"Port1LID\" value=\"0x0\"/><info name=\"Port1GID0\" "
+                       "value=\"fe80:0000:0000:0000:0202:c9ff:fe00:0001\"/>";
+    const fake_nic_t nics[6] = {{MLX5, "mlx5_0", 3, lid5, "ib0", NULL},
+                                {MLX5, "mlx5_1", 3, roce, "ens1f0", "02:02:c9:00:00:01"},
+                                {MLX5, "mlx5_2", 3, "", "ib2",
+                                 "00:00:10:29:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:11:22:33"},
+                                {MLX5, "mlx5_3", 3, "", "ens3", "0c:42:a1:11:22:33"},
+                                {MLX5, "mlx5_4", 3, "", NULL, NULL},
+                                {EFA, "rdmap5s0", 3, "", NULL, NULL}};
+    char path[PATH_CHARS];
+    flat_node(path, 1, nics, 6);
+    dcp_node_topo_t *t = discover(path, NULL, 0);
+    unlink(path);
+    static const char *want[6] = {"InfiniBand", "RoCE", "InfiniBand", "RoCE", "unknown", "EFA"};
+    for (int i = 0; i < 6; i++) {
+        const int32_t k = nic_named(t, nics[i].name);
+        CU_ASSERT_FATAL(k >= 0);
+        if (strcmp(dcp_nic_fabric(&t->nics[k]), want[i]))
+            fprintf(stderr, "\n%s: fabric %s, want %s\n", nics[i].name, dcp_nic_fabric(&t->nics[k]),
+                    want[i]);
+        CU_ASSERT_STRING_EQUAL(dcp_nic_fabric(&t->nics[k]), want[i]);
+    }
+    CU_ASSERT_EQUAL(t->nics[nic_named(t, "mlx5_0")].link_layer, DCP_LINK_LAYER_INFINIBAND);
+    CU_ASSERT_EQUAL(t->nics[nic_named(t, "mlx5_1")].link_layer, DCP_LINK_LAYER_ETHERNET);
+    CU_ASSERT_EQUAL(t->nics[nic_named(t, "rdmap5s0")].link_layer, DCP_LINK_LAYER_EFA);
+    free(t);
+}
+
+/* An AWS p5.48xlarge (tests/data/p5.xml, after aws-ofi-nccl's published PCI layout): 8 H100,
+ * 32 EFA, four under each GPU's switch: every GPU uses its four (50 GB/s), none shared. */
+static void test_p5_node(void)
+{
+    dcp_node_topo_t *t = discover("tests/data/p5.xml", NULL, 0);
+    CU_ASSERT_EQUAL(t->num_gpus, 8);
+    CU_ASSERT_EQUAL(t->num_nics, 32);
+    for (int32_t g = 0; g < 8; g++) {
+        const dcp_gpu_info_t *x = &t->gpus[g];
+        CU_ASSERT_EQUAL_FATAL(x->num_nics, 4);
+        CU_ASSERT_EQUAL(x->nic_path, DCP_PATH_PIX);
+        for (int32_t i = 0; i < 4; i++) {
+            CU_ASSERT_EQUAL(x->nics[i], 4 * g + i); /* bus order: the switch's four */
+            CU_ASSERT_EQUAL(t->nics[x->nics[i]].kind, DCP_NIC_EFA);
+            CU_ASSERT_EQUAL(dcp_node_nic_users(t, x->nics[i]), 1);
+        }
+        CU_ASSERT_DOUBLE_EQUAL(dcp_node_gpu_gbps(t, g), 50.0, 1e-9);
+    }
+    CU_ASSERT_STRING_EQUAL(t->nics[t->gpus[0].nics[0]].name, "rdmap79s0");
+    CU_ASSERT_STRING_EQUAL(t->nics[t->gpus[7].nics[3]].name, "rdmap201s0");
+    CU_ASSERT_STRING_EQUAL(dcp_nic_fabric(&t->nics[0]), "EFA");
+    CU_ASSERT_EQUAL(dcp_node_model_nics(t), 32);
+    free(t);
+}
+
+/* The GPUDirect RDMA prerequisites read from a folder shaped like a system: nothing there,
+ * then the peer-memory module, then dma-buf (kernel 6.1 and the open module) and GDRCopy. */
+static void test_gdr_prerequisites(void)
+{
+    char root[] = "/tmp/dcp-gdr-XXXXXX";
+    CU_ASSERT_FATAL(mkdtemp(root) != NULL);
+    dcp_gdr_t g;
+    dcp_gdr_probe(root, &g);
+    CU_ASSERT(!g.nvidia && !g.peermem && !g.dmabuf && !g.gdrcopy && !dcp_gdr_possible(&g));
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/sys/module/nvidia_peermem %s/proc/driver/nvidia %s/proc/sys/kernel "
+             "%s/dev && echo 5.10.0-28-amd64 > %s/proc/sys/kernel/osrelease && echo 'NVRM "
+             "version: NVIDIA UNIX x86_64 Kernel Module  535.104.05' > "
+             "%s/proc/driver/nvidia/version",
+             root, root, root, root, root, root);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    dcp_gdr_probe(root, &g);
+    CU_ASSERT(g.nvidia && !g.open_module && g.peermem && !g.dmabuf && !g.gdrcopy);
+    CU_ASSERT_STRING_EQUAL(g.kernel, "5.10.0-28-amd64");
+    CU_ASSERT(dcp_gdr_possible(&g));
+    snprintf(cmd, sizeof cmd,
+             "rmdir %s/sys/module/nvidia_peermem && touch %s/dev/gdrdrv && echo 6.1.0-18-amd64 "
+             "> %s/proc/sys/kernel/osrelease && echo 'NVRM version: NVIDIA UNIX Open Kernel "
+             "Module for x86_64  550.54.15' > %s/proc/driver/nvidia/version",
+             root, root, root, root);
+    CU_ASSERT_EQUAL_FATAL(system(cmd), 0);
+    dcp_gdr_probe(root, &g);
+    CU_ASSERT(g.open_module && !g.peermem && g.dmabuf && g.gdrcopy && dcp_gdr_possible(&g));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
 /* A cluster planned from a capture: GPUs per node from the XML, per-device network rate
@@ -166,11 +326,24 @@ static void test_cluster_from_capture(void)
     CU_ASSERT_EQUAL(c->num_ranks, 16);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 6.25, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.lat_us, 15.0, 1e-9);
+    CU_ASSERT_EQUAL(c->nics_per_node, 4); /* two GPUs on each of 4 EFA */
     dcp_cluster_destroy(c);
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x@tests/data/h100-ib.xml:intra=450", &c), DCP_OK);
     CU_ASSERT_EQUAL(c->devs_per_node, 8);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 50.0, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(c->perf.intra_gbps, 450.0, 1e-9);
+    CU_ASSERT_EQUAL(dcp_cluster_node_nics(c), 8);
+    dcp_cluster_destroy(c);
+    /* a p5: four NICs' bandwidth per GPU, as the preset has it */
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x@tests/data/p5.xml", &c), DCP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, 50.0, 1e-9);
+    CU_ASSERT_EQUAL(c->nics_per_dev, 4);
+    CU_ASSERT_EQUAL(dcp_cluster_node_nics(c), 32);
+    dcp_cluster_t *pre = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2xp5", &pre), DCP_OK);
+    CU_ASSERT_DOUBLE_EQUAL(c->perf.inter_gbps, pre->perf.inter_gbps, 1e-9);
+    CU_ASSERT_EQUAL(c->nics_per_node, pre->nics_per_node);
+    dcp_cluster_destroy(pre);
     dcp_cluster_destroy(c);
     c = NULL;
     CU_ASSERT_EQUAL(dcp_cluster_from_spec("2x@tests/data/this-machine.xml", &c),
@@ -226,6 +399,10 @@ int dcp_suite_topo(void)
         {"this_machine", test_this_machine},
         {"busid_order", test_busid_order},
         {"gpus_spread_over_equal_nics", test_gpus_spread_over_equal_nics},
+        {"gpu_uses_several_nics", test_gpu_uses_several_nics},
+        {"link_layer_from_capture", test_link_layer_from_capture},
+        {"p5_node", test_p5_node},
+        {"gdr_prerequisites", test_gdr_prerequisites},
         {"cluster_from_capture", test_cluster_from_capture},
         {"engine_per_link", test_engine_per_link},
         {NULL, NULL},

@@ -4,12 +4,15 @@
 #include "kernels/cuda/device.h"
 #include "transport/inproc.h"
 #include "transport/nccl.h"
+#include "transport/peers.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N     4
 #define WORDS 1000
@@ -288,6 +291,41 @@ static void test_nccl_engine_without_gpu(void)
     CU_ASSERT_PTR_NULL(e);
 }
 
+/* A node is its host name and its boot id: two records with one host name and different boot
+ * ids (containers of two machines) are two nodes, and so are two host names on one boot (the
+ * emulated hosts of tests/cluster). */
+static void test_node_is_host_and_boot_id(void)
+{
+    char path[2][64];
+    const char *ids[2] = {"5d1c5f2e-0000-4000-8000-000000000001\n",
+                          "5d1c5f2e-0000-4000-8000-000000000002\n"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path[i], sizeof path[i], "/tmp/dcp-boot-id-%d-%d", (int)getpid(), i);
+        FILE *f = fopen(path[i], "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fputs(ids[i], f);
+        fclose(f);
+    }
+    dcp_peer_t peer[3] = {{.pid = 0}};
+    dcp_peer_identify(path[0], &peer[0]);
+    dcp_peer_identify(path[1], &peer[1]);
+    dcp_peer_identify(path[0], &peer[2]);
+    CU_ASSERT_STRING_EQUAL(peer[0].boot, "5d1c5f2e-0000-4000-8000-000000000001");
+    CU_ASSERT_STRING_EQUAL(peer[0].host, peer[1].host);
+    dcp_peer_table_t t = {.rank = 0, .size = 3, .peer = peer};
+    CU_ASSERT_FALSE(dcp_peers_same_node(&t, 0, 1)); /* same host name, another boot */
+    CU_ASSERT_TRUE(dcp_peers_same_node(&t, 0, 2));
+    CU_ASSERT_EQUAL(dcp_peers_link(&t, 0, 1), DCP_LINK_INTER);
+    CU_ASSERT_EQUAL(dcp_peers_local_index(&t, 2), 1);
+    peer[2].host[0] ^= 1;
+    CU_ASSERT_FALSE(dcp_peers_same_node(&t, 0, 2)); /* same boot, another host name */
+    /* this machine: the kernel's boot id */
+    dcp_peer_t me;
+    dcp_peer_identify(NULL, &me);
+    CU_ASSERT(strlen(me.boot) > 0);
+    for (int i = 0; i < 2; i++) unlink(path[i]);
+}
+
 int dcp_suite_transport(void)
 {
     static const dcp_test_t tests[] = {
@@ -299,6 +337,7 @@ int dcp_suite_transport(void)
         {"peer_failure_ends_waits", test_peer_failure_ends_waits},
         {"bad_peer_rejected", test_bad_peer_rejected},
         {"nccl_engine_without_gpu", test_nccl_engine_without_gpu},
+        {"node_is_host_and_boot_id", test_node_is_host_and_boot_id},
         {NULL, NULL},
     };
     return dcp_add_suite("transport", tests);

@@ -6,15 +6,19 @@
 #include "plugin/cli/harness.h"
 #include "plugin/context.h"
 #include "plugin/hybrid.h"
+#include "topo/cluster.h"
 #include "tests/unit/shm_bootstrap.h"
 #include "tests/unit/suites.h"
 #include "transport/ucx.h"
 
 #include <CUnit/CUnit.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXR 4
 
@@ -28,7 +32,7 @@ struct scenario {
     dcp_status_t create_st[MAXR], st[MAXR];
     double secs[MAXR];
     char msg[MAXR][256];
-    int32_t round;
+    atomic_int round;
 };
 
 typedef struct {
@@ -192,6 +196,71 @@ static void test_wait_times_out(void)
     CU_ASSERT(s.secs[0] >= 0.3 && s.secs[0] < 5.0);
 }
 
+/* ---- launches ordered by ready events --------------------------------------------------- */
+
+/* A ready event of the test: an int that says whether the work before it has run. */
+static atomic_int test_ready_flag;
+
+static dcp_status_t flag_query(void *event, int *state_out)
+{
+    *state_out = atomic_load((atomic_int *)event);
+    return DCP_OK;
+}
+
+/* Rank 0 sends behind a ready event that is not reached: the launch returns at once and the
+ * block is not posted (rank 1's receive times out) until the event is reached and rank 0's
+ * engine is tested again; then it arrives whole. */
+static void event_ordered(scenario_t *s, dcp_engine_t *e, int32_t r)
+{
+    static int32_t word[2];
+    if (r == 0) {
+        dcp_ucx_engine_order_by(e, flag_query);
+        word[0] = 0x5eed;
+        const dcp_xfer_op_t op = {1, 1, 11, &word[0], sizeof word[0], &test_ready_flag, NULL};
+        dcp_xfer_req_t *req = NULL;
+        const double t0 = dcp_now();
+        s->st[0] = e->ops->launch(e, &op, 1, &req);
+        s->secs[0] = dcp_now() - t0;
+        if (s->st[0] != DCP_OK) return;
+        int done = 1;
+        const dcp_status_t tested = e->ops->test(e, req, &done);
+        if (tested != DCP_OK || done) s->st[0] = DCP_ERR_INTERNAL; /* held, not sent */
+        while (atomic_load(&s->round) == 0) { /* until rank 1's first wait has timed out */
+            (void)e->ops->test(e, req, &done);
+            sched_yield();
+        }
+        atomic_store(&test_ready_flag, 1); /* the kernels before the event have run */
+        const dcp_status_t waited = e->ops->wait(e, req, 20.0, NULL);
+        if (s->st[0] == DCP_OK) s->st[0] = waited;
+        if (waited != DCP_OK) e->ops->cancel(e, req);
+        return;
+    }
+    const dcp_xfer_op_t op = {0, 0, 11, &word[1], sizeof word[1], NULL, NULL};
+    dcp_xfer_req_t *req = NULL;
+    s->st[1] = e->ops->launch(e, &op, 1, &req);
+    if (s->st[1] != DCP_OK) return;
+    const dcp_status_t early = e->ops->wait(e, req, 0.3, NULL);
+    atomic_store(&s->round, 1);
+    if (early == DCP_ERR_TIMEOUT) {
+        s->st[1] = e->ops->wait(e, req, 20.0, NULL);
+        if (s->st[1] != DCP_OK) e->ops->cancel(e, req);
+    } else {
+        s->st[1] = DCP_ERR_INTERNAL; /* it came before its ready event */
+        if (early != DCP_OK) e->ops->cancel(e, req);
+    }
+    if (s->st[1] == DCP_OK && word[1] != 0x5eed) s->st[1] = DCP_ERR_INTERNAL;
+}
+
+static void test_launch_ordered_by_ready_events(void)
+{
+    scenario_t s = {0};
+    atomic_store(&test_ready_flag, 0);
+    run(&s, 2, event_ordered);
+    CU_ASSERT_EQUAL(s.st[0], DCP_OK);
+    CU_ASSERT_EQUAL(s.st[1], DCP_OK);
+    CU_ASSERT(s.secs[0] < 0.2); /* the launch did not wait for its event */
+}
+
 /* ---- bad arguments --------------------------------------------------------------------- */
 
 static void bad_ops(scenario_t *s, dcp_engine_t *e, int32_t r)
@@ -229,7 +298,7 @@ static void test_bad_arguments(void)
 typedef struct {
     shm_bootstrap_t *bs;
     int32_t rank;
-    const char *transport_intra, *device;
+    const char *transport_intra, *device, *node_file;
     const dcpt_harness_t *h;
     const dcp_plan_t *plan;
     dcp_status_t st;
@@ -237,7 +306,33 @@ typedef struct {
     dcpt_harness_result_t res;
     int32_t nodes;
     char intra[16];
+    dcp_perf_model_t perf; /* the figures of the cluster it discovered */
+    int32_t nics;          /* its NICs per node */
+    double predicted_ms;   /* a plan of plan_lengths on that cluster, by the cost model */
 } job_rank_t;
+
+/* The batch job_rank plans on the cluster its context found (one causal sequence per rank). */
+static const int32_t plan_lengths[4] = {3000, 200, 700, 1500};
+
+/* The cost model's attention time of a plan of plan_lengths on cluster c (-1 on failure). */
+static double predict(const dcp_cluster_t *c)
+{
+    dcp_mask_t m[4];
+    for (int i = 0; i < 4; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
+    const dcp_batch_t batch = {.num_seqs = 4, .lengths = plan_lengths, .masks = m};
+    const dcp_attn_shape_t shape = {4, 2, 64, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 256;
+    dcp_plan_t *plan = NULL;
+    dcp_plan_stats_t stats;
+    double ms = -1;
+    if (dcp_plan_create(&batch, &shape, &o, c, &plan) == DCP_OK &&
+        dcp_plan_get_stats(plan, &stats) == DCP_OK)
+        ms = stats.predicted_ms;
+    dcp_plan_destroy(plan);
+    return ms;
+}
 
 static void *job_rank(void *p)
 {
@@ -246,12 +341,18 @@ static void *job_rank(void *p)
     const dcp_context_config_t cfg = {.bootstrap = &b,
                                       .timeout_s = 30,
                                       .transport_intra = j->transport_intra,
-                                      .device = j->device};
+                                      .device = j->device,
+                                      .node_file = j->node_file};
     dcp_context_t *ctx = NULL;
     j->st = dcp_context_create(&cfg, &ctx);
     if (j->st == DCP_OK) {
         const dcp_cluster_t *c = NULL;
-        if (dcp_context_cluster(ctx, &c) == DCP_OK) j->nodes = dcp_cluster_num_nodes(c);
+        if (dcp_context_cluster(ctx, &c) == DCP_OK) {
+            j->nodes = dcp_cluster_num_nodes(c);
+            j->perf = c->perf;
+            j->nics = dcp_cluster_node_nics(c);
+            j->predicted_ms = predict(c);
+        }
         snprintf(j->intra, sizeof j->intra, "%s", dcp_context_transport(ctx, 0));
         if (j->plan) j->st = dcpt_harness_run_rank(j->h, j->plan, ctx, &b, 1, 2, 1e-5, &j->res);
     }
@@ -456,6 +557,85 @@ static void test_device_mismatch_fails_everywhere(void)
     }
 }
 
+/* A node file (dcp-calibrate's) reaches the job: the context's cluster carries its figures
+ * and NICs, and a plan made on it is priced with them (a slower node gives a slower
+ * prediction); the file comes from the config or $DCP_NODE_FILE. A file for another machine
+ * (other devices per node), a missing file, and ranks that load different figures fail every
+ * rank's context, naming the file or the ranks. */
+static void test_job_node_file(void)
+{
+    char fast[] = "/tmp/dcp-fast-XXXXXX", slow[] = "/tmp/dcp-slow-XXXXXX",
+         other[] = "/tmp/dcp-other-XXXXXX";
+    const char *text[3] = {"devices 4\nnics 1\nintra 40\ninter 2\nlat 4\n",
+                           "devices 4\nnics 1\nintra 0.05\ninter 0.01\nlat 400\n", "devices 8\n"};
+    char *paths[3] = {fast, slow, other};
+    for (int i = 0; i < 3; i++) {
+        const int fd = mkstemp(paths[i]);
+        CU_ASSERT_FATAL(fd >= 0);
+        CU_ASSERT_FATAL(write(fd, text[i], strlen(text[i])) == (ssize_t)strlen(text[i]));
+        close(fd);
+    }
+    job_rank_t j[4];
+    for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.node_file = fast};
+    run_job(j, 4);
+    for (int32_t r = 0; r < 4; r++) {
+        CU_ASSERT_EQUAL(j[r].st, DCP_OK);
+        CU_ASSERT_DOUBLE_EQUAL(j[r].perf.intra_gbps, 40, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(j[r].perf.inter_gbps, 2, 1e-12);
+        CU_ASSERT_EQUAL(j[r].nics, 1);
+        CU_ASSERT(j[r].predicted_ms > 0);
+    }
+    const double fast_ms = j[0].predicted_ms;
+    /* the same job from the environment, with the slow file */
+    setenv("DCP_NODE_FILE", slow, 1);
+    for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){0};
+    run_job(j, 4);
+    for (int32_t r = 0; r < 4; r++) {
+        CU_ASSERT_EQUAL(j[r].st, DCP_OK);
+        CU_ASSERT_DOUBLE_EQUAL(j[r].perf.intra_gbps, 0.05, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(j[r].predicted_ms, j[0].predicted_ms, 1e-12);
+    }
+    CU_ASSERT(j[0].predicted_ms > 2 * fast_ms);
+    /* ... and the config's file wins over it */
+    for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.node_file = fast};
+    run_job(j, 4);
+    CU_ASSERT_DOUBLE_EQUAL(j[3].predicted_ms, fast_ms, 1e-12);
+    unsetenv("DCP_NODE_FILE");
+    /* another machine's file */
+    for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.node_file = other};
+    run_job(j, 4);
+    for (int32_t r = 0; r < 4; r++) {
+        CU_ASSERT_EQUAL(j[r].st, DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(j[r].msg, "devices 8, but this job has 4 ranks per node"));
+    }
+    /* one rank with another file: every rank fails, naming the ranks */
+    for (int32_t r = 0; r < 4; r++) j[r] = (job_rank_t){.node_file = r == 2 ? slow : fast};
+    run_job(j, 4);
+    for (int32_t r = 0; r < 4; r++) {
+        CU_ASSERT_EQUAL(j[r].st, DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(j[r].msg, "rank 2"));
+    }
+    /* a file that is not there: that rank names it, the others name the rank */
+    for (int32_t r = 0; r < 4; r++)
+        j[r] = (job_rank_t){.node_file = r == 1 ? "/nonexistent/calib.node" : fast};
+    run_job(j, 4);
+    CU_ASSERT_EQUAL(j[1].st, DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(j[1].msg, "config.node_file"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(j[1].msg, "/nonexistent/calib.node"));
+    CU_ASSERT_EQUAL(j[0].st, DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(j[0].msg, "rank 1"));
+    /* in-process ranks plan with the caller's cluster: the file belongs in its spec */
+    dcp_group_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(1, &g), DCP_OK);
+    const dcp_context_config_t threads = {.rank = 0, .group = g, .node_file = fast};
+    dcp_context_t *ctx = NULL;
+    CU_ASSERT_EQUAL(dcp_context_create(&threads, &ctx), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(ctx);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "config.node_file"));
+    dcp_group_destroy(g);
+    for (int i = 0; i < 3; i++) unlink(paths[i]);
+}
+
 int dcp_suite_ucx(void)
 {
     static const dcp_test_t tests[] = {
@@ -463,11 +643,13 @@ int dcp_suite_ucx(void)
         {"size_mismatch_is_an_error", test_size_mismatch_is_an_error},
         {"abort_ends_peer_wait", test_abort_ends_peer_wait},
         {"wait_times_out", test_wait_times_out},
+        {"launch_ordered_by_ready_events", test_launch_ordered_by_ready_events},
         {"bad_arguments", test_bad_arguments},
         {"job_contexts_match_threads", test_job_contexts_match_threads},
         {"hybrid_job_matches_threads", test_hybrid_job_matches_threads},
         {"config_mismatch_fails_everywhere", test_config_mismatch_fails_everywhere},
         {"device_mismatch_fails_everywhere", test_device_mismatch_fails_everywhere},
+        {"job_node_file", test_job_node_file},
         {NULL, NULL},
     };
     return dcp_add_suite("ucx", tests);

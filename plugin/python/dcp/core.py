@@ -16,7 +16,6 @@ dcp.torch.Context).
 import ctypes as C
 import ctypes.util
 import os
-import struct
 import threading
 import weakref
 
@@ -60,7 +59,8 @@ MAX_KINDS = 4
 
 class Shape(C.Structure):
     _fields_ = [("num_heads", C.c_int32), ("num_kv_heads", C.c_int32),
-                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float)]
+                ("head_dim", C.c_int32), ("dtype", C.c_int), ("scale", C.c_float),
+                ("softcap", C.c_float), ("head_dim_v", C.c_int32)]
 
 
 class PlanOptions(C.Structure):
@@ -70,7 +70,8 @@ class PlanOptions(C.Structure):
                 ("mem_cap_bytes", C.c_int64), ("seed", C.c_uint64),
                 ("expansion", C.c_int), ("net_cap", C.c_int32), ("refine", C.c_int32),
                 ("comm_schedule", C.c_int), ("coalesce", C.c_int32),
-                ("metis_tries", C.c_int32)]
+                ("metis_tries", C.c_int32), ("strategy_arg", C.c_int32),
+                ("hierarchy", C.c_int32)]
 
 
 class PlanStats(C.Structure):
@@ -134,25 +135,29 @@ class ContextConfig(C.Structure):
                 ("transport_intra", C.c_char_p), ("transport_inter", C.c_char_p),
                 ("device", C.c_char_p), ("compute_stream", C.c_void_p),
                 ("transfer_stream", C.c_void_p), ("nccl_comm", C.c_void_p),
-                ("attn_engine", C.c_char_p), ("deterministic", C.c_int32)]
+                ("attn_engine", C.c_char_p), ("deterministic", C.c_int32),
+                ("node_file", C.c_char_p)]
 
 
 class AttnEngineInfo(C.Structure):
     _fields_ = [("requested", C.c_char_p), ("engine", C.c_char_p), ("note", C.c_char_p),
                 ("cudnn_version", C.c_int64), ("dense_classes", C.c_int32 * 2),
                 ("plans_built", C.c_int64), ("plan_hits", C.c_int64),
-                ("plan_build_ms", C.c_double), ("pairs", C.c_int64 * 3),
-                ("bwd_launches", C.c_int64), ("bwd_waves", C.c_int64)]
+                ("plan_build_ms", C.c_double), ("pairs", C.c_int64 * 5),
+                ("pairs_bwd", C.c_int64 * 5), ("plan_evictions", C.c_int64),
+                ("graphs_failed", C.c_int64), ("bwd_launches", C.c_int64),
+                ("bwd_waves", C.c_int64)]
 
 
 class Tensors(C.Structure):
     _fields_ = [("q", C.c_void_p), ("k", C.c_void_p), ("v", C.c_void_p),
-                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float)]
+                ("o", C.c_void_p), ("lse", C.c_void_p), ("softmax_scale", C.c_float),
+                ("sinks", C.c_void_p), ("max_logit", C.c_void_p)]
 
 
 class GradTensors(C.Structure):
     _fields_ = [("fwd", Tensors), ("dout", C.c_void_p), ("dq", C.c_void_p),
-                ("dk", C.c_void_p), ("dv", C.c_void_p)]
+                ("dk", C.c_void_p), ("dv", C.c_void_p), ("dsinks", C.c_void_p)]
 
 
 _P = C.c_void_p
@@ -177,6 +182,7 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_plan_destroy": (None, [_P]),
     "dcp_plan_kind": (C.c_int, [_P, C.c_int32, C.POINTER(_P)]),
     "dcp_plan_get_stats": (C.c_int, [_P, C.POINTER(PlanStats)]),
+    "dcp_plan_get_shape": (C.c_int, [_P, C.POINTER(Shape)]),
     "dcp_plan_get_rank_stats": (C.c_int, [_P, C.c_int32, C.POINTER(RankStats)]),
     "dcp_plan_local_layout": (C.c_int, [_P, C.c_int32, C.POINTER(TokenSpan), C.c_int32,
                                         C.POINTER(C.c_int32), C.POINTER(C.c_int64)]),
@@ -197,6 +203,8 @@ _PROTOTYPES = {  # name: (restype, argtypes); every function this package calls
     "dcp_context_cluster": (C.c_int, [_P, C.POINTER(_P)]),
     "dcp_context_transport": (C.c_char_p, [_P, C.c_int]),
     "dcp_context_barrier": (C.c_int, [_P]),
+    "dcp_context_synchronize": (C.c_int, [_P, C.c_double]),
+    "dcp_context_transport_report": (C.c_char_p, [_P]),
     "dcp_context_abort": (C.c_int, [_P, C.c_char_p]),
     "dcp_context_check_shape": (C.c_int, [_P, C.POINTER(Shape)]),
     "dcp_context_attn_engine": (C.c_int, [_P, C.POINTER(AttnEngineInfo)]),
@@ -377,13 +385,13 @@ class Library:
         self.check(self.lib.dcp_plan_create(C.byref(batch.batch), C.byref(shape),
                                             C.byref(opts) if opts is not None else None,
                                             cluster.handle, C.byref(h)), "plan")
-        return Plan(self, h, shape)
+        return Plan(self, h)
 
     def plan_from_bytes(self, data):
         data = bytes(data)
         h = C.c_void_p()
         self.check(self.lib.dcp_plan_deserialize(data, len(data), C.byref(h)), "plan from bytes")
-        return Plan(self, h, shape_from_bytes(data))
+        return Plan(self, h)
 
     # -- in-process ranks (compare_sdpa.py's one-rank GPU context) --
 
@@ -405,8 +413,9 @@ class Library:
                 "note": i.note.decode(errors="replace"), "cudnn_version": i.cudnn_version,
                 "dense_classes": list(i.dense_classes), "plans_built": i.plans_built,
                 "plan_hits": i.plan_hits, "plan_build_ms": i.plan_build_ms,
-                "pairs": list(i.pairs), "bwd_launches": i.bwd_launches,
-                "bwd_waves": i.bwd_waves}
+                "pairs": list(i.pairs), "pairs_bwd": list(i.pairs_bwd),
+                "plan_evictions": i.plan_evictions, "graphs_failed": i.graphs_failed,
+                "bwd_launches": i.bwd_launches, "bwd_waves": i.bwd_waves}
 
 
 def _choice(table, value, what):
@@ -553,6 +562,19 @@ def check_scale(value, what):
     return s
 
 
+def check_softcap(value, what="softcap"):
+    """A logit softcap as the float32 the C side reads: a real number, finite and >= 0 in
+    float32 too (0: off), or an error naming `what`."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(value, "__float__"):
+        raise TypeError("dcp: %s = %r is not a number" % (what, value))
+    s = float(value)
+    f32 = C.c_float(s).value
+    if not (s >= 0 and f32 != float("inf")):
+        raise ValueError("dcp: %s = %r, must be finite and >= 0 as a float32 (0: off)" %
+                         (what, value))
+    return s
+
+
 def check_text(value, what):
     """A str for a C string: bytes of UTF-8 without NUL (which would cut it short)."""
     if not isinstance(value, str):
@@ -633,32 +655,24 @@ class BatchArgs:
         return [library.mask(m) for m in masks]
 
 
-def shape_from_bytes(data):
-    """The attention shape in serialized plan bytes (the META section that opens the
-    payload, plan format versions 4 and 5 (with layer kinds)) as a Shape, or None for another format. Read only
-    from bytes libdcp has accepted."""
-    if len(data) < 32 + 4 + 32 or data[:8] != b"DCPPLAN\0":
-        return None
-    version, header = struct.unpack_from("<II", data, 8)
-    if version not in (4, 5) or len(data) < header + 36:
-        return None
-    tag, = struct.unpack_from("<I", data, header)
-    if tag != 0x4154454d:  # "META"
-        return None
-    hq, hkv, d, dtype = struct.unpack_from("<iiii", data, header + 16)
-    scale, = struct.unpack_from("<f", data, header + 32)
-    return Shape(hq, hkv, d, dtype, scale)
-
-
 class Plan(_Handle):
-    """A plan. `shape` is its Shape (None when the bytes it came from were of another
-    format version)."""
+    """A plan."""
     _destroy_name = "dcp_plan_destroy"
 
-    def __init__(self, library, handle, shape):
+    def __init__(self, library, handle):
         super().__init__(library, handle)
-        self.shape = shape
         self._layouts = {}
+        self._shape = None
+
+    @property
+    def shape(self):
+        """The plan's Shape (dcp_plan_get_shape: scale resolved), read once."""
+        if self._shape is None:
+            s = Shape()
+            self.dcp.check(self.dcp.lib.dcp_plan_get_shape(self._live(), C.byref(s)),
+                           "plan shape")
+            self._shape = s
+        return self._shape
 
     def kind_handle(self, kind):
         """The handle of layer kind `kind` (dcp_plan_kind: a view owned by this plan; kind 0
@@ -750,7 +764,6 @@ class Planner(_Handle):
         super().__init__(library, h)
         self.cluster = cluster
         cluster._depend(self)
-        self._shapes = {}
 
     def submit(self, batch, shape, opts):
         """Queues a batch (BatchArgs, Shape, PlanOptions or None); returns the ticket."""
@@ -758,7 +771,6 @@ class Planner(_Handle):
         self.dcp.check(self.dcp.lib.dcp_planner_submit(
             self._live(), C.byref(batch.batch), C.byref(shape),
             C.byref(opts) if opts is not None else None, C.byref(t)), "planner submit")
-        self._shapes[t.value] = Shape.from_buffer_copy(shape)
         return t.value
 
     def wait(self, ticket):
@@ -766,9 +778,8 @@ class Planner(_Handle):
         h = C.c_void_p()
         ticket = check_int(ticket, "ticket", C.c_uint64)
         st = self.dcp.lib.dcp_planner_wait(self._live(), ticket, C.byref(h))
-        shape = self._shapes.pop(ticket, None)
         self.dcp.check(st, "planner wait (ticket %d)" % ticket)
-        return Plan(self.dcp, h, shape)
+        return Plan(self.dcp, h)
 
     def try_wait(self, ticket):
         """The Plan of a ticket, or None while it is being made."""
@@ -776,11 +787,10 @@ class Planner(_Handle):
         ticket = check_int(ticket, "ticket", C.c_uint64)
         st = self.dcp.lib.dcp_planner_try(self._live(), ticket, C.byref(h))
         if st != OK:
-            self._shapes.pop(ticket, None)
             raise self.dcp.error(st, "planner try (ticket %d)" % ticket)
         if not h.value:
             return None
-        return Plan(self.dcp, h, self._shapes.pop(ticket, None))
+        return Plan(self.dcp, h)
 
     def stats(self):
         s = PlannerStats()

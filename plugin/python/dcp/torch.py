@@ -89,9 +89,10 @@ def _masks(mask, num_seqs):
 _LEGACY = ("num_heads", "num_kv_heads", "head_dim", "dtype")
 
 
-def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where):
-    """(q_heads, kv_heads, head_dim, dtype) from the keywords, from example tensors `like`
-    ((q, k) or q alone: [tokens, heads, head_dim]) or from the deprecated positional form."""
+def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where, head_dim_v=None):
+    """(q_heads, kv_heads, head_dim, head_dim_v, dtype) from the keywords, from example tensors
+    `like` ((q, k, v), (q, k) or q alone: [tokens, heads, head_dim]; v's head_dim is the value
+    head dim) or from the deprecated positional form. head_dim_v 0: head_dim."""
     if legacy:
         if len(legacy) > len(_LEGACY):
             raise TypeError("dcp: %s takes at most %d shape arguments after the cluster, got %d"
@@ -110,29 +111,39 @@ def _shape_args(legacy, q_heads, kv_heads, head_dim, dtype, like, where):
         head_dim = given.get("head_dim", head_dim)
         dtype = given.get("dtype", dtype)
     if like is not None:
-        pair = list(like) if isinstance(like, (tuple, list)) else [like]
-        if not 1 <= len(pair) <= 2:
-            raise ValueError("dcp: like= takes q or (q, k), not %d tensors" % len(pair))
-        q, k = pair[0], (pair[1] if len(pair) == 2 else None)
-        for name, t in (("like[0] (q)", q), ("like[1] (k)", k)):
+        group = list(like) if isinstance(like, (tuple, list)) else [like]
+        if not 1 <= len(group) <= 3:
+            raise ValueError("dcp: like= takes q, (q, k) or (q, k, v), not %d tensors" %
+                             len(group))
+        q, k, v = (group + [None, None])[:3]
+        for name, t in (("like[0] (q)", q), ("like[1] (k)", k), ("like[2] (v)", v)):
             if (t is not None or name.startswith("like[0]")) and (
                     not torch.is_tensor(t) or t.dim() != 3):
                 raise ValueError("dcp: %s must be a [tokens, heads, head_dim] tensor" % name)
         if k is not None and (k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]):
             raise ValueError("dcp: like=(q, k): q is %s and k %s; they need the same tokens "
                              "and head_dim" % (list(q.shape), list(k.shape)))
+        if v is not None and (v.shape[0] != k.shape[0] or v.shape[1] != k.shape[1]):
+            raise ValueError("dcp: like=(q, k, v): k is %s and v %s; they need the same tokens "
+                             "and heads (v's head_dim is the value head dim)" %
+                             (list(k.shape), list(v.shape)))
         q_heads = q.shape[1] if q_heads is None else q_heads
         head_dim = q.shape[2] if head_dim is None else head_dim
         dtype = q.dtype if dtype is None else dtype
         if k is not None:
             kv_heads = k.shape[1] if kv_heads is None else kv_heads
+        if v is not None:
+            head_dim_v = v.shape[2] if head_dim_v is None else head_dim_v
     kv_heads = q_heads if kv_heads is None else kv_heads
+    head_dim_v = 0 if head_dim_v is None else head_dim_v
     for name, value in (("q_heads", q_heads), ("head_dim", head_dim), ("dtype", dtype)):
         if value is None:
-            raise TypeError("dcp: %s needs %s= (or like=(q, k), example tensors)" % (where, name))
-    for name, value in (("q_heads", q_heads), ("kv_heads", kv_heads), ("head_dim", head_dim)):
+            raise TypeError("dcp: %s needs %s= (or like=(q, k, v), example tensors)" %
+                            (where, name))
+    for name, value in (("q_heads", q_heads), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                        ("head_dim_v", head_dim_v)):
         core.check_int(value, name)
-    return q_heads, kv_heads, head_dim, dtype
+    return q_heads, kv_heads, head_dim, head_dim_v, dtype
 
 
 def _kinds(mask, layers, num_seqs):
@@ -159,10 +170,12 @@ def _request(where, lengths, mask, legacy, q_heads, kv_heads, head_dim, dtype, l
     options = dict(options)
     layers = options.pop("layers", None)
     scale = options.pop("scale", None)  # the old name of softmax_scale
+    softcap = core.check_softcap(options.pop("softcap", None) or 0.0)
+    head_dim_v = options.pop("head_dim_v", None)
     if softmax_scale is None:
         softmax_scale = scale
-    q_heads, kv_heads, head_dim, dtype = _shape_args(legacy, q_heads, kv_heads, head_dim,
-                                                     dtype, like, where)
+    q_heads, kv_heads, head_dim, head_dim_v, dtype = _shape_args(
+        legacy, q_heads, kv_heads, head_dim, dtype, like, where, head_dim_v)
     lengths = core.int_list(lengths.tolist() if torch.is_tensor(lengths) else lengths,
                             "lengths")
     names = None
@@ -173,7 +186,8 @@ def _request(where, lengths, mask, legacy, q_heads, kv_heads, head_dim, dtype, l
         raise ValueError("dcp: layers= needs a mapping of layer kind name to mask")
     else:
         batch = core.BatchArgs(lib, lengths, _masks(mask, len(lengths)))
-    shape = core.Shape(q_heads, kv_heads, head_dim, _dtype_code(dtype), _scale(softmax_scale))
+    shape = core.Shape(q_heads, kv_heads, head_dim, _dtype_code(dtype), _scale(softmax_scale),
+                       softcap, head_dim_v)
     opts = lib.plan_options(**options)
     return batch, shape, opts, names
 
@@ -240,15 +254,24 @@ class Plan:
 
     @property
     def dtype(self):
-        """The torch dtype of Q, K, V and O (None when unknown)."""
-        s = self._plan.shape
-        return None if s is None else _TO_TORCH[s.dtype]
+        """The torch dtype of Q, K, V and O."""
+        return _TO_TORCH[self._plan.shape.dtype]
 
     @property
     def shape(self):
-        """(q_heads, kv_heads, head_dim), or None when unknown."""
+        """(q_heads, kv_heads, head_dim)."""
         s = self._plan.shape
-        return None if s is None else (s.num_heads, s.num_kv_heads, s.head_dim)
+        return (s.num_heads, s.num_kv_heads, s.head_dim)
+
+    @property
+    def head_dim_v(self):
+        """The value head dim (of V and O): head_dim, or MLA's own."""
+        return self._plan.shape.head_dim_v
+
+    @property
+    def softcap(self):
+        """The logit softcap the plan was made for (0.0: none)."""
+        return self._plan.shape.softcap
 
     @property
     def checksum(self):
@@ -358,10 +381,13 @@ def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=
     Context (its ranks' cluster; the plan's shape is checked against its device) or a spec
     such as "2x4".
 
-    The attention shape is keyword-only: q_heads, kv_heads (default q_heads), head_dim and
-    dtype (torch.float32/bfloat16/float16), or like=(q, k) to read them from example tensors
-    ([tokens, heads, head_dim]). softmax_scale is the plan's default scale (1/sqrt(head_dim)
-    when None; attention() may give another per call).
+    The attention shape is keyword-only: q_heads, kv_heads (default q_heads), head_dim,
+    head_dim_v (the value head dim, default head_dim: MLA's differs) and dtype
+    (torch.float32/bfloat16/float16), or like=(q, k, v) to read them from example tensors
+    ([tokens, heads, head_dim]; v's last dim is the value head dim). softmax_scale is the
+    plan's default scale (1/sqrt(head_dim) when None; attention() may give another per call).
+    softcap=c (Gemma 2) makes every scaled score c tanh(s / c) before the mask, in every
+    kernel; the plan is made for it (0 or None: off).
 
     A model whose layers use different masks: `mask` a mapping of layer kind name to such a
     mask ({"global": "causal", "local": "window:1024"}, at most 4 kinds) and layers={name:
@@ -369,8 +395,11 @@ def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=
     planner minimising the model's step; the kind is named at attention(). The other
     keywords are
     dcp_plan_options_t fields: block_size, strategy ("ring", "zigzag", "lpt", "metis",
-    "auto"), head_blocks, divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion,
-    net_cap, refine, comm_schedule, coalesce, metis_tries.
+    "auto", or a peer policy: "packed", "dyncp", "ulysses", "usp", "magi"), head_blocks,
+    divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion, net_cap, refine,
+    comm_schedule, coalesce, metis_tries, strategy_arg (a peer policy's parameter),
+    hierarchy (0: METIS's global plan without the hierarchical candidates). (softcap and
+    head_dim_v travel with them too.)
 
     The old form plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype)
     still works this release, with a DeprecationWarning."""
@@ -484,21 +513,32 @@ def _ready(t, dtype, rows, heads, head_dim, what):
 
 
 def _rank_inputs(plan, rank, q, k, v):
-    """q, k, v of one rank, checked against the plan (shape and dtype where the plan knows
-    them, rows always: libdcp reads as many rows as the plan gives the rank)."""
+    """q, k, v of one rank, checked against the plan (shape, value head dim, dtype, rows:
+    libdcp reads as many rows as the plan gives the rank)."""
     rows = plan.local_tokens(rank)
-    shape, dtype = plan.shape, plan.dtype
-    hq, hkv, d = shape if shape else (None, None, None)
+    hq, hkv, d = plan.shape
     tag = "rank %d's " % rank
-    q = _ready(q, dtype, rows, hq, d, tag + "q")
-    hq, d = q.shape[1], q.shape[2]
+    q = _ready(q, plan.dtype, rows, hq, d, tag + "q")
     k = _ready(k, q.dtype, rows, hkv, d, tag + "k")
-    v = _ready(v, q.dtype, rows, k.shape[1], d, tag + "v")
-    if hq % k.shape[1]:
-        raise ValueError("dcp: %s%d query heads, %d KV heads" % (tag, hq, k.shape[1]))
+    v = _ready(v, q.dtype, rows, hkv, plan.head_dim_v, tag + "v")
     if not (q.device == k.device == v.device):
         raise ValueError("dcp: %sq, k, v on %s, %s, %s" % (tag, q.device, k.device, v.device))
     return q, k, v
+
+
+def _sinks_ready(sinks, plan, device, what="sinks"):
+    """Learnable sinks as libdcp reads them: [Hq] float32, contiguous, on `device`; None
+    stays None."""
+    if sinks is None:
+        return None
+    hq = plan.shape[0]
+    if not torch.is_tensor(sinks) or sinks.dim() != 1 or sinks.shape[0] != hq:
+        raise ValueError("dcp: %s must be a [%d] tensor (one logit per query head), not %s" %
+                         (what, hq, list(sinks.shape) if torch.is_tensor(sinks) else
+                          type(sinks).__name__))
+    if not sinks.dtype.is_floating_point:
+        raise TypeError("dcp: %s is %s, a floating-point tensor is needed" % (what, sinks.dtype))
+    return sinks.detach().to(device=device, dtype=torch.float32).contiguous()
 
 
 def _scale(softmax_scale):
@@ -508,14 +548,18 @@ def _scale(softmax_scale):
     return core.check_scale(softmax_scale, "softmax_scale")
 
 
-def _outputs(q):
-    o = torch.empty_like(q)
+def _outputs(q, v, want_max):
+    """O ([rows, Hq, D_v]), LSE and, where asked, the max logit ([Hq]; else empty)."""
+    o = q.new_empty(q.shape[0], q.shape[1], v.shape[2])
     lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
-    return o, lse
+    ml = torch.empty(q.shape[1] if want_max else 0, dtype=torch.float32, device=q.device)
+    return o, lse, ml
 
 
-def _tensors(q, k, v, o, lse, scale):
-    return core.Tensors(_ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse), scale)
+def _tensors(q, k, v, o, lse, scale, sinks=None, ml=None):
+    return core.Tensors(_ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse), scale,
+                        _ptr(sinks) if sinks is not None else None,
+                        _ptr(ml) if ml is not None and ml.numel() else None)
 
 
 def _grad_in(g, like):
@@ -526,12 +570,14 @@ def _grad_in(g, like):
                   "dO")
 
 
-def _grads(q, k, v, o, lse, dout, scale):
-    """Gradient buffers of one rank and the dcp_grad_tensors_t over them."""
+def _grads(q, k, v, o, lse, dout, scale, sinks=None):
+    """Gradient buffers of one rank (and of its sinks, with sinks) and the dcp_grad_tensors_t
+    over them."""
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    g = core.GradTensors(_tensors(q, k, v, o, lse, scale), _ptr(dout), _ptr(dq), _ptr(dk),
-                         _ptr(dv))
-    return (dq, dk, dv), g
+    ds = torch.empty_like(sinks) if sinks is not None else None
+    g = core.GradTensors(_tensors(q, k, v, o, lse, scale, sinks), _ptr(dout), _ptr(dq),
+                         _ptr(dk), _ptr(dv), _ptr(ds) if ds is not None else None)
+    return (dq, dk, dv, ds), g
 
 
 # ---- all ranks in this process ------------------------------------------------------------------
@@ -561,23 +607,30 @@ def _sync(qs):
 
 class _InprocAttention(torch.autograd.Function):
     """All ranks of a plan as threads (dcp_forward_inproc / dcp_backward_inproc); inputs
-    plan, layer kind, n, scale, then n q's, n k's, n v's; outputs n O's and n LSEs."""
+    plan, layer kind, n, scale, whether to return the max logit, the sinks (or None), then
+    n q's, n k's, n v's; outputs n O's, n LSEs and n max logits (empty when not asked)."""
 
     @staticmethod
-    def forward(ctx, plan, kind, n, scale, *qkv):
+    def forward(ctx, plan, kind, n, scale, want_max, sinks, *qkv):
         lib = _lib()
         ins = [_rank_inputs(plan, r, qkv[r], qkv[n + r], qkv[2 * n + r]) for r in range(n)]
-        outs = [_outputs(q) for q, _, _ in ins]
-        io = (core.Tensors * n)(*[_tensors(*i, *o, scale) for i, o in zip(ins, outs)])
+        outs = [_outputs(q, v, want_max) for q, _, v in ins]
+        sk = [_sinks_ready(sinks, plan, q.device) for q, _, _ in ins]  # each rank's device
+        io = (core.Tensors * n)(*[_tensors(*i, o[0], o[1], scale, s, o[2])
+                                  for i, o, s in zip(ins, outs, sk)])
         device = _inproc_device([q for q, _, _ in ins])
         _sync([q for q, _, _ in ins])  # the contexts' streams do not follow PyTorch's
         lib.check(lib.lib.dcp_forward_inproc(plan.kind_handle(kind), io, 0.0, device),
                   "forward_inproc")
         _sync([q for q, _, _ in ins])
         ctx.plan, ctx.kind, ctx.n, ctx.device, ctx.scale = plan, kind, n, device, scale
-        ctx.save_for_backward(*[t for i in ins for t in i], *[t for o in outs for t in o])
-        ctx.mark_non_differentiable(*[lse for _, lse in outs])
-        return tuple(o for o, _ in outs) + tuple(lse for _, lse in outs)
+        ctx.sinks, ctx.has_sinks = sk, sinks is not None
+        ctx.sinks_like = (sinks.dtype, sinks.device) if sinks is not None else None
+        ctx.save_for_backward(*[t for i in ins for t in i],
+                              *[t for o in outs for t in o[:2]])
+        ctx.mark_non_differentiable(*[t for o in outs for t in o[1:]])
+        return tuple(o for o, _, _ in outs) + tuple(lse for _, lse, _ in outs) + \
+            tuple(ml for _, _, ml in outs)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -586,28 +639,42 @@ class _InprocAttention(torch.autograd.Function):
         saved = ctx.saved_tensors
         ins = [saved[3 * r:3 * r + 3] for r in range(n)]
         outs = [saved[3 * n + 2 * r:3 * n + 2 * r + 2] for r in range(n)]
+        want_ds = ctx.has_sinks and ctx.needs_input_grad[5]
         result, gio = [], (core.GradTensors * n)()
         for r in range(n):
             dout = _grad_in(douts[r], outs[r][0])
-            g, gio[r] = _grads(*ins[r], *outs[r], dout, ctx.scale)
+            g, gio[r] = _grads(*ins[r], *outs[r], dout, ctx.scale,
+                               ctx.sinks[r] if ctx.has_sinks else None)
+            if not want_ds:
+                gio[r].dsinks = None
             result.append((g, dout))
         _sync([q for q, _, _ in ins])
         lib.check(lib.lib.dcp_backward_inproc(ctx.plan.kind_handle(ctx.kind), gio, 0.0,
                                               ctx.device), "backward_inproc")
         _sync([q for q, _, _ in ins])
         grads_of = [g for g, _ in result]
-        return (None, None, None, None, *[g[0] for g in grads_of], *[g[1] for g in grads_of],
-                *[g[2] for g in grads_of])
+        dsinks = None
+        if want_ds:  # the sinks are shared by the ranks: their gradients sum
+            dtype, dev = ctx.sinks_like
+            dsinks = sum(g[3].to(dev, torch.float64) for g in grads_of).to(dtype)
+        return (None, None, None, None, None, dsinks, *[g[0] for g in grads_of],
+                *[g[1] for g in grads_of], *[g[2] for g in grads_of])
 
 
-def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False, kind=None):
+def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False, kind=None,
+                     sinks=None, return_max_logit=False):
     """Attention of every rank of `plan`, ranks as threads of this process: qs, ks, vs hold
     one [local_tokens, heads, head_dim] tensor per rank (rows in plan.local_indices(r)
-    order; all on the CPU, fp32/bf16/fp16, or on CUDA devices, bf16/fp16); returns one O per
-    rank (and, with return_lse, the list of their [local_tokens, heads] fp32 LSEs, natural
-    log, -inf for a query with no allowed key). Differentiable with respect to every q, k
-    and v through dcp's backward; softmax_scale overrides the plan's for this call. `kind`:
-    the layer kind of a plan of several (its name or index; default the first)."""
+    order; v's last dim the plan's value head dim; all on the CPU, fp32/bf16/fp16, or on CUDA
+    devices, bf16/fp16); returns one O per rank ([local_tokens, Hq, head_dim_v]), then, with
+    return_lse, the list of their [local_tokens, Hq] fp32 LSEs (natural log, -inf for a
+    query with no allowed key), and with return_max_logit the list of each rank's [Hq] fp32
+    max logit (the same on every rank: per query head, the largest logit of an allowed pair
+    of the whole batch, after scale and softcap, sinks excluded). sinks: a [Hq] tensor of
+    learnable sink logits (GPT-OSS), one more softmax term per row with no value. Differentiable
+    with respect to every q, k and v, and the sinks, through dcp's backward; softmax_scale
+    overrides the plan's for this call. `kind`: the layer kind of a plan of several (its name
+    or index; default the first)."""
     if not isinstance(plan, Plan):
         raise TypeError("dcp: attention_inproc takes a dcp.torch.Plan first, not %s" %
                         type(plan).__name__)
@@ -616,9 +683,15 @@ def attention_inproc(plan, qs, ks, vs, *, softmax_scale=None, return_lse=False, 
         raise ValueError("dcp: %d/%d/%d q/k/v tensors for a %d-rank plan" %
                          (len(qs), len(ks), len(vs), n))
     plan.kind_index(kind)  # a bad kind fails before any work
-    out = _InprocAttention.apply(plan, kind, n, _scale(softmax_scale), *qs, *ks, *vs)
-    os_, lses = list(out[:n]), list(out[n:])
-    return (os_, lses) if return_lse else os_
+    _sinks_ready(sinks, plan, None)  # a bad sinks tensor fails before any work too
+    out = _InprocAttention.apply(plan, kind, n, _scale(softmax_scale), bool(return_max_logit),
+                                 sinks, *qs, *ks, *vs)
+    res = [list(out[:n])]
+    if return_lse:
+        res.append(list(out[n:2 * n]))
+    if return_max_logit:
+        res.append(list(out[2 * n:]))
+    return tuple(res) if len(res) > 1 else res[0]
 
 
 # ---- one rank per process ----------------------------------------------------------------------
@@ -637,13 +710,28 @@ class Context:
     (dcp_context_config_t.deterministic; slower on a GPU); default: on where
     torch.use_deterministic_algorithms(True) is in force.
 
+    nccl_comm: the NCCL communicator dcp's transfers use where they run on NCCL, instead of
+    one dcp would make (dcp_context_config_t.nccl_comm): "group", the communicator of `group`
+    itself, where PyTorch exposes it (ProcessGroupNCCL's _comm_ptr(); made here by a
+    one-element all_reduce on the group when PyTorch has not made it yet), or an ncclComm_t's
+    address (int) over exactly the group's ranks, in its order, each on its rank's GPU
+    (checked when the context is made: a misfit raises DcpError naming the rank and the
+    field). Rules:
+      - deadlock: dcp queues its transfers on the communicator in its own order, and NCCL
+        needs every rank to queue a communicator's operations in one order, so lend one that
+        nothing else uses while dcp runs: with "group", pass a group made for dcp alone,
+        `dist.new_group(ranks, backend="nccl")`, on which the job runs no other collective;
+      - lifetime: the communicator (and its group) must outlive the Context; dcp never
+        destroys or aborts it, not even after a timeout: the Context reports and the job
+        decides (dist.destroy_process_group(group) after close()).
+
     After any failure (a DcpError from attention() on any rank: a peer failed or stopped,
     plans differ, a rank's tensors were refused) the context is spent and every later call
     raises at once. To go on, every rank closes it and creates a new one: closing a failed
     context is not collective, creating one is, as the first time."""
 
     def __init__(self, group=None, device=None, timeout_s=0.0, transport_intra=None,
-                 transport_inter=None, attn_engine=None, deterministic=None):
+                 transport_inter=None, attn_engine=None, deterministic=None, nccl_comm=None):
         import torch.distributed as dist
         if not dist.is_initialized():
             raise RuntimeError("dcp: torch.distributed is not initialized "
@@ -660,6 +748,7 @@ class Context:
             torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
             else self.device)
         self._into_tensor = backend == "nccl" and hasattr(dist, "all_gather_into_tensor")
+        comm = _nccl_comm(dist, group, backend, self.device, nccl_comm)
         self._callback_error = None
         self._dependents = []
         self._fn = core.ALLGATHER_FN(self._allgather)  # kept: libdcp calls it until close()
@@ -669,7 +758,7 @@ class Context:
             0, None, C.pointer(self._bootstrap), timeout_s,
             transport_intra.encode() if transport_intra else None,
             transport_inter.encode() if transport_inter else None, str(self.device).encode(),
-            attn_engine=attn_engine.encode() if attn_engine else None,
+            attn_engine=attn_engine.encode() if attn_engine else None, nccl_comm=comm,
             deterministic=int(torch.are_deterministic_algorithms_enabled()
                               if deterministic is None else bool(deterministic)))
         h = C.c_void_p()
@@ -724,8 +813,8 @@ class Context:
 
     def check_shape(self, shape):
         """Raises DcpError (DCP_ERR_UNSUPPORTED, naming the field) when this context's device
-        cannot run plans of `shape` (a core.Shape): head dims other than 64 and 128 on a
-        GPU, for one."""
+        cannot run plans of `shape` (a core.Shape): on a GPU, head dims other than 64, 96,
+        128, 192, 256 and MLA's 192/128, for one."""
         self._raise(_lib().lib.dcp_context_check_shape(self._live(), C.byref(shape)),
                     "plan shape on %s" % self.device)
 
@@ -747,6 +836,23 @@ class Context:
 
     def barrier(self):
         self._raise(_lib().lib.dcp_context_barrier(self._live()), "barrier")
+
+    def synchronize(self, timeout_s=0.0):
+        """Waits until the work of this rank's calls so far has finished on its GPU, for at
+        most timeout_s seconds (0: the context's timeout), and raises DcpError for what the
+        calls left to find (dcp_context_synchronize): a peer that failed, plans that differ,
+        work unfinished in time (DCP_ERR_TIMEOUT naming the peers; past the context's
+        timeout the context is spent). At once on the CPU. Not collective."""
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise TypeError("dcp: timeout_s = %r is not a number of seconds" % (timeout_s,))
+        self._raise(_lib().lib.dcp_context_synchronize(self._live(), float(timeout_s)),
+                    "synchronize")
+
+    @property
+    def transport_report(self):
+        """How this context moves and orders its transfers (dcp_context_transport_report):
+        engines and links, stream order or host waits, where the call stamps travel."""
+        return _lib().lib.dcp_context_transport_report(self._live()).decode()
 
     def close(self):
         """Destroys the context (collective unless it failed). Planners made on it are closed
@@ -775,6 +881,43 @@ class Context:
         return torch.cuda.current_stream(t.device).cuda_stream or None
 
 
+def _nccl_comm(dist, group, backend, device, nccl_comm):
+    """The ncclComm_t address Context lends dcp (None: dcp makes its own); see Context."""
+    if nccl_comm is None:
+        return None
+    if isinstance(nccl_comm, str) and nccl_comm == "group":
+        if backend != "nccl":
+            raise ValueError('dcp: nccl_comm = "group": the group\'s backend is %s, not nccl: '
+                             "it has no NCCL communicator" % backend)
+        if device.type != "cuda":
+            raise ValueError('dcp: nccl_comm = "group" on device %s: NCCL serves CUDA '
+                             "contexts" % device)
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        try:
+            nccl = pg._get_backend(device)
+        except (AttributeError, RuntimeError):
+            nccl = pg  # PyTorch before 2.0: the group is the backend
+        if not hasattr(nccl, "_comm_ptr"):
+            raise ValueError('dcp: nccl_comm = "group": PyTorch %s does not expose its NCCL '
+                             "communicator (ProcessGroupNCCL._comm_ptr); pass an ncclComm_t "
+                             "address, or None for dcp's own" % torch.__version__)
+        ptr = nccl._comm_ptr()
+        if not ptr:  # made at the group's first collective
+            dist.all_reduce(torch.zeros(1, device=device), group=group)
+            torch.cuda.synchronize(device)
+            ptr = nccl._comm_ptr()
+        if not ptr:
+            raise ValueError('dcp: nccl_comm = "group": the group has no NCCL communicator '
+                             "for %s after a collective" % device)
+        return int(ptr)
+    if isinstance(nccl_comm, bool) or not isinstance(nccl_comm, int):
+        raise TypeError('dcp: nccl_comm = %r: "group", an ncclComm_t address (int) or None'
+                        % (nccl_comm,))
+    if nccl_comm <= 0 or nccl_comm >= 2 ** 64:
+        raise ValueError("dcp: nccl_comm = %d is not an address" % nccl_comm)
+    return nccl_comm
+
+
 def _not_a_plan(plan):
     raise TypeError("dcp: attention takes a dcp.torch.Plan second, not %s" % type(plan).__name__)
 
@@ -792,7 +935,7 @@ def _checked(dctx, fn, *args):
 
 class _RankAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dctx, plan, kind, scale, q, k, v):
+    def forward(ctx, dctx, plan, kind, scale, want_max, q, k, v, sinks):
         lib = _lib()
 
         def check():
@@ -800,37 +943,50 @@ class _RankAttention(torch.autograd.Function):
             if qkv[0].device.type != dctx.device.type:
                 raise ValueError("dcp: tensors on %s, the context computes on %s" %
                                  (qkv[0].device, dctx.device))
-            return qkv
-        q2, k2, v2 = _checked(dctx, check)
-        o, lse = _outputs(q2)
-        io = _tensors(q2, k2, v2, o, lse, scale)
+            return qkv + (_sinks_ready(sinks, plan, qkv[0].device),)
+        q2, k2, v2, sk = _checked(dctx, check)
+        o, lse, ml = _outputs(q2, v2, want_max)
+        io = _tensors(q2, k2, v2, o, lse, scale, sk, ml)
         dctx._raise(lib.lib.dcp_forward(dctx._live(), plan.kind_handle(kind), C.byref(io),
                                         dctx.stream(q2)), "forward")
         ctx.dctx, ctx.plan, ctx.kind, ctx.scale = dctx, plan, kind, scale
+        ctx.sinks, ctx.sinks_like = sk, (sinks.dtype, sinks.device) if sinks is not None else None
         ctx.save_for_backward(q2, k2, v2, o, lse)
-        ctx.mark_non_differentiable(lse)
-        return o, lse
+        ctx.mark_non_differentiable(lse, ml)
+        return o, lse, ml
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, _dlse, _dml):
         lib, dctx = _lib(), ctx.dctx
         q, k, v, o, lse = ctx.saved_tensors
         dout = _checked(dctx, _grad_in, dout, o)
-        (dq, dk, dv), g = _grads(q, k, v, o, lse, dout, ctx.scale)
+        want_ds = ctx.sinks is not None and ctx.needs_input_grad[8]
+        (dq, dk, dv, ds), g = _grads(q, k, v, o, lse, dout, ctx.scale, ctx.sinks)
+        if not want_ds:
+            g.dsinks = None
         dctx._raise(lib.lib.dcp_backward(dctx._live(), ctx.plan.kind_handle(ctx.kind),
                                          C.byref(g), dctx.stream(q)), "backward")
-        return None, None, None, None, dq, dk, dv
+        dsinks = ds.to(device=ctx.sinks_like[1], dtype=ctx.sinks_like[0]) if want_ds else None
+        return None, None, None, None, None, dq, dk, dv, dsinks
 
 
-def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=None):
-    """This rank's attention under `plan`: q [local_tokens, Hq, D], k, v [local_tokens, Hkv,
-    D] with rows in plan.local_indices(ctx.rank) order; returns O like q (and, with
-    return_lse, its [local_tokens, Hq] fp32 LSE, natural log of the scaled scores'
-    normaliser, -inf for a query with no allowed key; not differentiable). softmax_scale
-    overrides the plan's scale for this call and its backward. `kind`: the layer kind of a
-    plan of several (its name or index; default the first). Every rank of the context calls
-    it with the same plan and kind. Differentiable with respect to q, k and v (the backward
-    is collective too: every rank runs it). On a GPU it runs on PyTorch's current stream."""
+def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=None,
+              sinks=None, return_max_logit=False):
+    """This rank's attention under `plan`: q [local_tokens, Hq, D], k [local_tokens, Hkv, D],
+    v [local_tokens, Hkv, D_v] (D_v the plan's head_dim_v) with rows in
+    plan.local_indices(ctx.rank) order; returns O [local_tokens, Hq, D_v], then, with
+    return_lse, its [local_tokens, Hq] fp32 LSE (natural log of the scaled scores'
+    normaliser, -inf for a query with no allowed key; not differentiable), and with
+    return_max_logit the [Hq] fp32 max logit (per query head, the largest logit of an allowed
+    pair of the whole batch after scale and softcap, sinks excluded; the same on every rank:
+    MuonClip's QK-clip; not differentiable). sinks: a [Hq] tensor of learnable sink logits
+    (GPT-OSS): each row's softmax gets one more term exp(s_h) that carries no value; its
+    gradient is this rank's rows' part (the data-parallel gradient reduction sums the ranks',
+    as for any replicated parameter). softmax_scale overrides the plan's scale for this call
+    and its backward. `kind`: the layer kind of a plan of several (its name or index; default
+    the first). Every rank of the context calls it with the same plan, kind, sinks and
+    return_max_logit. Differentiable with respect to q, k, v and sinks (the backward is
+    collective too: every rank runs it). On a GPU it runs on PyTorch's current stream."""
     if not isinstance(ctx, Context):
         raise TypeError("dcp: attention takes a dcp.torch.Context first, not %s" %
                         type(ctx).__name__)
@@ -838,8 +994,10 @@ def attention(ctx, plan, q, k, v, *, softmax_scale=None, return_lse=False, kind=
         _checked(ctx, _not_a_plan, plan)
     scale = _checked(ctx, _scale, softmax_scale)
     _checked(ctx, plan.kind_index, kind)  # a bad kind: the peers hear of it at once
-    o, lse = _RankAttention.apply(ctx, plan, kind, scale, q, k, v)
-    return (o, lse) if return_lse else o
+    o, lse, ml = _RankAttention.apply(ctx, plan, kind, scale, bool(return_max_logit), q, k, v,
+                                      sinks)
+    res = (o,) + ((lse,) if return_lse else ()) + ((ml,) if return_max_logit else ())
+    return res if len(res) > 1 else o
 
 
 _MAX_TAIL = 7  # trailing dimensions undispatch exchanges (a [tokens, ...] tensor of 8 dims)
