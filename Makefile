@@ -4,6 +4,10 @@
 #   make run        the libraries and tools, then the main job: dcp-attn-test on the built-in
 #                   batch, every strategy, checked
 #   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
+#   make test-walks the full failure walks (every allocation and transport call in turn) under
+#                   ASan+UBSan; make soak: 10,000 training steps watched for leaks; make
+#                   test-tsan: the planner service's load test under ThreadSanitizer
+#                   (tests/README.md)
 #   make deps       installs the Debian packages the build and the tests need (sudo when not
 #                   root); make run and make test first check what they need (deps-check) and
 #                   install nothing when every dependency is found
@@ -117,16 +121,17 @@ SUPPORT_LIB = $(BUILD)/lib/libdcpt.a
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 TOOL_BINS = $(TOOLS:%=$(BUILD)/bin/%)
 TEST_BIN = $(BUILD)/bin/dcp-tests
+SOAK_BIN = $(BUILD)/bin/dcp-soak
 EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
 .PHONY: all lib tools tests run test test-asan test-run test-fuzz test-bundle fuzz deps install \
-	uninstall clean gpu-bundle
+	uninstall clean gpu-bundle test-walks soak test-tsan
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
 tools: $(TOOL_BINS)
-tests: $(TEST_BIN) $(EXAMPLE_BIN) $(EXAMPLE_MPI_BIN)
+tests: $(TEST_BIN) $(EXAMPLE_BIN) $(EXAMPLE_MPI_BIN) $(SOAK_BIN) $(BUILD)/lib/hooks/libdcp.so
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -186,18 +191,42 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LINK)
 
-# The test binary builds the files that hold ordering points (include/base/test_hook.h)
-# again with the delay hooks on; the library itself never has them.
-HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c
-HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o)
+# The test binary builds the files that hold hook points (include/base/test_hook.h: ordering
+# delays and counts, the allocation failure hook in the allocator and the device tables,
+# transport faults) again with the hooks on; the library itself never has them. Programs
+# with the allocation hook link with --wrap=free, so that the hook sees the library's frees
+# (tests/unit/fault_hook.h).
+ALLOC_HOOK_SRCS = include/base/alloc.c kernels/device_cpu.c
+HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c \
+	transport/ucx.c $(ALLOC_HOOK_SRCS)
+ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o
+ifneq ($(NVCC),)
+HOOK_CU_OBJS = $(BUILD)/obj-hooks/kernels/cuda/device.o
+endif
+HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(HOOK_CU_OBJS)
+HOOK_LDFLAGS = -Wl,--wrap=free
 $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -DDCP_TEST_HOOKS -c $< -o $@
+$(BUILD)/obj-hooks/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -DDCP_TEST_HOOKS -c $< -o $@
 
 # the tests link the library and the support library, never the tools' own helpers
 $(TEST_BIN): $(TEST_OBJS) $(HOOK_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp.a
 	@mkdir -p $(@D)
-	$(CC) $(SAN) -o $@ $^ -lcunit $(LDLIBS_ALL)
+	$(CC) $(SAN) $(HOOK_LDFLAGS) -o $@ $^ -lcunit $(LDLIBS_ALL)
+
+# The soak (tests/soak/soak.c): processes under mpirun, the allocation hook counting dcp's live
+# blocks
+$(BUILD)/obj/tests/soak/%.o: tests/soak/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
+
+$(SOAK_BIN): $(BUILD)/obj/tests/soak/soak.o $(ALLOC_HOOK_OBJS) $(SUPPORT_LIB) \
+		$(BUILD)/lib/libdcp_mpi.a $(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(HOOK_LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LINK)
 
 # The README's example, compiled as a user would: public header only, shared library.
 $(EXAMPLE_BIN): tests/e2e/example.c $(BUILD)/lib/libdcp.so
@@ -285,6 +314,19 @@ test-run:
 	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/torch/run.sh $(BUILD)/lib/libdcp.so && \
 		python3 tests/readme/check.py; \
 	else echo "tests/torch and tests/readme skipped (ASan build)"; fi
+	@# the Python layer's allocation walk (sampled) over the hooked libdcp.so; under ASan
+	@# dcp.core's calls only, the sanitizer's runtime preloaded into python
+	@if ! command -v python3 >/dev/null; then echo "tests/python/alloc_walk.py skipped (no python3)"; \
+	elif ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then \
+		LD_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
+		ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0" \
+		python3 tests/python/alloc_walk.py $(BUILD)/lib/hooks/libdcp.so --core-only; \
+	else py=python3; /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3; \
+		$$py tests/python/alloc_walk.py $(BUILD)/lib/hooks/libdcp.so; fi
+	@# the soak's short form: 500 steps on 4 processes, live bytes and descriptors flat (not
+	@# under ASan: its allocator's quarantine and UCX's plugins would be what moves)
+	@if ! ldd $(BUILD)/lib/libdcp.so | grep -q libasan; then tests/soak/run.sh $(BUILD)/bin 500; \
+	else echo "tests/soak skipped (ASan build)"; fi
 
 # intercept_tls_get_addr=0: up to GCC 13 the runtime's __tls_get_addr hook takes a dynamic
 # TLS block (hwloc's plugins and their libraries have them) that starts 16 bytes into a page
@@ -300,6 +342,56 @@ test-asan:
 		UBSAN_OPTIONS=print_stacktrace=1 \
 		LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(MAKE) BUILD=build-asan test-run
+
+# The full failure walks (tests/README.md "Failure walks"), under ASan+UBSan with leak checking:
+# every allocation of each single-process call and every transport call of ranks as threads in
+# turn, larger seeded samples of the multi-process runs, and the Python layer's calls; the
+# allocation sites the walks reached, as file:line, land in build-asan/walk-sites.txt.
+WALK_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0 \
+	UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0
+test-walks:
+	@$(DEPS_CHECK) test
+	$(MAKE) -j$(JOBS) BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests build-asan/lib/hooks/libdcp.so
+	rm -f build-asan/walk-sites.txt
+	$(WALK_ENV) DCP_WALK=full DCP_WALK_SITES=$(abspath build-asan/walk-sites.txt) \
+		build-asan/bin/dcp-tests -s alloc_walk
+	$(WALK_ENV) DCP_WALK=full build-asan/bin/dcp-tests -s xfer_walk
+	@echo "allocation sites reached by the single-process walks: $$(grep -v '^#' \
+		build-asan/walk-sites.txt | sed 's/ (discriminator [0-9]*)//' | sort -u | wc -l) source lines"
+	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
+		$(WALK_ENV) ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0" DCP_WALK=full \
+		python3 tests/python/alloc_walk.py build-asan/lib/hooks/libdcp.so
+
+# The soak (tests/soak/soak.c): 10,000 training steps on 4 processes (about 20 minutes here)
+soak:
+	@$(DEPS_CHECK) test
+	$(MAKE) -j$(JOBS) tests
+	tests/soak/run.sh $(BUILD)/bin 10000
+
+# ThreadSanitizer: a third build of the library (no CUDA) and the planner service's load test
+# alone (tests/tsan/planner_load_main.c). UCX's memory hooks (libucm, loaded with libdcp) are
+# off: its madvise hook takes a lock inside glibc's thread exit, where ThreadSanitizer's
+# interceptor crashes.
+test-tsan:
+	@$(DEPS_CHECK) test
+	$(MAKE) -j$(JOBS) BUILD=build-tsan NVCC= OPT="-O1 -g" SAN="-fsanitize=thread" \
+		build-tsan/bin/dcp-planner-load
+	UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n \
+		TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/bin/dcp-planner-load
+
+$(BUILD)/bin/dcp-planner-load: $(BUILD)/obj/tests/tsan/planner_load_main.o \
+		$(BUILD)/obj/tests/unit/test_planner_load.o $(BUILD)/obj/tests/unit/support.o \
+		$(BUILD)/lib/libdcp.a
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -o $@ $^ -lcunit $(LDLIBS_ALL)
+
+# libdcp.so with the allocation hook (tests/unit/fault_hook.h), for the Python layer's walk
+# (tests/python/alloc_walk.py); never installed
+$(BUILD)/lib/hooks/libdcp.so: $(filter-out $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
+		$(ALLOC_HOOK_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared $(SAN) $(HOOK_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
 # libFuzzer over plan bytes (clang only): the library instrumented for coverage, with ASan
 # and UBSan. make fuzz, then build-fuzz/bin/dcp-plan-fuzz -max_total_time=600 CORPUS_DIR (an
@@ -367,6 +459,6 @@ uninstall:
 	-rmdir $(DESTDIR)$(PREFIX)/lib/pkgconfig 2>/dev/null
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-tsan
 
 -include $(shell find $(BUILD)/obj $(BUILD)/obj-hooks -name '*.d' 2>/dev/null)

@@ -2,6 +2,7 @@
  * are NULL, events order nothing (program order already does) and timers read the clock.
  * Also the parsing of device names, shared by contexts and tools. */
 #include "include/base/error.h"
+#include "include/base/test_hook.h"
 #include "kernels/cpu.h"
 #include "kernels/cuda/device.h"
 #include "kernels/device.h"
@@ -15,18 +16,37 @@ static dcp_status_t cpu_set_device(int32_t device)
     return DCP_OK;
 }
 
-static void *cpu_alloc(int32_t device, size_t bytes)
+/* The table's allocations are the library's too: they pass the allocation hook points of
+ * include/base/test_hook.h with their caller as the site. */
+static void *aligned_zeroed(size_t bytes, const void *site)
 {
-    (void)device;
-    const size_t size = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, size ? size : 64);
-    if (p) memset(p, 0, size);
+    const size_t size = bytes ? (bytes + 63) / 64 * 64 : 64;
+    void *p = DCP_TEST_ALLOC_FAILS(site) ? NULL : aligned_alloc(64, size);
+    if (!p) return NULL;
+    memset(p, 0, size);
+    DCP_TEST_ALLOC_MADE(0, p, size, site);
     return p;
 }
 
-static void *cpu_host_alloc(size_t bytes)
+__attribute__((noinline)) static void *cpu_alloc(int32_t device, size_t bytes)
 {
-    return cpu_alloc(-1, bytes);
+    (void)device;
+    return aligned_zeroed(bytes, DCP_ALLOC_SITE());
+}
+
+__attribute__((noinline)) static void *cpu_host_alloc(size_t bytes)
+{
+    return aligned_zeroed(bytes, DCP_ALLOC_SITE());
+}
+
+/* Streams and events are NULL here, but their creation can fail on a GPU: in test builds the
+ * hook may fail it, so that the callers' unwinding runs on the CPU too. */
+static dcp_status_t handle_create(const char *what, const void *site, void **handle_out)
+{
+    if (DCP_TEST_ALLOC_FAILS(site))
+        return dcp_set_error(DCP_ERR_NO_MEMORY, "cpu: cannot create %s", what);
+    *handle_out = NULL;
+    return DCP_OK;
 }
 
 static void cpu_free(void *ptr)
@@ -55,11 +75,10 @@ static dcp_status_t cpu_fill_f32(float *dst, int64_t n, float value, void *strea
     return DCP_OK;
 }
 
-static dcp_status_t cpu_stream_create(int32_t device, void **stream_out)
+__attribute__((noinline)) static dcp_status_t cpu_stream_create(int32_t device, void **stream_out)
 {
     (void)device;
-    *stream_out = NULL;
-    return DCP_OK;
+    return handle_create("a stream", DCP_ALLOC_SITE(), stream_out);
 }
 
 static void cpu_release(void *handle)
@@ -73,11 +92,10 @@ static dcp_status_t cpu_stream_sync(void *stream)
     return DCP_OK;
 }
 
-static dcp_status_t cpu_event_create(int32_t device, void **event_out)
+__attribute__((noinline)) static dcp_status_t cpu_event_create(int32_t device, void **event_out)
 {
     (void)device;
-    *event_out = NULL;
-    return DCP_OK;
+    return handle_create("an event", DCP_ALLOC_SITE(), event_out);
 }
 
 static dcp_status_t cpu_event_record(void *event, void *stream)

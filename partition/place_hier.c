@@ -20,10 +20,11 @@
 
 /* The packing's imbalance: the most of any node over the mean, in tokens or in attention
  * pairs, whichever is more. */
-static double packed_imbalance(const dcp_blocks_t *b, const int32_t *group_of, int32_t nodes)
+static dcp_status_t packed_imbalance(const dcp_blocks_t *b, const int32_t *group_of,
+                                     int32_t nodes, double *imbalance_out)
 {
-    double *load = calloc(2 * (size_t)nodes, sizeof *load), tokens = 0, pairs = 0, most = 0;
-    if (!load) return INFINITY;
+    double *load, tokens = 0, pairs = 0, most = 0;
+    DCP_CHECK(dcp_calloc(&load, 2 * (int64_t)nodes, sizeof *load, "nodes"));
     for (int32_t s = 0; s < b->num_seqs; s++) {
         const double p = dcp_peer_pairs(b, s, 0, b->seqs[s].len);
         load[2 * group_of[s]] += b->seqs[s].len;
@@ -35,7 +36,8 @@ static double packed_imbalance(const dcp_blocks_t *b, const int32_t *group_of, i
         most = fmax(most, fmax(load[2 * n] / (tokens / nodes),
                                pairs > 0 ? load[2 * n + 1] / (pairs / nodes) : 0));
     free(load);
-    return most;
+    *imbalance_out = most;
+    return DCP_OK;
 }
 
 dcp_status_t dcp_nodes_imbalance(const dcp_blocks_t *b, const dcp_cluster_t *cluster,
@@ -43,8 +45,8 @@ dcp_status_t dcp_nodes_imbalance(const dcp_blocks_t *b, const dcp_cluster_t *clu
 {
     int32_t *group_of;
     DCP_CHECK(dcp_calloc(&group_of, b->num_seqs, sizeof *group_of, "nodes"));
-    const dcp_status_t st = dcp_peer_pack(b, cluster->num_nodes, group_of);
-    if (st == DCP_OK) *imbalance_out = packed_imbalance(b, group_of, cluster->num_nodes);
+    dcp_status_t st = dcp_peer_pack(b, cluster->num_nodes, group_of);
+    if (st == DCP_OK) st = packed_imbalance(b, group_of, cluster->num_nodes, imbalance_out);
     free(group_of);
     return st;
 }
@@ -66,7 +68,9 @@ static dcp_status_t nodes_place(const dcp_place_in_t *in, dcp_placement_t *p)
     DCP_CHECK_GOTO(dcp_calloc(&block_node, b->num_blocks, sizeof *block_node, "nodes"), st, out);
     DCP_CHECK_GOTO(dcp_peer_pack(b, nodes, group_of), st, out);
     for (int32_t t = 0; t < b->num_blocks; t++) block_node[t] = group_of[b->blk_seq[t]];
-    const int uneven = packed_imbalance(b, group_of, nodes) > 1 + in->opts->eps_inter;
+    double imbalance;
+    DCP_CHECK_GOTO(packed_imbalance(b, group_of, nodes, &imbalance), st, out);
+    const int uneven = imbalance > 1 + in->opts->eps_inter;
     DCP_CHECK_GOTO(dcp_metis_place_in_nodes(in, block_node, uneven, p, &found), st, out);
     if (!found) { /* no valid result: lpt places the blocks within the cap or says why */
         p->fallback = 1;

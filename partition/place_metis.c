@@ -209,13 +209,14 @@ static dcp_status_t hierarchical(const dcp_blocks_t *b, const dcp_hypergraph_t *
     return st;
 }
 
-/* Every rank within the balance bounds (place.h) and under the memory cap. */
-static int balanced(const dcp_blocks_t *b, const dcp_place_in_t *in, const dcp_placement_t *p,
-                    double tol)
+/* *ok_out: every rank within the balance bounds (place.h) and under the memory cap. A failure
+ * to count is an error, not an imbalance (that would change the plan). */
+static dcp_status_t balanced(const dcp_blocks_t *b, const dcp_place_in_t *in,
+                             const dcp_placement_t *p, double tol, int *ok_out)
 {
     const int32_t nr = in->cluster->num_ranks;
     int64_t *f, *m;
-    if (dcp_place_loads(b, p, nr, &f, &m) != DCP_OK) return 0;
+    DCP_CHECK(dcp_place_loads(b, p, nr, &f, &m));
     double fb[DCP_MAX_KINDS], mb;
     dcp_place_bounds(b, nr, tol, 0, fb, &mb);
     int ok = 1;
@@ -227,7 +228,8 @@ static int balanced(const dcp_blocks_t *b, const dcp_place_in_t *in, const dcp_p
     }
     free(f);
     free(m);
-    return ok;
+    *ok_out = ok;
+    return DCP_OK;
 }
 
 /* One method: partition and refine; *valid when the result is within the bounds (0 when it
@@ -241,8 +243,7 @@ static dcp_status_t try_method(const dcp_blocks_t *b, const dcp_hypergraph_t *g,
     DCP_CHECK(hierarchical(b, g, run, p));
     if (run->refused) return DCP_OK;
     if (in->opts->refine) DCP_CHECK(dcp_refine(b, g, in, in->opts->eps_intra, p));
-    *valid = balanced(b, in, p, in->opts->eps_intra);
-    return DCP_OK;
+    return balanced(b, in, p, in->opts->eps_intra, valid);
 }
 
 static int32_t metis_chunks(int32_t num_ranks)
@@ -396,7 +397,7 @@ dcp_status_t dcp_metis_place_in_nodes(const dcp_place_in_t *in, const int32_t *b
             continue;
         }
         if (in->opts->refine) st = dcp_refine(b, &g, in, in->opts->eps_intra, p);
-        if (st == DCP_OK) *found = balanced(b, in, p, in->opts->eps_intra);
+        if (st == DCP_OK) st = balanced(b, in, p, in->opts->eps_intra, found);
     }
     free(node_of);
     dcp_hypergraph_release(&g);

@@ -844,13 +844,9 @@ static dcp_status_t emit_pass(emitter_t *ep, const dcp_schedule_t *s)
     DCP_CHECK_GOTO(dcp_calloc(&div_end, s->num_divs, sizeof *div_end, "program"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&cut, s->num_phases + 2, sizeof *cut, "program"), st, out);
     DCP_CHECK_GOTO(index_touches(&e), st, out);
-    int32_t *steps =
-        realloc(p->phase_step, ((size_t)p->num_phases + s->num_phases + 1) * sizeof *p->phase_step);
-    if (!steps) {
-        st = dcp_set_error(DCP_ERR_NO_MEMORY, "program: phase steps");
-        goto out;
-    }
-    p->phase_step = steps;
+    DCP_CHECK_GOTO(dcp_resize(&p->phase_step, (int64_t)p->num_phases + s->num_phases + 1,
+                              sizeof *p->phase_step, "program: phase steps"),
+                   st, out);
     for (int32_t step = 0; step <= s->num_divs + 2; step++)
         for (int32_t ph = s->phase_first[step]; ph < s->phase_first[step + 1]; ph++)
             p->phase_step[e.phase_base + ph] = step;

@@ -275,7 +275,7 @@ dcp_status_t dcp_refine_fm(dcp_refiner_t *r)
     DCP_CHECK_GOTO(dcp_calloc(&f.log_from, f.nv, sizeof *f.log_from, "fm"), st, out);
     double total = 0;
     for (int i = 0; i < FM_PASSES; i++) {
-        double gain;
+        double gain = 0; /* (set by pass(); GCC at -O1 cannot see it) */
         DCP_CHECK_GOTO(pass(&f, &gain), st, out);
         total += gain;
         if (gain <= FM_EPS || gain < FM_TAIL * total) break;

@@ -41,8 +41,9 @@ static void sort_needs(need_t *needs, int64_t n)
     }
     int w[5], total = 0;
     for (int k = 0; k < 5; k++) total += w[k] = bits_for(max[k]);
-    uint64_t *key = total <= 64 && n > 1 ? malloc((size_t)n * sizeof *key) : NULL;
-    uint64_t *tmp = key ? malloc((size_t)n * sizeof *tmp) : NULL;
+    uint64_t *key = NULL, *tmp = NULL;
+    if (total <= 64 && n > 1 && dcp_calloc(&key, n, sizeof *key, "needs sort") == DCP_OK)
+        (void)dcp_calloc(&tmp, n, sizeof *tmp, "needs sort");
     if (!tmp) {
         free(key);
         if (n > 1) qsort(needs, (size_t)n, sizeof *needs, need_cmp);
@@ -57,8 +58,8 @@ static void sort_needs(need_t *needs, int64_t n)
         key[i] = k;
     }
     enum { DIGIT = 11, BINS = 1 << DIGIT };
-    int64_t *count = malloc(BINS * sizeof *count);
-    if (!count) {
+    int64_t *count = NULL;
+    if (dcp_calloc(&count, BINS, sizeof *count, "needs sort") != DCP_OK) {
         free(key);
         free(tmp);
         qsort(needs, (size_t)n, sizeof *needs, need_cmp);
@@ -307,7 +308,8 @@ static int32_t holder_of(const dcp_transfer_t *t)
 static dcp_status_t assign_phases(dcp_schedule_t *s, dcp_comm_schedule_t comm, int32_t coalesce)
 {
     const int32_t steps = s->num_divs + 3;
-    free(s->phase_first);
+    free(s->phase_first); /* a schedule phased again (relayed) */
+    s->phase_first = NULL;
     DCP_CHECK(dcp_calloc(&s->phase_first, steps + 1, sizeof(int32_t), "phases"));
     int32_t *src = NULL, *dst = NULL, *colour = NULL;
     dcp_status_t st = DCP_OK;

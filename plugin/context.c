@@ -18,6 +18,17 @@ dcp_status_t dcp_context_default_timeout(double *timeout_s_out)
                          getenv("DCP_TIMEOUT_S"));
 }
 
+/* Streams are lent to CUDA contexts only. */
+static dcp_status_t check_streams(const dcp_context_config_t *config, int32_t device)
+{
+    if ((config->compute_stream || config->transfer_stream) && dcp_device_of(device)->host_memory)
+        return dcp_set_error(DCP_ERR_INVALID_ARG,
+                             "config.%s is set on a CPU context (streams are lent to CUDA "
+                             "contexts)",
+                             config->compute_stream ? "compute_stream" : "transfer_stream");
+    return DCP_OK;
+}
+
 /* Threads of one process: the in-process engine over the group's hub, on every link. */
 static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t *config)
 {
@@ -38,6 +49,8 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
     snprintf(ctx->cluster_why, sizeof ctx->cluster_why,
              "the ranks are threads: plan with a cluster of the caller's choosing");
     DCP_CHECK(dcp_device_parse(config->device, config->rank, "config.device", &ctx->device));
+    /* before the engine: a rank refused here has not joined its peers */
+    DCP_CHECK(check_streams(config, ctx->device));
     return dcp_inproc_engine_create(config->group->hub, config->rank, &ctx->engine);
 }
 
@@ -149,14 +162,13 @@ static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_f
         st = wrap(user, ctx->rank, inner, &ctx->engine);
     }
     ctx->dev = dcp_device_of(ctx->device);
-    if (st == DCP_OK && (config->compute_stream || config->transfer_stream) &&
-        ctx->dev->host_memory)
-        st = dcp_set_error(DCP_ERR_INVALID_ARG,
-                           "config.%s is set on a CPU context (streams are lent to CUDA contexts)",
-                           config->compute_stream ? "compute_stream" : "transfer_stream");
+    if (st == DCP_OK) st = check_streams(config, ctx->device);
     if (st == DCP_OK && !ctx->dev->host_memory) st = attach_device(ctx, config);
     if (st == DCP_OK) st = dcp_attn_init(ctx, config);
     if (st != DCP_OK) {
+        /* the peers' creation has succeeded: they learn of this rank's failure at their
+         * first call, instead of waiting for it until the timeout (UCX's close, a transfer) */
+        if (ctx->engine) ctx->engine->ops->abort(ctx->engine, dcp_last_error());
         dcp_engine_destroy(ctx->engine);
         release(ctx);
         return st;

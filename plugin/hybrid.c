@@ -36,9 +36,7 @@ struct dcp_hybrid {
 static dcp_status_t grow(char **buf, size_t *cap, size_t bytes)
 {
     if (*cap >= bytes) return DCP_OK;
-    char *b = realloc(*buf, bytes);
-    if (!b) return dcp_set_error(DCP_ERR_NO_MEMORY, "hybrid bootstrap: %zu bytes", bytes);
-    *buf = b;
+    DCP_CHECK(dcp_resize(buf, (int64_t)bytes, 1, "hybrid bootstrap"));
     *cap = bytes;
     return DCP_OK;
 }

@@ -206,8 +206,8 @@ static void stage_release(void *user)
 
 dcp_status_t dcp_job_staged_engine(int32_t device, dcp_engine_t *ucx, dcp_engine_t **out)
 {
-    stager_t *s = calloc(1, sizeof *s);
-    dcp_status_t st = s ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "job: stager");
+    stager_t *s = NULL;
+    dcp_status_t st = dcp_calloc(&s, 1, sizeof *s, "job: stager");
     if (st == DCP_OK) {
         s->dev = dcp_device_of(device);
         st = s->dev->stream_create(device, &s->stream);

@@ -104,7 +104,7 @@ dcp_status_t dcp_inproc_contexts_create(int32_t n, const dcp_context_config_t *b
 {
     dcp_group_t *group;
     DCP_CHECK(dcp_group_create(n, &group));
-    dcp_context_t **ctx;
+    dcp_context_t **ctx = NULL; /* destroy takes a partial set: none when this fails */
     dcp_status_t st = dcp_calloc(&ctx, n, sizeof *ctx, "contexts");
     for (int32_t r = 0; st == DCP_OK && r < n; r++) {
         dcp_context_config_t cfg = *base;

@@ -1,6 +1,7 @@
 /* Call stamps (plugin/stamp.h): the exchange, its two channels and the comparison. */
 #include "plugin/stamp.h"
 
+#include "include/base/alloc.h"
 #include "include/base/error.h"
 #include "include/base/poll.h"
 #include "include/base/test_hook.h"
@@ -110,20 +111,25 @@ static dcp_status_t slot_reserve(dcp_context_t *ctx, dcp_stamp_slot_t *slot, int
     if (slot->host && slot->cap >= n) return DCP_OK;
     slot_buffers_free(ctx, slot);
     const size_t bytes = (size_t)(1 + n) * sizeof(dcp_stamp_t);
+    dcp_status_t st = DCP_OK;
     if (s->device) {
         slot->host = ctx->dev->host_alloc(bytes);
         slot->dev = ctx->dev->alloc(ctx->device, bytes);
+        if (!slot->host || !slot->dev)
+            st = dcp_set_error(DCP_ERR_NO_MEMORY, "call stamps: %zu bytes for %d peers", bytes, n);
     } else {
-        slot->host = slot->dev = calloc(1, bytes);
+        st = dcp_calloc(&slot->host, (int64_t)n + 1, sizeof(dcp_stamp_t), "call stamps");
+        slot->dev = slot->host;
     }
-    slot->peers = calloc((size_t)n + 1, sizeof *slot->peers);
-    slot->done = calloc(2 * (size_t)n + 1, sizeof *slot->done);
-    if (!slot->host || !slot->dev || !slot->peers || !slot->done) {
+    if (st == DCP_OK)
+        st = dcp_calloc(&slot->peers, (int64_t)n + 1, sizeof *slot->peers, "call stamps");
+    if (st == DCP_OK)
+        st = dcp_calloc(&slot->done, 2 * (int64_t)n + 1, sizeof *slot->done, "call stamps");
+    if (st != DCP_OK) {
         slot_buffers_free(ctx, slot);
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "call stamps: %zu bytes for %d peers", bytes, n);
+        return st;
     }
     slot->cap = n;
-    dcp_status_t st = DCP_OK;
     for (int32_t i = 0; s->device && st == DCP_OK && i < 2 * n; i++)
         st = ctx->dev->event_create(ctx->device, &slot->done[i]);
     if (st != DCP_OK) slot_buffers_free(ctx, slot);
@@ -139,12 +145,7 @@ static dcp_status_t launch_stage(dcp_context_t *ctx, dcp_stamp_slot_t *slot, int
     const int32_t first = stage ? slot->nring : 0, m = stage ? slot->n - slot->nring : slot->nring;
     slot->todo[stage] = 0;
     if (m == 0) return DCP_OK;
-    if (2 * m > s->ops_cap) {
-        dcp_xfer_op_t *grown = realloc(s->ops, (size_t)(2 * m) * sizeof *grown);
-        if (!grown) return dcp_set_error(DCP_ERR_NO_MEMORY, "call stamps: %d ops", 2 * m);
-        s->ops = grown;
-        s->ops_cap = 2 * m;
-    }
+    DCP_CHECK(dcp_reserve(&s->ops, &s->ops_cap, 2 * (int64_t)m, sizeof *s->ops, "call stamps"));
     const uint64_t space = s->device ? DCP_TAG_NOTICE : DCP_TAG_STAMP;
     void *ready = s->device ? s->ready : NULL;
     for (int32_t k = 0; k < m; k++) {

@@ -83,7 +83,7 @@ typedef struct {
     int32_t cur;            /* the slot of the exchange in flight */
     dcp_xfer_req_t *req[2]; /* its stages in flight; NULL: none */
     dcp_xfer_op_t *ops;     /* scratch of one stage: 2 per peer */
-    int32_t ops_cap;
+    int64_t ops_cap;
     void *ready; /* device channel: this rank's stamp is on the device */
 } dcp_stamps_t;
 

@@ -36,10 +36,15 @@ dcp_status_t dcp_bootstrap_allgather(const dcp_bootstrap_t *bs, const void *send
                          bs->rank, dcp_status_string(st), why);
 }
 
+/* Ranks whose vote needs no allocation: a vote that cannot be held leaves the others waiting
+ * until the timeout, and this rank's next collective meets theirs out of step. */
+#define AGREE_ON_STACK 1024
+
 dcp_status_t dcp_bootstrap_agree(const dcp_bootstrap_t *bs, dcp_status_t mine, const char *what)
 {
-    int32_t *all = NULL;
-    DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "bootstrap vote"));
+    int32_t stack[AGREE_ON_STACK], *all = stack;
+    if (bs->size > AGREE_ON_STACK)
+        DCP_CHECK(dcp_calloc(&all, bs->size, sizeof *all, "bootstrap vote"));
     const int32_t s = (int32_t)mine;
     dcp_status_t st = dcp_bootstrap_allgather(bs, &s, all, sizeof s, what);
     if (st == DCP_OK && mine != DCP_OK) st = mine; /* a failing rank keeps its own message */
@@ -47,6 +52,6 @@ dcp_status_t dcp_bootstrap_agree(const dcp_bootstrap_t *bs, dcp_status_t mine, c
         if (all[r] != DCP_OK)
             st = dcp_set_error((dcp_status_t)all[r], "%s failed on rank %d (%s)", what, r,
                                dcp_status_string((dcp_status_t)all[r]));
-    free(all);
+    if (all != stack) free(all);
     return st;
 }

@@ -22,7 +22,8 @@ dcp_status_t dcp_bootstrap_allgather(const dcp_bootstrap_t *bs, const void *send
 
 /* Collective: every rank gives its status; a failing rank returns its own (message kept),
  * the others the first failure in rank order, saying which rank failed at `what`.
- * Only running out of memory for the vote itself (4 bytes a rank) leaves the others. */
+ * It allocates nothing up to 1024 ranks; beyond, running out of memory for the vote itself
+ * (4 bytes a rank) leaves the others. */
 dcp_status_t dcp_bootstrap_agree(const dcp_bootstrap_t *bs, dcp_status_t mine, const char *what);
 
 #endif

@@ -19,6 +19,8 @@ struct dcp_xfer_req {
     dcp_xfer_op_t *ops;
     int mismatch; /* a peer posted a different size for one of the tags */
     int copy_failed;
+    /* the first op that failed: its peer, direction, and the rank that copied its bytes */
+    int32_t bad_peer, bad_send, copier;
 };
 
 typedef struct {
@@ -96,11 +98,18 @@ int32_t dcp_inproc_hub_size(const dcp_inproc_hub_t *hub)
     return hub->size;
 }
 
-/* Marks one operation of req done; the caller holds the mailbox lock the op lived in. */
-static void complete(dcp_inproc_hub_t *h, dcp_xfer_req_t *req, int mismatch, int copy_failed)
+/* Marks operation `op` of req done; the caller (rank `copier`) holds the mailbox lock the op
+ * lived in. */
+static void complete(dcp_inproc_hub_t *h, dcp_xfer_req_t *req, const dcp_xfer_op_t *op,
+                     int32_t copier, int mismatch, int copy_failed)
 {
     pthread_mutex_lock(&h->done_mu);
     req->remaining--;
+    if ((mismatch || copy_failed) && !req->mismatch && !req->copy_failed) {
+        req->bad_peer = op->peer;
+        req->bad_send = op->send;
+        req->copier = copier;
+    }
     req->mismatch |= mismatch;
     req->copy_failed |= copy_failed;
     pthread_cond_broadcast(&h->done_cv);
@@ -143,14 +152,16 @@ static dcp_status_t post(inproc_engine_t *ie, const dcp_xfer_op_t *op, dcp_xfer_
         if (!mismatch) {
             const dcp_xfer_op_t *send = op->send ? op : &m.op, *recv = op->send ? &m.op : op;
             DCP_TEST_DELAY(DCP_DELAY_COPY);
-            if (ie->mover.copy && !dcp_tag_is_host_stamp(op->tag)) /* stamps: host memory */
+            if (DCP_TEST_FAULT(DCP_FAULT_INPROC_COPY))
+                copy_failed = 1;
+            else if (ie->mover.copy && !dcp_tag_is_host_stamp(op->tag)) /* stamps: host memory */
                 copy_failed = ie->mover.copy(ie->mover.user, send, recv,
                                              h->device[src] == h->device[dst]) != DCP_OK;
             else if (op->bytes > 0)
                 memcpy(recv->ptr, send->ptr, op->bytes);
         }
-        complete(h, m.req, mismatch, copy_failed);
-        complete(h, req, mismatch, copy_failed);
+        complete(h, m.req, &m.op, self, mismatch, copy_failed);
+        complete(h, req, op, self, mismatch, copy_failed);
     } else {
         pending_t **list = op->send ? &b->sends : &b->recvs;
         int64_t *n = op->send ? &b->nsends : &b->nrecvs;
@@ -219,13 +230,17 @@ static dcp_status_t ip_launch(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t
 
 static dcp_status_t req_status(const dcp_engine_t *e, const dcp_xfer_req_t *req)
 {
+    if (!req->mismatch && !req->copy_failed) return DCP_OK;
+    const char *call = req->bad_send ? "send to" : "receive from";
     if (req->mismatch)
         return dcp_set_error(DCP_ERR_INTERNAL,
-                             "inproc: rank %d and a peer posted different sizes for one tag",
-                             e->rank);
-    if (req->copy_failed)
-        return dcp_set_error(DCP_ERR_SYSTEM, "inproc: a block copy of rank %d failed", e->rank);
-    return DCP_OK;
+                             "inproc: rank %d's %s rank %d: the two ranks posted different "
+                             "sizes for one tag",
+                             e->rank, call, req->bad_peer);
+    return dcp_set_error(DCP_ERR_SYSTEM,
+                         "inproc: rank %d's %s rank %d failed: the block copy (made by rank %d) "
+                         "reported an error",
+                         e->rank, call, req->bad_peer, req->copier);
 }
 
 static dcp_status_t ip_test(dcp_engine_t *e, dcp_xfer_req_t *req, int *done_out)

@@ -47,8 +47,9 @@ void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
     me->nic = DCP_NIC_ETH;
     me->device = -1;
     me->ucx_cuda = ucx && dcp_ucx_supports_cuda();
-    dcp_node_topo_t *node = calloc(1, sizeof *node);
-    if (node && dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {
+    dcp_node_topo_t *node = NULL;
+    if (dcp_calloc(&node, 1, sizeof *node, "node") == DCP_OK &&
+        dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {
         me->gpus = node->num_gpus;
         for (int32_t k = 0; k < node->num_nics; k++)
             if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;

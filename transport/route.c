@@ -66,14 +66,9 @@ static dcp_status_t route_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, i
         if (ops[k].peer < 0 || ops[k].peer >= base->size || ops[k].peer == base->rank)
             return dcp_set_error(DCP_ERR_INVALID_ARG, "route: op %lld has peer %d (rank %d of %d)",
                                  (long long)k, ops[k].peer, base->rank, base->size);
-    if (n > e->scratch_cap) {
-        dcp_xfer_op_t *grown = realloc(e->scratch, (size_t)n * sizeof *grown);
-        if (!grown) return dcp_set_error(DCP_ERR_NO_MEMORY, "route: %lld ops", (long long)n);
-        e->scratch = grown;
-        e->scratch_cap = n;
-    }
-    dcp_xfer_req_t *r = calloc(1, sizeof *r);
-    if (!r) return dcp_set_error(DCP_ERR_NO_MEMORY, "route: request");
+    DCP_CHECK(dcp_reserve(&e->scratch, &e->scratch_cap, n, sizeof *e->scratch, "route: ops"));
+    dcp_xfer_req_t *r = NULL;
+    DCP_CHECK(dcp_calloc(&r, 1, sizeof *r, "route: request"));
     /* each engine's ops, in launch order, one launch per engine */
     for (int32_t i = 0; i < e->n; i++) {
         int64_t m = 0;

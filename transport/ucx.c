@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/poll.h"
+#include "include/base/test_hook.h"
 #include "transport/bootstrap.h"
 #include "transport/peers.h"
 
@@ -59,11 +60,17 @@ struct ucx_engine {
     uint8_t *peer_mode;   /* endpoint created with UCX peer error handling */
     double next_liveness; /* when waits next look at local_pid */
     int32_t failed_peer;  /* first peer reported dead or aborted, -1 while none */
+    int32_t peer_dead;    /* failed_peer is known dead (its endpoint failed, its process is
+                             gone), not only blamed for a transfer that broke */
     int32_t suspect;      /* the peer a timed-out wait was waiting for, -1 while none */
     int32_t self_failed;  /* this rank announced its own failure */
     char failed_reason[DCP_ABORT_REASON_CAP]; /* failed_peer's reason, from its notice */
     void *abort_req;                          /* the posted receive for abort notices */
     abort_msg_t abort_in;
+    /* made with the endpoints, so that announcing a failure (abort) and closing allocate
+     * nothing: [size] requests in flight, [size] outgoing notices */
+    void **close_reqs;
+    abort_msg_t *abort_out;
     /* set: ops with a ready event are posted once it is reached (dcp_ucx_engine_order_by) */
     dcp_status_t (*ready_query)(void *event, int *state_out);
 };
@@ -73,6 +80,7 @@ struct dcp_xfer_req {
     void **reqs;          /* in-flight UCX requests (NULL once complete) */
     ucs_status_t *status; /* completion status of each op */
     int32_t *peer;
+    uint8_t *send; /* 1: the op is a send */
     dcp_xfer_op_t *held; /* ops waiting for their ready event (ready NULL once posted);
                             NULL when none were held */
     int64_t nheld;
@@ -89,6 +97,7 @@ static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
     peer_ref_t *ref = arg;
     if (ref->e->failed_peer < 0) {
         ref->e->failed_peer = ref->peer;
+        ref->e->peer_dead = 1;
         snprintf(ref->e->failed_reason, sizeof ref->e->failed_reason, "its endpoint failed: %s",
                  ucs_status_string(status));
     }
@@ -177,6 +186,7 @@ static void check_liveness(ucx_engine_t *e)
             progress(e);
             if (e->failed_peer >= 0) break;
             e->failed_peer = p;
+            e->peer_dead = 1;
             snprintf(e->failed_reason, sizeof e->failed_reason, "its process %lld is gone",
                      (long long)e->local_pid[p]);
         }
@@ -201,7 +211,15 @@ static void free_req(dcp_xfer_req_t *r)
     free(r->reqs);
     free(r->status);
     free(r->peer);
+    free(r->send);
     free(r);
+}
+
+/* "send to rank 3" or "receive from rank 3": the call an op of r is. */
+static const char *op_name(const dcp_xfer_req_t *r, int64_t i, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s rank %d", r->send[i] ? "send to" : "receive from", r->peer[i]);
+    return buf;
 }
 
 /* Collects finished operations; returns the first error as a dcp status. */
@@ -209,53 +227,78 @@ static dcp_status_t harvest(ucx_engine_t *e, dcp_xfer_req_t *r)
 {
     for (int64_t i = 0; i < r->n; i++) {
         if (r->reqs[i]) {
-            const ucs_status_t s = ucp_request_check_status(r->reqs[i]);
+            ucs_status_t s = ucp_request_check_status(r->reqs[i]);
             if (s == UCS_INPROGRESS) continue;
             ucp_request_free(r->reqs[i]);
             r->reqs[i] = NULL;
+            if (s == UCS_OK && DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE)) s = UCS_ERR_IO_ERROR;
             r->status[i] = s;
             r->pending--;
         }
         const ucs_status_t s = r->status[i];
         if (s == UCS_OK || s == UCS_INPROGRESS) continue;
+        char call[48];
+        op_name(r, i, call, sizeof call);
         if (s == UCS_ERR_MESSAGE_TRUNCATED)
             return dcp_set_error(DCP_ERR_INTERNAL,
-                                 "ucx: rank %d and peer %d posted different sizes for one tag",
-                                 e->base.rank, r->peer[i]);
+                                 "ucx: rank %d's %s: the two ranks posted different sizes for "
+                                 "one tag",
+                                 e->base.rank, call);
         if (s == UCS_ERR_CANCELED) continue;
         /* a peer that failed on purpose sent its notice before it closed: the notice, with
          * its reason, may be waiting behind the broken transfer */
         for (int k = 0; k < 16 && e->failed_peer < 0; k++) progress(e);
         if (e->failed_peer >= 0)
-            return dcp_set_error(DCP_ERR_PEER,
-                                 "ucx: rank %d failed (%s); rank %d's transfer "
-                                 "with it ended: %s",
-                                 e->failed_peer, e->failed_reason, e->base.rank,
+            return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d's %s ended: %s",
+                                 e->failed_peer, e->failed_reason, e->base.rank, call,
                                  ucs_status_string(s));
+        /* the peer is blamed (a transfer that breaks mostly means it died), and the notice
+         * this rank sends names the call that saw it */
         e->failed_peer = r->peer[i];
-        snprintf(e->failed_reason, sizeof e->failed_reason, "a transfer with it failed: %s",
-                 ucs_status_string(s));
-        return dcp_set_error(DCP_ERR_PEER, "ucx: transfer with rank %d failed: %s", r->peer[i],
+        snprintf(e->failed_reason, sizeof e->failed_reason, "rank %d's %s failed: %s", e->base.rank,
+                 call, ucs_status_string(s));
+        return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d's %s failed: %s", e->base.rank, call,
                              ucs_status_string(s));
     }
     return DCP_OK;
 }
 
-/* Posts op k of r (a tagged send or receive). */
-static void post(ucx_engine_t *e, dcp_xfer_req_t *r, int64_t k, const dcp_xfer_op_t *op)
+/* Posts op k of r (a tagged send or receive). A post that fails is this rank's own
+ * failure, named with the call; the ops posted before it are the caller's to withdraw. */
+static dcp_status_t post(ucx_engine_t *e, dcp_xfer_req_t *r, int64_t k, const dcp_xfer_op_t *op)
 {
     ucp_request_param_t p = {0};
-    void *q = op->send ? ucp_tag_send_nbx(e->eps[op->peer], op->ptr, op->bytes, op->tag, &p)
-                       : ucp_tag_recv_nbx(e->worker, op->ptr, op->bytes, op->tag, ~0ull, &p);
+    void *q;
+    if (DCP_TEST_FAULT(op->send ? DCP_FAULT_UCX_SEND : DCP_FAULT_UCX_RECV))
+        q = UCS_STATUS_PTR(UCS_ERR_IO_ERROR);
+    else if (op->send)
+        q = ucp_tag_send_nbx(e->eps[op->peer], op->ptr, op->bytes, op->tag, &p);
+    else
+        q = ucp_tag_recv_nbx(e->worker, op->ptr, op->bytes, op->tag, ~0ull, &p);
     if (UCS_PTR_IS_ERR(q)) {
-        r->status[k] = UCS_PTR_STATUS(q);
+        r->status[k] = UCS_ERR_CANCELED; /* never posted: nothing to harvest */
         r->pending--;
-    } else if (q) {
-        r->reqs[k] = q;
-    } else {
-        r->status[k] = UCS_OK;
-        r->pending--;
+        char call[48];
+        op_name(r, k, call, sizeof call);
+        /* a peer that failed first (its notice waiting, its process gone: a shared-memory
+         * endpoint then refuses the post) is named rather than this rank */
+        for (int i = 0; i < 16 && e->failed_peer < 0; i++) progress(e);
+        e->next_liveness = 0;
+        check_liveness(e);
+        if (e->failed_peer >= 0)
+            return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d cannot post its %s",
+                                 e->failed_peer, e->failed_reason, e->base.rank, call);
+        return dcp_set_error(DCP_ERR_SYSTEM, "ucx: rank %d cannot post its %s (%zu bytes): %s",
+                             e->base.rank, call, op->bytes, ucs_status_string(UCS_PTR_STATUS(q)));
     }
+    if (q) {
+        r->reqs[k] = q;
+        return DCP_OK;
+    }
+    /* completed at once */
+    r->status[k] = DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE) ? UCS_ERR_IO_ERROR : UCS_OK;
+    r->pending--;
+    return DCP_OK;
 }
 
 /* Whether op's ready event has been reached (always, unless ops are ordered by events). */
@@ -277,10 +320,11 @@ static dcp_status_t post_ready(ucx_engine_t *e, dcp_xfer_req_t *r)
         if (!ready) continue;
         r->held[k].ready = NULL;
         r->nheld--;
-        post(e, r, k, &r->held[k]);
+        DCP_CHECK(post(e, r, k, &r->held[k]));
     }
     return DCP_OK;
 }
+static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r);
 
 static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int64_t n,
                                dcp_xfer_req_t **req_out)
@@ -297,16 +341,23 @@ static dcp_status_t ucx_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, int
     DCP_CHECK_GOTO(dcp_calloc(&r->reqs, n, sizeof *r->reqs, "ucx request"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&r->status, n, sizeof *r->status, "ucx request"), st, err);
     DCP_CHECK_GOTO(dcp_calloc(&r->peer, n, sizeof *r->peer, "ucx request"), st, err);
+    DCP_CHECK_GOTO(dcp_calloc(&r->send, n, sizeof *r->send, "ucx request"), st, err);
     r->n = n;
     r->pending = n;
     for (int64_t k = 0; k < n; k++) {
         r->peer[k] = ops[k].peer;
+        r->send[k] = (uint8_t)(ops[k].send != 0);
         r->status[k] = UCS_INPROGRESS;
         int ready = 1;
         DCP_CHECK_GOTO(is_ready(e, &ops[k], &ready), st, err);
         if (ready) {
-            post(e, r, k, &ops[k]);
-            continue;
+            st = post(e, r, k, &ops[k]);
+            if (st == DCP_OK) continue;
+            /* the ops posted so far are withdrawn; those after k were never counted out */
+            r->pending -= n - k - 1;
+            r->n = k;
+            ucx_cancel(base, r);
+            return st;
         }
         /* its region is not written (send) or not free (receive) yet: posted once it is */
         if (!r->held)
@@ -400,7 +451,10 @@ static void ucx_cancel(dcp_engine_t *base, dcp_xfer_req_t *r)
 
 /* Tells every peer that this rank has failed, flushing the notices briefly. The notice
  * names the failure this rank saw first (a dead peer, or the peer a timed-out wait waited
- * for), so that a rank relaying a failure is not blamed for it; its own rank otherwise. */
+ * for), so that a rank relaying a failure is not blamed for it; its own rank otherwise. A peer
+ * blamed only because a transfer with it broke is told too, unless its process is gone: it
+ * may be alive, and would otherwise learn of the failure only once the others have exited
+ * (and then blame one of them). */
 static void ucx_abort(dcp_engine_t *base, const char *reason)
 {
     ucx_engine_t *e = (ucx_engine_t *)base;
@@ -413,15 +467,15 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
     const char *why = e->failed_peer >= 0 && e->failed_reason[0] ? e->failed_reason
                       : reason && *reason                        ? reason
                                                                  : "no reason given";
-    void **reqs = calloc((size_t)base->size, sizeof *reqs);
-    abort_msg_t *me = calloc((size_t)base->size, sizeof *me);
-    if (!reqs || !me) {
-        free(reqs);
-        free(me);
-        return;
-    }
+    void **reqs = e->close_reqs;
+    abort_msg_t *me = e->abort_out;
+    if (!reqs || !me) return; /* no endpoints yet: nobody to tell */
     for (int32_t p = 0; p < base->size; p++) {
-        if (p == base->rank || p == e->failed_peer) continue;
+        reqs[p] = NULL;
+        if (p == base->rank) continue;
+        if (p == e->failed_peer && (e->peer_dead || (e->local_pid && e->local_pid[p] > 0 &&
+                                                     process_gone(e->local_pid[p]))))
+            continue;
         me[p] = (abort_msg_t){origin, base->rank, {0}};
         snprintf(me[p].reason, sizeof me[p].reason, "%s", why);
         ucp_request_param_t prm = {0};
@@ -443,9 +497,8 @@ static void ucx_abort(dcp_engine_t *base, const char *reason)
             if (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS)
                 ucp_request_cancel(e->worker, reqs[p]);
             ucp_request_free(reqs[p]);
+            reqs[p] = NULL;
         }
-    free(reqs);
-    free(me);
 }
 
 static dcp_status_t ucx_health(dcp_engine_t *base)
@@ -479,7 +532,8 @@ static void close_eps(ucx_engine_t *e)
 {
     const int healthy = e->failed_peer < 0 && !e->self_failed;
     const int32_t n = e->base.size;
-    void **reqs = calloc((size_t)n, sizeof *reqs);
+    void **reqs = e->close_reqs;
+    for (int32_t p = 0; reqs && p < n; p++) reqs[p] = NULL;
     for (int32_t p = 0; p < n; p++) {
         if (!e->eps || !e->eps[p]) continue;
         /* a failed job: endpoints with peer error handling close by force; the others are
@@ -500,7 +554,6 @@ static void close_eps(ucx_engine_t *e)
     }
     for (int32_t p = 0; p < n && reqs; p++)
         if (reqs[p]) ucp_request_free(reqs[p]);
-    free(reqs);
 }
 
 /* After a failure, peers' blocks may have arrived that no receive will ever take: receives
@@ -508,14 +561,19 @@ static void close_eps(ucx_engine_t *e)
  * warning per message. */
 static void drain_unexpected(ucx_engine_t *e)
 {
+    char keep[512];
+    dcp_error_save(keep, sizeof keep);
     const double deadline = dcp_now() + 1.0;
     while (dcp_now() < deadline) {
         ucp_worker_progress(e->worker);
         ucp_tag_recv_info_t info;
         ucp_tag_message_h msg = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
         if (!msg) break;
-        void *scratch = malloc(info.length ? info.length : 1);
-        if (!scratch) break;
+        void *scratch = NULL;
+        if (dcp_calloc(&scratch, (int64_t)info.length, 1, "ucx drain") != DCP_OK) {
+            dcp_set_error(DCP_ERR_NO_MEMORY, "%s", keep); /* destroy records nothing */
+            break;
+        }
         ucp_request_param_t p = {0};
         void *q = ucp_tag_msg_recv_nbx(e->worker, scratch, info.length, msg, &p);
         while (UCS_PTR_IS_PTR(q) && ucp_request_check_status(q) == UCS_INPROGRESS &&
@@ -537,6 +595,7 @@ static void ucx_destroy(dcp_engine_t *base)
          * acknowledgement): meet them before closing, unless the job has failed (a failed
          * peer may never come; every rank whose call failed skips it alike, so that the
          * ranks' next bootstrap collective, a new context's, stays in step) */
+        progress(e); /* a notice already here: the job has failed, no collective close */
         if (e->failed_peer < 0 && !e->self_failed && e->bs)
             dcp_bootstrap_agree(e->bs, DCP_OK, "ucx close");
         if (e->abort_req) {
@@ -553,6 +612,8 @@ static void ucx_destroy(dcp_engine_t *base)
     free(e->refs);
     free(e->local_pid);
     free(e->peer_mode);
+    free(e->close_reqs);
+    free(e->abort_out);
     free(e);
 }
 
@@ -609,7 +670,9 @@ static dcp_status_t err_mode_policy(int *mode_out)
 /* Exchanges worker addresses (lengths first, then padded addresses) and connects to every
  * peer; which peers share this node and pid namespace comes from the peer table. `setup`
  * is this rank's set-up so far: every rank learns of any rank's failure and all fail
- * together. */
+ * together. The buffers of each exchange are made, and voted on, before it: a rank that
+ * could not make them and left the exchange would meet the others' allgather with its next
+ * collective, and each would read the other's bytes as its own. */
 static dcp_status_t connect_peers(ucx_engine_t *e, const dcp_peer_table_t *peers,
                                   dcp_status_t setup)
 {
@@ -625,19 +688,22 @@ static dcp_status_t connect_peers(ucx_engine_t *e, const dcp_peer_table_t *peers
     uint64_t most = 0, mine = len, *lens = NULL;
     char *all = NULL, *padded = NULL;
     dcp_status_t st;
+    if (setup == DCP_OK) setup = dcp_calloc(&lens, n, sizeof *lens, "ucx addresses");
     DCP_CHECK_GOTO(dcp_bootstrap_agree(e->bs, setup, "ucx worker set-up"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&lens, n, sizeof *lens, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, &mine, lens, sizeof mine, "ucx address sizes"),
                    st, out);
     for (int32_t p = 0; p < n; p++) most = lens[p] > most ? lens[p] : most;
-    DCP_CHECK_GOTO(dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses"), st, out);
-    DCP_CHECK_GOTO(dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses"), st, out);
+    st = dcp_calloc(&padded, (int64_t)most, 1, "ucx addresses");
+    if (st == DCP_OK) st = dcp_calloc(&all, (int64_t)most * n, 1, "ucx addresses");
+    DCP_CHECK_GOTO(dcp_bootstrap_agree(e->bs, st, "ucx address buffers"), st, out);
     memcpy(padded, addr, len);
     DCP_CHECK_GOTO(dcp_bootstrap_allgather(e->bs, padded, all, most, "ucx addresses"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->eps, n, sizeof *e->eps, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->refs, n, sizeof *e->refs, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->local_pid, n, sizeof *e->local_pid, "ucx endpoints"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&e->peer_mode, n, sizeof *e->peer_mode, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->close_reqs, n, sizeof *e->close_reqs, "ucx endpoints"), st, out);
+    DCP_CHECK_GOTO(dcp_calloc(&e->abort_out, n, sizeof *e->abort_out, "ucx endpoints"), st, out);
     for (int32_t p = 0; p < n; p++) {
         if (p == me) continue;
         const int local = dcp_peers_same_pidns(peers, p, me);

@@ -57,37 +57,6 @@ void dcp_error_save(char *buf, size_t capacity)
     snprintf(buf, capacity, "%s", dcp_error_text);
 }
 
-dcp_status_t dcp_calloc(void *ptr_out, int64_t n, size_t size, const char *what)
-{
-    if (n < 0 || (size != 0 && (uint64_t)n > SIZE_MAX / size))
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "%s: %lld elements of %zu bytes overflow", what,
-                             (long long)n, size);
-    void *p = calloc(n > 0 ? (size_t)n : 1, size > 0 ? size : 1);
-    if (!p)
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "%s: cannot allocate %lld x %zu bytes", what,
-                             (long long)n, size);
-    *(void **)ptr_out = p;
-    return DCP_OK;
-}
-
-dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap, int64_t need, size_t size, const char *what)
-{
-    if (need <= *cap) return DCP_OK;
-    int64_t ncap = *cap > 0 ? *cap : 16;
-    while (ncap < need) ncap *= 2;
-    if ((uint64_t)ncap > SIZE_MAX / size)
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "%s: %lld elements overflow", what,
-                             (long long)ncap);
-    void *p = realloc(*(void **)ptr_inout, (size_t)ncap * size);
-    if (!p)
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "%s: cannot grow to %lld elements", what,
-                             (long long)ncap);
-    memset((char *)p + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
-    *(void **)ptr_inout = p;
-    *cap = ncap;
-    return DCP_OK;
-}
-
 double dcp_now(void)
 {
     struct timespec ts;

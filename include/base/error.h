@@ -1,7 +1,9 @@
-/* Status recording, checked allocation and clocks shared by every layer. */
+/* Status recording and clocks shared by every layer; checked allocation (include/base/alloc.h)
+ * comes with them. */
 #ifndef DCP_BASE_ERROR_H
 #define DCP_BASE_ERROR_H
 
+#include "include/base/alloc.h"
 #include "include/dcp.h"
 
 #include <stddef.h>
@@ -36,15 +38,6 @@ void dcp_error_save(char *buf, size_t capacity);
         (st) = (call);                                                                             \
         if ((st) != DCP_OK) goto label;                                                            \
     } while (0)
-
-/* Zeroed allocation of n elements of `size` bytes with an overflow check; `what` names the
- * allocation in the error message. n == 0 yields a valid, freeable pointer. */
-dcp_status_t dcp_calloc(void *ptr_out, int64_t n, size_t size, const char *what);
-
-/* Grows *ptr (an array of `size`-byte elements with capacity *cap) to hold at least `need`
- * elements, doubling; new elements are zeroed. */
-dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap, int64_t need, size_t size,
-                         const char *what);
 
 /* Monotonic clock in seconds. */
 double dcp_now(void);

@@ -2,6 +2,7 @@
 #include "kernels/cuda/device.h"
 
 #include "include/base/error.h"
+#include "include/base/test_hook.h"
 #include "kernels/device.h"
 
 #include <cuda_runtime.h>
@@ -304,9 +305,18 @@ static dcp_status_t set_device(int32_t device)
     return dcp_cuda_set_device(device);
 }
 
-static void *alloc(int32_t device, size_t bytes)
+/* The table's allocations and creations pass the allocation failure hook of
+ * include/base/test_hook.h with their caller as the site (the tools' direct dcp_cuda_* calls
+ * do not). Their blocks are not reported as live: they are released by cudaFree, which the
+ * hook does not see. */
+__attribute__((noinline)) static void *alloc(int32_t device, size_t bytes)
 {
-    return dcp_cuda_alloc(device, bytes);
+    return DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()) ? NULL : dcp_cuda_alloc(device, bytes);
+}
+
+__attribute__((noinline)) static void *host_alloc(size_t bytes)
+{
+    return DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()) ? NULL : dcp_cuda_host_alloc(bytes);
 }
 
 static int addressable(const void *ptr, int32_t device)
@@ -314,13 +324,17 @@ static int addressable(const void *ptr, int32_t device)
     return dcp_cuda_is_device_ptr(ptr, device);
 }
 
-static dcp_status_t stream_create(int32_t device, void **stream_out)
+__attribute__((noinline)) static dcp_status_t stream_create(int32_t device, void **stream_out)
 {
+    if (DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()))
+        return dcp_set_error(DCP_ERR_SYSTEM, "cuda: stream create: out of memory");
     return dcp_cuda_stream_create(device, stream_out);
 }
 
-static dcp_status_t event_create(int32_t device, void **event_out)
+__attribute__((noinline)) static dcp_status_t event_create(int32_t device, void **event_out)
 {
+    if (DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()))
+        return dcp_set_error(DCP_ERR_SYSTEM, "cuda: event create: out of memory");
     return dcp_cuda_event_create(device, event_out);
 }
 
@@ -331,7 +345,7 @@ extern "C" const dcp_device_t dcp_device_cuda = {
     set_device,
     alloc,
     dcp_cuda_free,
-    dcp_cuda_host_alloc,
+    host_alloc,
     dcp_cuda_host_free,
     addressable,
     dcp_cuda_copy_bytes,

@@ -7,6 +7,7 @@
  * assertion fails, any suite's setup fails, or CUnit itself reports an error.
  */
 #include "tests/unit/suites.h"
+#include "tests/unit/walk_procs.h"
 
 #include <CUnit/CUnit.h>
 #include <CUnit/TestRun.h>
@@ -23,10 +24,10 @@ static const dcp_suite_fn suites[] = {
     dcp_suite_faults,   dcp_suite_transport, dcp_suite_route,     dcp_suite_staged,
     dcp_suite_api,      dcp_suite_metis,     dcp_suite_refine,    dcp_suite_export,
     dcp_suite_rounds,   dcp_suite_cost,      dcp_suite_simulate,  dcp_suite_topo,
-    dcp_suite_ucx,      dcp_suite_disagree,
-    dcp_suite_stamps,   dcp_suite_lent,
-    dcp_suite_e2e,      dcp_suite_kinds,
-    dcp_suite_ordering, dcp_suite_peers,     dcp_suite_gpu,       dcp_suite_variants,
+    dcp_suite_ucx,      dcp_suite_disagree,  dcp_suite_stamps,    dcp_suite_lent,
+    dcp_suite_e2e,      dcp_suite_kinds,     dcp_suite_ordering,  dcp_suite_peers,
+    dcp_suite_gpu,      dcp_suite_variants,  dcp_suite_planner_load, dcp_suite_alloc_walk,
+    dcp_suite_xfer_walk,
 };
 
 static struct {
@@ -86,6 +87,8 @@ static void list(void)
 
 int main(int argc, char **argv)
 {
+    /* a rank process of the failure walks (tests/unit/walk_procs.h) */
+    if (argc > 1 && !strcmp(argv[1], "--walk-rank")) return t_rank_proc_main(argc, argv);
     const char *suite = NULL, *test = NULL;
     int do_list = 0;
     for (int i = 1; i < argc; i++) {
