@@ -37,7 +37,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
 
 # The version comes from dcp.h. While the major is 0 every minor may change the ABI, so the
-# shared library's SONAME carries MAJOR.MINOR: libdcp.so.0.1 -> libdcp.so.0.1.0.
+# shared library's SONAME carries MAJOR.MINOR: libdcp.so.0.2 -> libdcp.so.0.2.0.
 dcp_version_part = $(shell sed -n 's/^\#define DCP_VERSION_$(1) \([0-9]*\)$$/\1/p' include/dcp.h)
 VERSION := $(call dcp_version_part,MAJOR).$(call dcp_version_part,MINOR).$(call dcp_version_part,PATCH)
 SONAME := libdcp.so.$(basename $(VERSION))

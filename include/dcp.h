@@ -38,9 +38,9 @@ extern "C" {
 /* The version of this header. dcp_version() gives the library's: compare the two to catch
  * a program built against one dcp and run with another. While the major version is 0, every
  * minor version may change the ABI, and the shared library's SONAME carries it
- * (libdcp.so.0.1). */
+ * (libdcp.so.0.2). */
 #define DCP_VERSION_MAJOR 0
-#define DCP_VERSION_MINOR 1
+#define DCP_VERSION_MINOR 2
 #define DCP_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ check_ldd() { # FILE SONAME...
 check_ldd "$lib" libucp.so.0 libuct.so.0 libucs.so.0 libucm.so.0 libhwloc.so.15 libmetis.so.5
 check_ldd "$nb/bin/dcp-attn-test" libmpich.so.12 libucp.so.0 libuct.so.0 libucs.so.0 \
     libhwloc.so.15 libmetis.so.5
-check_ldd "$nb/bin/dcp-example" libdcp.so.0.1 libucp.so.0 libuct.so.0 libhwloc.so.15
+check_ldd "$nb/bin/dcp-example" libdcp.so.0.2 libucp.so.0 libuct.so.0 libhwloc.so.15
 
 # the headers compiled were the prefix's: each file's compile line, as make runs it, again with
 # -H (the headers it reads; -isystem keeps them out of -MMD's dependency files)
