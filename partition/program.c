@@ -873,14 +873,14 @@ out:
  * one tile of each pass (`tiles` of them), and a group holds one tile or more: 0.25-0.7 x the
  * tiles on 4x8 and 8x8 batches, so half their count is reserved for the groups (dcp_reserve
  * zeroes it: memory touched), doubled where they need more. Grown an item at a time from 16,
- * both arrays were copied at every doubling and their fresh pages faulted in again: 11x the page
+ * both arrays were copied at every doubling and their fresh pages faulted in again: 14x the page
  * faults of plans of plan_bench.sh's WLB-LLM lambda batch (4x8, 128K tokens), a fifth of their
  * CPU time. */
 static dcp_status_t reserve_items(emitter_t *e, int64_t tiles)
 {
     dcp_plan_t *p = e->p;
-    DCP_CHECK(dcp_reserve(&p->tiles, &e->cap_tiles, p->num_tiles + tiles, sizeof *p->tiles,
-                          "tiles"));
+    DCP_CHECK(
+        dcp_reserve(&p->tiles, &e->cap_tiles, p->num_tiles + tiles, sizeof *p->tiles, "tiles"));
     return dcp_reserve(&p->groups, &e->cap_groups, p->num_groups + tiles / 2, sizeof *p->groups,
                        "tile groups");
 }
