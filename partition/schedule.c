@@ -143,18 +143,29 @@ static int32_t local_tail(int32_t ndiv)
  * the tail then.) */
 #define LOCAL_TAIL_SHARE 0.5
 
-/* Remote blocks that read only inside the rank's node: the first half of their FLOPs come
- * before the blocks that read from other nodes, the rest after them. */
-enum { REMOTE_NEAR_FIRST = 0, REMOTE_FAR = 1, REMOTE_NEAR_LAST = 2 };
+/* The tail's share with DCP_ORDER_LONG_TAIL (alone, 0.7 made the cuDNN-rate blockwise batches
+ * of the README's comparison at 8x8 h100-ib expose less and some causal ones take longer). */
+#define LONG_TAIL_SHARE 0.7
 
-/* Assigns divisions to the blocks of one rank (keys[0..n)) and leaves them ordered by
- * (division, q block, head, kv block). `devs_per_node` ranks make a node. */
+/* Remote blocks that read only inside the rank's node: the first half of their FLOPs come
+ * before the blocks that read from other nodes, the rest after them. With
+ * DCP_ORDER_LONG_TAIL, the forward's blocks that read from other nodes and return no partial
+ * there come last (REMOTE_FAR_INPUT). */
+enum { REMOTE_NEAR_FIRST = 0, REMOTE_FAR = 1, REMOTE_NEAR_LAST = 2, REMOTE_FAR_INPUT = 3 };
+
+/* Assigns divisions to the blocks of one rank (keys[0..n)) of schedule s (its pass, division
+ * count and order) and leaves them ordered by (division, q block, head, kv block).
+ * `devs_per_node` ranks make a node. */
 static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t rank,
-                             int32_t devs_per_node, int32_t ndiv, comp_key_t *keys, int64_t n,
-                             int32_t *comp_div)
+                             int32_t devs_per_node, dcp_order_t order, dcp_schedule_t *s,
+                             comp_key_t *keys, int64_t n)
 {
-    const int32_t hb = b->head_blocks, head = local_head(ndiv), tail = local_tail(ndiv);
+    const int32_t ndiv = s->num_divs, hb = b->head_blocks, head = local_head(ndiv),
+                  tail = local_tail(ndiv);
     const int32_t nloc = head + tail, node = rank / devs_per_node;
+    const int long_tail = order == DCP_ORDER_LONG_TAIL;
+    const double tail_share = long_tail ? LONG_TAIL_SHARE : LOCAL_TAIL_SHARE;
+    int32_t *comp_div = s->comp_div;
     /* Pass 1: remote blocks sorted by where their inputs come from, then by the remote input
      * they read (KV first, then Q). Those that read from other nodes take the middle remote
      * divisions: the first remote division's inputs then come over the node's fast links
@@ -167,11 +178,12 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
         const int32_t q_owner = p->blk_owner[q], kv_owner = p->blk_owner[kv];
         const int q_remote = q_owner != rank, kv_remote = kv_owner != rank;
         const int remote = ndiv > 1 && (q_remote || kv_remote);
-        const int far = (q_remote && q_owner / devs_per_node != node) ||
-                        (kv_remote && kv_owner / devs_per_node != node);
+        const int q_far = q_remote && q_owner / devs_per_node != node;
+        const int far = q_far || (kv_remote && kv_owner / devs_per_node != node);
+        const int far_input = far && !q_far && long_tail && s->pass == DCP_PASS_FWD;
         const double f = (double)dcp_blocks_comp_flops(b, t);
         keys[i].key[0] = remote;
-        keys[i].key[1] = far ? REMOTE_FAR : REMOTE_NEAR_FIRST;
+        keys[i].key[1] = far_input ? REMOTE_FAR_INPUT : far ? REMOTE_FAR : REMOTE_NEAR_FIRST;
         keys[i].key[2] = kv_remote ? kv : -1;
         keys[i].key[3] = (int32_t)(c % hb);
         keys[i].key[4] = q_remote ? q : -1;
@@ -194,8 +206,7 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
         const int remote = keys[i].key[0];
         /* the block's FLOP midpoint decides its division among the remote ones (head ..
          * T - tail - 1, equal shares) or the local ones: the tail (T - 1) takes the last
-         * LOCAL_TAIL_SHARE of the local FLOPs, divisions 0 .. head - 1 equal shares of the
-         * rest */
+         * tail_share of the local FLOPs, divisions 0 .. head - 1 equal shares of the rest */
         const double f = (double)dcp_blocks_comp_flops(b, t),
                      all = remote ? remote_flops : local_flops;
         const double mid = all > 0 ? (done[remote] + f / 2) / all : 0;
@@ -203,10 +214,10 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
         if (remote) {
             div = head + (int32_t)(mid * (ndiv - nloc));
             if (div > ndiv - tail - 1) div = ndiv - tail - 1;
-        } else if (tail > 0 && mid >= 1 - LOCAL_TAIL_SHARE) {
+        } else if (tail > 0 && mid >= 1 - tail_share) {
             div = ndiv - 1;
         } else if (head > 0) {
-            div = (int32_t)(mid / (tail > 0 ? 1 - LOCAL_TAIL_SHARE : 1) * head);
+            div = (int32_t)(mid / (tail > 0 ? 1 - tail_share : 1) * head);
             if (div > head - 1) div = head - 1;
         }
         done[remote] += f;
@@ -226,7 +237,7 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
 }
 
 static dcp_status_t order_comps(const dcp_blocks_t *b, const dcp_placement_t *p,
-                                int32_t devs_per_node, dcp_schedule_t *s)
+                                int32_t devs_per_node, dcp_order_t order, dcp_schedule_t *s)
 {
     const int64_t ncomp = b->num_tiles * b->head_blocks;
     const int32_t nr = s->num_ranks;
@@ -254,7 +265,7 @@ static dcp_status_t order_comps(const dcp_blocks_t *b, const dcp_placement_t *p,
     for (int32_t r = 0; r < nr; r++) {
         const int64_t n = s->rank_off[r + 1] - s->rank_off[r];
         for (int64_t i = 0; i < n; i++) keys[i].comp = s->order[s->rank_off[r] + i];
-        assign_divisions(b, p, r, devs_per_node, s->num_divs, keys, n, s->comp_div);
+        assign_divisions(b, p, r, devs_per_node, order, s, keys, n);
         for (int64_t i = 0; i < n; i++) s->order[s->rank_off[r] + i] = keys[i].comp;
     }
     free(fill);
@@ -418,7 +429,8 @@ out:
 
 dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
                                 int32_t devs_per_node, int32_t num_divs, dcp_comm_schedule_t comm,
-                                int32_t coalesce, dcp_pass_t pass, dcp_schedule_t *s)
+                                int32_t coalesce, dcp_pass_t pass, dcp_order_t order,
+                                dcp_schedule_t *s)
 {
     *s = (dcp_schedule_t){.num_ranks = num_ranks,
                           .num_divs = num_divs,
@@ -427,7 +439,7 @@ dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p,
                           .coalesce = coalesce};
     dcp_status_t st;
     if (devs_per_node < 1 || devs_per_node > num_ranks) devs_per_node = num_ranks;
-    DCP_CHECK_GOTO(order_comps(b, p, devs_per_node, s), st, err);
+    DCP_CHECK_GOTO(order_comps(b, p, devs_per_node, order, s), st, err);
     DCP_CHECK_GOTO(build_transfers(b, p, s), st, err);
     return DCP_OK;
 err:

@@ -62,12 +62,23 @@ typedef struct {
                               input, src of a partial */
 } dcp_schedule_t;
 
+/* How a rank's computation blocks fill its divisions. DCP_ORDER_DEFAULT: as the comment at
+ * the top says, the local tail computing half of the rank's local FLOPs. DCP_ORDER_LONG_TAIL:
+ * the forward's remote blocks that read from another node but return no partial there (their
+ * query block is the rank's own or its node's) come after all other remote blocks, so that
+ * the partials that cross nodes are written earlier and the inputs that cross them are read
+ * last, and the local tail computes 0.7 of the local FLOPs in both passes, so that more local
+ * work hides the last remote division's partials. Neither is faster on every batch; the
+ * planner builds the plan it chose both ways and keeps the one the simulator runs faster. */
+typedef enum { DCP_ORDER_DEFAULT = 0, DCP_ORDER_LONG_TAIL = 1 } dcp_order_t;
+
 /* With DCP_COMM_DIVISIONS each step with transfers is one phase; with DCP_COMM_ROUNDS each
  * step's transfers are coloured into congestion-free rounds, `coalesce` rounds a phase. */
 /* `devs_per_node` ranks make a node (< 1: one node). */
 dcp_status_t dcp_schedule_build(const dcp_blocks_t *b, const dcp_placement_t *p, int32_t num_ranks,
                                 int32_t devs_per_node, int32_t num_divs, dcp_comm_schedule_t comm,
-                                int32_t coalesce, dcp_pass_t pass, dcp_schedule_t *s);
+                                int32_t coalesce, dcp_pass_t pass, dcp_order_t order,
+                                dcp_schedule_t *s);
 
 /* Relays a divisions schedule's transfers between nodes (DCP_HOP_*): for each block, head
  * group and kind, the holders on one node other than the owner's share one transfer

@@ -622,7 +622,7 @@ static void test_far_inputs_in_the_middle(void)
     CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&batch, &shape, &o, c, &x), DCP_OK);
     dcp_schedule_t s;
     CU_ASSERT_EQUAL_FATAL(dcp_schedule_build(&x.b, &x.pl, c->num_ranks, c->devs_per_node, 8,
-                                             DCP_COMM_DIVISIONS, 1, DCP_PASS_FWD, &s),
+                                             DCP_COMM_DIVISIONS, 1, DCP_PASS_FWD, DCP_ORDER_DEFAULT, &s),
                           DCP_OK);
     const int32_t hb = x.b.head_blocks, dv = c->devs_per_node;
     int both_sides = 0;

@@ -192,7 +192,7 @@ static double schedule_kind_bytes(kinds_case_t *k, dcp_xfer_kind_t kind)
     dcp_schedule_t s;
     CU_ASSERT_EQUAL_FATAL(dcp_schedule_build(&x.b, &x.pl, k->c->num_ranks, k->c->devs_per_node,
                                              k->o.divisions, k->o.comm_schedule, k->o.coalesce,
-                                             DCP_PASS_BWD, &s),
+                                             DCP_PASS_BWD, DCP_ORDER_DEFAULT, &s),
                           DCP_OK);
     double bytes = 0;
     for (int32_t i = 0; i < s.num_xfers; i++)
