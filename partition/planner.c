@@ -165,8 +165,8 @@ static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_c
     DCP_CHECK(plan_take_inputs(p, x));
     DCP_CHECK(dcp_plan_derive_rows(p));
     for (int32_t k = 0; k < p->num_kinds; k++)
-        DCP_CHECK(plan_kind(p, k, dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster,
-                            order));
+        DCP_CHECK(
+            plan_kind(p, k, dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster, order));
     return dcp_plan_finish(p, 0);
 }
 
