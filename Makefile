@@ -363,7 +363,7 @@ test-walks:
 		$(WALK_ENV) ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0" DCP_WALK=full \
 		python3 tests/python/alloc_walk.py build-asan/lib/hooks/libdcp.so
 
-# The soak (tests/soak/soak.c): 10,000 training steps on 4 processes (about 20 minutes here)
+# The soak (tests/soak/soak.c): 10,000 training steps on 4 processes (about 6 minutes here)
 soak:
 	@$(DEPS_CHECK) test
 	$(MAKE) -j$(JOBS) tests
