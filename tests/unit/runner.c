@@ -6,6 +6,8 @@
  * and each failed assertion with its file and line. The exit status is non-zero when any
  * assertion fails, any suite's setup fails, or CUnit itself reports an error.
  */
+#include "include/base/env.h"
+#include "include/dcp.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/walk_procs.h"
 
@@ -104,6 +106,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: %s [-s SUITE] [-t TEST] [-l] [-v]\n", argv[0]);
             return 2;
         }
+    }
+    /* the test settings (DCP_WALK, ...) read or the run does not start */
+    if (dcp_env_check(DCP_ENV_TEST) != DCP_OK) {
+        fprintf(stderr, "dcp-tests: %s\n", dcp_last_error());
+        return 2;
     }
     if (CU_initialize_registry() != CUE_SUCCESS) return 2;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
