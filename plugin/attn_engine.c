@@ -322,12 +322,11 @@ static void log_segments(const dcp_context_t *ctx, const dcp_plan_t *p)
         size_t used = 0;
         for (int c = 0; c < DCP_SEG_CLASSES && used < sizeof line; c++)
             if (g->pairs[c] > 0)
-                used += (size_t)snprintf(line + used, sizeof line - used, "%s %s %lld pairs on %s",
-                                         used ? "," : "", dcp_seg_class_name(c),
-                                         (long long)g->pairs[c],
-                                         a->dense[pass] & DCP_SEG_BIT(c)
-                                             ? dcp_attn_kind_name(a->active)
-                                             : "dcp's kernel");
+                used +=
+                    (size_t)snprintf(line + used, sizeof line - used, "%s %s %lld pairs on %s",
+                                     used ? "," : "", dcp_seg_class_name(c), (long long)g->pairs[c],
+                                     a->dense[pass] & DCP_SEG_BIT(c) ? dcp_attn_kind_name(a->active)
+                                                                     : "dcp's kernel");
         dcp_log(DCP_LOG_INFO, DCP_LOG_ATTN, ctx->rank,
                 "plan %llu %s: %lld launches, %lld dense calls;%s", (unsigned long long)p->serial,
                 pass == DCP_PASS_FWD ? "forward" : "backward", (long long)g->num_launches,
@@ -360,9 +359,10 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     a->serial = 0;
     const int32_t dv = dcp_shape_dv(&p->shape);
     if (p->shape.softcap != 0.0f)
-        return run_own(a, ctx, p, "; plans with a softcap run on dcp's kernels (cuDNN's frontend "
-                               "takes a score modifier only without the padding mask packed "
-                               "entries need)");
+        return run_own(a, ctx, p,
+                       "; plans with a softcap run on dcp's kernels (cuDNN's frontend "
+                       "takes a score modifier only without the padding mask packed "
+                       "entries need)");
     if (a->active == DCP_ATTN_CUDNN &&
         (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
          p->shape.head_dim > 256 || dv % 8 != 0 || dv > 256)) {

@@ -88,13 +88,13 @@ static void log_plan(const dcp_context_t *ctx, const dcp_plan_t *p)
     for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++)
         bytes += dcp_plan_buf_elems(p, ctx->rank, b) * dcp_plan_elem_bytes(p, b);
     dcp_log(DCP_LOG_INFO, DCP_LOG_PLAN, ctx->rank,
-            "plan %llu bound: strategy %s%s, %d ranks on %d nodes, %d token blocks, %lld "
+            "plan %llu bound: strategy %s%s, %d ranks on %d node%s, %d token blocks, %lld "
             "computation blocks, %d phases; forward moves %lld bytes (%lld between nodes), "
             "backward %lld; this rank: %lld tokens, %lld bytes of work buffers",
             (unsigned long long)p->serial, dcp_strategy_name(s->strategy),
             s->fallback ? " (lpt in its place)" : "", p->num_ranks, p->num_nodes,
-            s->num_token_blocks, (long long)s->num_comp_blocks, p->num_phases,
-            (long long)s->comm_bytes, (long long)s->inter_node_bytes,
+            p->num_nodes == 1 ? "" : "s", s->num_token_blocks, (long long)s->num_comp_blocks,
+            p->num_phases, (long long)s->comm_bytes, (long long)s->inter_node_bytes,
             (long long)s->bwd_comm_bytes, (long long)p->rank_tokens[ctx->rank], (long long)bytes);
 }
 

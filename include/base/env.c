@@ -22,7 +22,7 @@ static const dcp_env_word_t err_modes[] = {{"auto", 0}, {"peer", 1}, {"none", 2}
 /* NCCL_DEBUG's words; 0 and 1, the variable's older form ("set: print"), read as NONE and INFO */
 static const dcp_env_word_t levels[] = {{"NONE", 0}, {"WARN", 1}, {"INFO", 2},
                                         {"0", 0},    {"1", 2},    {NULL, 0}};
-static const dcp_env_word_t subsystems[] = {{"INIT", 1},  {"ENV", 2},  {"PLAN", 4}, {"ATTN", 8},
+static const dcp_env_word_t subsystems[] = {{"INIT", 1},   {"ENV", 2},  {"PLAN", 4}, {"ATTN", 8},
                                             {"CUDNN", 16}, {"ALL", 31}, {NULL, 0}};
 static const dcp_env_word_t walks[] = {{"sample", 0}, {"full", 1}, {NULL, 0}};
 
@@ -107,8 +107,8 @@ static const dcp_env_row_t rows[] = {
                   "checkout)"),
     ROW(BENCH_CLUSTERS, DCP_ENV_STRING, DCP_ENV_TEST, "4x8 8x8 16x8", .form = "cluster specs",
         .effect = "the clusters tests/perf/overlap_bench.sh plans for"),
-    ROW(BENCH_PRESETS, DCP_ENV_STRING, DCP_ENV_TEST, "h100-ib a100-efa",
-        .form = "node presets", .effect = "the node presets tests/perf/overlap_bench.sh prices"),
+    ROW(BENCH_PRESETS, DCP_ENV_STRING, DCP_ENV_TEST, "h100-ib a100-efa", .form = "node presets",
+        .effect = "the node presets tests/perf/overlap_bench.sh prices"),
     ROW(BENCH_MASKS, DCP_ENV_STRING, DCP_ENV_TEST, "causal,lambda,blockwise,shared-question",
         .form = "masks", .effect = "the masks tests/perf/overlap_bench.sh plans"),
     ROW(SRUN_FAIL_UP, DCP_ENV_PATH, DCP_ENV_TEST, NULL,

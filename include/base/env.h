@@ -56,9 +56,9 @@ typedef struct {
     const char *name; /* "DCP_..." */
     dcp_env_type_t type;
     dcp_env_scope_t scope;
-    const char *def; /* the default, as the variable would be written; NULL: none (the effect
-                        says what unset means) */
-    int64_t min, max;            /* INT: inclusive bounds; SECONDS: max (0: none) */
+    const char *def;  /* the default, as the variable would be written; NULL: none (the effect
+                         says what unset means) */
+    int64_t min, max; /* INT: inclusive bounds; SECONDS: max (0: none) */
     const dcp_env_word_t *words; /* ENUM, LIST: ends with {NULL, 0}; the first spelling of a
                                     value is its name */
     const char *form;            /* STRING: its form, for people */

@@ -19,11 +19,16 @@ int dcp_log_on(dcp_log_level_t level, dcp_log_subsys_t subsys)
 static const char *subsys_name(dcp_log_subsys_t s)
 {
     switch (s) {
-    case DCP_LOG_INIT: return "INIT";
-    case DCP_LOG_ENV: return "ENV";
-    case DCP_LOG_PLAN: return "PLAN";
-    case DCP_LOG_ATTN: return "ATTN";
-    default: return "CUDNN";
+    case DCP_LOG_INIT:
+        return "INIT";
+    case DCP_LOG_ENV:
+        return "ENV";
+    case DCP_LOG_PLAN:
+        return "PLAN";
+    case DCP_LOG_ATTN:
+        return "ATTN";
+    default:
+        return "CUDNN";
     }
 }
 
@@ -56,7 +61,8 @@ void dcp_log(dcp_log_level_t level, dcp_log_subsys_t subsys, int32_t rank, const
                      level == DCP_LOG_WARN ? "WARN" : "INFO", subsys_name(subsys));
     va_list ap;
     va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof line) n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    if (n > 0 && (size_t)n < sizeof line)
+        n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
     size_t len = n > 0 ? (size_t)n : 0;
     if (len > sizeof line - 2) len = sizeof line - 2; /* cut: the newline still ends it */

@@ -161,8 +161,7 @@ static dcp_status_t check_settings(void)
 int dcpt_mpi_fault_is(int rank, const char *phase, const char *action)
 {
     fault_t f;
-    return read_fault(&f) && f.rank == rank && !strcmp(f.phase, phase) &&
-           !strcmp(f.action, action);
+    return read_fault(&f) && f.rank == rank && !strcmp(f.phase, phase) && !strcmp(f.action, action);
 }
 
 void dcpt_mpi_fault_point(const char *phase)

@@ -29,7 +29,7 @@ static const dcp_suite_fn suites[] = {
     dcp_suite_ucx,      dcp_suite_disagree,  dcp_suite_stamps,    dcp_suite_lent,
     dcp_suite_e2e,      dcp_suite_kinds,     dcp_suite_ordering,  dcp_suite_peers,
     dcp_suite_gpu,      dcp_suite_variants,  dcp_suite_planner_load, dcp_suite_alloc_walk,
-    dcp_suite_xfer_walk,
+    dcp_suite_xfer_walk, dcp_suite_env,
 };
 
 static struct {
