@@ -69,8 +69,14 @@ static void test_table_is_whole(void)
             CU_ASSERT(r->words && r->words[0].word);
         if (r->type == DCP_ENV_STRING) CU_ASSERT_PTR_NOT_NULL(r->form);
         if (r->type == DCP_ENV_INT) CU_ASSERT(r->min <= r->max);
-        const int unset = getenv(r->name) == NULL;
-        if (unset) CU_ASSERT_EQUAL(dcp_env_validate((dcp_env_id_t)i), DCP_OK); /* the default */
+        if (r->def) { /* the default, written as the variable, reads (the user's value kept) */
+            char *had = getenv(r->name) ? strdup(getenv(r->name)) : NULL;
+            setenv(r->name, r->def, 1);
+            CU_ASSERT_EQUAL(dcp_env_validate((dcp_env_id_t)i), DCP_OK);
+            if (had) setenv(r->name, had, 1);
+            else unsetenv(r->name);
+            free(had);
+        }
         library += r->scope == DCP_ENV_LIBRARY;
     }
     CU_ASSERT(library >= 18);
