@@ -73,8 +73,10 @@ static void test_table_is_whole(void)
             char *had = getenv(r->name) ? strdup(getenv(r->name)) : NULL;
             setenv(r->name, r->def, 1);
             CU_ASSERT_EQUAL(dcp_env_validate((dcp_env_id_t)i), DCP_OK);
-            if (had) setenv(r->name, had, 1);
-            else unsetenv(r->name);
+            if (had)
+                setenv(r->name, had, 1);
+            else
+                unsetenv(r->name);
             free(had);
         }
         library += r->scope == DCP_ENV_LIBRARY;
