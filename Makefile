@@ -285,6 +285,10 @@ test-run:
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null
 	tests/tools/run.sh $(BUILD)/bin
+	@# the table of settings (include/base/env.h): every DCP_* variable the tree reads is a row
+	@# of it, C reads it nowhere else, plugin/SETTINGS.md is dcp-topo --env --markdown's table
+	@if command -v python3 >/dev/null; then python3 tests/settings/check.py $(BUILD)/bin; \
+	else echo "tests/settings skipped (no python3)"; fi
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
 	tests/cluster/run.sh $(BUILD)/bin

@@ -8,7 +8,9 @@
  */
 #include "plugin/job.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
+#include "include/base/log.h"
 #include "kernels/device.h"
 #include "plugin/hybrid.h"
 #include "topo/cluster.h"
@@ -57,8 +59,9 @@ static uint64_t figures_digest(const node_file_t *f)
 static dcp_status_t load_node_file(const dcp_context_config_t *config, node_file_t *f)
 {
     memset(f, 0, sizeof *f);
-    f->path = config->node_file ? config->node_file : getenv("DCP_NODE_FILE");
+    f->path = config->node_file;
     f->field = config->node_file ? "config.node_file" : "$DCP_NODE_FILE";
+    if (!f->path) DCP_CHECK(dcp_env_str(DCP_ENV_NODE_FILE, &f->path)); /* "" is refused there */
     if (!f->path) return DCP_OK;
     if (!f->path[0]) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is empty", f->field);
     dcp_perf_model_default(&f->perf);
@@ -157,12 +160,19 @@ static dcp_status_t choose(const dcp_context_config_t *config, const dcp_peer_ta
      * context without it fails when the engine is created) */
     dcp_engine_env_t env = {
         .nic = dcp_peers_nic(t), .gpu_buffers = gpu, .have_nccl = gpu, .ucx_cuda = gpu && ucx_cuda};
-    env.override[DCP_LINK_INTRA] =
-        config->transport_intra ? config->transport_intra : getenv("DCP_TRANSPORT_INTRA");
-    env.override[DCP_LINK_INTER] =
-        config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
-    for (int l = 0; l < DCP_LINK_COUNT; l++)
-        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &job->engine_kind[l], NULL));
+    env.override[DCP_LINK_INTRA] = config->transport_intra;
+    env.override[DCP_LINK_INTER] = config->transport_inter;
+    if (!config->transport_intra)
+        DCP_CHECK(dcp_env_str(DCP_ENV_TRANSPORT_INTRA, &env.override[DCP_LINK_INTRA]));
+    if (!config->transport_inter)
+        DCP_CHECK(dcp_env_str(DCP_ENV_TRANSPORT_INTER, &env.override[DCP_LINK_INTER]));
+    for (int l = 0; l < DCP_LINK_COUNT; l++) {
+        const char *why = NULL;
+        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &job->engine_kind[l], &why));
+        dcp_log(DCP_LOG_INFO, DCP_LOG_INIT, t->rank, "%s links: engine %s (%s)",
+                l == DCP_LINK_INTRA ? "intra-node" : "inter-node",
+                dcp_engine_kind_name(job->engine_kind[l]), why);
+    }
     const int nccl =
         job->engine_kind[0] == DCP_ENGINE_NCCL || job->engine_kind[1] == DCP_ENGINE_NCCL;
     if (config->nccl_comm && !nccl)

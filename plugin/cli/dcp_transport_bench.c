@@ -304,9 +304,7 @@ static dcp_status_t pingpong_sample(void *arg, int64_t i, double *us)
  * bit of the first message it receives before the check reads it (the check must see it). */
 static int flip_fault(int32_t rank)
 {
-    const char *spec = getenv("DCP_FAULT");
-    int r = -1, n = 0;
-    return spec && sscanf(spec, "%d:check:flip%n", &r, &n) == 1 && spec[n] == '\0' && r == rank;
+    return dcpt_mpi_fault_is(rank, "check", "flip");
 }
 
 /* The check: the senders send their pattern once, the receivers count the bytes that differ

@@ -1,5 +1,6 @@
 #include "plugin/cli/mpi_launch.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/timeout.h"
 #include "transport/bootstrap.h"
@@ -132,18 +133,47 @@ static void watchdog_disarm(watchdog_t *w, pthread_t tid, int armed)
 
 /* ---- fault injection --------------------------------------------------------------------- */
 
+typedef struct {
+    int rank;
+    char phase[32], action[16];
+} fault_t;
+
+/* $DCP_FAULT read: 1 when it is set and of the form RANK:PHASE:ACTION, 0 otherwise. */
+static int read_fault(fault_t *f)
+{
+    const char *spec = dcp_env_str_value(DCP_ENV_FAULT);
+    int n = 0;
+    return spec && sscanf(spec, "%d:%31[^:]:%15[^:]%n", &f->rank, f->phase, f->action, &n) == 3 &&
+           spec[n] == '\0' && f->rank >= 0;
+}
+
+/* Tool settings that do not read fail the tool's start by name. */
+static dcp_status_t check_settings(void)
+{
+    DCP_CHECK(dcp_env_check(DCP_ENV_TOOL));
+    fault_t f;
+    if (dcp_env_raw(DCP_ENV_FAULT) && !read_fault(&f))
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "$DCP_FAULT = \"%.60s\": RANK:PHASE:ACTION",
+                             dcp_env_raw(DCP_ENV_FAULT));
+    return DCP_OK;
+}
+
+int dcpt_mpi_fault_is(int rank, const char *phase, const char *action)
+{
+    fault_t f;
+    return read_fault(&f) && f.rank == rank && !strcmp(f.phase, phase) && !strcmp(f.action, action);
+}
+
 void dcpt_mpi_fault_point(const char *phase)
 {
-    const char *spec = getenv("DCP_FAULT");
-    if (!spec) return;
-    char p[32], action[16];
-    int rank;
-    if (sscanf(spec, "%d:%31[^:]:%15s", &rank, p, action) != 3 || rank != world_rank() ||
-        strcmp(p, phase) != 0)
+    fault_t fault;
+    if (!read_fault(&fault) || fault.rank != world_rank() || strcmp(fault.phase, phase) != 0)
         return;
+    const int rank = fault.rank;
+    const char *action = fault.action;
     fprintf(stderr, "rank %d: fault injected at %s: %s\n", rank, phase, action);
     fflush(NULL);
-    const char *stamp = getenv("DCP_FAULT_STAMP"); /* when, for the test's clock */
+    const char *stamp = dcp_env_str_value(DCP_ENV_FAULT_STAMP); /* when, for the test's clock */
     FILE *f = stamp ? fopen(stamp, "w") : NULL;
     if (f) {
         struct timespec now;
@@ -171,6 +201,7 @@ static dcp_status_t counted_allgather(void *state, const void *send, void *recv,
 
 dcp_status_t dcpt_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_out)
 {
+    DCP_CHECK(check_settings());
     watchdog_t w;
     pthread_t tid;
     const int armed = watchdog_arm(&w, &tid, "MPI_Init");
@@ -203,7 +234,7 @@ dcp_status_t dcpt_mpi_start(int *argc, char ***argv, dcp_bootstrap_t *bootstrap_
     dcpt_mpi_fault_point("init");
     DCP_CHECK(dcp_bootstrap_mpi(&mpi_bs));
     *bootstrap_out = mpi_bs;
-    if (getenv("DCP_FAULT")) bootstrap_out->allgather_timed = counted_allgather;
+    if (dcp_env_raw(DCP_ENV_FAULT)) bootstrap_out->allgather_timed = counted_allgather;
     job_bs = bootstrap_out;
     return DCP_OK;
 }

@@ -45,7 +45,12 @@ void dcpt_mpi_fail_early(void);
  * exit at once with status 3) on reaching PHASE. Phases: "init" (after MPI_Init), "context"
  * (inside context creation: its second bootstrap collective), and the names the tools pass
  * here ("plan", "forward", "between", "destroy" in dcp-attn-test). With DCP_FAULT_STAMP=FILE
- * it first writes the wall-clock time to FILE. Nothing happens without DCP_FAULT. */
+ * it first writes the wall-clock time to FILE. Nothing happens without DCP_FAULT; a DCP_FAULT
+ * not of that form fails dcpt_mpi_start by name. */
 void dcpt_mpi_fault_point(const char *phase);
+
+/* Whether DCP_FAULT is RANK:PHASE:ACTION with these three (faults a tool injects itself, such
+ * as dcp-transport-bench's "check:flip"). */
+int dcpt_mpi_fault_is(int rank, const char *phase, const char *action);
 
 #endif
