@@ -20,7 +20,7 @@
 # (Open MPI's or MPICH's mpicc: its --showme or -show); on a Cray, CC=cc MPICC=cc MPI_CFLAGS=
 # MPI_LIBS= (the Cray compiler wrapper brings MPI itself).
 #   make gpu-bundle DIR=path   one folder to run tests/perf/gpu_check.sh on a GPU machine
-#                              (default DIR: build/gpu-bundle; README "The GPU report")
+#                              (default DIR: build/gpu-bundle; kernels/README.md)
 #   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
 #
 # CUDA kernels are compiled whenever nvcc is found (NVCC=... to choose, NVCC= to disable).
@@ -101,7 +101,7 @@ LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cud
 CUDNN_SRCS = kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c
 $(BUILD)/obj/transport/nccl.o $(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
 	$(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
-# ptxas fails a kernel that spills or uses local memory (README "The kernels"). The fatbins
+# ptxas fails a kernel that spills or uses local memory (kernels/README.md). The fatbins
 # are compressed (the kernels' head dims and tile shapes make them 12 MB per binary
 # otherwise, 1.3 MB compressed; the CUDA runtime expands them at load)
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \

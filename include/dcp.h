@@ -77,7 +77,7 @@ DCP_API const char *dcp_version(void);
  * Masks
  *
  * Query i of a sequence of length L may attend key j only if j lies in the allowed set;
- * every mask is at most two half-open key ranges per query (README.md "Masks" has the table).
+ * every mask is at most two half-open key ranges per query (partition/README.md "Masks" has them).
  * ------------------------------------------------------------------------------------- */
 
 typedef enum {
@@ -195,7 +195,7 @@ typedef enum {
                                 valid result) */
     /* Peer policies: the placements other systems make, as plans dcp executes, so that the
      * default can be held to them. options.strategy_arg is each one's parameter (0: its
-     * default); README "Placement strategies" gives the rule each follows and its source. */
+     * default); partition/README.md, "The peer policies", gives each one's rule and source. */
     DCP_STRATEGY_PACKED = 8,    /* packed DP x CP: documents to groups of strategy_arg ranks
                                    (default: a node) by a longest-first balancer on attention
                                    FLOPs and tokens, zigzag over each group's ranks */
@@ -658,7 +658,7 @@ typedef struct {
                               after a timeout (the context reports; the caller decides). Every
                               rank must call dcp into it in the same order as any other user
                               of it: lend one that dcp alone uses */
-    /* What computes the dense parts of attention (README "Attention engines"): every
+    /* What computes the dense parts of attention (kernels/README.md "Attention engines"): every
      * launch's tile list is cut into full, causal and masked segments, and the engine runs the
      * full and causal ones as packed calls while dcp's own kernels run the rest.
      *   "auto"  cuDNN's fused attention where the context is on a GPU and a usable cuDNN
@@ -680,7 +680,7 @@ typedef struct {
                               writers. CPU contexts always are. 0: as
                               $DCP_DETERMINISTIC says ("1": on), else off. */
     /* Process ranks: a node file (dcp-calibrate's OUT.node, the node's figures as measured on
-     * the cluster; format in README "Cost model and clusters") whose figures replace the ones
+     * the cluster; format in topo/README.md "Node files") whose figures replace the ones
      * hwloc gives the cluster the ranks form (dcp_context_cluster): bandwidths, latency, NICs,
      * peak, kernel curve. Checked against the job: its `devices` must equal the ranks per node,
      * and every rank must load the same figures (DCP_ERR_INVALID_ARG on every rank, naming

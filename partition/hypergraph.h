@@ -1,7 +1,7 @@
 /*
- * The block hypergraph of DESIGN.md. Vertices are the token blocks (data) and the
- * computation blocks c = tile * head_blocks + h. Nets, for every token block t and head
- * group h:
+ * The block hypergraph of partition/README.md ("The block model"). Vertices are the token
+ * blocks (data) and the computation blocks c = tile * head_blocks + h. Nets, for every token
+ * block t and head group h:
  *   Q(t, h)  = id t * hb + h         members: computation blocks reading t's queries
  *   KV(t, h) = id (nb + t) * hb + h  members: computation blocks reading t's keys/values
  * A union model of K layer kinds (partition/kinds.h) has these two nets per kind k, side s

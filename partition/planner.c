@@ -420,7 +420,7 @@ static dcp_status_t nodes_imbalance(const dcp_batch_t *batch, const dcp_attn_sha
  * parallelism inside each node (DCP_STRATEGY_ULYSSES with a node per group): every device of
  * the busiest node then takes an equal share of every tile, where METIS on the node's coarse
  * rows is a few percent apart and cannot move work to another node. On the 36 batches of the
- * README's comparison at FA2 rates it was built on 2 and won on both (4.66 against 4.94 ms,
+ * partition/README.md's comparison at FA2 rates it was built on 2, won on both (4.66 vs 4.94 ms,
  * 27.59 against 29.93 ms); tried on the 16 whose packing was even, it lost on all 16
  * (1.11-1.76x the incumbent's step: the re-layout's copies and transfers outweigh a balance
  * METIS already has), as it lost on 24 of 24 inside the nodes of METIS's own plan. The plan
@@ -547,7 +547,7 @@ static const int32_t division_choices[] = {6, DCP_DIVISIONS_COMPARED, 12};
  * as the division_choices count whose plan the simulator runs fastest (keep_faster: the
  * compared count on a tie), then by that count's plan in DCP_ORDER_LONG_TAIL where the
  * simulator runs that faster. The second order costs a plan and a simulation; on the 36
- * batches of the README's comparison at 8x8 h100-ib (both kernel tables) it won 14, their
+ * batches of partition/README.md's comparison at 8x8 h100-ib (both kernel tables) it won 14, their
  * steps summing 0.5% shorter. c keeps a whole plan on failure. */
 static dcp_status_t choose_divisions(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
                                      candidate_t *c)

@@ -144,7 +144,7 @@ static int32_t local_tail(int32_t ndiv)
 #define LOCAL_TAIL_SHARE 0.5
 
 /* The tail's share with DCP_ORDER_LONG_TAIL (alone, 0.7 made the cuDNN-rate blockwise batches
- * of the README's comparison at 8x8 h100-ib expose less and some causal ones take longer). */
+ * of partition/README.md's comparison at 8x8 h100-ib expose less, some causal ones longer). */
 #define LONG_TAIL_SHARE 0.7
 
 /* Remote blocks that read only inside the rank's node: the first half of their FLOPs come

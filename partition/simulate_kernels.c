@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-/* Tables measured on one H100 80GB HBM3 (bf16, head dim 128; README "Measured on an H100"):
+/* Tables measured on one H100 80GB HBM3 (bf16, head dim 128; kernels/README.md):
  * dcp-kernel-bench --total 16384 --tile 2048,4096 --gqa 8:2 and tests/perf/compare_sdpa.py,
  * TFLOP/s over the exact allowed pairs, full tiles, the backward counted 2.5x.
  *  - h100-dcp: dcp's attention engine as it runs today, full segments forward on cuDNN
@@ -20,7 +20,7 @@
  *    560), the target of the engine.
  * Measured at tiles of 2048 and 4096 tokens, held flat above; shorter tiles follow cuDNN's
  * curve on MagiAttention's H100 charts (about half its 8K rate at 1K: 285 against 575 full
- * forward, ../shared/KERNELS.md) and below 1K the shape of the FlashAttention curve of
+ * forward) and below 1K the shape of the FlashAttention curve of
  * topo/device_kernels.c (0.13 / 0.25 / 0.43 at 256 / 512 / 1K): not measured here. Merge and
  * copy are dcp's kernels as measured on that H100 (the h100 table's). */
 static const double h100_tile[] = {256, 512, 1024, 2048, 4096, 8192};

@@ -1,5 +1,5 @@
 /*
- * The exact mask semantics of DESIGN.md, in one place, for host and device code.
+ * The exact mask semantics (partition/README.md, Masks), in one place, for host and device code.
  *
  * Every mask is piecewise linear in the query index: the queries of a sequence fall into
  * segments [i0, i1), and within a segment the allowed keys of query i are at most two

@@ -458,7 +458,7 @@ static void test_relayout_cost(void)
     dcp_plan_destroy(zz);
 }
 
-/* The README's example, as printed there (its lines are an excerpt of these): a plan of a
+/* partition/README.md's example, as printed there (its lines are an excerpt of these): a plan of a
  * global and a window kind, each kind run on the same local rows. */
 static void test_readme_example(void)
 {
