@@ -60,8 +60,8 @@ json_check "$work/p5.json" \
 "$bin/dcp-topo" --xml "$here/h100-ib.xml" --json >"$work/dgx.json" || fail "dcp-topo --xml h100-ib.xml"
 json_check "$work/dgx.json" \
     'all(len(g["nics"]) == 1 for g in rows[0]["gpus"]) and
-     rows[0]["gpus"][3]["env"]["nccl"] == "NCCL_IB_HCA==mlx5_3:1" and
-     rows[0]["gpus"][3]["env"]["ucx"] == "UCX_NET_DEVICES=mlx5_3:1" and
+     rows[0]["gpus"][3]["env"]["nccl"] == "NCCL_IB_HCA==mlx5_5:1" and
+     rows[0]["gpus"][3]["env"]["ucx"] == "UCX_NET_DEVICES=mlx5_5:1" and
      [n["fabric"] for n in rows[0]["nics"] if n["gpus"]] == ["InfiniBand"] * 8 and
      rows[0]["job_env"] is None'
 "$bin/dcp-topo" --xml "$here/p5.xml" | grep -q "^3) export UCX_NET_DEVICES=rdmap130s0:1,rdmap131s0:1,rdmap132s0:1,rdmap133s0:1 ;;$" ||

@@ -326,6 +326,46 @@ static void test_twin_mla(void)
     CU_ASSERT(pairs[DCP_SEG_CAUSAL] > 0 && pairs[DCP_SEG_BAND] + pairs[DCP_SEG_LEFT] > 0);
 }
 
+/* A plan with a softcap runs on dcp's kernels on every engine: the twin (cuDNN's stand-in)
+ * takes none of its pairs, its note says why, and the result still meets the reference; the
+ * same plan without a softcap runs its dense segments on the twin. */
+static void test_softcap_runs_own(void)
+{
+    const int32_t len[3] = {157, 64, 90};
+    dcp_mask_t m[3];
+    for (int s = 0; s < 3; s++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m[s]), DCP_OK);
+    for (int capped = 1; capped >= 0; capped--) {
+        const dcp_attn_shape_t shape = {.num_heads = 4, .num_kv_heads = 2, .head_dim = 16,
+                                        .dtype = DCP_DTYPE_FP32,
+                                        .softcap = capped ? 5.0f : 0.0f};
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 3, m, &shape, 80 + capped, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 90 + capped), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+        dcp_plan_t *p = plan_for(h, "1x2", DCP_STRATEGY_ZIGZAG, 32, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        h->attn_engine = "twin";
+        setenv("DCP_ATTN_MIN_ROWS", "8", 1); /* zigzag's chunks here are 40 rows or fewer */
+        dcpt_harness_result_t r;
+        CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, 1e-5, "cpu", &r), DCP_OK);
+        unsetenv("DCP_ATTN_MIN_ROWS");
+        h->attn_engine = NULL;
+        CU_ASSERT(r.passed);
+        CU_ASSERT_STRING_EQUAL(r.engine_name, "twin");
+        int64_t dense = 0;
+        for (int c = 0; c < DCP_ATTN_CLASS_MASKED; c++) dense += r.engine.pairs[c] + r.engine.pairs_bwd[c];
+        if (capped) {
+            CU_ASSERT_EQUAL(dense, 0);
+            CU_ASSERT_PTR_NOT_NULL(strstr(r.engine_note, "softcap"));
+        } else {
+            CU_ASSERT(dense > 0);
+            CU_ASSERT_PTR_NULL(strstr(r.engine_note, "softcap"));
+        }
+        dcp_plan_destroy(p);
+        dcpt_harness_destroy(h);
+    }
+}
+
 /* Whether rows [0, ra) of view a (width wa) and rows [0, rb) of b (width wb) share an element:
  * row by row, exact for strided views. */
 static int rows_meet(dcp_view_t a, int64_t ra, int64_t wa, dcp_view_t b, int64_t rb, int64_t wb)
@@ -641,6 +681,7 @@ int dcp_suite_segment(void)
         {"deterministic_waves", test_deterministic_waves},
         {"delta_out", test_delta_out},
         {"engine_choice_on_cpu", test_engine_choice_on_cpu},
+        {"softcap_runs_own", test_softcap_runs_own},
         {NULL, NULL},
     };
     return dcp_add_suite("segment", tests);

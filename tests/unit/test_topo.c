@@ -63,10 +63,11 @@ static void test_h100_ib_node(void)
     dcp_node_topo_t *t = discover("tests/data/h100-ib.xml", NULL, 0);
     CU_ASSERT_EQUAL(t->num_gpus, 8);
     CU_ASSERT_EQUAL(t->num_nics, 11);
+    /* the compute HCAs' names of the DGX H100 User Guide's network-module table */
+    static const char *const hca[8] = {"mlx5_0", "mlx5_3", "mlx5_4",  "mlx5_5",
+                                       "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"};
     for (int32_t g = 0; g < 8; g++) {
-        char name[32];
-        snprintf(name, sizeof name, "mlx5_%d", g);
-        CU_ASSERT_EQUAL(t->gpus[g].nic, nic_named(t, name));
+        CU_ASSERT_EQUAL(t->gpus[g].nic, nic_named(t, hca[g]));
         CU_ASSERT_EQUAL(t->gpus[g].nic_path, DCP_PATH_PIX);
         CU_ASSERT_EQUAL(t->nics[t->gpus[g].nic].kind, DCP_NIC_IB);
     }
@@ -77,7 +78,8 @@ static void test_h100_ib_node(void)
         CU_ASSERT_STRING_EQUAL(dcp_nic_fabric(&t->nics[t->gpus[g].nic]), "InfiniBand");
         CU_ASSERT_DOUBLE_EQUAL(dcp_node_gpu_gbps(t, g), 50.0, 1e-9);
     }
-    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_8")), 0);
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_1")), 0);
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_7")), 0);
     CU_ASSERT_EQUAL(dcp_node_model_nics(t), 8);
     CU_ASSERT_EQUAL(t->gpu_path[0][3], DCP_PATH_NODE);
     CU_ASSERT_EQUAL(t->gpu_path[3][4], DCP_PATH_SYS);
@@ -108,7 +110,7 @@ static void test_busid_order(void)
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/a100-efa.xml", bad, 1, t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "0000:77:00.0"));
     /* a NIC's bus id is no GPU's, and a GPU is not listed twice */
-    const char *nic[1] = {"0000:99:00.0"}, *twice[2] = {"0000:9a:00.0", "0000:9a:00.0"};
+    const char *nic[1] = {"0000:9a:00.0"}, *twice[2] = {"0000:9d:00.0", "0000:9d:00.0"};
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/h100-ib.xml", nic, 1, t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "class 0x0207, not a GPU"));
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/h100-ib.xml", twice, 2, t), DCP_ERR_INVALID_ARG);
