@@ -85,7 +85,7 @@ MPI_LINK = $(MPI_LIBS) $(call rpath_of,$(MPI_LIBS))
 SUPPORT_SRCS = kernels/reference.c $(addprefix plugin/cli/,harness.c tile_case.c lengths.c \
 	report.c json.c bench.c sim_kernels.c)
 LIB_SRCS = $(filter-out $(SUPPORT_SRCS),$(wildcard include/base/*.c topo/*.c partition/*.c \
-	kernels/*.c transport/*.c plugin/*.c))
+	partition/*/*.c kernels/*.c transport/*.c plugin/*.c))
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
 # the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))

@@ -5,8 +5,8 @@
  *
  * Placement sees one union model (dcp_blocks_t with num_kinds = K): the token blocks, and a
  * tile wherever some kind has an allowed pair, weighing each kind apart (kind_pairs: one balance
- * constraint per kind, partition/place.h; one net per kind and side, weighted by the kind's
- * layer count, partition/hypergraph.h). A tile's computation blocks of every kind run on the
+ * constraint per kind, partition/place/place.h; one net per kind and side, weighted by the kind's
+ * layer count, partition/model/hypergraph.h). A tile's computation blocks of every kind run on the
  * rank the union model gives it: they read the same query and key blocks. Scheduling then sees
  * each kind as a model of its own (dcp_kinds_model) with the placement projected onto it
  * (dcp_kinds_project), so the schedule and program builders run unchanged, once per kind.
@@ -14,8 +14,8 @@
 #ifndef DCP_PARTITION_KINDS_H
 #define DCP_PARTITION_KINDS_H
 
-#include "partition/place.h"
-#include "partition/plan.h"
+#include "partition/place/place.h"
+#include "partition/plan/plan.h"
 
 /* Kind k of union model u as a model of one kind: u's sequences with kind k's masks, u's token
  * blocks, and kind k's tiles. out must be zeroed; release it with dcp_blocks_release(). */
@@ -26,7 +26,7 @@ dcp_status_t dcp_kinds_model(const dcp_blocks_t *u, int32_t k, dcp_blocks_t *out
 dcp_status_t dcp_kinds_union(dcp_blocks_t *u, const dcp_blocks_t *models);
 
 /* The tiles of union model u, its kinds' models made and dropped on the way (a coarse union
- * model's tiles: partition/blocks.h dcp_blocks_tiles). */
+ * model's tiles: partition/model/blocks.h dcp_blocks_tiles). */
 dcp_status_t dcp_kinds_tiles(dcp_blocks_t *u);
 
 /* Kind model m's placement from the union model's placement pu: the same owners, and each of

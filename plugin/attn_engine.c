@@ -11,7 +11,7 @@
 #include "plugin/attn_engine.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
 #include "plugin/binding.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdlib.h>

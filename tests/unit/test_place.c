@@ -1,8 +1,8 @@
 /* Placement strategies: every block placed, computation at the query owner, the memory cap,
  * the baselines' layouts, LPT's balance, determinism. */
-#include "partition/hypergraph.h"
-#include "partition/place.h"
-#include "partition/plan.h"
+#include "partition/model/hypergraph.h"
+#include "partition/place/place.h"
+#include "partition/plan/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
