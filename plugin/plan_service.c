@@ -18,6 +18,7 @@
 #include "include/base/error.h"
 #include "partition/model/blocks.h"
 #include "partition/plan/plan.h"
+#include "partition/planner.h"
 
 #include <pthread.h>
 #include <stdlib.h>

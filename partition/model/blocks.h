@@ -56,7 +56,7 @@ typedef struct {
     uint8_t *tile_full;
     int64_t tile_cap;
 
-    /* Layer kinds (partition/kinds.h). num_kinds <= 1: one kind, seqs' masks, and nothing
+    /* Layer kinds (below: dcp_kinds_model). num_kinds <= 1: one kind, seqs' masks, and nothing
      * below is set. K >= 2: a union model that placement sees - kind_seqs[k * num_seqs + s] is
      * sequence s in kind k (seqs is kind 0's), a tile is in the model when some kind has an
      * allowed pair in it, kind_pairs[t * K + k] are its pairs in kind k, tile_pairs[t] the
@@ -140,8 +140,35 @@ dcp_status_t dcp_blocks_coarsen(const dcp_blocks_t *fine, const int32_t *factor,
 int64_t dcp_blocks_find_tile(const dcp_blocks_t *b, int32_t q, int32_t kv);
 
 /* Enumerates the tiles with at least one allowed pair, with exact pair counts (of every kind,
- * in a union model of layer kinds). */
+ * in a union model of layer kinds: dcp_kinds_tiles). */
 dcp_status_t dcp_blocks_tiles(dcp_blocks_t *b);
+
+/*
+ * Layer kinds. A batch may name K >= 2 kinds of attention layer, each with its own mask per
+ * sequence and a layer count; one placement of token blocks serves them all, and each kind
+ * gets its own schedules and programs on it.
+ *
+ * Placement sees one union model (num_kinds = K): the token blocks, and a tile wherever some
+ * kind has an allowed pair, weighing each kind apart (kind_pairs: one balance constraint per
+ * kind, partition/place/place.h; one net per kind and side, weighted by the kind's layer
+ * count, partition/model/hypergraph.h). A tile's computation blocks of every kind run on the
+ * rank the union model gives it: they read the same query and key blocks. Scheduling then sees
+ * each kind as a model of its own (dcp_kinds_model) with the placement projected onto it
+ * (dcp_kinds_project, partition/place/place.h), so the schedule and program builders run
+ * unchanged, once per kind.
+ */
+
+/* Kind k of union model u as a model of one kind: u's sequences with kind k's masks, u's token
+ * blocks, and kind k's tiles. out must be zeroed; release it with dcp_blocks_release(). */
+dcp_status_t dcp_kinds_model(const dcp_blocks_t *u, int32_t k, dcp_blocks_t *out);
+
+/* The tiles of union model u (u->num_kinds >= 2) from its kinds' models models[K] (each from
+ * dcp_kinds_model): a tile of any kind, its pairs in each kind. */
+dcp_status_t dcp_kinds_union(dcp_blocks_t *u, const dcp_blocks_t *models);
+
+/* The tiles of union model u, its kinds' models made and dropped on the way (dcp_blocks_tiles
+ * of a union model, a coarse one's too). */
+dcp_status_t dcp_kinds_tiles(dcp_blocks_t *u);
 
 /* Appends tile (q, kv) with its pair count and full mark, growing the tile arrays. */
 dcp_status_t dcp_blocks_push_tile(dcp_blocks_t *b, int32_t q, int32_t kv, int64_t pairs, int full);

@@ -4,7 +4,7 @@
  * group h:
  *   Q(t, h)  = id t * hb + h         members: computation blocks reading t's queries
  *   KV(t, h) = id (nb + t) * hb + h  members: computation blocks reading t's keys/values
- * A union model of K layer kinds (partition/kinds.h) has these two nets per kind k, side s
+ * A union model of K layer kinds (partition/model/blocks.h) has these two nets per kind k, side s
  * (0: Q, 1: KV): id ((2k + s) * nb + t) * hb + h, whose members are the computation blocks
  * with pairs in kind k, weighted by kind k's layer count: each layer moves its own blocks, so
  * connectivity is the model's traffic per step.

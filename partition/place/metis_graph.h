@@ -5,7 +5,7 @@
  * Vertices: data block t is global vertex t, computation block c is nb + c. Two weights
  * each: [FLOPs, 0] for computation blocks, [0, bytes] for data blocks, scaled per
  * constraint to integers (METIS's idx_t is 32-bit here) keeping nonzero weights >= 1. A
- * union model of K layer kinds (partition/kinds.h) has one per kind it balances (all, unless
+ * union model of K layer kinds (partition/model/blocks.h) has one per kind it balances (all, unless
  * the planner frees some), then bytes.
  *
  * Clique expansion: a net of k local vertices (its owner, when local, and its members)

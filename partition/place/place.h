@@ -22,8 +22,7 @@ typedef struct {
 } dcp_placement_t;
 
 typedef struct {
-    dcp_strategy_t id;
-    const char *name;
+    dcp_strategy_t id; /* its name: dcp_strategy_name(id) (strategy_name.c) */
     /* Chunks per sequence the blocks must be cut into before placing (0: blocks of B and
      * structure cuts, dcp_blocks_cut); NULL for a strategy that cuts itself (`cut`). */
     int32_t (*chunks)(int32_t num_ranks);
@@ -42,10 +41,10 @@ typedef struct {
  * see the same blocks. */
 typedef struct {
     dcp_plan_options_t opts;
-    dcp_blocks_t b; /* a union model when the batch has K >= 2 layer kinds (kinds.h) */
+    dcp_blocks_t b; /* a union model when the batch has K >= 2 layer kinds (blocks.h) */
     dcp_placement_t pl;
     int32_t num_kinds;                  /* K >= 2: each kind's model and placement below */
-    dcp_blocks_t kb[DCP_MAX_KINDS];     /* kind k's model (partition/kinds.h dcp_kinds_model) */
+    dcp_blocks_t kb[DCP_MAX_KINDS];     /* kind k's model (dcp_kinds_model) */
     dcp_placement_t kpl[DCP_MAX_KINDS]; /* the placement projected onto it */
 } dcp_placed_t;
 
@@ -82,7 +81,13 @@ dcp_status_t dcp_place_prepare(const dcp_batch_t *batch, const dcp_attn_shape_t 
                                uint32_t free_kinds, dcp_placed_t *x);
 dcp_status_t dcp_place_project(dcp_placed_t *x);
 
-/* The strategy table entry, or NULL for an unknown id. */
+/* Kind model m's placement from the union model's placement pu: the same owners, and each of
+ * m's computation blocks on the rank of the union tile it lies in. out's arrays are allocated
+ * here (release with free). */
+dcp_status_t dcp_kinds_project(const dcp_blocks_t *u, const dcp_placement_t *pu,
+                               const dcp_blocks_t *m, dcp_placement_t *out);
+
+/* The strategy table entry, or NULL for an unknown id (place.c). */
 const dcp_strategy_ops_t *dcp_strategy_ops(dcp_strategy_t id);
 
 /* The imbalance of whole documents packed into the cluster's nodes as DCP_STRATEGY_NODES
@@ -109,7 +114,8 @@ static inline int dcp_strategy_is_peer(dcp_strategy_t id)
     return id >= DCP_STRATEGY_PACKED && id < DCP_STRATEGY_PEER_END;
 }
 
-/* Shared by strategies: every computation block runs where its query block lives. */
+/* Shared by strategies (placement.c): every computation block runs where its query block
+ * lives. */
 void dcp_place_at_query_owner(const dcp_blocks_t *b, dcp_placement_t *p);
 
 /* Fails with DCP_ERR_CAPACITY when some rank owns more than the cap (0 = no cap). */

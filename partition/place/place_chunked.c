@@ -36,6 +36,6 @@ static dcp_status_t zigzag_place(const dcp_place_in_t *in, dcp_placement_t *out)
 }
 
 const dcp_strategy_ops_t dcp_strategy_ring = {
-    .id = DCP_STRATEGY_RING, .name = "ring", .chunks = ring_chunks, .place = ring_place};
+    .id = DCP_STRATEGY_RING, .chunks = ring_chunks, .place = ring_place};
 const dcp_strategy_ops_t dcp_strategy_zigzag = {
-    .id = DCP_STRATEGY_ZIGZAG, .name = "zigzag", .chunks = zigzag_chunks, .place = zigzag_place};
+    .id = DCP_STRATEGY_ZIGZAG, .chunks = zigzag_chunks, .place = zigzag_place};

@@ -379,7 +379,6 @@ out:
 }
 
 const dcp_strategy_ops_t dcp_strategy_dyncp = {.id = DCP_STRATEGY_DYNCP,
-                                               .name = "dyncp",
                                                .place = dcp_peer_place_at_query,
                                                .resolve = dyncp_resolve,
                                                .cut = dyncp_cut};

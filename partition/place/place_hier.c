@@ -83,4 +83,4 @@ out:
 }
 
 const dcp_strategy_ops_t dcp_strategy_nodes = {
-    .id = DCP_STRATEGY_NODES, .name = "nodes", .chunks = nodes_chunks, .place = nodes_place};
+    .id = DCP_STRATEGY_NODES, .chunks = nodes_chunks, .place = nodes_place};

@@ -3,7 +3,7 @@
  * order of max(m/m_avg, c/c_avg) (m: bytes, c: FLOPs of the block's queries) and each goes
  * to the rank with the lowest load max(M_r/m_avg, C_r/c_avg) whose memory stays under the
  * cap; ties go to the lower rank, so the result is deterministic. Computation runs at the
- * query's owner. With layer kinds (partition/kinds.h) each kind's FLOPs are one more c.
+ * query's owner. With layer kinds (partition/model/blocks.h) each kind's FLOPs are one more c.
  */
 #include "partition/place/place.h"
 
@@ -55,7 +55,7 @@ static dcp_status_t lpt_place(const dcp_place_in_t *in, dcp_placement_t *out)
     DCP_CHECK_GOTO(dcp_calloc(&mem_r, nr, sizeof *mem_r, "lpt loads"), st, out);
     DCP_CHECK_GOTO(dcp_calloc(&flops_r, (int64_t)nk * nr, sizeof *flops_r, "lpt loads"), st, out);
 
-    /* with layer kinds (kinds.h), every kind's FLOPs are a load of their own */
+    /* with layer kinds (blocks.h), every kind's FLOPs are a load of their own */
     double m_tot = 0, c_avg[DCP_MAX_KINDS];
     for (int32_t t = 0; t < nb; t++) m_tot += (double)dcp_blocks_token_bytes(b, b->blk_len[t]);
     for (int32_t k = 0; k < nk; k++) {
@@ -106,4 +106,4 @@ out:
 }
 
 const dcp_strategy_ops_t dcp_strategy_lpt = {
-    .id = DCP_STRATEGY_LPT, .name = "lpt", .chunks = lpt_chunks, .place = lpt_place};
+    .id = DCP_STRATEGY_LPT, .chunks = lpt_chunks, .place = lpt_place};

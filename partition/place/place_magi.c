@@ -95,7 +95,6 @@ out:
 }
 
 const dcp_strategy_ops_t dcp_strategy_magi = {.id = DCP_STRATEGY_MAGI,
-                                              .name = "magi",
                                               .place = dcp_peer_place_at_query,
                                               .resolve = magi_resolve,
                                               .cut = magi_cut};

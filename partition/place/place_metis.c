@@ -410,4 +410,4 @@ static dcp_status_t metis_place(const dcp_place_in_t *in, dcp_placement_t *p)
 }
 
 const dcp_strategy_ops_t dcp_strategy_metis = {
-    .id = DCP_STRATEGY_METIS, .name = "metis", .chunks = metis_chunks, .place = metis_place};
+    .id = DCP_STRATEGY_METIS, .chunks = metis_chunks, .place = metis_place};

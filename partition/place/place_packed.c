@@ -46,7 +46,6 @@ out:
 }
 
 const dcp_strategy_ops_t dcp_strategy_packed = {.id = DCP_STRATEGY_PACKED,
-                                                .name = "packed",
                                                 .place = dcp_peer_place_at_query,
                                                 .resolve = packed_resolve,
                                                 .cut = packed_cut};

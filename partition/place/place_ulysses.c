@@ -141,12 +141,8 @@ static dcp_status_t head_place(const dcp_place_in_t *in, dcp_placement_t *out)
 }
 
 const dcp_strategy_ops_t dcp_strategy_ulysses = {.id = DCP_STRATEGY_ULYSSES,
-                                                 .name = "ulysses",
                                                  .place = head_place,
                                                  .resolve = ulysses_resolve,
                                                  .cut = ulysses_cut};
-const dcp_strategy_ops_t dcp_strategy_usp = {.id = DCP_STRATEGY_USP,
-                                             .name = "usp",
-                                             .place = head_place,
-                                             .resolve = usp_resolve,
-                                             .cut = usp_cut};
+const dcp_strategy_ops_t dcp_strategy_usp = {
+    .id = DCP_STRATEGY_USP, .place = head_place, .resolve = usp_resolve, .cut = usp_cut};

@@ -3,7 +3,7 @@
  *  1. compute repair: while a rank holds more than (1 + tol) x the mean FLOPs, move the
  *     computation block whose move costs least to a rank with room (its Q or KV owner, the
  *     least loaded rank of its node, or the least loaded rank); with layer kinds
- *     (partition/kinds.h) kind by kind, to a rank with room under every kind's bound;
+ *     (partition/model/blocks.h) kind by kind, to a rank with room under every kind's bound;
  *  2. memory repair: likewise with token blocks and owned bytes (and the memory cap);
  *  3. FM passes (partition/place/refine_fm.h) over computation and token blocks together, with
  *     exact connectivity gains under both bounds.

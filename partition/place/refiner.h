@@ -25,7 +25,7 @@ typedef struct {
     int32_t *readers;          /* [net]: ranks with cnt > 0 */
     uint64_t *rmask;           /* [net * words + rank / 64]: bit rank % 64 set when cnt > 0 */
     int32_t words;             /* 64-bit words per net in rmask */
-    int32_t kinds;             /* the model's layer kinds (partition/kinds.h) */
+    int32_t kinds;             /* the model's layer kinds (partition/model/blocks.h) */
     int64_t *flops, *mem;      /* flops [kinds * nr] (kind k's at k * nr), mem [nr] */
     double bound_flops[DCP_MAX_KINDS]; /* per kind: (1 + tol) x the mean */
     double bound_mem;          /* (1 + tol) x the mean, or the memory cap if lower */

@@ -8,9 +8,9 @@
  * plan-wide too, the forward's first: pass k owns transfers [pass_xfer[k], pass_xfer[k+1])
  * and phases [pass_phase[k], pass_phase[k+1]), so the two passes never share a tag. Derived
  * data (local rows, caller buffer sizes, statistics) is recomputed from the stored data by
- * dcp_plan_derive(), after planning and after loading bytes alike, so it cannot disagree.
+ * dcp_plan_finish(), after planning and after loading bytes alike, so it cannot disagree.
  *
- * Layer kinds (partition/plan/plan_kinds.c): a plan of K >= 2 kinds holds one program pair per kind
+ * Layer kinds (plan_kinds.c): a plan of K >= 2 kinds holds one program pair per kind
  * on its one placement, program (k * 2 + pass) * R + r, transfers and phases numbered on
  * across kinds (kind 0's first). Kind k >= 1 is a view: a dcp_plan_t that shares the plan's
  * arrays (its prog_off starts at kind k's programs) and has its own masks, pass ranges and
@@ -179,6 +179,10 @@ static inline int32_t dcp_plan_elem_bytes(const dcp_plan_t *p, int32_t b)
  * dcp_plan_deserialize() to load one (DCP_ERR_PLAN_CORRUPT). */
 #define DCP_PLAN_MAX_WORK_BYTES ((int64_t)1 << 36)
 
+/* Work buffers are cut into slots whose offsets and sizes are multiples of this many elements
+ * (aligned vector loads; partition/program/slots.h), so a buffer's size is one too. */
+#define DCP_SLOT_ALIGN 64
+
 /* Bytes of work buffers rank r allocates to run the plan (needs derived buffer sizes). */
 static inline int64_t dcp_plan_work_bytes(const dcp_plan_t *p, int32_t r)
 {
@@ -191,11 +195,11 @@ static inline int64_t dcp_plan_work_bytes(const dcp_plan_t *p, int32_t r)
 /* Local rows of every block and token counts of every rank (needs valid blocks). */
 dcp_status_t dcp_plan_derive_rows(dcp_plan_t *p);
 
-/* Derives rows, buffer sizes and statistics from the stored data. With `validate`, first
- * checks the stored data as untrusted (dcp_plan_check_inputs, then dcp_plan_check_programs
- * once sizes are known) and fails with DCP_ERR_PLAN_CORRUPT on any violation; without (a
- * plan just made), fails with DCP_ERR_CAPACITY where a rank's work buffers would pass
- * DCP_PLAN_MAX_WORK_BYTES. */
+/* Derives rows, buffer sizes and statistics from the stored data (plan_finish.c). With
+ * `validate`, first checks the stored data as untrusted (dcp_plan_check_inputs, then
+ * dcp_plan_check_programs once sizes are known) and fails with DCP_ERR_PLAN_CORRUPT on any
+ * violation; without (a plan just made), fails with DCP_ERR_CAPACITY where a rank's work buffers
+ * would pass DCP_PLAN_MAX_WORK_BYTES. */
 dcp_status_t dcp_plan_finish(dcp_plan_t *p, int validate);
 
 /* Validation, split where derived sizes become available (plan_check.c). Inputs: shape,
@@ -207,23 +211,29 @@ dcp_status_t dcp_plan_check_programs(const dcp_plan_t *p);
 
 /* Statistics from the programs (plan_stats.c); rows and buffers must be derived. */
 dcp_status_t dcp_plan_derive_stats(dcp_plan_t *p);
+/* Statistics of every kind and the model's step (after dcp_plan_kinds_sync). */
+dcp_status_t dcp_plan_kinds_stats(dcp_plan_t *p);
 
 dcp_status_t dcp_plan_alloc(dcp_plan_t **plan_out);
+
+/* Frees what p's layer kinds' views own, and the views (plan.c: dcp_plan_destroy). */
+void dcp_plan_kinds_free(dcp_plan_t *p);
 
 /* Layer kinds (plan_kinds.c). Allocates the views of kinds 1 .. K-1 of p (K >= 2), empty but
  * for their kind and root. */
 dcp_status_t dcp_plan_kinds_alloc(dcp_plan_t *p, int32_t num_kinds);
-/* Frees what the views own, and the views. */
-void dcp_plan_kinds_free(dcp_plan_t *p);
 /* Gives every view the plan's shared data (after the plan's rows and buffers are derived):
  * its arrays, sizes and serial, its kind's programs, the fingerprint with its kind. */
 void dcp_plan_kinds_sync(dcp_plan_t *p);
-/* Statistics of every kind and the model's step (after dcp_plan_kinds_sync). */
-dcp_status_t dcp_plan_kinds_stats(dcp_plan_t *p);
 
-/* Checks the arguments of dcp_plan_create() (opts resolved, never NULL) without planning:
- * the options, then batch and shape, with the same messages (planner.c). */
-dcp_status_t dcp_plan_check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
-                                 const dcp_plan_options_t *opts);
+/* The cost model's time (ms) of moving every token whose owner differs between the local
+ * layouts of plans a and b (the same lengths on the same cluster) to its owner in b, row_bytes
+ * a token: each rank's bytes sent and received per link class over the cluster model's
+ * bandwidths (a device's links work in parallel, each direction apart, as dcp_cost_predict
+ * times a phase), the busiest rank's time plus one latency; 0 when nothing moves. The price of
+ * giving each layer kind its own placement: an all-to-all re-layout wherever the model goes
+ * from a layer of one kind to one of another (dcp-plan --layers --compare). */
+dcp_status_t dcp_kinds_relayout_ms(const dcp_plan_t *a, const dcp_plan_t *b, int64_t row_bytes,
+                                   double *ms_out);
 
 #endif

@@ -19,11 +19,10 @@
  * field is ignored and one plan has one byte string.
  */
 #include "include/base/error.h"
-#include "partition/place/place.h"
 #include "partition/model/blocks.h"
 #include "partition/model/mask.h"
+#include "partition/place/place.h"
 #include "partition/plan/plan.h"
-#include "partition/program/slots.h"
 
 #include <math.h>
 #include <stdlib.h>

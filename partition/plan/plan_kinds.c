@@ -1,10 +1,11 @@
 /*
  * The layer kinds of a plan: one view per kind after the first, made when the plan is made
- * or loaded. A view is a dcp_plan_t whose shared fields (blocks, owners, rows, buffers, items,
- * the serial that contexts bind by) are the plan's, copied in by dcp_plan_kinds_sync() once
- * they are final, and whose own fields are its kind's: masks, pass ranges, programs (prog_off
- * points at them), statistics, fingerprint. Executor, cost model, simulator and statistics
- * read one kind's programs through its view unchanged.
+ * or loaded (and freed with it, plan.c). A view is a dcp_plan_t whose shared fields (blocks,
+ * owners, rows, buffers, items, the serial that contexts bind by) are the plan's, copied in by
+ * dcp_plan_kinds_sync() once they are final, and whose own fields are its kind's: masks, pass
+ * ranges, programs (prog_off points at them), statistics, fingerprint. Executor, cost model,
+ * simulator and statistics read one kind's programs through its view unchanged. Also: the cost
+ * of going from one plan's token layout to another's (dcp_kinds_relayout_ms).
  */
 #include "include/base/error.h"
 #include "partition/plan/plan.h"
@@ -26,21 +27,6 @@ dcp_status_t dcp_plan_kinds_alloc(dcp_plan_t *p, int32_t num_kinds)
         p->views[k]->layers = 1;
     }
     return DCP_OK;
-}
-
-void dcp_plan_kinds_free(dcp_plan_t *p)
-{
-    if (!p->views) return;
-    for (int32_t k = 1; k < p->num_kinds; k++) {
-        dcp_plan_t *v = p->views[k];
-        if (!v) continue;
-        free(v->seqs);
-        free(v->custom_ranges);
-        free(v->rank_stats);
-        free(v);
-    }
-    free(p->views);
-    p->views = NULL;
 }
 
 void dcp_plan_kinds_sync(dcp_plan_t *p)
@@ -66,24 +52,6 @@ void dcp_plan_kinds_sync(dcp_plan_t *p)
     }
 }
 
-dcp_status_t dcp_plan_kinds_stats(dcp_plan_t *p)
-{
-    double model = 0;
-    for (int32_t k = 0; k < p->num_kinds; k++) {
-        dcp_plan_t *v = dcp_plan_view(p, k);
-        DCP_CHECK(dcp_plan_derive_stats(v));
-        model += v->layers * (v->stats.predicted_ms + v->stats.bwd_predicted_ms);
-    }
-    for (int32_t k = 0; k < p->num_kinds; k++) {
-        dcp_plan_stats_t *st = &dcp_plan_view(p, k)->stats;
-        st->num_kinds = p->num_kinds;
-        st->kind = k;
-        st->layers = dcp_plan_view(p, k)->layers;
-        st->model_step_ms = model;
-    }
-    return DCP_OK;
-}
-
 dcp_status_t dcp_plan_kind(const dcp_plan_t *plan, int32_t kind, const dcp_plan_t **view_out)
 {
     if (!plan || !view_out)
@@ -93,5 +61,57 @@ dcp_status_t dcp_plan_kind(const dcp_plan_t *plan, int32_t kind, const dcp_plan_
         return dcp_set_error(DCP_ERR_INVALID_ARG, "kind = %d, the plan has %d layer kind%s", kind,
                              r->num_kinds, r->num_kinds == 1 ? "" : "s");
     *view_out = r->views ? r->views[kind] : r;
+    return DCP_OK;
+}
+
+/* The token block of plan p holding position `pos` of sequence s, from block t on (blocks are
+ * sorted by (sequence, start)). */
+static int32_t block_holding(const dcp_plan_t *p, int32_t t, int32_t s, int32_t pos)
+{
+    while (p->blk_seq[t] != s || p->blk_start[t] + p->blk_len[t] <= pos) t++;
+    return t;
+}
+
+dcp_status_t dcp_kinds_relayout_ms(const dcp_plan_t *a, const dcp_plan_t *b, int64_t row_bytes,
+                                   double *ms_out)
+{
+    a = dcp_plan_root(a), b = dcp_plan_root(b);
+    if (a->num_ranks != b->num_ranks || a->num_seqs != b->num_seqs)
+        return dcp_set_error(DCP_ERR_INVALID_ARG, "relayout: the plans are of other batches");
+    for (int32_t s = 0; s < a->num_seqs; s++)
+        if (a->seqs[s].len != b->seqs[s].len)
+            return dcp_set_error(DCP_ERR_INVALID_ARG, "relayout: sequence %d differs in length",
+                                 s);
+    const int32_t nr = a->num_ranks, devs = a->devs_per_node;
+    double *v = NULL; /* [rank][send intra, send inter, recv intra, recv inter] bytes */
+    DCP_CHECK(dcp_calloc(&v, 4 * (int64_t)nr, sizeof *v, "relayout"));
+    int moved = 0;
+    for (int32_t t = 0, u = 0; t < a->num_blocks; t++) {
+        const int32_t s = a->blk_seq[t], end = a->blk_start[t] + a->blk_len[t];
+        for (int32_t pos = a->blk_start[t]; pos < end;) {
+            u = block_holding(b, u, s, pos);
+            const int32_t stop = b->blk_start[u] + b->blk_len[u] < end
+                                     ? b->blk_start[u] + b->blk_len[u]
+                                     : end;
+            const int32_t from = a->blk_owner[t], to = b->blk_owner[u];
+            if (from != to) {
+                const double bytes = (double)(stop - pos) * (double)row_bytes;
+                const int inter = from / devs != to / devs;
+                v[4 * (int64_t)from + inter] += bytes;
+                v[4 * (int64_t)to + 2 + inter] += bytes;
+                moved = 1;
+            }
+            pos = stop;
+        }
+    }
+    const double bw[2] = {a->perf.intra_gbps * 1e9, a->perf.inter_gbps * 1e9};
+    double worst = 0;
+    for (int32_t r = 0; r < nr; r++)
+        for (int k = 0; k < 4; k++) {
+            const double sec = v[4 * (int64_t)r + k] / bw[k % 2];
+            worst = sec > worst ? sec : worst;
+        }
+    free(v);
+    *ms_out = moved ? worst * 1e3 + a->perf.lat_us * 1e-3 : 0.0;
     return DCP_OK;
 }

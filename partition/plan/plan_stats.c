@@ -173,3 +173,21 @@ dcp_status_t dcp_plan_get_rank_stats(const dcp_plan_t *plan, int32_t rank,
     *stats_out = plan->rank_stats[rank];
     return DCP_OK;
 }
+
+dcp_status_t dcp_plan_kinds_stats(dcp_plan_t *p)
+{
+    double model = 0;
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        dcp_plan_t *v = dcp_plan_view(p, k);
+        DCP_CHECK(dcp_plan_derive_stats(v));
+        model += v->layers * (v->stats.predicted_ms + v->stats.bwd_predicted_ms);
+    }
+    for (int32_t k = 0; k < p->num_kinds; k++) {
+        dcp_plan_stats_t *st = &dcp_plan_view(p, k)->stats;
+        st->num_kinds = p->num_kinds;
+        st->kind = k;
+        st->layers = dcp_plan_view(p, k)->layers;
+        st->model_step_ms = model;
+    }
+    return DCP_OK;
+}

@@ -7,12 +7,9 @@
 #ifndef DCP_PARTITION_SLOTS_H
 #define DCP_PARTITION_SLOTS_H
 
-#include "include/dcp.h"
+#include "partition/plan/plan.h" /* DCP_SLOT_ALIGN */
 
 #include <stdint.h>
-
-/* Slot offsets and sizes are rounded up to this many elements (aligned vector loads). */
-#define DCP_SLOT_ALIGN 64
 
 typedef struct {
     int64_t off, len;

@@ -7,6 +7,7 @@
 #include "partition/kinds.h"
 #include "partition/plan/plan.h"
 #include "partition/plan/wire.h"
+#include "partition/planner.h"
 #include "plugin/cli/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

@@ -6,6 +6,7 @@
 #include "include/base/error.h"
 #include "partition/place/peer.h"
 #include "partition/plan/plan.h"
+#include "partition/planner.h"
 #include "partition/sim/simulate.h"
 #include "plugin/cli/harness.h"
 #include "tests/unit/suites.h"

@@ -3,8 +3,8 @@
  * the training step deciding between them, the attention floor that lets it skip candidates,
  * the division count chosen per batch, and long sequences coarsened into units before
  * METIS. */
+#include "partition/cost_floor.h"
 #include "partition/place/place.h"
-#include "partition/plan/cost.h"
 #include "partition/plan/plan.h"
 #include "partition/sim/simulate.h"
 #include "plugin/cli/lengths.h"
