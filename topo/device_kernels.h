@@ -11,7 +11,7 @@
 #ifndef DCP_TOPO_DEVICE_KERNELS_H
 #define DCP_TOPO_DEVICE_KERNELS_H
 
-#include "topo/cluster.h"
+#include "topo/perf_model.h"
 
 /* The curve's tile edges (tokens) and the rate at each, as a share of the rate at the last. */
 #define DCP_DEVICE_CURVE_POINTS 6
