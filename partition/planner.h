@@ -1,6 +1,6 @@
 /*
  * The planner (planner.c): dcp_plan_create() and what the library says of it beyond dcp.h.
- * It sits on every layer of partition/ (partition/README.md).
+ * It sits on every layer of partition/ (model/, place/, plan/, program/, sim/: their READMEs).
  */
 #ifndef DCP_PARTITION_PLANNER_H
 #define DCP_PARTITION_PLANNER_H

@@ -204,7 +204,8 @@ def check(root, build, objs, uses=USES):
         faults.append("circle of %d files: %s" % (len(comp), "; ".join(how)))
     for src, what in sorted(set(mpi_syms)) + sorted(set(mpi_hdrs)):
         if not MPI_OK.match(src):
-            faults.append("%s uses MPI (%s): only plugin/mpi/ and plugin/cli/mpi_*.c may" % (src, what))
+            faults.append("%s uses MPI (%s): only plugin/mpi/ and plugin/cli/mpi_*.c may"
+                          % (src, what))
     return faults
 
 
@@ -240,7 +241,8 @@ FAKE_USES = {
 # each fault injected alone, and a piece of the message it must give
 INJECTED = [
     ("a call up a layer",
-     {"partition/model/tile.c": "int dcp_plan(int);\nint dcp_tile(int x) { return dcp_plan(x); }\n"},
+     {"partition/model/tile.c": "int dcp_plan(int);\n"
+                                "int dcp_tile(int x) { return dcp_plan(x); }\n"},
      "partition/model/tile.c calls dcp_plan (partition/plan/plan.c): partition/model/ may not "
      "use partition/plan/"),
     ("an include up a layer",
