@@ -3,7 +3,8 @@
 #   make            library (build/lib/libdcp.{a,so}) and tools (build/bin/)
 #   make run        the libraries and tools, then the main job: dcp-attn-test on the built-in
 #                   batch, every strategy, checked
-#   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
+#   make test       every suite (unit, end-to-end) and the layers' check (make test-layers);
+#                   make test-asan: the same under ASan+UBSan
 #   make test-walks the full failure walks (every allocation and transport call in turn) under
 #                   ASan+UBSan; make soak: 10,000 training steps watched for leaks; make
 #                   test-tsan: the planner service's load test under ThreadSanitizer
@@ -85,7 +86,7 @@ MPI_LINK = $(MPI_LIBS) $(call rpath_of,$(MPI_LIBS))
 SUPPORT_SRCS = kernels/reference.c $(addprefix plugin/cli/,harness.c tile_case.c lengths.c \
 	report.c json.c bench.c sim_kernels.c)
 LIB_SRCS = $(filter-out $(SUPPORT_SRCS),$(wildcard include/base/*.c topo/*.c partition/*.c \
-	kernels/*.c transport/*.c plugin/*.c))
+	partition/*/*.c kernels/*.c transport/*.c plugin/*.c))
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
 # the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
 CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))
@@ -126,7 +127,7 @@ EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
 .PHONY: all lib tools tests run test test-asan test-run test-fuzz test-bundle fuzz deps install \
-	uninstall clean gpu-bundle test-walks soak test-tsan
+	uninstall clean gpu-bundle test-walks soak test-tsan test-layers
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
@@ -280,7 +281,17 @@ test-fuzz:
 		rm -rf $$corpus $$log; \
 	else tail -40 $$log; echo "dcp-plan-fuzz failed: corpus $$corpus, log $$log"; exit 1; fi
 
-test-run:
+# The layers (tests/layers/check.py): every library and tool object's calls and every source's
+# includes run down DESIGN.md's table of folders and partition/'s sub-folders, and no files
+# reach each other; its self-test first (a small tree with each fault injected). Plain and
+# ASan builds alike (the objects `tests tools` made).
+TOOL_MAIN_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard plugin/cli/dcp_*.c))
+LAYER_OBJS = $(LIB_OBJS) $(MPI_OBJS) $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_OBJS) $(TOOL_MAIN_OBJS)
+test-layers: $(LAYER_OBJS)
+	@CC="$(CC)" python3 tests/layers/check.py --self-test
+	@python3 tests/layers/check.py $(BUILD) $(LAYER_OBJS)
+
+test-run: test-layers
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null

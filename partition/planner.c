@@ -1,19 +1,21 @@
 /*
  * The planning pipeline: batch -> blocks -> placement -> one schedule per pass -> programs of
- * both passes -> a finished plan (partition/plan.c). Both passes share the placement, whose
- * vertex and net weights count a whole training step, so one plan serves forward and
- * backward. A batch of layer kinds (partition/kinds.h) is placed once and scheduled per kind;
- * plans are compared by the model's step: layers x each kind's forward + backward, summed.
+ * both passes -> a finished plan (partition/plan/plan_finish.c). Both passes share the
+ * placement, whose vertex and net weights count a whole training step, so one plan serves
+ * forward and backward. A batch of layer kinds (partition/model/blocks.h) is placed once and
+ * scheduled per kind; plans are compared by the model's step: layers x each kind's forward +
+ * backward, summed.
  */
 #include "include/base/error.h"
-#include "partition/cost.h"
+#include "partition/cost_floor.h"
 #include "partition/kinds.h"
-#include "partition/mask.h"
-#include "partition/place.h"
-#include "partition/plan.h"
-#include "partition/program.h"
-#include "partition/simulate.h"
-#include "partition/wire.h"
+#include "partition/model/mask.h"
+#include "partition/place/place.h"
+#include "partition/plan/plan.h"
+#include "partition/plan/wire.h"
+#include "partition/planner.h"
+#include "partition/program/program.h"
+#include "partition/sim/simulate.h"
 
 #include <math.h>
 #include <stdlib.h>

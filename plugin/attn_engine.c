@@ -13,7 +13,7 @@
 #include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/log.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdio.h>

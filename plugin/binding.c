@@ -3,7 +3,7 @@
 
 #include "include/base/error.h"
 #include "include/base/log.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdlib.h>

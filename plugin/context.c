@@ -234,17 +234,6 @@ dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_sh
     return ctx->dev->kernels->check_shape(shape);
 }
 
-dcp_status_t dcp_context_health(dcp_context_t *ctx)
-{
-    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
-    if (st == DCP_OK) st = dcp_context_watch(ctx);
-    if (st == DCP_OK) return DCP_OK;
-    char why[1024];
-    dcp_error_save(why, sizeof why);
-    ctx->engine->ops->abort(ctx->engine, why);
-    return dcp_set_error(st, "%s", why);
-}
-
 dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason)
 {
     if (!ctx) return dcp_set_error(DCP_ERR_INVALID_ARG, "ctx is NULL");

@@ -42,7 +42,7 @@
  */
 #include "include/base/error.h"
 #include "include/base/test_hook.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <math.h>

@@ -336,7 +336,7 @@ static dcp_status_t attach(const dcp_context_config_t *config, dcp_job_t *job)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.bootstrap: rank %d of %d, allgather %s",
                              bs->rank, bs->size, bs->allgather ? "set" : "NULL");
     dcp_peer_t me;
-    dcp_peer_describe_self(1, &me);
+    dcp_peer_describe_self(dcp_ucx_supports_cuda(), &me);
     /* a rank whose node file fails still joins the gather, and fails at the agreement below */
     node_file_t file;
     const dcp_status_t st_file = load_node_file(config, &file);

@@ -18,7 +18,7 @@
 #include "plugin/variants.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <math.h>

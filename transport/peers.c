@@ -4,7 +4,6 @@
 #include "topo/node.h"
 #include "topo/node_figures.h"
 #include "transport/bootstrap.h"
-#include "transport/ucx.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +36,7 @@ void dcp_peer_identify(const char *boot_id_path, dcp_peer_t *me)
     if (!found) memset(b, 0, n);
 }
 
-void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
+void dcp_peer_describe_self(int ucx_cuda, dcp_peer_t *me)
 {
     memset(me, 0, sizeof *me);
     dcp_peer_identify(NULL, me);
@@ -46,7 +45,7 @@ void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
     if (stat("/proc/self/ns/pid", &st) == 0) me->pidns = (uint64_t)st.st_ino;
     me->nic = DCP_NIC_ETH;
     me->device = -1;
-    me->ucx_cuda = ucx && dcp_ucx_supports_cuda();
+    me->ucx_cuda = ucx_cuda != 0;
     dcp_node_topo_t *node = NULL;
     if (dcp_calloc(&node, 1, sizeof *node, "node") == DCP_OK &&
         dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {

@@ -10,7 +10,7 @@
  * The per-query key ranges (kernels), exact pair counts of a tile in O(segments) time
  * (planner) and the key envelope of a query block (block generation) all derive from
  * dcp_mask_segment_at(), so they cannot disagree. Masks must have been validated
- * (partition/mask.h) before they reach these functions.
+ * (partition/model/mask.h) before they reach these functions.
  */
 #ifndef DCP_BASE_MASK_RULE_H
 #define DCP_BASE_MASK_RULE_H

@@ -26,7 +26,7 @@
 #include "kernels/device.h"
 #include "kernels/segment.h"
 #include "kernels/kernel.h"
-#include "partition/mask.h"
+#include "partition/model/mask.h"
 #include "plugin/cli/args.h"
 #include "plugin/cli/common.h"
 #include "plugin/cli/bench.h"

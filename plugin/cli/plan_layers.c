@@ -20,6 +20,7 @@
 
 #include "include/base/error.h"
 #include "partition/kinds.h"
+#include "partition/planner.h"
 #include "plugin/cli/svg.h"
 
 #include <math.h>

@@ -2,7 +2,7 @@
 
 #include "include/base/error.h"
 #include "kernels/segment.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 
 #include <stdlib.h>
 

@@ -2,7 +2,7 @@
 #ifndef DCP_CLI_SIM_KERNELS_H
 #define DCP_CLI_SIM_KERNELS_H
 
-#include "partition/simulate.h"
+#include "partition/sim/simulate.h"
 
 /* Reads `path` (dcp-kernel-bench --json output): per tile edge, the median TFLOP/s of the
  * "attn" rows and of the "bwd" rows (rows of head dim `head_dim` where there are any, else

@@ -1,9 +1,9 @@
 /* dcp-plan --simulate: runs each plan's programs through the step-time simulator
- * (partition/simulate.h) and reports simulated times per strategy. */
+ * (partition/sim/simulate.h) and reports simulated times per strategy. */
 #ifndef DCP_CLI_SIM_REPORT_H
 #define DCP_CLI_SIM_REPORT_H
 
-#include "partition/simulate.h"
+#include "partition/sim/simulate.h"
 #include "plugin/cli/report.h"
 
 typedef struct {
@@ -17,7 +17,7 @@ typedef struct {
  * and on (the partials of the last divisions, and what hubs merged of them). */
 enum { DCPT_SIM_FIRST = 0, DCPT_SIM_MIDDLE, DCPT_SIM_LAST, DCPT_SIM_BUCKETS };
 
-/* Where one pass's time went (partition/simulate.h's explanation, folded): the slowest rank's
+/* Where one pass's time went (partition/sim/simulate.h's explanation, folded): the slowest rank's
  * exposed communication and the critical path's transfers, each by kind, link class (0
  * intra, 1 inter) and step bucket, in ms. */
 typedef struct {

@@ -10,13 +10,13 @@
  *  - per rank, bars of FLOPs, owned bytes and traffic (sent + received), with the mean, a
  *    rank axis and node separators;
  *  - the rank-to-rank traffic matrix, nodes outlined.
- * Everything comes through the plan walker (partition/plan_walk.h) and dcp.h.
+ * Everything comes through the plan walker (partition/plan/plan_walk.h) and dcp.h.
  */
 #include "plugin/cli/svg.h"
 
 #include "include/base/error.h"
 #include "include/base/out_file.h"
-#include "partition/plan_walk.h"
+#include "partition/plan/plan_walk.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #define DCPT_CLI_SVG_H
 
 #include "include/dcp.h"
-#include "partition/simulate.h"
+#include "partition/sim/simulate.h"
 
 dcp_status_t dcpt_svg_write(const dcp_plan_t *plan, const char *path, const char *title);
 

@@ -5,13 +5,13 @@
  * (one bar per group from when it flows to when it ends, after a thin latency, coloured by
  * its main kind, darker between nodes; overlapping groups stacked), and the critical path:
  * dark where it runs through this rank, grey elsewhere.
- * Everything comes from the simulator's trace and explanation (partition/simulate.h).
+ * Everything comes from the simulator's trace and explanation (partition/sim/simulate.h).
  */
 #include "plugin/cli/svg.h"
 
 #include "include/base/error.h"
 #include "include/base/out_file.h"
-#include "partition/simulate.h"
+#include "partition/sim/simulate.h"
 
 #include <errno.h>
 #include <math.h>

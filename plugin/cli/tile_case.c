@@ -1,7 +1,7 @@
 #include "plugin/cli/tile_case.h"
 
 #include "include/base/error.h"
-#include "partition/mask.h"
+#include "partition/model/mask.h"
 
 #include <stdlib.h>
 #include <string.h>

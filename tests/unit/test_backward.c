@@ -7,7 +7,7 @@
 #include "include/base/half.h"
 #include "kernels/cpu.h"
 #include "kernels/reference.h"
-#include "partition/mask.h"
+#include "partition/model/mask.h"
 #include "plugin/cli/tile_case.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

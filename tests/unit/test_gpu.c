@@ -16,7 +16,7 @@
 #include "kernels/cpu.h"
 #include "kernels/cuda/device.h"
 #include "kernels/reference.h"
-#include "partition/mask.h"
+#include "partition/model/mask.h"
 #include "plugin/cli/harness.h"
 #include "plugin/cli/tile_case.h"
 #include "tests/unit/shm_bootstrap.h"

@@ -5,8 +5,9 @@
  * identically and are refused when corrupt; bad kinds are named. */
 #include "include/dcp.h"
 #include "partition/kinds.h"
-#include "partition/plan.h"
-#include "partition/wire.h"
+#include "partition/plan/plan.h"
+#include "partition/plan/wire.h"
+#include "partition/planner.h"
 #include "plugin/cli/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

@@ -4,9 +4,10 @@
  * plan run forward and backward against the double-precision reference and through its
  * bytes, and the default's candidate of documents packed into nodes. */
 #include "include/base/error.h"
-#include "partition/peer.h"
-#include "partition/plan.h"
-#include "partition/simulate.h"
+#include "partition/place/peer.h"
+#include "partition/plan/plan.h"
+#include "partition/planner.h"
+#include "partition/sim/simulate.h"
 #include "plugin/cli/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

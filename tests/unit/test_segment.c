@@ -11,7 +11,7 @@
 #include "include/base/mask_rule.h"
 #include "kernels/cpu.h"
 #include "kernels/segment.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/cli/harness.h"
 #include "plugin/context.h"
 #include "tests/unit/suites.h"
