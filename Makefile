@@ -282,7 +282,7 @@ test-fuzz:
 	else tail -40 $$log; echo "dcp-plan-fuzz failed: corpus $$corpus, log $$log"; exit 1; fi
 
 # The layers (tests/layers/check.py): every library and tool object's calls and every source's
-# includes run down DESIGN.md's table of folders and partition/'s sub-folders, and no files
+# includes run down README.md's map of the code and partition/'s sub-folders, and no files
 # reach each other; its self-test first (a small tree with each fault injected). Plain and
 # ASan builds alike (the objects `tests tools` made).
 TOOL_MAIN_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard plugin/cli/dcp_*.c))

@@ -2,8 +2,8 @@
 
 Every library and tool object's calls (nm: the global symbols it leaves undefined that another
 object defines) and every source's `#include "..."` lines make one graph of files. It fails on
-  - a call or include from a folder to one it may not use (USES below: DESIGN.md's table of
-    folders, and partition/'s sub-folders in their order),
+  - a call or include from a folder to one it may not use (USES below: README.md's map of the
+    code's folders, and partition/'s sub-folders in their order),
   - a circle: files that reach each other through calls or includes (within one folder too),
   - MPI outside the code that is built with it (plugin/mpi/, plugin/cli/mpi_*.c),
   - a source in a sub-folder of partition/ or plugin/ that USES does not name,
@@ -22,8 +22,8 @@ import tempfile
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 # The folders a folder's files may call or include besides their own (and, through these,
-# whatever these may use). Top-level: DESIGN.md "Layout"; partition/'s sub-folders: their
-# READMEs. Files of partition/ itself (the planner) sit on its sub-folders.
+# whatever these may use). Top-level: README.md's "Map of the code"; partition/'s sub-folders:
+# their READMEs. Files of partition/ itself (the planner) sit on its sub-folders.
 USES = {
     "include": [],
     "topo": ["include"],
