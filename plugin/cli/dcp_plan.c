@@ -12,14 +12,14 @@
  */
 #include "include/dcp.h"
 #include "partition/export.h"
-#include "plugin/cli/common.h"
-#include "plugin/cli/bench.h"
-#include "plugin/cli/peer_report.h"
-#include "plugin/cli/plan_layers.h"
-#include "plugin/cli/seg_share.h"
-#include "plugin/cli/sim_kernels.h"
-#include "plugin/cli/sim_report.h"
-#include "plugin/cli/svg.h"
+#include "plugin/cli/helpers/common.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/helpers/peer_report.h"
+#include "plugin/cli/helpers/plan_layers.h"
+#include "plugin/cli/helpers/seg_share.h"
+#include "plugin/cli/support/sim_kernels.h"
+#include "plugin/cli/support/sim_report.h"
+#include "plugin/cli/support/svg.h"
 #include "topo/cluster.h"
 
 #include <math.h>
@@ -589,9 +589,10 @@ int main(int argc, char **argv)
         pf.sim_kernels = pf.kernels;
     }
     if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
-    if (pf.simulate)
-        dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
-                       &pf.sim);
+    const char *sim_flag = NULL;
+    if (pf.simulate && dcpt_sim_setup(pf.sim_kernels, c.cluster, c.shape.head_dim,
+                                      pf.sim_host_cores, &pf.sim, &sim_flag) != DCP_OK)
+        dcpt_args_fail(tool, sim_flag, "%s", dcp_last_error());
     if (c.num_kinds) { /* one joint plan per batch: its rows, not these outputs */
         const char *alone = pf.hgr         ? "hgr"
                             : pf.patoh     ? "patoh"

@@ -6,9 +6,9 @@
  * prerequisites (on the live machine), and the engine dcp picks for each link class. --json
  * for scripts.
  */
-#include "plugin/cli/args.h"
-#include "plugin/cli/json.h"
-#include "plugin/cli/pinning.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/support/json.h"
+#include "plugin/cli/helpers/pinning.h"
 #include "topo/gdr.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"

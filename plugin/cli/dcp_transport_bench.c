@@ -26,9 +26,9 @@
  */
 #include "include/base/error.h"
 #include "kernels/cuda/device.h"
-#include "plugin/cli/args.h"
-#include "plugin/cli/bench.h"
-#include "plugin/cli/mpi_launch.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/launch/mpi_launch.h"
 #include "plugin/hybrid.h"
 #include "plugin/job.h"
 #include "transport/bootstrap.h"

@@ -6,9 +6,9 @@
  * bwd_delta and accumulate on hand-checked rows. */
 #include "include/base/half.h"
 #include "kernels/cpu.h"
-#include "kernels/reference.h"
+#include "plugin/cli/support/reference.h"
 #include "partition/mask.h"
-#include "plugin/cli/tile_case.h"
+#include "plugin/cli/support/tile_case.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

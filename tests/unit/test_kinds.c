@@ -7,7 +7,7 @@
 #include "partition/kinds.h"
 #include "partition/plan.h"
 #include "partition/wire.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

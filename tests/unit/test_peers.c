@@ -7,7 +7,7 @@
 #include "partition/peer.h"
 #include "partition/plan.h"
 #include "partition/simulate.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

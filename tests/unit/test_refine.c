@@ -7,7 +7,7 @@
 #include "partition/refine.h"
 #include "partition/refine_fm.h"
 #include "partition/refiner.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

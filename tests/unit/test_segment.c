@@ -12,7 +12,7 @@
 #include "kernels/cpu.h"
 #include "kernels/segment.h"
 #include "partition/plan.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "plugin/context.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

@@ -4,7 +4,7 @@
 #include "partition/place.h"
 #include "partition/schedule.h"
 #include "partition/simulate.h"
-#include "plugin/cli/sim_kernels.h"
+#include "plugin/cli/support/sim_kernels.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>

@@ -2,7 +2,7 @@
 #include "tests/unit/walk.h"
 
 #include "include/base/error.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/walk_procs.h"
 
 #include <CUnit/CUnit.h>

@@ -1,7 +1,7 @@
 /* Single-device attention in double precision: the reference every distributed result is
  * checked against. Tensors are the whole batch in THD layout, sequences concatenated. */
-#ifndef DCP_KERNELS_REFERENCE_H
-#define DCP_KERNELS_REFERENCE_H
+#ifndef DCPT_SUPPORT_REFERENCE_H
+#define DCPT_SUPPORT_REFERENCE_H
 
 #include "include/base/descr.h"
 

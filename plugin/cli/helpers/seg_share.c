@@ -1,4 +1,4 @@
-#include "plugin/cli/seg_share.h"
+#include "plugin/cli/helpers/seg_share.h"
 
 #include "include/base/error.h"
 #include "kernels/segment.h"

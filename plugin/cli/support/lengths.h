@@ -4,7 +4,7 @@
 #define DCPT_CLI_LENGTHS_H
 
 #include "include/dcp.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 
 typedef struct {
     const int32_t *pool; /* lengths to draw from uniformly; NULL: the built-in histogram */

@@ -4,7 +4,7 @@
 #define DCP_CLI_SIM_REPORT_H
 
 #include "partition/simulate.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/support/report.h"
 
 typedef struct {
     char kernels_name[64]; /* built-in table name, or the file's */
@@ -44,10 +44,10 @@ typedef struct {
 /* The machine of `cluster` and the kernel table `kernels` (a dcp-kernel-bench JSON file,
  * "h100", "a100", or NULL for the built-in table nearest the cluster's peak). host_cores > 0
  * models CPU ranks: every rank on one host of that many cores, launches not ordered (the
- * in-process and UCX engines start each launch at once). Exits 2
- * naming the flag on bad input. */
-void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *cluster,
-                    int32_t head_dim, double host_cores, dcpt_sim_t *sim_out);
+ * in-process and UCX engines start each launch at once). On bad input, the status with
+ * *flag_out naming the flag at fault ("cluster" or "sim-kernels"). */
+dcp_status_t dcpt_sim_setup(const char *kernels, const dcp_cluster_t *cluster, int32_t head_dim,
+                            double host_cores, dcpt_sim_t *sim_out, const char **flag_out);
 
 /* Simulates both passes of p and explains them; adds the row to agg. With `svg`, also
  * draws rank `svg_rank`'s timeline of both passes there (-1: the slowest rank of the

@@ -1,6 +1,6 @@
-#include "plugin/cli/peer_report.h"
+#include "plugin/cli/helpers/peer_report.h"
 
-#include "plugin/cli/report.h"
+#include "plugin/cli/support/report.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "plugin/cli/json.h"
+#include "plugin/cli/support/json.h"
 
 #include <math.h>
 

@@ -4,7 +4,7 @@
 #define DCPT_CLI_COMMON_H
 
 #include "include/dcp.h"
-#include "plugin/cli/args.h"
+#include "plugin/cli/helpers/args.h"
 
 typedef struct {
     int64_t ranks, tokens, max_len, seed, heads, kv_heads, head_dim, block, head_blocks, divisions;

@@ -7,7 +7,7 @@
  * dark where it runs through this rank, grey elsewhere.
  * Everything comes from the simulator's trace and explanation (partition/simulate.h).
  */
-#include "plugin/cli/svg.h"
+#include "plugin/cli/support/svg.h"
 
 #include "include/base/error.h"
 #include "include/base/out_file.h"

@@ -1,15 +1,14 @@
-#include "plugin/cli/sim_report.h"
+#include "plugin/cli/support/sim_report.h"
 
 #include "include/base/error.h"
-#include "plugin/cli/args.h"
-#include "plugin/cli/sim_kernels.h"
-#include "plugin/cli/svg.h"
+#include "plugin/cli/support/sim_kernels.h"
+#include "plugin/cli/support/svg.h"
 
 #include <math.h>
 #include <string.h>
 
-void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *cluster,
-                    int32_t head_dim, double host_cores, dcpt_sim_t *sim_out)
+dcp_status_t dcpt_sim_setup(const char *kernels, const dcp_cluster_t *cluster, int32_t head_dim,
+                            double host_cores, dcpt_sim_t *sim_out, const char **flag_out)
 {
     dcpt_sim_t s;
     memset(&s, 0, sizeof s);
@@ -18,11 +17,11 @@ void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *
         s.machine.compute_slots = host_cores;
         s.machine.in_order = 0;
     }
-    if (dcp_sim_machine_check(&s.machine, cluster->devs_per_node) != DCP_OK)
-        dcpt_args_fail(tool, "cluster", "%s", dcp_last_error());
+    *flag_out = "cluster";
+    DCP_CHECK(dcp_sim_machine_check(&s.machine, cluster->devs_per_node));
     if (kernels) {
-        if (dcpt_kernels_load(kernels, head_dim, &s.kernels) != DCP_OK)
-            dcpt_args_fail(tool, "sim-kernels", "%s", dcp_last_error());
+        *flag_out = "sim-kernels";
+        DCP_CHECK(dcpt_kernels_load(kernels, head_dim, &s.kernels));
         snprintf(s.kernels_name, sizeof s.kernels_name, "%s", kernels);
     } else { /* the cluster's own figures: the table the planner judges its plans with */
         dcp_sim_kernels_from_perf(&cluster->perf, &s.kernels);
@@ -30,6 +29,7 @@ void dcpt_sim_setup(const char *tool, const char *kernels, const dcp_cluster_t *
                  dcp_sim_kernels_builtin_for(cluster->perf.peak_tflops));
     }
     *sim_out = s;
+    return DCP_OK;
 }
 
 static int bucket(int32_t step, int32_t divs)

@@ -1,4 +1,4 @@
-#include "plugin/cli/tile_case.h"
+#include "plugin/cli/support/tile_case.h"
 
 #include "include/base/error.h"
 #include "partition/mask.h"

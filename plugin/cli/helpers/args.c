@@ -1,4 +1,4 @@
-#include "plugin/cli/args.h"
+#include "plugin/cli/helpers/args.h"
 
 #include "include/dcp.h"
 

@@ -1,4 +1,4 @@
-#include "plugin/cli/mpi_launch.h"
+#include "plugin/cli/launch/mpi_launch.h"
 
 #include "include/base/error.h"
 #include "include/base/timeout.h"

@@ -10,7 +10,7 @@
 #define DCPT_CLI_HARNESS_H
 
 #include "include/dcp.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/support/report.h"
 
 typedef struct {
     int32_t num_seqs;

@@ -16,11 +16,11 @@
  * wall clock with its min-max, and CPU time, the one to compare on a shared host); JSON one
  * line per (strategy, placement, batch, kind or model).
  */
-#include "plugin/cli/plan_layers.h"
+#include "plugin/cli/helpers/plan_layers.h"
 
 #include "include/base/error.h"
 #include "partition/kinds.h"
-#include "plugin/cli/svg.h"
+#include "plugin/cli/support/svg.h"
 
 #include <math.h>
 #include <stdio.h>

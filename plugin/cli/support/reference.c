@@ -1,4 +1,4 @@
-#include "kernels/reference.h"
+#include "plugin/cli/support/reference.h"
 
 #include "include/base/error.h"
 #include "include/base/half.h"

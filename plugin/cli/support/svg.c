@@ -12,7 +12,7 @@
  *  - the rank-to-rank traffic matrix, nodes outlined.
  * Everything comes through the plan walker (partition/plan_walk.h) and dcp.h.
  */
-#include "plugin/cli/svg.h"
+#include "plugin/cli/support/svg.h"
 
 #include "include/base/error.h"
 #include "include/base/out_file.h"

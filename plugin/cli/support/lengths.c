@@ -1,4 +1,4 @@
-#include "plugin/cli/lengths.h"
+#include "plugin/cli/support/lengths.h"
 
 #include "include/base/error.h"
 

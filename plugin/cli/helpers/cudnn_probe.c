@@ -1,7 +1,7 @@
-#include "plugin/cli/cudnn_probe.h"
+#include "plugin/cli/helpers/cudnn_probe.h"
 
 #include "kernels/segment.h"
-#include "plugin/cli/json.h"
+#include "plugin/cli/support/json.h"
 
 #include <string.h>
 

@@ -5,8 +5,8 @@
 #ifndef DCPT_CLI_PLAN_LAYERS_H
 #define DCPT_CLI_PLAN_LAYERS_H
 
-#include "plugin/cli/common.h"
-#include "plugin/cli/sim_report.h"
+#include "plugin/cli/helpers/common.h"
+#include "plugin/cli/support/sim_report.h"
 
 typedef struct {
     int json, compare, simulate;

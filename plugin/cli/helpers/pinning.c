@@ -1,4 +1,4 @@
-#include "plugin/cli/pinning.h"
+#include "plugin/cli/helpers/pinning.h"
 
 #include <stdio.h>
 #include <string.h>

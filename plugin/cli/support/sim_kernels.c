@@ -1,7 +1,7 @@
-#include "plugin/cli/sim_kernels.h"
+#include "plugin/cli/support/sim_kernels.h"
 
 #include "include/base/error.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/support/report.h"
 #include "topo/cluster.h"
 
 #include <math.h>

@@ -4,7 +4,7 @@
 #ifndef DCPT_CLI_REPORT_H
 #define DCPT_CLI_REPORT_H
 
-#include "plugin/cli/json.h"
+#include "plugin/cli/support/json.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "plugin/cli/bench.h"
+#include "plugin/cli/support/bench.h"
 
 #include "include/base/error.h"
 

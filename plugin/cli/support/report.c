@@ -1,4 +1,4 @@
-#include "plugin/cli/report.h"
+#include "plugin/cli/support/report.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-#include "plugin/cli/common.h"
+#include "plugin/cli/helpers/common.h"
 
-#include "plugin/cli/lengths.h"
+#include "plugin/cli/support/lengths.h"
 
 #include <math.h>
 #include <stdio.h>

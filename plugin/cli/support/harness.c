@@ -1,12 +1,12 @@
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 
 #include "include/base/error.h"
 #include "include/base/half.h"
 #include "include/base/shape.h"
 #include "kernels/device.h"
-#include "kernels/reference.h"
-#include "plugin/cli/report.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/reference.h"
+#include "plugin/cli/support/report.h"
+#include "plugin/cli/support/rng.h"
 #include "plugin/context.h"
 #include "transport/bootstrap.h"
 

@@ -8,7 +8,7 @@
 #define DCPT_CLI_BENCH_H
 
 #include "include/dcp.h"
-#include "plugin/cli/report.h"
+#include "plugin/cli/support/report.h"
 
 typedef struct {
     const char *tool;
