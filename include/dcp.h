@@ -766,6 +766,22 @@ DCP_API dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx,
  * pointers of dcp_forward()/dcp_backward() must live. Thread-safe (reads a fixed field). */
 DCP_API int32_t dcp_context_device(const dcp_context_t *ctx);
 
+/* What a context's calls have cost so far: counters since dcp_context_create(), summed over
+ * every dcp_forward() and dcp_backward() call on it. */
+typedef struct {
+    int64_t calls;         /* forward and backward calls made, failed ones included */
+    double wait_blocked_s; /* host seconds those calls spent in their transfer waits (the
+                              plan's COMM_WAIT steps): the communication that computation did
+                              not hide, as the calling thread saw it. Where the engine orders a
+                              wait on the GPU stream instead (NCCL), the host barely blocks */
+} dcp_context_stats_t;
+
+/* Fills *stats_out (DCP_ERR_INVALID_ARG for a NULL argument). Reads the counters of a context
+ * that one thread uses at a time: call it from that thread, between calls (it may run beside
+ * other contexts' calls). */
+DCP_API dcp_status_t dcp_context_get_stats(const dcp_context_t *ctx,
+                                           dcp_context_stats_t *stats_out);
+
 /* Runs this rank's forward program of `plan` over `io`: any plan on a CPU context (fp32
  * arithmetic, so bf16/fp16 storage gives the GPU's inputs a CPU twin); bf16 or fp16 plans
  * on a CUDA context, whose io pointers are device memory of its GPU (16-byte aligned).
