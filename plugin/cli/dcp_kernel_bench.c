@@ -22,17 +22,16 @@
 #include "include/base/out_file.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cudnn.h"
-#include "plugin/cli/helpers/cudnn_probe.h"
 #include "kernels/device.h"
-#include "kernels/segment.h"
 #include "kernels/kernel.h"
-#include "partition/mask.h"
+#include "kernels/segment.h"
+#include "plugin/attn_engine.h"
 #include "plugin/cli/helpers/args.h"
 #include "plugin/cli/helpers/common.h"
+#include "plugin/cli/helpers/cudnn_probe.h"
 #include "plugin/cli/support/bench.h"
 #include "plugin/cli/support/rng.h"
 #include "plugin/cli/support/tile_case.h"
-#include "plugin/context.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -316,18 +315,18 @@ static dcp_status_t block_items(int32_t total, int32_t tile, int64_t w, int32_t 
 }
 
 /* The attention engine's program of a tile case (one launch), its staging and arrays where
- * the kernels read them, and cuDNN's plans for it. */
+ * the kernels read them (placed as a context places its programs), and cuDNN's plans for it. */
 typedef struct {
     seg_args_t args;
     dcp_seg_prog_t prog;
-    void *arr[7];
+    dcp_dev_blob_t blob;
     void *seg, *seg32;
 } seg_case_t;
 
 static void seg_case_free(const bench_t *b, seg_case_t *c)
 {
     (void)b->dev->stream_sync(b->stream);
-    for (int i = 0; i < 7; i++) drop_descr(b, c->arr[i]);
+    dcp_dev_blob_free(&c->blob, b->dev);
     b->dev->free(c->seg);
     b->dev->free(c->seg32);
     dcp_seg_prog_free(&c->prog);
@@ -354,19 +353,9 @@ static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int b
     if (!(c->seg = b->dev->alloc(b->gpu, (size_t)g->seg_elems * es + 64)) ||
         !(c->seg32 = b->dev->alloc(b->gpu, (size_t)g->seg32_elems * 4 + 64)))
         return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: engine staging");
-    const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
-                          g->merge_srcs, g->deltas,    g->ints};
-    const size_t bytes[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
-                             (size_t)g->n_own_tiles * sizeof *g->own_tiles,
-                             (size_t)g->n_copies * sizeof *g->copies,
-                             (size_t)g->n_merges * sizeof *g->merges,
-                             (size_t)g->n_merge_srcs * sizeof *g->merge_srcs,
-                             (size_t)g->n_deltas * sizeof *g->deltas,
-                             (size_t)g->n_ints * sizeof *g->ints};
-    for (int i = 0; i < 7; i++) DCP_CHECK(to_kernels(b, src[i], bytes[i], &c->arr[i]));
+    DCP_CHECK(dcp_attn_upload(g, b->gpu, b->stream, &c->blob, &c->args.arrays));
+    DCP_CHECK(b->dev->stream_sync(b->stream));
     c->args.prog = &c->prog;
-    c->args.arrays = (dcp_seg_arrays_t){c->arr[0], c->arr[1], c->arr[2], c->arr[3],
-                                        c->arr[4], c->arr[5], c->arr[6]};
     c->args.rows = backward ? (int64_t)tc->total * tc->hq : 0;
     env->bufs[DCP_BUF_SEG] = c->seg;
     env->bufs[DCP_BUF_SEG32] = c->seg32;
@@ -677,8 +666,9 @@ static void lists_parse(const char *const text[6], int cpu, lists_t *l, dcp_mask
             dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
     for (int t = 0; t < l->ntotals; t++) {
         const int32_t total = (int32_t)list_int("total", l->totals[t], 1, 1 << 24);
-        for (int m = 0; m < l->nmasks; m++)
-            if (dcp_mask_validate(&masks[m], total, "mask") != DCP_OK)
+        int64_t none;
+        for (int m = 0; m < l->nmasks; m++) /* an empty tile: the mask checked for the length */
+            if (dcp_mask_count_pairs(&masks[m], total, 0, 0, 0, 0, &none) != DCP_OK)
                 dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
     }
     *masks_out = masks;
