@@ -328,6 +328,13 @@ DCP_API dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_
                                                   const double *tile_tokens,
                                                   const double *efficiency);
 
+/* The same from a kernel table file: lines `tile_tokens efficiency` (two numbers; '#' starts a
+ * comment), tile edges increasing, efficiencies in (0, 1], at most 32 lines, as
+ * dcp-kernel-bench --write-table writes them. DCP_ERR_INVALID_ARG naming the file (and the line)
+ * when it cannot be read or holds no such line; the cluster is left as it was on failure. Not
+ * to be called while the cluster plans. */
+DCP_API dcp_status_t dcp_cluster_load_kernel_table(dcp_cluster_t *cluster, const char *path);
+
 /* ---------------------------------------------------------------------------------------
  * Plans
  * ------------------------------------------------------------------------------------- */

@@ -41,6 +41,7 @@
 #include "plugin/cli/support/job.h"
 #include "plugin/cli/support/mem.h"
 #include "plugin/cli/support/xfer.h"
+#include "topo/kernel_table.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -400,10 +401,11 @@ static double shared_processors(const cal_t *c, const results_t *res, int32_t be
 typedef struct {
     int32_t best, nics; /* the fastest tile; NICs per node (0: one node, unknown) */
     double peak, bwd, shared;
+    dcp_kernel_table_t curve;                /* each tile's forward over the peak, at most 1 */
     const row_t *intra, *inter, *lat, *copy; /* NULL where not measured */
 } figures_t;
 
-static figures_t derive(const cal_t *c, const results_t *res)
+static dcp_status_t derive(const cal_t *c, const results_t *res, figures_t *out)
 {
     figures_t g = {.best = res->tiles[0]};
     for (int32_t t = 0; t < res->ntiles; t++)
@@ -424,11 +426,17 @@ static figures_t derive(const cal_t *c, const results_t *res)
         g.nics = (int32_t)lround(g.inter->all.median / g.inter->one.median);
         g.nics = g.nics < 1 ? 1 : g.nics > c->devs ? c->devs : g.nics;
     }
-    return g;
+    for (int32_t t = 0; t < res->ntiles; t++) {
+        const double e = find(res, "attn", res->tiles[t])->all.median / g.peak;
+        DCP_CHECK(dcp_kernel_table_add(&g.curve, res->tiles[t], e < 1 ? e : 1.0, "kernel curve"));
+    }
+    *out = g;
+    return DCP_OK;
 }
 
-/* PREFIX.node: the planner's figures (topo/node_file.c). */
-static void write_node(const cal_t *c, const results_t *res, const figures_t *g, FILE *f)
+/* PREFIX.node: the planner's figures (topo/node_file.c), its kernel curve as
+ * topo/kernel_table.h writes one. */
+static void write_node(const cal_t *c, const figures_t *g, FILE *f)
 {
     fprintf(f, "# dcp-calibrate: %d nodes x %d ranks, %s %s, heads %d/%d x %d; measured\n",
             c->nodes, c->devs, c->f->device, dcpt_dtype_name(c->shape.dtype), c->shape.num_heads,
@@ -443,10 +451,7 @@ static void write_node(const cal_t *c, const results_t *res, const figures_t *g,
     fprintf(f, "tflops %.6g  # forward, every rank at work, tile %d\n", g->peak, g->best);
     fprintf(f, "hbm %.6g\n", g->copy->all.median);
     fprintf(f, "bwd %.6g\n", g->bwd);
-    for (int32_t t = 0; t < res->ntiles; t++) {
-        const double e = find(res, "attn", res->tiles[t])->all.median / g->peak;
-        fprintf(f, "kernel %d %.6g\n", res->tiles[t], e < 1 ? e : 1.0);
-    }
+    dcp_kernel_table_write(f, &g->curve, "kernel");
 }
 
 /* PREFIX.json: the simulator's kernel table (plugin/cli/sim_kernels.c reads the kernel rows),
@@ -482,7 +487,8 @@ static void write_sim(const cal_t *c, const results_t *res, const figures_t *g, 
  * either leaves both targets as they were. */
 static dcp_status_t write_files(const cal_t *c, const results_t *res)
 {
-    const figures_t g = derive(c, res);
+    figures_t g;
+    DCP_CHECK(derive(c, res, &g));
     char path[2][4096];
     snprintf(path[0], sizeof path[0], "%s.node", c->f->out);
     snprintf(path[1], sizeof path[1], "%s.json", c->f->out);
@@ -490,7 +496,7 @@ static dcp_status_t write_files(const cal_t *c, const results_t *res)
     dcp_status_t st = dcp_out_file_open(&o[0], path[0], "--out");
     if (st == DCP_OK) st = dcp_out_file_open(&o[1], path[1], "--out");
     if (st == DCP_OK) {
-        write_node(c, res, &g, o[0].f);
+        write_node(c, &g, o[0].f);
         write_sim(c, res, &g, o[1].f);
         if (fflush(o[0].f) || fflush(o[1].f) || ferror(o[0].f) || ferror(o[1].f))
             st = dcp_set_error(DCP_ERR_SYSTEM, "--out: cannot write %s.node and .json", c->f->out);

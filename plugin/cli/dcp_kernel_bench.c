@@ -32,6 +32,7 @@
 #include "plugin/cli/support/bench.h"
 #include "plugin/cli/support/rng.h"
 #include "plugin/cli/support/tile_case.h"
+#include "topo/kernel_table.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,24 +73,25 @@ static void table_add(kernel_table_t *t, int32_t tile, double tflops)
     t->n[i]++;
 }
 
-/* The file --kernel-table reads: lines 'tile_tokens efficiency', tiles increasing, the
- * efficiency the mean forward TFLOP/s at that tile over `peak`, at most 1. */
+/* The file --kernel-table reads (topo/kernel_table.h): tiles increasing, the efficiency the
+ * mean forward TFLOP/s at that tile over `peak`, at most 1. */
 static dcp_status_t table_write(const kernel_table_t *t, const char *path, double peak,
                                 const char *what)
 {
-    dcp_out_file_t o;
-    DCP_CHECK(dcp_out_file_open(&o, path, "--write-table"));
-    FILE *f = o.f;
-    fprintf(f, "# dcp-kernel-bench: %s, forward attention, efficiency = TFLOP/s / %g\n", what,
-            peak);
+    dcp_kernel_table_t kt = {0};
     for (int32_t done = 0, last = 0; done < t->num; done++) {
         int best = -1;
         for (int i = 0; i < t->num; i++)
             if (t->tile[i] > last && (best < 0 || t->tile[i] < t->tile[best])) best = i;
         last = t->tile[best];
         const double e = t->tflops[best] / t->n[best] / peak;
-        fprintf(f, "%d %.6g\n", last, e < 1 ? e : 1.0);
+        DCP_CHECK(dcp_kernel_table_add(&kt, last, e < 1 ? e : 1.0, "--write-table"));
     }
+    dcp_out_file_t o;
+    DCP_CHECK(dcp_out_file_open(&o, path, "--write-table"));
+    fprintf(o.f, "# dcp-kernel-bench: %s, forward attention, efficiency = TFLOP/s / %g\n", what,
+            peak);
+    dcp_kernel_table_write(o.f, &kt, NULL);
     return dcp_out_file_close(&o, DCP_OK, "--write-table");
 }
 

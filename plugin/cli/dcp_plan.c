@@ -145,39 +145,6 @@ static const dcpt_field_t json_fields[] = {
 #undef J
 #define NJSON ((int)(sizeof json_fields / sizeof json_fields[0]))
 
-static void read_kernel_table(const char *path, dcp_cluster_t *c)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) dcpt_args_fail(tool, "kernel-table", "cannot open '%s'", path);
-    double t[DCP_MAX_KERNEL_POINTS], e[DCP_MAX_KERNEL_POINTS];
-    int n = 0, line_no = 0;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        line_no++;
-        if (line[0] == '#' || line[0] == '\n') continue;
-        char extra[2];
-        int tile = 0;
-        if (!strchr(line, '\n') && !feof(f))
-            dcpt_args_fail(tool, "kernel-table", "'%s' line %d: longer than %zu bytes", path,
-                           line_no, sizeof line - 2);
-        if (sscanf(line, "%d %lf %1s", &tile, &e[n], extra) != 2 || tile < 1)
-            dcpt_args_fail(tool, "kernel-table",
-                           "'%s' line %d: expected 'tile_tokens efficiency' (a whole tile of "
-                           "tokens, then a number)",
-                           path, line_no);
-        if (n == DCP_MAX_KERNEL_POINTS)
-            dcpt_args_fail(tool, "kernel-table", "'%s': more than %d rows", path,
-                           DCP_MAX_KERNEL_POINTS);
-        t[n++] = tile;
-    }
-    const int failed = ferror(f);
-    fclose(f);
-    if (failed) dcpt_args_fail(tool, "kernel-table", "'%s' cannot be read (a folder?)", path);
-    if (n == 0) dcpt_args_fail(tool, "kernel-table", "'%s' has no rows", path);
-    if (dcp_cluster_set_kernel_table(c, n, t, e) != DCP_OK)
-        dcpt_args_fail(tool, "kernel-table", "%s", dcp_last_error());
-}
-
 static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
 {
     if (!strcmp(pf->expansion, "clique"))
@@ -200,7 +167,8 @@ static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
     c->opts.metis_tries = (int32_t)pf->metis_tries;
     c->opts.eps_inter = pf->eps_inter;
     c->opts.eps_intra = pf->eps_intra;
-    if (pf->kernel_table) read_kernel_table(pf->kernel_table, c->cluster);
+    if (pf->kernel_table && dcp_cluster_load_kernel_table(c->cluster, pf->kernel_table) != DCP_OK)
+        dcpt_args_fail(tool, "kernel-table", "%s", dcp_last_error());
 }
 
 static void progress(int64_t done, int64_t total, int32_t batch, const char *s)
