@@ -769,6 +769,16 @@ typedef struct {
 DCP_API dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx,
                                              dcp_attn_engine_info_t *info_out);
 
+/* The allowed (query, key) pairs of a plan's attention per segment class (DCP_ATTN_CLASS_*),
+ * summed over every rank's launches, pairs_out[0] forward and [1] backward, as an attention
+ * engine that takes every dense class cuts them: dense runs of fewer than min_rows rows count
+ * as masked (0: 64, the engines' default, $DCP_ATTN_MIN_ROWS aside). The share of the plan
+ * cuDNN's packed calls could run, known before any context binds it; a context's own figures
+ * are dcp_attn_engine_info_t's pairs. A layer kind's view gives its kind's. Written only on
+ * success. Thread-safe. */
+DCP_API dcp_status_t dcp_plan_attn_pairs(const dcp_plan_t *plan, int32_t min_rows,
+                                         int64_t pairs_out[2][DCP_ATTN_CLASSES]);
+
 /* The CUDA device ordinal the context computes on, or -1 for the CPU: where the io
  * pointers of dcp_forward()/dcp_backward() must live. Thread-safe (reads a fixed field). */
 DCP_API int32_t dcp_context_device(const dcp_context_t *ctx);

@@ -16,7 +16,6 @@
 #include "plugin/cli/support/bench.h"
 #include "plugin/cli/helpers/peer_report.h"
 #include "plugin/cli/helpers/plan_layers.h"
-#include "plugin/cli/helpers/seg_share.h"
 #include "plugin/cli/support/sim_kernels.h"
 #include "plugin/cli/support/sim_report.h"
 #include "plugin/cli/support/svg.h"
@@ -232,7 +231,13 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
                                &a->sim);
             if (rc == DCP_OK && draw) fprintf(stderr, "%s: wrote %s\n", tool, path);
         }
-        if (rc == DCP_OK && k == 0 && pf->segments) rc = dcpt_seg_pairs(p, 64, seg);
+        if (rc == DCP_OK && k == 0 && pf->segments) {
+            int64_t pairs[2][DCP_ATTN_CLASSES];
+            rc = dcp_plan_attn_pairs(p, 64, pairs);
+            for (int pass = 0; rc == DCP_OK && pass < 2; pass++)
+                for (int k2 = 0; k2 < DCP_ATTN_CLASSES; k2++)
+                    seg[pass][k2] += (double)pairs[pass][k2];
+        }
         if (draw && rc == DCP_OK) {
             char path[1024], title[256];
             svg_name(pf, mask_name, label, "", path, sizeof path);

@@ -669,6 +669,61 @@ static void test_upload_places_programs(void)
     dcpt_tile_case_free(&tc);
 }
 
+/* dcp_plan_attn_pairs, the segmenter's tally (dcp_seg_tally) over a plan: every allowed pair
+ * counted once per pass (their sum is the plan's FLOPs over 4 D Hq), and, for a plan of one
+ * rank, exactly what a twin context's engine ran (dcp_attn_engine_info_t.pairs), forward and
+ * backward, at the engine's default and at another minimum run. */
+static void test_plan_attn_pairs(void)
+{
+    const int32_t len[3] = {300, 1, 157};
+    dcp_mask_t masks[3];
+    const char *specs[3] = {"causal", "full", "lambda:4:40"};
+    for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[i], &masks[i]), DCP_OK);
+    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
+    dcpt_harness_t *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 3, masks, &shape, 7, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 8), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+    const char *clusters[2] = {"1x1", "2x2"};
+    for (int ci = 0; ci < 2; ci++) {
+        dcp_plan_t *p = plan_for(h, clusters[ci], DCP_STRATEGY_ZIGZAG, 32, 1);
+        dcp_plan_stats_t ps;
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_get_stats(p, &ps), DCP_OK);
+        const int32_t rows[2] = {0, 5};
+        for (int ri = 0; ri < 2; ri++) {
+            int64_t pairs[2][DCP_ATTN_CLASSES];
+            memset(pairs, 0xff, sizeof pairs);
+            CU_ASSERT_EQUAL_FATAL(dcp_plan_attn_pairs(p, rows[ri], pairs), DCP_OK);
+            int64_t sum[2] = {0, 0};
+            for (int pass = 0; pass < 2; pass++)
+                for (int c = 0; c < DCP_ATTN_CLASSES; c++) sum[pass] += pairs[pass][c];
+            CU_ASSERT_EQUAL(sum[0] * 4 * 16 * 4, ps.total_flops);
+            CU_ASSERT_EQUAL(sum[1], sum[0]);
+            if (rows[ri] == 0) /* blocks of 32 rows: every run under the default 64 is masked */
+                CU_ASSERT_EQUAL(pairs[0][DCP_ATTN_CLASS_MASKED], sum[0]);
+            if (rows[ri] == 5) /* the diagonal, whole tiles; only the 1-token sequence masked */
+                CU_ASSERT(pairs[0][DCP_ATTN_CLASS_CAUSAL] > 0 &&
+                          pairs[0][DCP_ATTN_CLASS_FULL] > 0 &&
+                          pairs[0][DCP_ATTN_CLASS_MASKED] == 1);
+            if (ci != 0) continue;
+            /* one rank: the twin's own cut of the same launches (min rows as the engine's) */
+            int64_t ran[DCP_SEG_CLASSES] = {0};
+            expect_twin_matches(h, p, rows[ri] ? rows[ri] : 64, "pairs", ran);
+            for (int c = 0; c < DCP_ATTN_CLASSES; c++) CU_ASSERT_EQUAL(ran[c], pairs[0][c]);
+        }
+        int64_t keep[2][DCP_ATTN_CLASSES];
+        memset(keep, 0x5a, sizeof keep);
+        int64_t out[2][DCP_ATTN_CLASSES];
+        memcpy(out, keep, sizeof out);
+        CU_ASSERT_EQUAL(dcp_plan_attn_pairs(NULL, 0, out), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_EQUAL(dcp_plan_attn_pairs(p, -1, out), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "min_rows"));
+        CU_ASSERT_EQUAL(memcmp(out, keep, sizeof out), 0); /* nothing written on failure */
+        dcp_plan_destroy(p);
+    }
+    dcpt_harness_destroy(h);
+}
+
 /* The engine choice of CPU contexts: cudnn and auto run dcp's kernels and say why, twin is
  * the twin, bad names are refused naming the field or the variable. */
 static void test_engine_choice_on_cpu(void)
@@ -720,6 +775,7 @@ int dcp_suite_segment(void)
         {"delta_out", test_delta_out},
         {"engine_choice_on_cpu", test_engine_choice_on_cpu},
         {"upload_places_programs", test_upload_places_programs},
+        {"plan_attn_pairs", test_plan_attn_pairs},
         {NULL, NULL},
     };
     return dcp_add_suite("segment", tests);
