@@ -286,6 +286,10 @@ test-fuzz:
 	else tail -40 $$log; echo "dcp-plan-fuzz failed: corpus $$corpus, log $$log"; exit 1; fi
 
 test-run:
+	@# the tools and the Python layer on the public surface (tests/surface/check.py), its
+	@# rules first proven to fail when broken
+	@if command -v python3 >/dev/null; then python3 tests/surface/check.py --self-test; \
+	else echo "tests/surface skipped (no python3)"; fi
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null

@@ -11,15 +11,14 @@
  * under --mem-cap.
  */
 #include "include/dcp.h"
-#include "partition/export.h"
 #include "plugin/cli/helpers/common.h"
 #include "plugin/cli/support/bench.h"
 #include "plugin/cli/helpers/peer_report.h"
 #include "plugin/cli/helpers/plan_layers.h"
 #include "plugin/cli/support/sim_kernels.h"
+#include "plugin/cli/support/planner.h"
 #include "plugin/cli/support/sim_report.h"
 #include "plugin/cli/support/svg.h"
-#include "topo/cluster.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -404,6 +403,9 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
         longest = c->lengths[i] > longest ? c->lengths[i] : longest;
     }
     const int32_t nr = dcp_cluster_num_ranks(c->cluster), nn = dcp_cluster_num_nodes(c->cluster);
+    double inter_gbps;
+    int32_t nics;
+    dcpt_cluster_network(c->cluster, &inter_gbps, &nics);
     const dcpt_bench_t b = {tool, 0, 0, repeat, table_fields, NTABLE};
     char divs[16];
     dcpt_bench_header(
@@ -411,11 +413,10 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
         "%d ranks (%dx%d), network %.4g GB/s per device (%d NICs per node), %d batch(es), "
         "%lld tokens, %d sequences (longest %lld), heads %d/%d x %d %s, block %d, head blocks "
         "%d, divisions %s, %s, %s expansion; plan(ms): each batch planned --repeat times",
-        nr, nn, nr / nn, c->cluster->perf.inter_gbps, dcp_cluster_node_nics(c->cluster),
-        c->num_batches, (long long)tokens, c->batch_first[c->num_batches], (long long)longest,
-        c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
-        dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
-        dcpt_divisions_name(c->opts.divisions, divs),
+        nr, nn, nr / nn, inter_gbps, nics, c->num_batches, (long long)tokens,
+        c->batch_first[c->num_batches], (long long)longest, c->shape.num_heads,
+        c->shape.num_kv_heads, c->shape.head_dim, dcpt_dtype_name(c->shape.dtype),
+        c->opts.block_size, c->opts.head_blocks, dcpt_divisions_name(c->opts.divisions, divs),
         c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
         c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
@@ -433,9 +434,9 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
     for (int32_t i = 0; i < c->batch_first[1]; i++) masks[i] = c->masks[0];
     const dcp_batch_t batch = {
         .num_seqs = c->batch_first[1], .lengths = c->lengths, .masks = masks};
-    const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
     dcp_plan_options_t placed;
-    const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths, &placed);
+    const dcp_status_t st = dcpt_export_write(&batch, &c->shape, &o, c->cluster, pf->hgr, pf->patoh,
+                                              pf->partition, &placed);
     free(masks);
     const char *const path[3] = {pf->hgr, pf->patoh, pf->partition};
     if (st != DCP_OK) { /* the flag of the file the error names, else the first given */

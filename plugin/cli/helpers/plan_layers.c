@@ -3,7 +3,7 @@
  * placement), a row per kind and a model row: each kind times its layer count, summed (bytes,
  * predicted and simulated times), the worst kind's imbalance. --compare adds per strategy
  *  - "MASK only": the placement planned for that kind alone, every kind run on it
- *    (dcp_plan_create_on: the kinds its tiles cover where it computes them, the rest at
+ *    (dcpt_plan_on: the kinds its tiles cover where it computes them, the rest at
  *    their query's owner);
  *  - "per-kind": every kind on its own placement, plus the re-layout between them: wherever
  *    the model goes from a layer of one kind to one of another, an all-to-all moves every
@@ -11,7 +11,7 @@
  *    backward. With the kinds interleaved as evenly as their counts allow (Gemma 3's 5:1, one
  *    global layer between runs of windows), a forward crosses min(L, 2 (L - most)) kind
  *    boundaries, L the layers and `most` the largest count; each crossing costs the mean of
- *    the re-layouts between distinct kinds (dcp_kinds_relayout_ms).
+ *    the re-layouts between distinct kinds (dcpt_relayout_ms).
  * Tables give means over the batches (imbalance: the worst batch; planning time: the median,
  * wall clock with its min-max, and CPU time, the one to compare on a shared host); JSON one
  * line per (strategy, placement, batch, kind or model).
@@ -19,7 +19,7 @@
 #include "plugin/cli/helpers/plan_layers.h"
 
 #include "include/base/error.h"
-#include "partition/kinds.h"
+#include "plugin/cli/support/planner.h"
 #include "plugin/cli/support/svg.h"
 
 #include <math.h>
@@ -242,7 +242,7 @@ static dcp_status_t relayout_step(const run_t *r, dcp_plan_t *const *plans, doub
         for (int32_t j = 0; j < r->nk; j++) {
             if (i == j) continue;
             double ms;
-            DCP_CHECK(dcp_kinds_relayout_ms(plans[i], plans[j], row, &ms));
+            DCP_CHECK(dcpt_relayout_ms(plans[i], plans[j], row, &ms));
             sum += ms;
             pairs++;
         }
@@ -275,7 +275,7 @@ static dcp_status_t plan_one(run_t *r, int32_t b, int32_t s)
         st = plan_timed(r, &one, s, &alone[k], &ms);
         alone_ms.wall += ms.wall;
         alone_ms.cpu += ms.cpu;
-        if (st == DCP_OK) st = dcp_plan_create_on(alone[k], &all, c->cluster, &on);
+        if (st == DCP_OK) st = dcpt_plan_on(alone[k], &all, c->cluster, &on);
         if (st == DCP_OK) {
             views_of(on, r->nk, views);
             st = record_plans(r, s, 1 + k, b, views, 0.0, ms);

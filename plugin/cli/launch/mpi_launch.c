@@ -2,7 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/timeout.h"
-#include "transport/bootstrap.h"
+#include "plugin/cli/support/job.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -114,7 +114,7 @@ static int watchdog_arm(watchdog_t *w, pthread_t *tid, const char *what)
     pthread_condattr_destroy(&a);
     const dcp_bootstrap_t none = {0};
     w->done = 0;
-    w->seconds = dcp_bootstrap_timeout(&none); /* $DCP_TIMEOUT_S or 60 s */
+    w->seconds = dcpt_job_timeout(&none); /* $DCP_TIMEOUT_S or 60 s */
     w->what = what;
     return pthread_create(tid, NULL, watchdog_main, w) == 0;
 }
@@ -233,7 +233,7 @@ void dcpt_mpi_stop(int failed, int code)
         return;
     }
     if (!failed && job_bs) {
-        const dcp_status_t st = dcp_bootstrap_agree(job_bs, DCP_OK, "the end of the job");
+        const dcp_status_t st = dcpt_job_agree(job_bs, DCP_OK, "the end of the job");
         if (st != DCP_OK) {
             fprintf(stderr, "rank %d: %s: %s\n", job_bs->rank, dcp_status_string(st),
                     dcp_last_error());
