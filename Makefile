@@ -80,17 +80,23 @@ MPI_LIBS ?= $(filter -L% -l% -pthread,$(mpi_show))
 endif
 MPI_LINK = $(MPI_LIBS) $(call rpath_of,$(MPI_LIBS))
 
-# The tools' and tests' support (prefix dcpt_; build/lib/libdcpt.a, never installed, never in
-# libdcp): the double-precision reference oracle, the end-to-end check harness, plan-free
-# kernel workloads, sampled lengths, and the bench harness with its reports.
-SUPPORT_SRCS = kernels/reference.c $(addprefix plugin/cli/,harness.c tile_case.c lengths.c \
-	report.c json.c bench.c sim_kernels.c)
-LIB_SRCS = $(filter-out $(SUPPORT_SRCS),$(wildcard include/base/*.c topo/*.c partition/*.c \
-	partition/*/*.c kernels/*.c transport/*.c plugin/*.c))
+# The tools' code, by folder:
+#   plugin/cli/dcp_*.c   tool mains, one per binary
+#   plugin/cli/support/  libdcpt (build/lib/libdcpt.a, prefix dcpt_; never installed, never in
+#                        libdcp), the tools' and the tests' support: the double-precision reference
+#                        oracle, the end-to-end check harness, plan-free kernel workloads, sampled
+#                        lengths, the bench harness with its reports, the simulator's tables and
+#                        pictures, and the doors through which tool code reaches libdcp's insides
+#   plugin/cli/helpers/  the tools' own helpers (flags, shared batch options, pinning, peer
+#                        tables): linked only into the tools
+#   plugin/cli/launch/   the tools' MPI launch: the only tool code built with MPI's headers
+# tests/surface/check.py holds them to the public surface.
+SUPPORT_SRCS = $(wildcard plugin/cli/support/*.c)
+LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c partition/*/*.c kernels/*.c \
+	transport/*.c plugin/*.c)
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
-# the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
-CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))
-MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
+CLI_SRCS = $(wildcard plugin/cli/helpers/*.c)
+MPI_CLI_SRCS = $(wildcard plugin/cli/launch/*.c)
 TOOLS = dcp-attn-test dcp-calibrate dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.c
 
@@ -143,7 +149,7 @@ $(BUILD)/obj/plugin/mpi/%.o: plugin/mpi/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/plugin/cli/mpi_%.o: plugin/cli/mpi_%.c
+$(BUILD)/obj/plugin/cli/launch/%.o: plugin/cli/launch/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 
@@ -292,6 +298,10 @@ test-layers: $(LAYER_OBJS)
 	@python3 tests/layers/check.py $(BUILD) $(LAYER_OBJS)
 
 test-run: test-layers
+	@# the tools and the Python layer on the public surface (tests/surface/check.py), its
+	@# rules first proven to fail when broken
+	@if command -v python3 >/dev/null; then python3 tests/surface/check.py --self-test; \
+	else echo "tests/surface skipped (no python3)"; fi
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null

@@ -168,10 +168,14 @@ static size_t up(size_t n)
     return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-/* The pass's program arrays into device memory, queued on the context's stream. */
-static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
+dcp_status_t dcp_attn_upload(const dcp_seg_prog_t *g, int32_t device, void *stream,
+                             dcp_dev_blob_t *blob, dcp_seg_arrays_t *arrays_out)
 {
-    const dcp_seg_prog_t *g = &ps->prog;
+    const dcp_device_t *dev = dcp_device_of(device);
+    if (dev->host_memory) {
+        *arrays_out = dcp_seg_host_arrays(g);
+        return DCP_OK;
+    }
     const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
                           g->merge_srcs, g->deltas,    g->ints};
     const size_t bytes[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
@@ -187,15 +191,15 @@ static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
         total += up(bytes[i]);
     }
     if (total == 0) total = ALIGN;
-    DCP_CHECK(dcp_dev_blob_staging(&ps->blob, ctx->dev, ctx->device, total));
-    char *host = ps->blob.staging;
+    DCP_CHECK(dcp_dev_blob_staging(blob, dev, device, total));
+    char *host = blob->staging;
     memset(host, 0, total);
     for (int i = 0; i < 7; i++)
         if (bytes[i]) memcpy(host + off[i], src[i], bytes[i]);
-    DCP_CHECK(dcp_dev_blob_reserve(&ps->blob, ctx->dev, ctx->device, total, ctx->stream));
-    DCP_CHECK(dcp_dev_blob_send(&ps->blob, ctx->dev, total, ctx->stream));
-    char *mem = ps->blob.mem;
-    ps->arrays = (dcp_seg_arrays_t){
+    DCP_CHECK(dcp_dev_blob_reserve(blob, dev, device, total, stream));
+    DCP_CHECK(dcp_dev_blob_send(blob, dev, total, stream));
+    char *mem = blob->mem;
+    *arrays_out = (dcp_seg_arrays_t){
         (const dcp_tile_group_t *)(mem + off[0]), (const dcp_tile_t *)(mem + off[1]),
         (const dcp_copy_item_t *)(mem + off[2]),  (const dcp_merge_item_t *)(mem + off[3]),
         (const dcp_merge_src_t *)(mem + off[4]),  (const dcp_delta_out_item_t *)(mem + off[5]),
@@ -240,7 +244,7 @@ static dcp_status_t prepare_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pa
     dcp_attn_state_t *a = &ctx->attn;
     dcp_attn_pass_t *ps = &a->pass[pass];
     if (!ps->launch_of) return DCP_OK;
-    if (!ctx->dev->host_memory) DCP_CHECK(upload_pass(ctx, ps));
+    DCP_CHECK(dcp_attn_upload(&ps->prog, ctx->device, ctx->stream, &ps->blob, &ps->arrays));
     if (a->active != DCP_ATTN_CUDNN) return DCP_OK;
     const dcp_kernel_env_t env = engine_env(ctx, p);
     return dcp_cudnn_prepare(a->cudnn, pass, &ps->prog, &env, ps->arrays.ints);

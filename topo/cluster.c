@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "topo/device_kernels.h"
+#include "topo/kernel_table.h"
 #include "topo/node_figures.h"
 #include "topo/node_file.h"
 
@@ -225,6 +226,14 @@ dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_t n,
     DCP_CHECK(dcp_perf_model_check(&m, "kernel table"));
     cluster->perf = m;
     return DCP_OK;
+}
+
+dcp_status_t dcp_cluster_load_kernel_table(dcp_cluster_t *cluster, const char *path)
+{
+    if (!cluster || !path) return dcp_set_error(DCP_ERR_INVALID_ARG, "kernel table: NULL argument");
+    dcp_kernel_table_t t;
+    DCP_CHECK(dcp_kernel_table_read(path, &t));
+    return dcp_cluster_set_kernel_table(cluster, t.n, t.tile_tokens, t.efficiency);
 }
 
 void dcp_cluster_destroy(dcp_cluster_t *cluster)

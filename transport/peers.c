@@ -50,8 +50,7 @@ void dcp_peer_describe_self(int ucx_cuda, dcp_peer_t *me)
     if (dcp_calloc(&node, 1, sizeof *node, "node") == DCP_OK &&
         dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {
         me->gpus = node->num_gpus;
-        for (int32_t k = 0; k < node->num_nics; k++)
-            if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;
+        me->nic = dcp_node_nic_kind(node);
         me->nics = dcp_node_model_nics(node);
         dcp_perf_model_t perf = {0};
         dcp_node_figures(node, &perf);

@@ -7,15 +7,15 @@
  * for scripts. --env: dcp's settings instead (plugin/cli/settings_report.h).
  */
 #include "include/base/env.h"
-#include "plugin/cli/args.h"
-#include "plugin/cli/json.h"
-#include "plugin/cli/pinning.h"
-#include "plugin/cli/settings_report.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/helpers/pinning.h"
+#include "plugin/cli/helpers/settings_report.h"
+#include "plugin/cli/support/json.h"
+#include "plugin/job.h"
 #include "topo/gdr.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"
 #include "transport/select.h"
-#include "transport/ucx.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,23 +30,13 @@ typedef struct {
     int ucx_cuda; /* this UCX moves CUDA device memory */
 } engines_t;
 
+/* The engines a job of nodes like this one gets: the job's own choice (plugin/job.c). */
 static void choose(const dcp_node_topo_t *n, engines_t *e)
 {
-    /* no CUDA IPC engine yet: same-node GPU pairs go through NCCL (NVLink, P2P) */
-    dcp_engine_env_t env = {.gpu_buffers = n->num_gpus > 0,
-                            .have_nccl = n->num_gpus > 0,
-                            .ucx_cuda = dcp_ucx_supports_cuda(),
-                            .nic = DCP_NIC_ETH};
-    for (int32_t k = 0; k < n->num_nics; k++)
-        if (n->nics[k].kind < env.nic) env.nic = n->nics[k].kind;
-    e->ucx_cuda = env.ucx_cuda;
-    for (int l = 0; l < DCP_LINK_COUNT; l++)
-        if (dcp_env_str(l == DCP_LINK_INTRA ? DCP_ENV_TRANSPORT_INTRA : DCP_ENV_TRANSPORT_INTER,
-                        &env.override[l]) != DCP_OK ||
-            dcp_engine_choose(&env, (dcp_link_class_t)l, &e->kind[l], &e->why[l]) != DCP_OK) {
-            fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
-            exit(2);
-        }
+    if (dcp_job_engines_for_node(n, e->kind, e->why, &e->ucx_cuda) != DCP_OK) {
+        fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
+        exit(2);
+    }
 }
 
 static void print_gpus(const dcp_node_topo_t *n)

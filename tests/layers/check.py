@@ -5,7 +5,7 @@ object defines) and every source's `#include "..."` lines make one graph of file
   - a call or include from a folder to one it may not use (USES below: README.md's map of the
     code's folders, and partition/'s sub-folders in their order),
   - a circle: files that reach each other through calls or includes (within one folder too),
-  - MPI outside the code that is built with it (plugin/mpi/, plugin/cli/mpi_*.c),
+  - MPI outside the code that is built with it (plugin/mpi/, plugin/cli/launch/),
   - a source in a sub-folder of partition/ or plugin/ that USES does not name,
 naming the two files and the symbol or header of each edge.
 
@@ -37,12 +37,17 @@ USES = {
     "partition": ["partition/program", "partition/sim"],
     "plugin": ["partition", "transport", "kernels"],
     "plugin/mpi": ["plugin"],
-    "plugin/cli": ["plugin", "plugin/mpi"],
+    # the tools: the support library (the tests' too) on the library, the tools' helpers on
+    # it, the MPI launch beside them, the tool mains on top (plugin/cli/README.md)
+    "plugin/cli/support": ["plugin"],
+    "plugin/cli/helpers": ["plugin/cli/support"],
+    "plugin/cli/launch": ["plugin/cli/support", "plugin/mpi"],
+    "plugin/cli": ["plugin/cli/helpers", "plugin/cli/launch"],
 }
 # folders whose sub-folders are layers of their own: a sub-folder USES does not name fails
 SPLIT = ("partition", "plugin")
 # the only code that sees MPI (the Makefile gives just it MPI's flags)
-MPI_OK = re.compile(r"^plugin/mpi/|^plugin/cli/mpi_[^/]*$")
+MPI_OK = re.compile(r"^plugin/mpi/|^plugin/cli/launch/")
 MPI_SYM = re.compile(r"^P?MPI_|^ompi_|^MPIR_")
 MPI_HDR = re.compile(r"^\s*#\s*include\s*<(mpi\.h|mpi_[^>]*)>")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
@@ -204,7 +209,7 @@ def check(root, build, objs, uses=USES):
         faults.append("circle of %d files: %s" % (len(comp), "; ".join(how)))
     for src, what in sorted(set(mpi_syms)) + sorted(set(mpi_hdrs)):
         if not MPI_OK.match(src):
-            faults.append("%s uses MPI (%s): only plugin/mpi/ and plugin/cli/mpi_*.c may"
+            faults.append("%s uses MPI (%s): only plugin/mpi/ and plugin/cli/launch/ may"
                           % (src, what))
     return faults
 

@@ -6,7 +6,7 @@
 #include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/dcp.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

@@ -8,7 +8,7 @@
 #include "partition/plan/plan.h"
 #include "partition/planner.h"
 #include "partition/sim/simulate.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

@@ -7,7 +7,7 @@
 #include "partition/place/place.h"
 #include "partition/plan/plan.h"
 #include "partition/sim/simulate.h"
-#include "plugin/cli/lengths.h"
+#include "plugin/cli/support/lengths.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

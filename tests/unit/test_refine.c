@@ -7,7 +7,7 @@
 #include "partition/place/refine.h"
 #include "partition/place/refine_fm.h"
 #include "partition/place/refiner.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

@@ -4,7 +4,7 @@
 #include "partition/plan/cost.h"
 #include "partition/program/schedule.h"
 #include "partition/sim/simulate.h"
-#include "plugin/cli/sim_kernels.h"
+#include "plugin/cli/support/sim_kernels.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>

@@ -3,7 +3,7 @@
 
 #include "include/base/env.h"
 #include "include/base/error.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/walk_procs.h"
 
 #include <CUnit/CUnit.h>
