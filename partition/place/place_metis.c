@@ -8,7 +8,7 @@
  * k-way has no valid result). The device level bisects rows (dcp_metis_row_vertices): a node's
  * share is small and cut into 8 or so parts, where k-way spends nearly all of its time in an
  * initial partitioning that is itself recursive bisection, and where the two-constraint bisection
- * cannot coarsen single blocks. On the 18 4x8 128K batches of issue 14 rows took METIS from
+ * cannot coarsen single blocks. On the 18 4x8 128K batches of tests/perf/plan_bench.sh rows took METIS from
  * 15-25 ms to 2-4 ms a plan, the predicted step time within 2% (geometric mean over three
  * METIS seeds); the FM pass moves single blocks afterwards. A result is valid when every rank is
  * within the balance bounds of place.h and the memory cap; when none is, lpt replaces it

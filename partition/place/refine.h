@@ -9,7 +9,7 @@
  *     exact connectivity gains under both bounds.
  * FM replaced two greedy passes (computation blocks towards their inputs, token blocks
  * towards their readers), which it contains as its positive-gain moves. On the 18 4x8 128K
- * batches of issue 14 it cut the bytes of METIS's plans from 6561 to 5384 MB and their
+ * batches of tests/perf/plan_bench.sh it cut the bytes of METIS's plans from 6561 to 5384 MB and their
  * inter-node bytes from 2847 to 1265 MB, at under 1 ms a plan.
  */
 #ifndef DCP_PARTITION_REFINE_H

@@ -170,7 +170,7 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
      * they read (KV first, then Q). Those that read from other nodes take the middle remote
      * divisions: the first remote division's inputs then come over the node's fast links
      * while the local head computes, and the last one's partials go back over them while
-     * the tail computes (8x8 h100-ib, issue 24's bench: 435 -> 433 ms in sum). */
+     * the tail computes (8x8 h100-ib, tests/perf/overlap_bench.sh: 435 -> 433 ms in sum). */
     double remote_flops = 0, local_flops = 0, near_flops = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t c = keys[i].comp, t = c / hb;

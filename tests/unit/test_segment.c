@@ -1,5 +1,5 @@
 /*
- * The attention engine proven on the CPU (issue 27, item 2): the segmenter's pieces cover a
+ * The attention engine proven on the CPU: the segmenter's pieces cover a
  * tile's allowed pairs exactly, in the classes they claim (brute force over every pair); the
  * cuDNN data path (cut, ragged packing, dense calls of the CPU twin of cuDNN's SDPA, merges,
  * the backward's O from delta and its adds) gives the O, LSE, dQ, dK and dV the plain tile
@@ -477,7 +477,7 @@ static void check_waves(const dcp_seg_prog_t *pd, const dcp_seg_launch_t *d,
     }
 }
 
-/* Deterministic mode (issue 27): every backward launch of every rank, for each mask kind on
+/* Deterministic mode: every backward launch of every rank, for each mask kind on
  * two strategies, built in waves (dcp_seg_waves) keeps its writers apart wave by wave and does
  * the launch's work; the twin then runs the waves and gives the tile list's gradients, the
  * same bits run to run. A group whose own tiles overlap is split, one tile a wave. */
