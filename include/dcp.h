@@ -286,8 +286,12 @@ typedef struct {
                              where that packing is uneven, head parallelism inside each node,
                              DCP_STRATEGY_ULYSSES), each screened by the cost model and kept
                              where the simulator runs it faster (stats.strategy names the
-                             placement returned); 0 = METIS's global plan only (and zigzag's,
-                             where it is faster). Not part of the plan bytes */
+                             placement returned); and then the placement returned by METIS or
+                             the packing, its kernel time evened out between the ranks of each
+                             node (and, at 8 blocks of tokens a rank or more, between the nodes),
+                             kept where the simulator runs it faster; 0 = METIS's global plan
+                             only (and zigzag's, where it is faster). Not part of the plan
+                             bytes */
 } dcp_plan_options_t;
 
 /* Fills the defaults documented above. */

@@ -11,6 +11,7 @@
 #include "partition/kinds.h"
 #include "partition/model/mask.h"
 #include "partition/place/place.h"
+#include "partition/place/refine_even.h"
 #include "partition/plan/plan.h"
 #include "partition/plan/wire.h"
 #include "partition/planner.h"
@@ -236,7 +237,35 @@ static double step_ms(const dcp_plan_t *p)
 typedef struct {
     dcp_plan_t *plan;
     double ms;
+    dcp_order_t order; /* the schedule's order the plan was built in */
+    double exposed_ms; /* of ms, its slowest ranks' waits on transfers in flight */
 } candidate_t;
+
+/* dcp_sim_model_step() of plan p on cluster c, ms, and the part of it the slowest rank of each
+ * pass spends blocked on transfers in flight (dcp_sim_result_t.exposed_comm_ms, summed the
+ * same way). */
+static dcp_status_t sim_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out,
+                             double *exposed_out)
+{
+    dcp_sim_machine_t m;
+    dcp_sim_kernels_t k;
+    dcp_sim_machine_from_cluster(c, &m);
+    dcp_sim_kernels_from_perf(&c->perf, &k);
+    const dcp_plan_t *root = dcp_plan_root(p);
+    double ms = 0, exposed = 0;
+    for (int32_t i = 0; i < root->num_kinds; i++) {
+        const dcp_plan_t *v = dcp_plan_view_const(root, i);
+        for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+            dcp_sim_result_t r = {0};
+            DCP_CHECK(dcp_sim_run(v, (dcp_pass_t)pass, &m, &k, NULL, &r));
+            ms += v->layers * r.ms;
+            exposed += v->layers * r.exposed_comm_ms;
+        }
+    }
+    *ms_out = ms;
+    *exposed_out = exposed;
+    return DCP_OK;
+}
 
 /* Keeps in *best whichever of *best and p the step-time simulator runs faster per training
  * step (*best on a tie) and destroys the other. The simulator judges every choice between
@@ -249,11 +278,11 @@ typedef struct {
  * 2.2x the bytes, and 14% slower than METIS's in the simulator. */
 static dcp_status_t keep_faster(candidate_t *best, dcp_plan_t *p, const dcp_cluster_t *cluster)
 {
-    double ms = 0;
-    const dcp_status_t st = dcp_sim_model_step(p, cluster, &ms);
+    double ms = 0, exposed = 0;
+    const dcp_status_t st = sim_step(p, cluster, &ms, &exposed);
     if (st == DCP_OK && (!best->plan || ms < best->ms)) {
         dcp_plan_destroy(best->plan);
-        *best = (candidate_t){p, ms};
+        *best = (candidate_t){p, ms, DCP_ORDER_DEFAULT, exposed};
     } else {
         dcp_plan_destroy(p);
     }
@@ -567,9 +596,151 @@ static dcp_status_t choose_divisions(const dcp_batch_t *batch, const dcp_cluster
         dcp_plan_t *p = NULL;
         st = plan_divided(&x, cluster, c->plan->opts.divisions, DCP_ORDER_LONG_TAIL, &p);
         if (st == DCP_OK) st = keep_faster(c, p, cluster);
+        if (st == DCP_OK && c->plan == p) c->order = DCP_ORDER_LONG_TAIL;
     }
     dcp_placed_release(&x);
     return st;
+}
+
+/* Seconds each rank of plan p spends in a training step's copies, merges and sums, timed as
+ * the simulator times them ([num_ranks], malloc'ed). */
+static dcp_status_t memory_seconds(const dcp_plan_t *p, const dcp_cluster_t *cluster,
+                                   double **sec_out)
+{
+    dcp_sim_kernels_t k;
+    dcp_sim_kernels_from_perf(&cluster->perf, &k);
+    double *sec;
+    DCP_CHECK(dcp_calloc(&sec, p->num_ranks, sizeof *sec, "memory seconds"));
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++)
+        for (int32_t r = 0; r < p->num_ranks; r++)
+            for (int64_t i = dcp_plan_prog_begin(p, (dcp_pass_t)pass, r);
+                 i < dcp_plan_prog_end(p, (dcp_pass_t)pass, r); i++) {
+                const dcp_instr_t *in = &p->instrs[i];
+                if (in->op != DCP_OP_COPY && in->op != DCP_OP_REDUCE) continue;
+                const int merge = in->op == DCP_OP_REDUCE && in->arg == DCP_PASS_FWD;
+                sec[r] +=
+                    dcp_cost_memory_bytes(p, in) / ((merge ? k.merge_gbps : k.copy_gbps) * 1e9);
+            }
+    *sec_out = sec;
+    return DCP_OK;
+}
+
+/* Seconds each computation block of blocks b computes in a training step, its tile timed as
+ * the cost model times it (dcp_cost_attn_floor), forward and backward ([comps], malloc'ed). */
+static dcp_status_t comp_seconds(const dcp_blocks_t *b, const dcp_cluster_t *cluster,
+                                 double **sec_out)
+{
+    const dcp_perf_model_t *m = &cluster->perf;
+    const double step = 1.0 + 2.5 / m->bwd_speed;
+    double *sec;
+    DCP_CHECK(dcp_calloc(&sec, b->num_tiles * b->head_blocks, sizeof *sec, "comp seconds"));
+    for (int64_t t = 0; t < b->num_tiles; t++) {
+        const double edge = sqrt((double)b->blk_len[b->tile_q[t]] * b->blk_len[b->tile_kv[t]]);
+        const double s = step * (double)dcp_blocks_comp_flops(b, t) /
+                         (m->peak_tflops * 1e12 * dcp_cost_efficiency(m, edge));
+        for (int32_t h = 0; h < b->head_blocks; h++) sec[t * b->head_blocks + h] = s;
+    }
+    *sec_out = sec;
+    return DCP_OK;
+}
+
+/* How far dcp_refine_even() evens the ranks' kernel time: within 1% of the mean. */
+#define EVEN_TOL 0.01
+
+/* The plan of plan p's placement evened (dcp_refine_even; across nodes too with `across`;
+ * with `memory`, each rank's load counting p's copies, merges and sums), with p's divisions
+ * and order, then its owners spread over the nodes' links as METIS's are
+ * (dcp_place_spread_links); *q_out = NULL where nothing moved. */
+static dcp_status_t even_plan(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
+                              const dcp_plan_t *p, dcp_order_t order, int across, int memory,
+                              dcp_plan_t **q_out)
+{
+    dcp_placed_t x = {0};
+    dcp_hypergraph_t g = {0};
+    double *comp = NULL, *fixed = NULL;
+    int moved = 0;
+    *q_out = NULL;
+    dcp_status_t st = dcp_kinds_place_on(p, batch, cluster, &x);
+    if (st == DCP_OK) st = dcp_hypergraph_build(&x.b, &g);
+    if (st == DCP_OK) st = comp_seconds(&x.b, cluster, &comp);
+    if (st == DCP_OK && memory) st = memory_seconds(p, cluster, &fixed);
+    if (st == DCP_OK) {
+        const dcp_place_in_t in = {&x.b, cluster, &x.opts};
+        st = dcp_refine_even(&x.b, &g, &in, EVEN_TOL, across, comp, fixed, &x.pl, &moved);
+    }
+    if (st == DCP_OK && moved) st = dcp_place_spread_links(&x.b, cluster, &x.pl);
+    if (st == DCP_OK && moved) st = plan_divided(&x, cluster, p->opts.divisions, order, q_out);
+    free(comp);
+    free(fixed);
+    dcp_hypergraph_release(&g);
+    dcp_placed_release(&x);
+    return st;
+}
+
+/* Tokens a rank holds, in blocks, from which the candidate that evens the nodes too is built,
+ * and the share of its step the incumbent's slowest ranks wait on transfers from which the
+ * one that leaves copies, merges and sums out of the loads is (see even_candidates). */
+#define EVEN_ACROSS_BLOCKS 8
+#define EVEN_EXPOSED       0.08
+
+/* The candidates that even out the kernel time of c's plan, on c's placement, divisions and
+ * order (partition/place/refine_even.h), kept in c where the simulator runs them faster: METIS and
+ * its repair balance FLOPs within eps_intra, but what a compute-bound step waits for is its
+ * busiest rank's kernels, its tiles at the rate of their edges and its copies, merges and
+ * sums. Only METIS's and the packing's placements, of one layer kind. The first evens the
+ * ranks of each node, counting each rank's memory kernels as c's plan has them; alone, on
+ * 72 batches (tests/perf/peers_bench.sh's 54: 8x8 h100-ib at both kernel tables and 4 x p4de,
+ * 256K tokens; plan_bench.sh's 18: 4x8, 128K) it made 45 faster and none slower, at one plan
+ * and simulation more. The second evens the nodes first, moving blocks between them; it is built
+ * only where a rank holds EVEN_ACROSS_BLOCKS blocks' worth of tokens or more: on those 72
+ * batches (4 blocks a rank) it beat the first on 14 and lost to it by up to 3.6x (the moved
+ * blocks' transfers between nodes), where at 16 (1M tokens at 64 GPUs, steps that are their
+ * kernels) it beat it on all three batches tried, two of which need it to stay within 1% of
+ * MagiAttention's dispatch (WLB-LLM causal and lambda, seed 1). The third leaves the memory
+ * kernels out of the loads, and is built where the incumbent's slowest ranks wait on
+ * transfers for more than EVEN_EXPOSED of the step (14 of the 72): it won 5 of them
+ * (histogram blockwise seed 2 at cuDNN's rates: 1.62 -> 1.55 ms, 15.1% -> 4.7% of it
+ * exposed). All three: 48 of the 72 faster, none slower, the steps 2.2% shorter in the
+ * geometric mean (WLB-LLM blockwise seed 1 at 8x8, FlashAttention-2's rates, 34%). */
+static dcp_status_t even_candidates(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
+                                    candidate_t *c)
+{
+    dcp_plan_t *p = c->plan;
+    if (p->num_kinds > 1 || !p->opts.hierarchy ||
+        (p->opts.strategy != DCP_STRATEGY_METIS && p->opts.strategy != DCP_STRATEGY_NODES))
+        return DCP_OK; /* zigzag's and head parallelism's owners are their definition */
+    const int64_t tokens = p->stats.total_tokens;
+    const double exposed = c->ms > 0 ? c->exposed_ms / c->ms : 0;
+    dcp_status_t st = DCP_OK;
+    /* (across, memory): inside with memory always; across where a rank holds many blocks;
+     * inside without memory where the incumbent's slowest rank waits for transfers long */
+    const int variants[3][3] = {
+        {0, 1, 1},
+        {1, 1,
+         cluster->num_nodes > 1 &&
+             tokens >= (int64_t)EVEN_ACROSS_BLOCKS * p->opts.block_size * cluster->num_ranks},
+        {0, 0, exposed > EVEN_EXPOSED}};
+    candidate_t best = *c;
+    for (int v = 0; v < 3 && st == DCP_OK; v++) {
+        if (!variants[v][2]) continue;
+        dcp_plan_t *q = NULL;
+        double ms = 0, q_exposed = 0;
+        st = even_plan(batch, cluster, p, c->order, variants[v][0], variants[v][1], &q);
+        if (st == DCP_OK && q) st = sim_step(q, cluster, &ms, &q_exposed);
+        if (st == DCP_OK && q && ms < best.ms) {
+            if (best.plan != p) dcp_plan_destroy(best.plan);
+            best = (candidate_t){q, ms, c->order, q_exposed};
+        } else {
+            dcp_plan_destroy(q);
+        }
+    }
+    if (st != DCP_OK) {
+        if (best.plan != p) dcp_plan_destroy(best.plan);
+        return st;
+    }
+    if (best.plan != p) dcp_plan_destroy(p);
+    *c = best;
+    return DCP_OK;
 }
 
 dcp_status_t dcp_plan_check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -600,8 +771,9 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     else
         DCP_CHECK(plan_one(batch, shape, &o, cluster, &c.plan));
     dcp_status_t st = DCP_OK;
-    if (o.divisions == 0 && isnan(c.ms)) st = dcp_sim_model_step(c.plan, cluster, &c.ms);
+    if (o.divisions == 0 && isnan(c.ms)) st = sim_step(c.plan, cluster, &c.ms, &c.exposed_ms);
     if (o.divisions == 0 && st == DCP_OK) st = choose_divisions(batch, cluster, &c);
+    if (o.strategy == DCP_STRATEGY_METIS && st == DCP_OK) st = even_candidates(batch, cluster, &c);
     if (st != DCP_OK) {
         dcp_plan_destroy(c.plan);
         return st;

@@ -30,8 +30,10 @@ __attribute__((noinline)) dcp_status_t dcp_reserve(void *ptr_inout, int64_t *cap
 {
     const void *site = DCP_ALLOC_SITE();
     if (need <= *cap) return DCP_OK;
-    int64_t ncap = *cap > 0 ? *cap : 16;
-    while (ncap < need) ncap *= 2;
+    /* doubling, or exactly `need` where that is more: a large reservation made at once (a
+     * plan's tiles) then neither zeroes nor faults in up to twice the pages it uses */
+    int64_t ncap = *cap > 0 ? 2 * *cap : 16;
+    if (ncap < need) ncap = need;
     if ((uint64_t)ncap > SIZE_MAX / size)
         return dcp_set_error(DCP_ERR_NO_MEMORY, "%s: %lld elements overflow", what,
                              (long long)ncap);

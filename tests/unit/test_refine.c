@@ -1,10 +1,11 @@
-/* Placement refinement (partition/place/refine.h, refine_fm.h, refiner.h): balance repair, FM
- * passes that climb out of local minima, and the refiner's counts kept exact by every move
- * and every rollback. */
+/* Placement refinement (partition/place/refine.h, refine_fm.h, refiner.h, refine_even.h):
+ * balance repair, FM passes that climb out of local minima, the refiner's counts kept exact by
+ * every move and every rollback, and evening out a placement's kernel time. */
 #include "include/base/error.h"
 #include "partition/model/hypergraph.h"
 #include "partition/place/place.h"
 #include "partition/place/refine.h"
+#include "partition/place/refine_even.h"
 #include "partition/place/refine_fm.h"
 #include "partition/place/refiner.h"
 #include "plugin/cli/support/rng.h"
@@ -225,12 +226,137 @@ static void test_refine_never_adds_traffic(void)
     dcp_blocks_release(&b);
 }
 
+/* Four sequences of 64 tokens (blocks of 16) on 2x2, each owned whole by rank s;
+ * `exec_of[s]` computes sequence s's blocks, each taking a picosecond a FLOP. */
+typedef struct {
+    dcp_blocks_t b;
+    dcp_cluster_t *c;
+    dcp_plan_options_t o;
+    dcp_hypergraph_t g;
+    int32_t *owner, *exec;
+    double *comp_s; /* a picosecond a FLOP */
+} even_fixture_t;
+
+static void even_setup(even_fixture_t *f, const int32_t exec_of[4])
+{
+    const int32_t len[4] = {64, 64, 64, 64};
+    blocks_of(&f->b, len, 4, 16, 1);
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("2x2", &f->c), DCP_OK);
+    dcp_plan_options_default(&f->o);
+    CU_ASSERT_EQUAL_FATAL(dcp_hypergraph_build(&f->b, &f->g), DCP_OK);
+    f->owner = calloc((size_t)f->b.num_blocks, sizeof *f->owner);
+    f->exec = calloc((size_t)f->g.num_comps, sizeof *f->exec);
+    for (int32_t t = 0; t < f->b.num_blocks; t++) f->owner[t] = f->b.blk_seq[t];
+    f->comp_s = calloc((size_t)f->g.num_comps, sizeof *f->comp_s);
+    for (int64_t cc = 0; cc < f->g.num_comps; cc++) {
+        f->exec[cc] = exec_of[f->b.blk_seq[f->b.tile_q[cc]]];
+        f->comp_s[cc] = 1e-12 * (double)dcp_blocks_comp_flops(&f->b, cc);
+    }
+}
+
+static void even_teardown(even_fixture_t *f)
+{
+    free(f->owner);
+    free(f->exec);
+    free(f->comp_s);
+    dcp_hypergraph_release(&f->g);
+    dcp_cluster_destroy(f->c);
+    dcp_blocks_release(&f->b);
+}
+
+/* FLOPs of each rank and their most. */
+static int64_t rank_flops(const even_fixture_t *f, int64_t fl[4])
+{
+    const dcp_placement_t p = {f->owner, f->exec, 0};
+    int64_t *x, *m;
+    CU_ASSERT_EQUAL_FATAL(dcp_place_loads(&f->b, &p, 4, &x, &m), DCP_OK);
+    int64_t most = 0;
+    for (int r = 0; r < 4; r++) most = (fl[r] = x[r]) > most ? x[r] : most;
+    free(x);
+    free(m);
+    return most;
+}
+
+/* Inside a node: rank 0 computes sequences 0 and 1, its node's rank 1 nothing; evening gives
+ * rank 1 half (sequence 1's blocks cost nothing to move there: rank 1 owns their inputs), so
+ * the traffic falls to none, node 1 is untouched and every rank ends within 1% of its node's
+ * mean; a placement already even is then left as it was (moved 0). With rank 1 already busy
+ * for as long as rank 0's tiles take (`fixed_s`: its copies, merges and sums) nothing moves. */
+static void test_even_inside_node(void)
+{
+    const int32_t exec_of[4] = {0, 0, 2, 3};
+    even_fixture_t f;
+    even_setup(&f, exec_of);
+    const dcp_place_in_t in = {&f.b, f.c, &f.o};
+    dcp_placement_t p = {f.owner, f.exec, 0};
+    int64_t fl[4], before, after, inter;
+    const int64_t most = rank_flops(&f, fl);
+    CU_ASSERT_EQUAL(fl[1], 0);
+    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&f.g, f.owner, f.exec, 4, 2, &before, &inter), DCP_OK);
+    int moved = 0;
+    CU_ASSERT_EQUAL(dcp_refine_even(&f.b, &f.g, &in, 0.01, 0, f.comp_s, NULL, &p, &moved), DCP_OK);
+    CU_ASSERT_EQUAL(moved, 1);
+    CU_ASSERT(rank_flops(&f, fl) < most);
+    CU_ASSERT((double)fl[0] <= 1.01 * (fl[0] + fl[1]) / 2 + 0.5);
+    CU_ASSERT((double)fl[1] <= 1.01 * (fl[0] + fl[1]) / 2 + 0.5);
+    CU_ASSERT_EQUAL(dcp_hypergraph_traffic(&f.g, f.owner, f.exec, 4, 2, &after, &inter), DCP_OK);
+    CU_ASSERT(before > 0 && after == 0);
+    for (int64_t cc = 0; cc < f.g.num_comps; cc++) {
+        const int32_t s = f.b.blk_seq[f.b.tile_q[cc]];
+        if (s >= 2) CU_ASSERT_EQUAL(f.exec[cc], s);
+    }
+    /* even now: nothing moves */
+    CU_ASSERT_EQUAL(dcp_refine_even(&f.b, &f.g, &in, 0.01, 0, f.comp_s, NULL, &p, &moved), DCP_OK);
+    CU_ASSERT_EQUAL(moved, 0);
+    even_teardown(&f);
+
+    even_setup(&f, exec_of);
+    dcp_placement_t q = {f.owner, f.exec, 0};
+    const dcp_place_in_t in2 = {&f.b, f.c, &f.o};
+    double two_seqs = 0; /* rank 0's seconds */
+    for (int64_t cc = 0; cc < f.g.num_comps; cc++) two_seqs += f.exec[cc] == 0 ? f.comp_s[cc] : 0;
+    const double fixed[4] = {0, two_seqs, 0, 0};
+    moved = 1;
+    CU_ASSERT_EQUAL(dcp_refine_even(&f.b, &f.g, &in2, 0.01, 0, f.comp_s, fixed, &q, &moved),
+                    DCP_OK);
+    CU_ASSERT_EQUAL(moved, 0);
+    rank_flops(&f, fl);
+    CU_ASSERT_EQUAL(fl[1], 0);
+    even_teardown(&f);
+}
+
+/* Between nodes: node 0's ranks compute all four sequences (two each) and node 1's none.
+ * Evening inside the nodes leaves it (each node's ranks are even); evening across gives node 1
+ * its half, within 1% of the mean node, and no rank's FLOPs pass the busiest's before. */
+static void test_even_across_nodes(void)
+{
+    const int32_t exec_of[4] = {0, 0, 1, 1};
+    even_fixture_t f;
+    even_setup(&f, exec_of);
+    const dcp_place_in_t in = {&f.b, f.c, &f.o};
+    dcp_placement_t p = {f.owner, f.exec, 0};
+    int64_t fl[4];
+    const int64_t most = rank_flops(&f, fl);
+    int moved = 1;
+    CU_ASSERT_EQUAL(dcp_refine_even(&f.b, &f.g, &in, 0.01, 0, f.comp_s, NULL, &p, &moved), DCP_OK);
+    CU_ASSERT_EQUAL(moved, 0);
+    CU_ASSERT_EQUAL(dcp_refine_even(&f.b, &f.g, &in, 0.01, 1, f.comp_s, NULL, &p, &moved), DCP_OK);
+    CU_ASSERT_EQUAL(moved, 1);
+    CU_ASSERT(rank_flops(&f, fl) <= most);
+    const double node_mean = (double)(fl[0] + fl[1] + fl[2] + fl[3]) / 2;
+    CU_ASSERT((double)(fl[2] + fl[3]) >= node_mean / 1.01 - 0.5);
+    CU_ASSERT((double)(fl[0] + fl[1]) <= 1.01 * node_mean + 0.5);
+    even_teardown(&f);
+}
+
 int dcp_suite_refine(void)
 {
     static const dcp_test_t tests[] = {
         {"fm_climbs_out_of_local_minimum", test_fm_climbs_out_of_local_minimum},
         {"fm_random_starts", test_fm_random_starts},
         {"refine_never_adds_traffic", test_refine_never_adds_traffic},
+        {"even_inside_node", test_even_inside_node},
+        {"even_across_nodes", test_even_across_nodes},
         {NULL, NULL},
     };
     return dcp_add_suite("refine", tests);

@@ -398,8 +398,8 @@ def plan(lengths, mask, cluster, *legacy, q_heads=None, kv_heads=None, head_dim=
     "auto", or a peer policy: "packed", "dyncp", "ulysses", "usp", "magi"), head_blocks,
     divisions, eps_inter, eps_intra, mem_cap_bytes, seed, expansion, net_cap, refine,
     comm_schedule, coalesce, metis_tries, strategy_arg (a peer policy's parameter),
-    hierarchy (0: METIS's global plan without the hierarchical candidates). (softcap and
-    head_dim_v travel with them too.)
+    hierarchy (0: METIS's global plan without the hierarchical or evened candidates).
+    (softcap and head_dim_v travel with them too.)
 
     The old form plan(lengths, mask, cluster, num_heads, num_kv_heads, head_dim, dtype)
     still works this release, with a DeprecationWarning."""
