@@ -149,8 +149,8 @@ static int32_t local_tail(int32_t ndiv)
 
 /* Remote blocks that read only inside the rank's node: the first half of their FLOPs come
  * before the blocks that read from other nodes, the rest after them. With
- * DCP_ORDER_LONG_TAIL, the forward's blocks that read from other nodes and return no partial
- * there come last (REMOTE_FAR_INPUT). */
+ * DCP_ORDER_LONG_TAIL and DCP_ORDER_QUERY_RUNS, the forward's blocks that read from other
+ * nodes and return no partial there come last (REMOTE_FAR_INPUT). */
 enum { REMOTE_NEAR_FIRST = 0, REMOTE_FAR = 1, REMOTE_NEAR_LAST = 2, REMOTE_FAR_INPUT = 3 };
 
 /* Assigns divisions to the blocks of one rank (keys[0..n)) of schedule s (its pass, division
@@ -163,14 +163,16 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
     const int32_t ndiv = s->num_divs, hb = b->head_blocks, head = local_head(ndiv),
                   tail = local_tail(ndiv);
     const int32_t nloc = head + tail, node = rank / devs_per_node;
-    const int long_tail = order == DCP_ORDER_LONG_TAIL;
+    const int query_runs = order == DCP_ORDER_QUERY_RUNS && s->pass == DCP_PASS_FWD;
+    const int long_tail = order == DCP_ORDER_LONG_TAIL || query_runs;
     const double tail_share = long_tail ? LONG_TAIL_SHARE : LOCAL_TAIL_SHARE;
     int32_t *comp_div = s->comp_div;
     /* Pass 1: remote blocks sorted by where their inputs come from, then by the remote input
      * they read (KV first, then Q). Those that read from other nodes take the middle remote
      * divisions: the first remote division's inputs then come over the node's fast links
      * while the local head computes, and the last one's partials go back over them while
-     * the tail computes (8x8 h100-ib, tests/perf/overlap_bench.sh: 435 -> 433 ms in sum). */
+     * the tail computes (8x8 h100-ib, tests/perf/overlap_bench.sh: 435 -> 433 ms in sum).
+     * With query_runs, those whose query block is on another node are sorted by it instead. */
     double remote_flops = 0, local_flops = 0, near_flops = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t c = keys[i].comp, t = c / hb;
@@ -187,6 +189,10 @@ static void assign_divisions(const dcp_blocks_t *b, const dcp_placement_t *p, in
         keys[i].key[2] = kv_remote ? kv : -1;
         keys[i].key[3] = (int32_t)(c % hb);
         keys[i].key[4] = q_remote ? q : -1;
+        if (query_runs && q_far) {
+            keys[i].key[2] = q;
+            keys[i].key[4] = kv_remote ? kv : -1;
+        }
         keys[i].key[5] = q;
         *(remote ? &remote_flops : &local_flops) += f;
         if (remote && !far) near_flops += f;

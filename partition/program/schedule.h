@@ -68,9 +68,18 @@ typedef struct {
  * query block is the rank's own or its node's) come after all other remote blocks, so that
  * the partials that cross nodes are written earlier and the inputs that cross them are read
  * last, and the local tail computes 0.7 of the local FLOPs in both passes, so that more local
- * work hides the last remote division's partials. Neither is faster on every batch; the
- * planner builds the plan it chose both ways and keeps the one the simulator runs faster. */
-typedef enum { DCP_ORDER_DEFAULT = 0, DCP_ORDER_LONG_TAIL = 1 } dcp_order_t;
+ * work hides the last remote division's partials. DCP_ORDER_QUERY_RUNS: the forward as
+ * DCP_ORDER_LONG_TAIL, but the remote blocks whose query block lives on another node ordered
+ * by that query block (then head group, then KV block) instead of by KV block, so that each
+ * such query's blocks run together: its partial is written in one division or two, not over
+ * all of the middle ones, and leaves for the other node steps earlier; the backward as
+ * DCP_ORDER_DEFAULT. None is faster on every batch; the planner builds the plan it chose in
+ * the others and keeps one only where the simulator runs it faster. */
+typedef enum {
+    DCP_ORDER_DEFAULT = 0,
+    DCP_ORDER_LONG_TAIL = 1,
+    DCP_ORDER_QUERY_RUNS = 2
+} dcp_order_t;
 
 /* With DCP_COMM_DIVISIONS each step with transfers is one phase; with DCP_COMM_ROUNDS each
  * step's transfers are coloured into congestion-free rounds, `coalesce` rounds a phase. */

@@ -732,6 +732,80 @@ static void test_long_tail_order(void)
     dcp_cluster_destroy(c);
 }
 
+/* Ranks of schedule s whose blocks reading a query block from another node are not in runs
+ * by (query block, head group): some such block of a later (query, head) comes in an earlier
+ * division than one of an earlier (query, head). */
+static int32_t ranks_out_of_query_runs(const dcp_placed_t *x, const dcp_schedule_t *s,
+                                       int32_t devs_per_node)
+{
+    const int32_t hb = x->b.head_blocks;
+    int32_t out = 0;
+    for (int32_t r = 0; r < s->num_ranks; r++) {
+        int bad = 0;
+        for (int64_t i = s->rank_off[r]; i < s->rank_off[r + 1] && !bad; i++)
+            for (int64_t j = s->rank_off[r]; j < s->rank_off[r + 1] && !bad; j++) {
+                const int64_t a = s->order[i], b = s->order[j];
+                const int32_t qa = x->b.tile_q[a / hb], qb = x->b.tile_q[b / hb];
+                if (x->pl.blk_owner[qa] / devs_per_node == r / devs_per_node ||
+                    x->pl.blk_owner[qb] / devs_per_node == r / devs_per_node)
+                    continue;
+                const int64_t ka = (int64_t)qa * hb + a % hb, kb = (int64_t)qb * hb + b % hb;
+                bad = ka < kb && s->comp_div[a] > s->comp_div[b];
+            }
+        out += bad;
+    }
+    return out;
+}
+
+/* DCP_ORDER_QUERY_RUNS: in the forward, on every rank, the blocks whose query block lives on
+ * another node run by (query block, head group), where the default's and the long tail's
+ * orders leave some ranks' out of such runs, and the local tail is DCP_ORDER_LONG_TAIL's; the
+ * backward is the default's, block for block (the batch of test_long_tail_order on 8x2). */
+static void test_query_runs_order(void)
+{
+    static const int32_t lens[16] = {500, 501, 1268, 2131, 325, 1308, 609,  1068,
+                                     799, 810, 3183, 1906, 871, 1739, 1632, 1553};
+    dcp_mask_t m[16];
+    for (int i = 0; i < 16; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
+    const dcp_batch_t batch = {.num_seqs = 16, .lengths = lens, .masks = m};
+    const dcp_attn_shape_t shape = {8, 2, 16, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 128;
+    o.head_blocks = 2;
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("8x2", &c), DCP_OK);
+    dcp_placed_t x = {0};
+    CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&batch, &shape, &o, c, &x), DCP_OK);
+    const int32_t dv = c->devs_per_node;
+    const int64_t ncomp = x.b.num_tiles * x.b.head_blocks;
+    static const dcp_order_t orders[3] = {DCP_ORDER_DEFAULT, DCP_ORDER_LONG_TAIL,
+                                          DCP_ORDER_QUERY_RUNS};
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        dcp_schedule_t s[3];
+        for (int k = 0; k < 3; k++)
+            CU_ASSERT_EQUAL_FATAL(dcp_schedule_build(&x.b, &x.pl, c->num_ranks, dv, 8,
+                                                     DCP_COMM_DIVISIONS, 1, (dcp_pass_t)pass,
+                                                     orders[k], &s[k]),
+                                  DCP_OK);
+        if (pass == DCP_PASS_FWD) {
+            CU_ASSERT(ranks_out_of_query_runs(&x, &s[0], dv) > 0);
+            CU_ASSERT(ranks_out_of_query_runs(&x, &s[1], dv) > 0);
+            CU_ASSERT_EQUAL(ranks_out_of_query_runs(&x, &s[2], dv), 0);
+            CU_ASSERT_EQUAL(tail_local_flops(&x, &s[2]), tail_local_flops(&x, &s[1]));
+        } else {
+            int64_t same = 0;
+            for (int64_t comp = 0; comp < ncomp; comp++)
+                same += s[2].comp_div[comp] == s[0].comp_div[comp];
+            CU_ASSERT_EQUAL(same, ncomp);
+            CU_ASSERT_EQUAL(memcmp(s[2].order, s[0].order, ncomp * sizeof *s[0].order), 0);
+        }
+        for (int k = 0; k < 3; k++) dcp_schedule_release(&s[k]);
+    }
+    dcp_placed_release(&x);
+    dcp_cluster_destroy(c);
+}
+
 /* The simulator itself must catch a broken program: reuse a received slot too early. */
 static void test_simulator_catches_reuse(void)
 {
@@ -792,6 +866,7 @@ int dcp_suite_schedule(void)
         {"invariants_on_many_plans", test_invariants_on_many_plans},
         {"far_inputs_in_the_middle", test_far_inputs_in_the_middle},
         {"long_tail_order", test_long_tail_order},
+        {"query_runs_order", test_query_runs_order},
         {"simulator_catches_reuse", test_simulator_catches_reuse},
         {"every_send_has_its_receive", test_every_send_has_its_receive},
         {NULL, NULL},
