@@ -199,11 +199,12 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 ALLOC_HOOK_SRCS = include/base/alloc.c kernels/device_cpu.c
 HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c \
 	transport/ucx.c $(ALLOC_HOOK_SRCS)
-ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o
 ifneq ($(NVCC),)
-HOOK_CU_OBJS = $(BUILD)/obj-hooks/kernels/cuda/device.o
+ALLOC_HOOK_CU_SRCS = kernels/cuda/device.cu
 endif
-HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(HOOK_CU_OBJS)
+ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) \
+	$(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o
+HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj-hooks/%.o)
 HOOK_LDFLAGS = -Wl,--wrap=free
 $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)
@@ -359,9 +360,11 @@ test-walks:
 	$(WALK_ENV) DCP_WALK=full build-asan/bin/dcp-tests -s xfer_walk
 	@echo "allocation sites reached by the single-process walks: $$(grep -v '^#' \
 		build-asan/walk-sites.txt | sed 's/ (discriminator [0-9]*)//' | sort -u | wc -l) source lines"
+	@# the python that imports PyTorch, as test-run picks it, so that dcp.torch is walked too
+	py=python3; /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3; \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
 		$(WALK_ENV) ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0" DCP_WALK=full \
-		python3 tests/python/alloc_walk.py build-asan/lib/hooks/libdcp.so
+		$$py tests/python/alloc_walk.py build-asan/lib/hooks/libdcp.so
 
 # The soak (tests/soak/soak.c): 10,000 training steps on 4 processes (about 6 minutes here)
 soak:
@@ -388,8 +391,8 @@ $(BUILD)/bin/dcp-planner-load: $(BUILD)/obj/tests/tsan/planner_load_main.o \
 
 # libdcp.so with the allocation hook (tests/unit/fault_hook.h), for the Python layer's walk
 # (tests/python/alloc_walk.py); never installed
-$(BUILD)/lib/hooks/libdcp.so: $(filter-out $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
-		$(ALLOC_HOOK_OBJS)
+$(BUILD)/lib/hooks/libdcp.so: $(filter-out $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj/%.o) \
+		$(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj/%.o),$(LIB_OBJS)) $(ALLOC_HOOK_OBJS)
 	@mkdir -p $(@D)
 	$(CC) -shared $(SAN) $(HOOK_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 

@@ -2,6 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/poll.h"
+#include "kernels/device.h"
 #include "transport/bootstrap.h"
 #include "transport/lent.h"
 #include "transport/peers.h"
@@ -178,16 +179,16 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     for (int64_t k = 0; k < n && ce == cudaSuccess; k++)
         if (ops[k].ready && (k == 0 || ops[k].ready != ops[k - 1].ready))
             ce = cudaStreamWaitEvent(e->stream, (cudaEvent_t)ops[k].ready, 0);
-    if (ce == cudaSuccess && n > 0 && ops[0].done) {
+    st = ce == cudaSuccess ? DCP_OK : cuda_error(ce, "stream wait");
+    if (st == DCP_OK && n > 0 && ops[0].done) {
         r->done = (cudaEvent_t)ops[0].done;
-    } else if (ce == cudaSuccess) {
+    } else if (st == DCP_OK) { /* the device table's event: its failures are named alike */
+        void *done = NULL;
         r->owns_done = 1;
-        ce = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+        st = dcp_device_cuda.event_create(e->device, &done);
+        r->done = (cudaEvent_t)done;
     }
-    if (ce != cudaSuccess) {
-        st = cuda_error(ce, "event");
-        goto out;
-    }
+    if (st != DCP_OK) goto out;
     ncclResult_t nr = e->api.group_start();
     for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
         nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
@@ -411,12 +412,15 @@ dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
     e->device = device;
     e->timeout_s = timeout_s > 0 ? timeout_s : dcp_bootstrap_timeout(bootstrap);
     dcp_status_t st = load_api(&e->api);
-    cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
+    const cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
     e->stream = (cudaStream_t)lent_stream;
     e->owns_stream = !lent_stream;
-    if (st == DCP_OK && ce == cudaSuccess && !lent_stream)
-        ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
-    if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "stream");
+    if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "set device");
+    if (st == DCP_OK && !lent_stream) { /* the device table's stream: failures named alike */
+        void *stream = NULL;
+        st = dcp_device_cuda.stream_create(device, &stream);
+        e->stream = (cudaStream_t)stream;
+    }
     /* a rank without NCCL or a stream fails every rank, not only itself */
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "nccl set-up"), st, err);
     /* every rank lends a communicator that fits, or none lends one: checked on all at once */
