@@ -296,7 +296,7 @@ static dcp_status_t post(ucx_engine_t *e, dcp_xfer_req_t *r, int64_t k, const dc
         return DCP_OK;
     }
     /* completed at once */
-    r->status[k] = DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE) ? UCS_ERR_IO_ERROR : UCS_OK;
+    r->status[k] = DCP_TEST_FAULT(DCP_FAULT_UCX_AT_ONCE) ? UCS_ERR_IO_ERROR : UCS_OK;
     r->pending--;
     return DCP_OK;
 }
