@@ -37,10 +37,15 @@ typedef struct {
 
 /* ---- the bootstrap --------------------------------------------------------------------- */
 
+/* A process's side of the bootstrap. After a failure every later allgather of the process
+ * fails at once with it, as the MPI bootstrap's do (dcp.h allows it): a failed job costs its
+ * ranks one timeout, not one per collective of their set-up. */
 typedef struct {
     shared_t *sh;
     int32_t proc;
     int64_t round;
+    int32_t failed; /* the process that did not take part, -1 while none */
+    char why[256];
 } boot_t;
 
 static void pause_us(long us)
@@ -71,6 +76,10 @@ static dcp_status_t boot_allgather_timed(void *state, const void *send, void *re
     shared_t *sh = b->sh;
     const int32_t n = sh->job.procs;
     *failed_rank_out = -1;
+    if (b->failed >= 0) {
+        *failed_rank_out = b->failed;
+        return dcp_set_error(DCP_ERR_TIMEOUT, "%s", b->why);
+    }
     if (bytes > CAP)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "walk bootstrap: %zu bytes, room for %d", bytes,
                              CAP);
@@ -85,11 +94,11 @@ static dcp_status_t boot_allgather_timed(void *state, const void *send, void *re
         late = wait_all(sh->arrived, n, k, deadline);
     }
     if (late >= 0) {
-        *failed_rank_out = late;
-        return dcp_set_error(DCP_ERR_TIMEOUT,
-                             "walk bootstrap: process %d did not take part in allgather %lld "
-                             "within %.1f s",
-                             late, (long long)k, timeout_s);
+        *failed_rank_out = b->failed = late;
+        snprintf(b->why, sizeof b->why,
+                 "walk bootstrap: process %d did not take part in allgather %lld within %.1f s",
+                 late, (long long)k, timeout_s);
+        return dcp_set_error(DCP_ERR_TIMEOUT, "%s", b->why);
     }
     memcpy(recv, buf, (size_t)n * bytes);
     atomic_store(&sh->departed[b->proc], k);
@@ -201,7 +210,7 @@ int t_rank_proc_main(int argc, char **argv)
     dcp_test_alloc_track(1);
     dcp_test_alloc_fail_at(proc == job->victim ? job->alloc_at : 0);
     dcp_test_fault_at(proc == job->victim ? job->fault_at : 0);
-    boot_t boot = {sh, proc, 0};
+    boot_t boot = {sh, proc, 0, -1, ""};
     const dcp_bootstrap_t bs = {proc,  job->procs,           boot_allgather,
                                 &boot, boot_allgather_timed, job->timeout_s};
     run_process(sh, &bs, proc);
@@ -321,7 +330,7 @@ int t_threads_run(const t_proc_job_t *job, t_job_result_t *out)
     proc_arg_t a[T_MAX_PROCS];
     pthread_t tid[T_MAX_PROCS];
     for (int32_t p = 0; p < job->procs; p++) {
-        boot[p] = (boot_t){sh, p, 0};
+        boot[p] = (boot_t){sh, p, 0, -1, ""};
         bs[p] = (dcp_bootstrap_t){p,        job->procs,           boot_allgather,
                                   &boot[p], boot_allgather_timed, job->timeout_s};
         a[p] = (proc_arg_t){sh, &bs[p], p};
