@@ -396,8 +396,13 @@ static dcp_status_t run_job_threads(void *arg, uint64_t *digest_out)
     dcp_status_t st = DCP_OK;
     uint64_t h = 0;
     if (t_judge_ranks(r->rank, ranks, 0, ranks, 0, job->timeout_s, dcp_test_fired_time(), why,
-                      sizeof why)[0])
+                      sizeof why)[0]) {
         st = dcp_set_error(DCP_ERR_INTERNAL, "%s", why);
+        for (int32_t k = 0; k < ranks; k++) /* the whole picture of a broken rule */
+            fprintf(stderr, "  rank %d: %s %.2f s after the failure: %s\n", k,
+                    dcp_status_string(r->rank[k].st), r->rank[k].ended_at - dcp_test_fired_time(),
+                    r->rank[k].msg);
+    }
     for (int32_t k = 0; st == DCP_OK && k < ranks; k++) {
         if (r->rank[k].st == DCP_ERR_NO_MEMORY)
             st = dcp_set_error(DCP_ERR_NO_MEMORY, "rank %d: %s", k, r->rank[k].msg);
