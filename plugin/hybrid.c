@@ -80,7 +80,8 @@ static void gather_process(dcp_hybrid_t *h, size_t bytes, double timeout_s)
     pthread_mutex_lock(&h->mu);
     h->st = st;
     h->failed = failed >= 0 ? failed * h->threads : -1; /* the process's first rank */
-    if (st != DCP_OK) break_down(h, st, h->failed); /* keeps the message in h->why */
+    /* keeps the message in h->why, which the round's readers take */
+    if (st != DCP_OK) break_down(h, st, h->failed);
     h->readers = h->threads;
     h->arrived = 0;
     h->round++;
