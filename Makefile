@@ -3,7 +3,8 @@
 #   make            library (build/lib/libdcp.{a,so}) and tools (build/bin/)
 #   make run        the libraries and tools, then the main job: dcp-attn-test on the built-in
 #                   batch, every strategy, checked
-#   make test       every suite (unit, end-to-end); make test-asan: the same under ASan+UBSan
+#   make test       every suite (unit, end-to-end) and the layers' check (make test-layers);
+#                   make test-asan: the same under ASan+UBSan
 #   make test-walks the full failure walks (every allocation and transport call in turn) under
 #                   ASan+UBSan; make soak: 10,000 training steps watched for leaks; make
 #                   test-tsan: the planner service's load test under ThreadSanitizer
@@ -20,7 +21,7 @@
 # (Open MPI's or MPICH's mpicc: its --showme or -show); on a Cray, CC=cc MPICC=cc MPI_CFLAGS=
 # MPI_LIBS= (the Cray compiler wrapper brings MPI itself).
 #   make gpu-bundle DIR=path   one folder to run tests/perf/gpu_check.sh on a GPU machine
-#                              (default DIR: build/gpu-bundle; README "The GPU report")
+#                              (default DIR: build/gpu-bundle; kernels/README.md)
 #   make install PREFIX=/usr/local ; make uninstall PREFIX=/usr/local ; make clean
 #
 # CUDA kernels are compiled whenever nvcc is found (NVCC=... to choose, NVCC= to disable).
@@ -79,17 +80,23 @@ MPI_LIBS ?= $(filter -L% -l% -pthread,$(mpi_show))
 endif
 MPI_LINK = $(MPI_LIBS) $(call rpath_of,$(MPI_LIBS))
 
-# The tools' and tests' support (prefix dcpt_; build/lib/libdcpt.a, never installed, never in
-# libdcp): the double-precision reference oracle, the end-to-end check harness, plan-free
-# kernel workloads, sampled lengths, and the bench harness with its reports.
-SUPPORT_SRCS = kernels/reference.c $(addprefix plugin/cli/,harness.c tile_case.c lengths.c \
-	report.c json.c bench.c sim_kernels.c)
-LIB_SRCS = $(filter-out $(SUPPORT_SRCS),$(wildcard include/base/*.c topo/*.c partition/*.c \
-	kernels/*.c transport/*.c plugin/*.c))
+# The tools' code, by folder:
+#   plugin/cli/dcp_*.c   tool mains, one per binary
+#   plugin/cli/support/  libdcpt (build/lib/libdcpt.a, prefix dcpt_; never installed, never in
+#                        libdcp), the tools' and the tests' support: the double-precision reference
+#                        oracle, the end-to-end check harness, plan-free kernel workloads, sampled
+#                        lengths, the bench harness with its reports, the simulator's tables and
+#                        pictures, and the doors through which tool code reaches libdcp's insides
+#   plugin/cli/helpers/  the tools' own helpers (flags, shared batch options, pinning, peer
+#                        tables): linked only into the tools
+#   plugin/cli/launch/   the tools' MPI launch: the only tool code built with MPI's headers
+# tests/surface/check.py holds them to the public surface.
+SUPPORT_SRCS = $(wildcard plugin/cli/support/*.c)
+LIB_SRCS = $(wildcard include/base/*.c topo/*.c partition/*.c partition/*/*.c kernels/*.c \
+	transport/*.c plugin/*.c)
 MPI_SRCS = $(wildcard plugin/mpi/*.c)
-# the tools' own helpers (flags, shared batch options, pictures): linked only into the tools
-CLI_SRCS = $(filter-out plugin/cli/dcp_%.c plugin/cli/mpi_%.c $(SUPPORT_SRCS),$(wildcard plugin/cli/*.c))
-MPI_CLI_SRCS = $(wildcard plugin/cli/mpi_*.c)
+CLI_SRCS = $(wildcard plugin/cli/helpers/*.c)
+MPI_CLI_SRCS = $(wildcard plugin/cli/launch/*.c)
 TOOLS = dcp-attn-test dcp-calibrate dcp-kernel-bench dcp-plan dcp-topo dcp-transport-bench
 TEST_SRCS = $(wildcard tests/unit/*.c tests/e2e/test_*.c) tests/fuzz/plan_input.c
 
@@ -101,7 +108,7 @@ LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cud
 CUDNN_SRCS = kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c
 $(BUILD)/obj/transport/nccl.o $(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
 	$(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
-# ptxas fails a kernel that spills or uses local memory (README "The kernels"). The fatbins
+# ptxas fails a kernel that spills or uses local memory (kernels/README.md). The fatbins
 # are compressed (the kernels' head dims and tile shapes make them 12 MB per binary
 # otherwise, 1.3 MB compressed; the CUDA runtime expands them at load)
 NVFLAGS = -O3 -std=c++17 -I. $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
@@ -126,7 +133,7 @@ EXAMPLE_BIN = $(BUILD)/bin/dcp-example
 EXAMPLE_MPI_BIN = $(BUILD)/bin/dcp-example-mpi
 
 .PHONY: all lib tools tests run test test-asan test-run test-fuzz test-bundle fuzz deps install \
-	uninstall clean gpu-bundle test-walks soak test-tsan
+	uninstall clean gpu-bundle test-walks soak test-tsan test-layers
 all: lib tools
 
 lib: $(BUILD)/lib/libdcp.a $(BUILD)/lib/libdcp.so $(BUILD)/lib/libdcp_mpi.a
@@ -142,7 +149,7 @@ $(BUILD)/obj/plugin/mpi/%.o: plugin/mpi/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/plugin/cli/mpi_%.o: plugin/cli/mpi_%.c
+$(BUILD)/obj/plugin/cli/launch/%.o: plugin/cli/launch/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 
@@ -281,11 +288,29 @@ test-fuzz:
 		rm -rf $$corpus $$log; \
 	else tail -40 $$log; echo "dcp-plan-fuzz failed: corpus $$corpus, log $$log"; exit 1; fi
 
-test-run:
+# The layers (tests/layers/check.py): every library and tool object's calls and every source's
+# includes run down README.md's map of the code and partition/'s sub-folders, and no files
+# reach each other; its self-test first (a small tree with each fault injected). Plain and
+# ASan builds alike (the objects `tests tools` made).
+TOOL_MAIN_OBJS = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard plugin/cli/dcp_*.c))
+LAYER_OBJS = $(LIB_OBJS) $(MPI_OBJS) $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_OBJS) $(TOOL_MAIN_OBJS)
+test-layers: $(LAYER_OBJS)
+	@CC="$(CC)" python3 tests/layers/check.py --self-test
+	@python3 tests/layers/check.py $(BUILD) $(LAYER_OBJS)
+
+test-run: test-layers
+	@# the tools and the Python layer on the public surface (tests/surface/check.py), its
+	@# rules first proven to fail when broken
+	@if command -v python3 >/dev/null; then python3 tests/surface/check.py --self-test; \
+	else echo "tests/surface skipped (no python3)"; fi
 	$(TEST_BIN)
 	$(EXAMPLE_BIN)
 	$(BUILD)/bin/dcp-kernel-bench --device cpu --total 600 --tile 128 --warmup 0 --iters 1 >/dev/null
 	tests/tools/run.sh $(BUILD)/bin
+	@# the table of settings (include/base/env.h): every DCP_* variable the tree reads is a row
+	@# of it, C reads it nowhere else, plugin/SETTINGS.md is dcp-topo --env --markdown's table
+	@if command -v python3 >/dev/null; then python3 tests/settings/check.py $(BUILD)/bin; \
+	else echo "tests/settings skipped (no python3)"; fi
 	tests/mpi/run.sh $(BUILD)/bin
 	tests/mpi/kill.sh $(BUILD)/bin
 	tests/cluster/run.sh $(BUILD)/bin

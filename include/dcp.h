@@ -77,7 +77,7 @@ DCP_API const char *dcp_version(void);
  * Masks
  *
  * Query i of a sequence of length L may attend key j only if j lies in the allowed set;
- * every mask is at most two half-open key ranges per query (README.md "Masks" has the table).
+ * every mask is at most two half-open key ranges per query (partition/README.md "Masks" has them).
  * ------------------------------------------------------------------------------------- */
 
 typedef enum {
@@ -195,7 +195,7 @@ typedef enum {
                                 valid result) */
     /* Peer policies: the placements other systems make, as plans dcp executes, so that the
      * default can be held to them. options.strategy_arg is each one's parameter (0: its
-     * default); README "Placement strategies" gives the rule each follows and its source. */
+     * default); partition/README.md, "The peer policies", gives each one's rule and source. */
     DCP_STRATEGY_PACKED = 8,    /* packed DP x CP: documents to groups of strategy_arg ranks
                                    (default: a node) by a longest-first balancer on attention
                                    FLOPs and tokens, zigzag over each group's ranks */
@@ -327,6 +327,13 @@ DCP_API int32_t dcp_cluster_num_nodes(const dcp_cluster_t *cluster);
 DCP_API dcp_status_t dcp_cluster_set_kernel_table(dcp_cluster_t *cluster, int32_t n,
                                                   const double *tile_tokens,
                                                   const double *efficiency);
+
+/* The same from a kernel table file: lines `tile_tokens efficiency` (two numbers; '#' starts a
+ * comment), tile edges increasing, efficiencies in (0, 1], at most 32 lines, as
+ * dcp-kernel-bench --write-table writes them. DCP_ERR_INVALID_ARG naming the file (and the line)
+ * when it cannot be read or holds no such line; the cluster is left as it was on failure. Not
+ * to be called while the cluster plans. */
+DCP_API dcp_status_t dcp_cluster_load_kernel_table(dcp_cluster_t *cluster, const char *path);
 
 /* ---------------------------------------------------------------------------------------
  * Plans
@@ -661,7 +668,7 @@ typedef struct {
                               after a timeout (the context reports; the caller decides). Every
                               rank must call dcp into it in the same order as any other user
                               of it: lend one that dcp alone uses */
-    /* What computes the dense parts of attention (README "Attention engines"): every
+    /* What computes the dense parts of attention (kernels/README.md "Attention engines"): every
      * launch's tile list is cut into full, causal and masked segments, and the engine runs the
      * full and causal ones as packed calls while dcp's own kernels run the rest.
      *   "auto"  cuDNN's fused attention where the context is on a GPU and a usable cuDNN
@@ -683,7 +690,7 @@ typedef struct {
                               writers. CPU contexts always are. 0: as
                               $DCP_DETERMINISTIC says ("1": on), else off. */
     /* Process ranks: a node file (dcp-calibrate's OUT.node, the node's figures as measured on
-     * the cluster; format in README "Cost model and clusters") whose figures replace the ones
+     * the cluster; format in topo/README.md "Node files") whose figures replace the ones
      * hwloc gives the cluster the ranks form (dcp_context_cluster): bandwidths, latency, NICs,
      * peak, kernel curve. Checked against the job: its `devices` must equal the ranks per node,
      * and every rank must load the same figures (DCP_ERR_INVALID_ARG on every rank, naming
@@ -765,9 +772,35 @@ typedef struct {
 DCP_API dcp_status_t dcp_context_attn_engine(const dcp_context_t *ctx,
                                              dcp_attn_engine_info_t *info_out);
 
+/* The allowed (query, key) pairs of a plan's attention per segment class (DCP_ATTN_CLASS_*),
+ * summed over every rank's launches, pairs_out[0] forward and [1] backward, as an attention
+ * engine that takes every dense class cuts them: dense runs of fewer than min_rows rows count
+ * as masked (0: 64, the engines' default, $DCP_ATTN_MIN_ROWS aside). The share of the plan
+ * cuDNN's packed calls could run, known before any context binds it; a context's own figures
+ * are dcp_attn_engine_info_t's pairs. A layer kind's view gives its kind's. Written only on
+ * success. Thread-safe. */
+DCP_API dcp_status_t dcp_plan_attn_pairs(const dcp_plan_t *plan, int32_t min_rows,
+                                         int64_t pairs_out[2][DCP_ATTN_CLASSES]);
+
 /* The CUDA device ordinal the context computes on, or -1 for the CPU: where the io
  * pointers of dcp_forward()/dcp_backward() must live. Thread-safe (reads a fixed field). */
 DCP_API int32_t dcp_context_device(const dcp_context_t *ctx);
+
+/* What a context's calls have cost so far: counters since dcp_context_create(), summed over
+ * every dcp_forward() and dcp_backward() call on it. */
+typedef struct {
+    int64_t calls;         /* forward and backward calls made, failed ones included */
+    double wait_blocked_s; /* host seconds those calls spent in their transfer waits (the
+                              plan's COMM_WAIT steps): the communication that computation did
+                              not hide, as the calling thread saw it. Where the engine orders a
+                              wait on the GPU stream instead (NCCL), the host barely blocks */
+} dcp_context_stats_t;
+
+/* Fills *stats_out (DCP_ERR_INVALID_ARG for a NULL argument). Reads the counters of a context
+ * that one thread uses at a time: call it from that thread, between calls (it may run beside
+ * other contexts' calls). */
+DCP_API dcp_status_t dcp_context_get_stats(const dcp_context_t *ctx,
+                                           dcp_context_stats_t *stats_out);
 
 /* Runs this rank's forward program of `plan` over `io`: any plan on a CPU context (fp32
  * arithmetic, so bf16/fp16 storage gives the GPU's inputs a CPU twin); bf16 or fp16 plans

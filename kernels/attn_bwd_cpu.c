@@ -1,5 +1,5 @@
 /*
- * Fused masked attention backward on the CPU (KERNELS.md section 5): fp32 arithmetic over
+ * Fused masked attention backward on the CPU (kernels/README.md, "Backward pass"): fp32 math over
  * fp32, bf16 or fp16 storage of Q, dO, K and V; LSE, delta and the gradients are fp32.
  *
  * For each tile group, query head and block of QB query rows, the group's KV tiles are

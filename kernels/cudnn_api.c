@@ -1,6 +1,7 @@
 /* cuDNN's backend API loaded at run time, and the descriptor builder (kernels/cudnn_api.h). */
 #include "kernels/cudnn_api.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 
 #include <dlfcn.h>
@@ -14,8 +15,8 @@
 dcp_status_t dcp_cudnn_api_load(dcp_cudnn_api_t *a)
 {
     memset(a, 0, sizeof *a);
-    const char *path = getenv("DCP_CUDNN_LIB");
-    const char *name = path && *path ? path : "libcudnn.so.9";
+    const char *name = NULL;
+    DCP_CHECK(dcp_env_str(DCP_ENV_CUDNN_LIB, &name)); /* libcudnn.so.9 when unset */
     a->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!a->lib)
         return dcp_set_error(DCP_ERR_UNSUPPORTED,

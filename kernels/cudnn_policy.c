@@ -3,6 +3,7 @@
  * CUDA, so the policy is tested everywhere. */
 #include "kernels/cudnn.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 
 #include <stdio.h>
@@ -43,8 +44,8 @@ int32_t dcp_cudnn_policy(int64_t v, int backward, const char **why)
 int32_t dcp_cudnn_classes(int64_t v, int backward, const char **why)
 {
     const int32_t classes = dcp_cudnn_policy(v, backward, why);
-    const char *env = getenv("DCP_CUDNN_UNGATED");
-    if (!env || !*env || !strcmp(env, "0") || v == 91000 || v == 91001) return classes;
+    /* a value that does not read: gated (context creation refuses it by name) */
+    if (!dcp_env_int_value(DCP_ENV_CUDNN_UNGATED) || v == 91000 || v == 91001) return classes;
     *why = "DCP_CUDNN_UNGATED: every class is tried on this cuDNN, whatever its version";
     return DCP_SEG_ALL_DENSE;
 }
@@ -54,8 +55,8 @@ int dcp_cudnn_fused(int64_t v, int backward, int cls)
     /* the fused forward takes per-sequence lengths from 9.15.0, its masks from 9.21.0 (not
      * used: the composite graph is what cuDNN's frontend runs for masks before 9.21) */
     if (backward || cls != DCP_SEG_FULL || v < 91500) return 0;
-    const char *env = getenv("DCP_CUDNN_GRAPH");
-    return !(env && !strcmp(env, "composite")); /* as cuDNN's frontend does from 9.13.1 */
+    /* as cuDNN's frontend does from 9.13.1, unless $DCP_CUDNN_GRAPH asks for the composite */
+    return strcmp(dcp_env_str_value(DCP_ENV_CUDNN_GRAPH), "composite") != 0;
 }
 
 /* ---- graph keys and the plan cache ------------------------------------------------------- */

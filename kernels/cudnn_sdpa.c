@@ -6,7 +6,9 @@
  */
 #include "kernels/cudnn.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
+#include "include/base/log.h"
 #include "kernels/cudnn_api.h"
 #include "kernels/cudnn_graph.h"
 #include "kernels/device.h"
@@ -207,6 +209,18 @@ static dcp_status_t find_plan(dcp_cudnn_t *c, const dcp_cudnn_key_t *key, int64_
     }
     c->stats.build_ms += (dcp_now() - t0) * 1e3;
     c->stats.plans++;
+    const dcp_cudnn_key_t *k = &c->cache.keys[at];
+    const plan_t *pl = &c->plans[at];
+    dcp_log(DCP_LOG_INFO, DCP_LOG_CUDNN, -1,
+            "GPU %d: built a %s %s plan (%s graph%s; heads %lld/%lld, dims %lld/%lld, batch %lld, "
+            "rows %lld, keys %lld) in %.1f ms: engine %lld of %lld configurations, %lld bytes of "
+            "workspace%s",
+            c->device, k->bwd ? "backward" : "forward", dcp_seg_class_name(k->cls),
+            k->fused ? "fused" : "composite", k->deterministic ? ", deterministic" : "",
+            (long long)k->hq, (long long)k->hkv, (long long)k->dqk, (long long)k->dv,
+            (long long)k->b, (long long)k->sq, (long long)k->skv, (dcp_now() - t0) * 1e3,
+            (long long)pl->engine, (long long)pl->configs, (long long)plan_bytes(pl),
+            evicted >= 0 ? " (the least recently used plan dropped)" : "");
     if ((size_t)plan_bytes(&c->plans[at]) > c->stats.workspace)
         c->stats.workspace = (size_t)plan_bytes(&c->plans[at]);
     *index_out = at;
@@ -338,6 +352,11 @@ dcp_status_t dcp_cudnn_prepare(dcp_cudnn_t *c, int slot, const dcp_seg_prog_t *p
     }
     free(keys);
     DCP_CHECK(st);
+    dcp_log(DCP_LOG_INFO, DCP_LOG_CUDNN, -1,
+            "GPU %d: %s: %lld dense calls prepared (so far %lld plans built, %lld calls on a "
+            "cached plan; %lld cached)",
+            c->device, slot ? "backward" : "forward", (long long)s->ncalls,
+            (long long)c->stats.plans, (long long)c->stats.hits, (long long)c->cache.n);
     if (ws > s->ws_cap) {
         cudaStreamSynchronize((cudaStream_t)env->stream); /* queued calls may use the old one */
         /* the device table's memory: the allocation hook sees it (kernels/device.h) */
@@ -379,23 +398,17 @@ dcp_dense_engine_t dcp_cudnn_engine(dcp_cudnn_t *c, int slot)
     return (dcp_dense_engine_t){"cudnn", &c->self[slot], engine_run};
 }
 
-/* The plan cache's bound: $DCP_CUDNN_PLANS, else 64. */
-static int64_t cache_bound(void)
-{
-    const char *env = getenv("DCP_CUDNN_PLANS");
-    const long v = env ? strtol(env, NULL, 10) : 0;
-    return v >= 1 ? v : 64;
-}
-
 dcp_status_t dcp_cudnn_open(int32_t device, int deterministic, dcp_cudnn_t **out)
 {
     *out = NULL;
+    int64_t bound = 0; /* the plan cache's: $DCP_CUDNN_PLANS, else 64 */
+    DCP_CHECK(dcp_env_int(DCP_ENV_CUDNN_PLANS, &bound));
     dcp_cudnn_t *c;
     DCP_CHECK(dcp_calloc(&c, 1, sizeof *c, "cudnn"));
     c->self[0] = c->self[1] = c;
     c->device = device;
     c->deterministic = deterministic;
-    dcp_cudnn_cache_init(&c->cache, cache_bound());
+    dcp_cudnn_cache_init(&c->cache, bound);
     dcp_status_t st = dcp_cudnn_api_load(&c->a);
     if (st == DCP_OK) {
         c->version = (int64_t)c->a.get_version();

@@ -1,6 +1,6 @@
 /*
- * Where a rank computes, as one table of operations: memory, copies, fills, streams, events
- * and timers, with the kernel table that runs there. The runtime and the tools call
+ * Where a rank computes, as one table of operations: memory, copies, fills, streams, events,
+ * timers and profiler ranges, with the kernel table that runs there. The runtime and the tools call
  * through the table and never branch on the device (as UCX's perftest keeps one allocator
  * table per memory type).
  *
@@ -68,6 +68,12 @@ typedef struct {
      * captured into a CUDA graph (it marks no work that runs: nothing to wait for). The CPU's
      * is always 1. */
     dcp_status_t (*event_query)(void *event, int *state_out);
+    /* A named range of the calling thread's work, for Nsight Systems (NVTX on CUDA; nothing
+     * on the CPU): `name` outlives the call (a literal), `payload` >= 0 is shown with it (-1:
+     * none). Ranges nest; each push has its pop. Nothing is allocated, and without a tool
+     * attached NVTX's calls return at once. */
+    void (*range_push)(const char *name, int64_t payload);
+    void (*range_pop)(void);
 } dcp_device_t;
 
 extern const dcp_device_t dcp_device_cpu;

@@ -140,6 +140,14 @@ static dcp_status_t cpu_event_query(void *event, int *state_out)
     return DCP_OK;
 }
 
+/* No profiler ranges on the CPU: a call's work is on the calling thread, seen by any sampler. */
+static void cpu_range_push(const char *name, int64_t payload)
+{
+    (void)name, (void)payload;
+}
+
+static void cpu_range_pop(void) {}
+
 const dcp_device_t dcp_device_cpu = {
     .name = "cpu",
     .kernels = &dcp_kernels_cpu,
@@ -163,6 +171,8 @@ const dcp_device_t dcp_device_cpu = {
     .timer_start = cpu_timer_start,
     .timer_stop = cpu_timer_stop,
     .event_query = cpu_event_query,
+    .range_push = cpu_range_push,
+    .range_pop = cpu_range_pop,
 };
 
 dcp_status_t dcp_device_parse(const char *name, int32_t local_rank, const char *field,

@@ -294,6 +294,13 @@ static dcp_status_t event_create_none(int32_t device, void **event_out)
     return dcp_cuda_event_create(device, event_out);
 }
 
+static void range_push_none(const char *name, int64_t payload)
+{
+    (void)name, (void)payload;
+}
+
+static void range_pop_none(void) {}
+
 const dcp_device_t dcp_device_cuda = {
     .name = "cuda",
     .kernels = &dcp_kernels_cuda,
@@ -316,4 +323,6 @@ const dcp_device_t dcp_device_cuda = {
     .timer_start = dcp_cuda_timer_start,
     .timer_stop = dcp_cuda_timer_stop,
     .event_query = dcp_cuda_event_query,
+    .range_push = range_push_none,
+    .range_pop = range_pop_none,
 };

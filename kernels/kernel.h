@@ -82,7 +82,7 @@ typedef struct {
     dcp_status_t (*check_shape)(const dcp_attn_shape_t *shape);
     dcp_status_t (*delta_out)(const dcp_kernel_env_t *env, const dcp_delta_out_item_t *items,
                               int64_t num_items);
-    /* Learnable sinks after the merge (DESIGN.md, Numerics), over `tokens` local rows of
+    /* Learnable sinks after the merge (kernels/README.md, Numerics), over `tokens` local rows of
      * `heads` query heads: ACC_O *= sigmoid(ACC_LSE - s_h), ACC_LSE = logaddexp(ACC_LSE, s_h),
      * s = sinks[heads] (fp32, where the kernels compute). */
     dcp_status_t (*sinks_fwd)(const dcp_kernel_env_t *env, int64_t tokens, int32_t heads,

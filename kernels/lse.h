@@ -1,4 +1,4 @@
-/* Log-sum-exp arithmetic of partial attention outputs (DESIGN.md, Numerics), host and
+/* Log-sum-exp arithmetic of partial attention outputs (kernels/README.md, Numerics), host and
  * device. A partial output is (O, L) with O normalised and L = log(sum of exp(scores)); the
  * empty partial is (0, -inf). */
 #ifndef DCP_KERNELS_LSE_H

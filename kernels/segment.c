@@ -449,10 +449,9 @@ dcp_status_t dcp_seg_prog_add(dcp_seg_prog_t *prog, const dcp_seg_shape_t *shape
         while (i < ns && segs[i].group < gi) i++;
         seg_first[gi] = i;
     }
-    for (int64_t i = 0; i < ns; i++) {
-        prog->pairs[segs[i].cls] += segs[i].pairs;
+    dcp_seg_add_pairs(segs, ns, prog->pairs);
+    for (int64_t i = 0; i < ns; i++)
         if (segs[i].cls != DCP_SEG_MASKED) ents[nents++] = (entry_t){&segs[i], 0, 0, 0};
-    }
     for (int64_t gi = 0, e = 0, i = 0; gi <= num_groups; gi++) {
         for (; i < seg_first[gi]; i++) e += segs[i].cls != DCP_SEG_MASKED;
         ent_first[gi] = e;

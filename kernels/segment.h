@@ -131,6 +131,17 @@ dcp_status_t dcp_seg_cut(const dcp_seq_info_t *seqs, const dcp_tile_group_t *gro
                          int64_t num_groups, const dcp_tile_t *tiles, int32_t min_rows,
                          int32_t dense, dcp_seg_t **segs_out, int64_t *n_out);
 
+/* Adds each segment's allowed pairs to pairs[its class]: the tally of a cut, which a program
+ * keeps in dcp_seg_prog_t.pairs. */
+void dcp_seg_add_pairs(const dcp_seg_t *segs, int64_t n, int64_t pairs[DCP_SEG_CLASSES]);
+
+/* The tally of a launch's cut (dcp_seg_cut with these arguments) added to pairs, without
+ * building its program: what dcp_seg_prog_add would add to prog.pairs (dcp_plan_attn_pairs
+ * sums it over a plan). */
+dcp_status_t dcp_seg_tally(const dcp_seq_info_t *seqs, const dcp_tile_group_t *groups,
+                           int64_t num_groups, const dcp_tile_t *tiles, int32_t min_rows,
+                           int32_t dense, int64_t pairs[DCP_SEG_CLASSES]);
+
 /* One dense call: the entries of one class (and window) packed as cuDNN's ragged SDPA takes
  * them. The tensors are element offsets into the engine buffers: q, k, v, o, dout, dq, dk, dv
  * in DCP_BUF_SEG (plan dtype, [rows, heads, head dim] each entry after the last; V, O, dO and

@@ -394,3 +394,20 @@ dcp_status_t dcp_seg_cut(const dcp_seq_info_t *seqs, const dcp_tile_group_t *gro
     *n_out = n;
     return DCP_OK;
 }
+
+void dcp_seg_add_pairs(const dcp_seg_t *segs, int64_t n, int64_t pairs[DCP_SEG_CLASSES])
+{
+    for (int64_t i = 0; i < n; i++) pairs[segs[i].cls] += segs[i].pairs;
+}
+
+dcp_status_t dcp_seg_tally(const dcp_seq_info_t *seqs, const dcp_tile_group_t *groups,
+                           int64_t num_groups, const dcp_tile_t *tiles, int32_t min_rows,
+                           int32_t dense, int64_t pairs[DCP_SEG_CLASSES])
+{
+    dcp_seg_t *segs = NULL;
+    int64_t n = 0;
+    DCP_CHECK(dcp_seg_cut(seqs, groups, num_groups, tiles, min_rows, dense, &segs, &n));
+    dcp_seg_add_pairs(segs, n, pairs);
+    free(segs);
+    return DCP_OK;
+}

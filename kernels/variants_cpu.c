@@ -1,5 +1,5 @@
 /* The attention variants' row kernels on the CPU (kernel.h): learnable sinks after the merge
- * (DESIGN.md, Numerics) and their gradient, and the max logit's reduction between ranks. */
+ * (kernels/README.md, Numerics) and their gradient, and the max logit's reduction between ranks. */
 #include "kernels/cpu.h"
 
 #include "include/base/error.h"

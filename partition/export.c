@@ -2,7 +2,7 @@
 
 #include "include/base/error.h"
 #include "include/base/out_file.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 
 #include <errno.h>
 #include <math.h>

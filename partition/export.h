@@ -5,7 +5,7 @@
  * the chosen strategy cuts them.
  *
  * Vertices, 1-based in the files: token blocks 1..nb (data), then computation blocks
- * nb+1..nb+nc (c = tile * head_blocks + h). Nets: the Q and KV nets of partition/hypergraph.h
+ * nb+1..nb+nc (c = tile * head_blocks + h). Nets: the Q and KV nets of partition/model/hypergraph.h
  * that have at least one member, in net order; each lists its owner token block, then the
  * computation blocks that read it. A net's weight is the bytes it moves per extra rank it
  * spans, so the connectivity (lambda - 1) metric of a partition is its traffic.
@@ -29,8 +29,8 @@
 #ifndef DCP_PARTITION_EXPORT_H
 #define DCP_PARTITION_EXPORT_H
 
-#include "partition/hypergraph.h"
-#include "partition/place.h"
+#include "partition/model/hypergraph.h"
+#include "partition/place/place.h"
 
 #include <stdio.h>
 

@@ -1,19 +1,21 @@
 /*
  * The planning pipeline: batch -> blocks -> placement -> one schedule per pass -> programs of
- * both passes -> a finished plan (partition/plan.c). Both passes share the placement, whose
- * vertex and net weights count a whole training step, so one plan serves forward and
- * backward. A batch of layer kinds (partition/kinds.h) is placed once and scheduled per kind;
- * plans are compared by the model's step: layers x each kind's forward + backward, summed.
+ * both passes -> a finished plan (partition/plan/plan_finish.c). Both passes share the
+ * placement, whose vertex and net weights count a whole training step, so one plan serves
+ * forward and backward. A batch of layer kinds (partition/model/blocks.h) is placed once and
+ * scheduled per kind; plans are compared by the model's step: layers x each kind's forward +
+ * backward, summed.
  */
 #include "include/base/error.h"
-#include "partition/cost.h"
+#include "partition/cost_floor.h"
 #include "partition/kinds.h"
-#include "partition/mask.h"
-#include "partition/place.h"
-#include "partition/plan.h"
-#include "partition/program.h"
-#include "partition/simulate.h"
-#include "partition/wire.h"
+#include "partition/model/mask.h"
+#include "partition/place/place.h"
+#include "partition/plan/plan.h"
+#include "partition/plan/wire.h"
+#include "partition/planner.h"
+#include "partition/program/program.h"
+#include "partition/sim/simulate.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -420,7 +422,7 @@ static dcp_status_t nodes_imbalance(const dcp_batch_t *batch, const dcp_attn_sha
  * parallelism inside each node (DCP_STRATEGY_ULYSSES with a node per group): every device of
  * the busiest node then takes an equal share of every tile, where METIS on the node's coarse
  * rows is a few percent apart and cannot move work to another node. On the 36 batches of the
- * README's comparison at FA2 rates it was built on 2 and won on both (4.66 against 4.94 ms,
+ * partition/README.md's comparison at FA2 rates it was built on 2, won on both (4.66 vs 4.94 ms,
  * 27.59 against 29.93 ms); tried on the 16 whose packing was even, it lost on all 16
  * (1.11-1.76x the incumbent's step: the re-layout's copies and transfers outweigh a balance
  * METIS already has), as it lost on 24 of 24 inside the nodes of METIS's own plan. The plan
@@ -547,7 +549,7 @@ static const int32_t division_choices[] = {6, DCP_DIVISIONS_COMPARED, 12};
  * as the division_choices count whose plan the simulator runs fastest (keep_faster: the
  * compared count on a tie), then by that count's plan in DCP_ORDER_LONG_TAIL where the
  * simulator runs that faster. The second order costs a plan and a simulation; on the 36
- * batches of the README's comparison at 8x8 h100-ib (both kernel tables) it won 14, their
+ * batches of partition/README.md's comparison at 8x8 h100-ib (both kernel tables) it won 14, their
  * steps summing 0.5% shorter. c keeps a whole plan on failure. */
 static dcp_status_t choose_divisions(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
                                      candidate_t *c)

@@ -10,8 +10,10 @@
  */
 #include "plugin/attn_engine.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "include/base/log.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdio.h>
@@ -48,16 +50,17 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
 {
     dcp_attn_state_t *a = &ctx->attn;
     memset(a, 0, sizeof *a);
-    const char *env = getenv("DCP_ATTN_ENGINE");
+    const char *env = NULL;
+    int64_t det = 0, rows = 0;
+    DCP_CHECK(dcp_env_str(DCP_ENV_ATTN_ENGINE, &env));
     if (config->attn_engine)
         DCP_CHECK(parse_kind(config->attn_engine, "config.attn_engine", &a->requested));
-    else if (env && *env)
+    else
         DCP_CHECK(parse_kind(env, "$DCP_ATTN_ENGINE", &a->requested));
-    const char *det = getenv("DCP_DETERMINISTIC");
-    a->deterministic = config->deterministic != 0 || (det && !strcmp(det, "1"));
-    a->min_rows = 64;
-    const char *rows = getenv("DCP_ATTN_MIN_ROWS");
-    if (rows && atoi(rows) >= 1) a->min_rows = atoi(rows);
+    DCP_CHECK(dcp_env_int(DCP_ENV_DETERMINISTIC, &det));
+    a->deterministic = config->deterministic != 0 || det != 0;
+    DCP_CHECK(dcp_env_int(DCP_ENV_ATTN_MIN_ROWS, &rows));
+    a->min_rows = (int32_t)rows;
     a->active = DCP_ATTN_OWN;
     const int gpu = !ctx->dev->host_memory;
     switch (a->requested) {
@@ -84,6 +87,7 @@ dcp_status_t dcp_attn_init(dcp_context_t *ctx, const dcp_context_config_t *confi
     if (st != DCP_OK) {
         if (a->requested == DCP_ATTN_CUDNN) return st;
         describe(a, "%s; dcp's kernels run every tile", dcp_last_error());
+        dcp_log(DCP_LOG_WARN, DCP_LOG_ATTN, ctx->rank, "%s", a->note);
         return DCP_OK;
     }
     const int64_t v = dcp_cudnn_version(a->cudnn);
@@ -164,10 +168,14 @@ static size_t up(size_t n)
     return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-/* The pass's program arrays into device memory, queued on the context's stream. */
-static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
+dcp_status_t dcp_attn_upload(const dcp_seg_prog_t *g, int32_t device, void *stream,
+                             dcp_dev_blob_t *blob, dcp_seg_arrays_t *arrays_out)
 {
-    const dcp_seg_prog_t *g = &ps->prog;
+    const dcp_device_t *dev = dcp_device_of(device);
+    if (dev->host_memory) {
+        *arrays_out = dcp_seg_host_arrays(g);
+        return DCP_OK;
+    }
     const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
                           g->merge_srcs, g->deltas,    g->ints};
     const size_t bytes[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
@@ -183,15 +191,15 @@ static dcp_status_t upload_pass(dcp_context_t *ctx, dcp_attn_pass_t *ps)
         total += up(bytes[i]);
     }
     if (total == 0) total = ALIGN;
-    DCP_CHECK(dcp_dev_blob_staging(&ps->blob, ctx->dev, ctx->device, total));
-    char *host = ps->blob.staging;
+    DCP_CHECK(dcp_dev_blob_staging(blob, dev, device, total));
+    char *host = blob->staging;
     memset(host, 0, total);
     for (int i = 0; i < 7; i++)
         if (bytes[i]) memcpy(host + off[i], src[i], bytes[i]);
-    DCP_CHECK(dcp_dev_blob_reserve(&ps->blob, ctx->dev, ctx->device, total, ctx->stream));
-    DCP_CHECK(dcp_dev_blob_send(&ps->blob, ctx->dev, total, ctx->stream));
-    char *mem = ps->blob.mem;
-    ps->arrays = (dcp_seg_arrays_t){
+    DCP_CHECK(dcp_dev_blob_reserve(blob, dev, device, total, stream));
+    DCP_CHECK(dcp_dev_blob_send(blob, dev, total, stream));
+    char *mem = blob->mem;
+    *arrays_out = (dcp_seg_arrays_t){
         (const dcp_tile_group_t *)(mem + off[0]), (const dcp_tile_t *)(mem + off[1]),
         (const dcp_copy_item_t *)(mem + off[2]),  (const dcp_merge_item_t *)(mem + off[3]),
         (const dcp_merge_src_t *)(mem + off[4]),  (const dcp_delta_out_item_t *)(mem + off[5]),
@@ -236,10 +244,22 @@ static dcp_status_t prepare_pass(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pa
     dcp_attn_state_t *a = &ctx->attn;
     dcp_attn_pass_t *ps = &a->pass[pass];
     if (!ps->launch_of) return DCP_OK;
-    if (!ctx->dev->host_memory) DCP_CHECK(upload_pass(ctx, ps));
+    DCP_CHECK(dcp_attn_upload(&ps->prog, ctx->device, ctx->stream, &ps->blob, &ps->arrays));
     if (a->active != DCP_ATTN_CUDNN) return DCP_OK;
     const dcp_kernel_env_t env = engine_env(ctx, p);
     return dcp_cudnn_prepare(a->cudnn, pass, &ps->prog, &env, ps->arrays.ints);
+}
+
+/* "full, causal" for a class set. */
+static const char *classes_text(int32_t set, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < DCP_SEG_CLASSES && used < cap; c++)
+        if (set & DCP_SEG_BIT(c))
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? ", " : "",
+                                     dcp_seg_class_name(c));
+    return used ? buf : "none";
 }
 
 /* Both passes' programs, staging, device copies and cuDNN plans. A class whose graph cuDNN
@@ -264,6 +284,11 @@ static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
             const size_t at = strlen(a->note);
             snprintf(a->note + at, sizeof a->note - at, "; %s: dcp's kernels run those segments",
                      why);
+            char names[64];
+            dcp_log(DCP_LOG_WARN, DCP_LOG_ATTN, ctx->rank,
+                    "%s: cuDNN could not build %s: dcp's kernels run those segments (%s)",
+                    pass == DCP_PASS_FWD ? "forward" : "backward",
+                    classes_text(failed, names, sizeof names), why);
             a->dense[pass] &= ~failed;
             again = 1;
         }
@@ -282,14 +307,47 @@ static dcp_status_t bind(dcp_context_t *ctx, const dcp_plan_t *p)
     return DCP_OK;
 }
 
+/* The log's word on a bound plan's attention (ATTN): per pass, the allowed pairs of each class
+ * and the engine that runs them. */
+static void log_segments(const dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    const dcp_attn_state_t *a = &ctx->attn;
+    if (!dcp_log_on(DCP_LOG_INFO, DCP_LOG_ATTN)) return;
+    if (a->active == DCP_ATTN_OWN || !a->pass[DCP_PASS_FWD].launch_of) {
+        dcp_log(DCP_LOG_INFO, DCP_LOG_ATTN, ctx->rank,
+                "plan %llu: dcp's kernels run every tile (engine %s, asked %s)",
+                (unsigned long long)p->serial, dcp_attn_kind_name(a->active),
+                dcp_attn_kind_name(a->requested));
+        return;
+    }
+    for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
+        const dcp_seg_prog_t *g = &a->pass[pass].prog;
+        char line[400];
+        size_t used = 0;
+        for (int c = 0; c < DCP_SEG_CLASSES && used < sizeof line; c++)
+            if (g->pairs[c] > 0)
+                used +=
+                    (size_t)snprintf(line + used, sizeof line - used, "%s %s %lld pairs on %s",
+                                     used ? "," : "", dcp_seg_class_name(c), (long long)g->pairs[c],
+                                     a->dense[pass] & DCP_SEG_BIT(c) ? dcp_attn_kind_name(a->active)
+                                                                     : "dcp's kernel");
+        dcp_log(DCP_LOG_INFO, DCP_LOG_ATTN, ctx->rank,
+                "plan %llu %s: %lld launches, %lld dense calls;%s", (unsigned long long)p->serial,
+                pass == DCP_PASS_FWD ? "forward" : "backward", (long long)g->num_launches,
+                (long long)g->n_calls, used ? line : " no tiles");
+    }
+}
+
 /* A plan the dense engine does not take: dcp's kernels run every tile of it (the programs of
  * the plan bound before are dropped, so that none of its launches runs for this one), `why`
  * added to the note once. */
-static dcp_status_t run_own(dcp_attn_state_t *a, dcp_context_t *ctx, const char *why)
+static dcp_status_t run_own(dcp_attn_state_t *a, dcp_context_t *ctx, const dcp_plan_t *p,
+                            const char *why)
 {
     for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
     if (why && !strstr(a->note, why) && strlen(a->note) + strlen(why) < sizeof a->note)
         strcat(a->note, why);
+    log_segments(ctx, p);
     return DCP_OK;
 }
 
@@ -297,13 +355,18 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
 {
     dcp_attn_state_t *a = &ctx->attn;
     /* the layer kinds of a plan share its serial, not their programs */
-    if (a->active == DCP_ATTN_OWN || (a->serial == p->serial && a->kind == p->kind)) return DCP_OK;
+    if (a->serial == p->serial && a->kind == p->kind) return DCP_OK;
+    if (a->active == DCP_ATTN_OWN) {
+        log_segments(ctx, p);
+        return DCP_OK;
+    }
     a->serial = 0;
     const int32_t dv = dcp_shape_dv(&p->shape);
     if (p->shape.softcap != 0.0f)
-        return run_own(a, ctx, "; plans with a softcap run on dcp's kernels (cuDNN's frontend "
-                               "takes a score modifier only without the padding mask packed "
-                               "entries need)");
+        return run_own(a, ctx, p,
+                       "; plans with a softcap run on dcp's kernels (cuDNN's frontend "
+                       "takes a score modifier only without the padding mask packed "
+                       "entries need)");
     if (a->active == DCP_ATTN_CUDNN &&
         (p->shape.dtype == DCP_DTYPE_FP32 || p->shape.head_dim % 8 != 0 ||
          p->shape.head_dim > 256 || dv % 8 != 0 || dv > 256)) {
@@ -313,13 +376,14 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
                                  "cudnn: SDPA takes bf16/fp16 and head dims that are multiples of "
                                  "8 up to 256, not this plan's (head dims %d/%d)",
                                  p->shape.head_dim, dv);
-        return run_own(a, ctx, NULL); /* this plan runs on dcp's kernels; the next may not */
+        return run_own(a, ctx, p, NULL); /* this plan runs on dcp's kernels; the next may not */
     }
     a->elem_bytes = (size_t)dcp_plan_elem_bytes(p, DCP_BUF_Q);
     const dcp_status_t st = bind(ctx, p);
     if (st == DCP_OK) {
         a->serial = p->serial;
         a->kind = p->kind;
+        log_segments(ctx, p);
         return DCP_OK;
     }
     if (a->requested == DCP_ATTN_CUDNN || a->active != DCP_ATTN_CUDNN) return st;
@@ -327,6 +391,7 @@ dcp_status_t dcp_attn_bind(dcp_context_t *ctx, const dcp_plan_t *p)
     char why[400];
     dcp_error_save(why, sizeof why);
     snprintf(a->note, sizeof a->note, "%s; dcp's kernels run every tile", why);
+    dcp_log(DCP_LOG_WARN, DCP_LOG_ATTN, ctx->rank, "%s", a->note);
     for (int pass = 0; pass < DCP_PASS_COUNT; pass++) pass_free(&a->pass[pass], ctx->dev);
     a->active = DCP_ATTN_OWN;
     a->dense[0] = a->dense[1] = 0;

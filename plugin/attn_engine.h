@@ -63,6 +63,13 @@ dcp_status_t dcp_attn_run(struct dcp_context *ctx, dcp_pass_t pass, int64_t laun
 
 void dcp_attn_release(struct dcp_context *ctx);
 
+/* A segment program's arrays where the kernels of `device` read them: on the CPU the
+ * program's own (dcp_seg_host_arrays), on a GPU one device allocation of `blob` (grown as
+ * needed; free with dcp_dev_blob_free) filled from its page-locked staging, queued on `stream`.
+ * How a context's binding places its programs, and dcp-kernel-bench its cases. */
+dcp_status_t dcp_attn_upload(const dcp_seg_prog_t *prog, int32_t device, void *stream,
+                             dcp_dev_blob_t *blob, dcp_seg_arrays_t *arrays_out);
+
 /* "auto", "own", "cudnn", "twin". */
 const char *dcp_attn_kind_name(dcp_attn_kind_t kind);
 

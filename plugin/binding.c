@@ -2,7 +2,8 @@
 #include "plugin/binding.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "include/base/log.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdlib.h>
@@ -78,6 +79,25 @@ static void comm_range(const dcp_plan_t *p, int32_t rank, int64_t *lo, int64_t *
     if (*lo > *hi) *lo = *hi = 0;
 }
 
+/* The log's word on a plan the context binds (PLAN): the plan's shape and this rank's share. */
+static void log_plan(const dcp_context_t *ctx, const dcp_plan_t *p)
+{
+    if (!dcp_log_on(DCP_LOG_INFO, DCP_LOG_PLAN)) return;
+    const dcp_plan_stats_t *s = &p->stats;
+    int64_t bytes = 0;
+    for (int b = DCP_BUF_FIRST_WORK; b < DCP_BUF_COUNT; b++)
+        bytes += dcp_plan_buf_elems(p, ctx->rank, b) * dcp_plan_elem_bytes(p, b);
+    dcp_log(DCP_LOG_INFO, DCP_LOG_PLAN, ctx->rank,
+            "plan %llu bound: strategy %s%s, %d ranks on %d node%s, %d token blocks, %lld "
+            "computation blocks, %d phases; forward moves %lld bytes (%lld between nodes), "
+            "backward %lld; this rank: %lld tokens, %lld bytes of work buffers",
+            (unsigned long long)p->serial, dcp_strategy_name(s->strategy),
+            s->fallback ? " (lpt in its place)" : "", p->num_ranks, p->num_nodes,
+            p->num_nodes == 1 ? "" : "s", s->num_token_blocks, (long long)s->num_comp_blocks,
+            p->num_phases, (long long)s->comm_bytes, (long long)s->inter_node_bytes,
+            (long long)s->bwd_comm_bytes, (long long)p->rank_tokens[ctx->rank], (long long)bytes);
+}
+
 dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *plan)
 {
     /* the layer kinds of a plan share one binding (their views carry the plan's serial) */
@@ -85,6 +105,7 @@ dcp_status_t dcp_binding_bind(dcp_context_t *ctx, const dcp_plan_t *plan)
     dcp_binding_t *bd = &ctx->bound;
     if (bd->serial == p->serial) return DCP_OK;
     bd->serial = 0; /* until everything below is in place */
+    log_plan(ctx, p);
     DCP_CHECK(buffers(ctx, p));
     int64_t lo, hi, most;
     comm_range(p, ctx->rank, &lo, &hi, &most);

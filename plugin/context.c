@@ -1,7 +1,9 @@
 /* dcp_context_t: one rank's engine endpoint, kernels and reusable work buffers. */
 #include "plugin/context.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
+#include "include/base/log.h"
 #include "include/base/test_hook.h"
 #include "include/base/timeout.h"
 
@@ -12,10 +14,7 @@
 
 dcp_status_t dcp_context_default_timeout(double *timeout_s_out)
 {
-    if (dcp_timeout_env(timeout_s_out)) return DCP_OK;
-    return dcp_set_error(DCP_ERR_INVALID_ARG,
-                         "$DCP_TIMEOUT_S = \"%.40s\": a number of seconds > 0 (unset: 60)",
-                         getenv("DCP_TIMEOUT_S"));
+    return dcp_env_seconds(DCP_ENV_TIMEOUT_S, timeout_s_out);
 }
 
 /* Streams are lent to CUDA contexts only. */
@@ -35,7 +34,11 @@ static dcp_status_t attach_group(dcp_context_t *ctx, const dcp_context_config_t 
     const char *names[DCP_LINK_COUNT] = {config->transport_intra, config->transport_inter};
     for (int l = 0; l < DCP_LINK_COUNT; l++) {
         const dcp_engine_env_t env = {.threads = 1, .override = {names[0], names[1]}};
-        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], NULL));
+        const char *why = NULL;
+        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &ctx->engine_kind[l], &why));
+        dcp_log(DCP_LOG_INFO, DCP_LOG_INIT, config->rank, "%s links: engine %s (%s)",
+                l == DCP_LINK_INTRA ? "intra-node" : "inter-node",
+                dcp_engine_kind_name(ctx->engine_kind[l]), why);
     }
     if (config->nccl_comm)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
@@ -130,6 +133,18 @@ static void release(dcp_context_t *ctx)
     free(ctx);
 }
 
+/* The library settings taken from the environment, in the log (ENV). */
+static void log_settings(int32_t rank)
+{
+    if (!dcp_log_on(DCP_LOG_INFO, DCP_LOG_ENV)) return;
+    for (int i = 0; i < DCP_ENV_COUNT; i++) {
+        const dcp_env_row_t *row = dcp_env_row((dcp_env_id_t)i);
+        const char *v = dcp_env_raw((dcp_env_id_t)i);
+        if (row->scope == DCP_ENV_LIBRARY && v)
+            dcp_log(DCP_LOG_INFO, DCP_LOG_ENV, rank, "%s set by environment to %s", row->name, v);
+    }
+}
+
 static dcp_status_t check_config(const dcp_context_config_t *config)
 {
     if (!config->group == !config->bootstrap)
@@ -153,7 +168,10 @@ static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_f
     ctx->device = -1;
     ctx->rank = config->group ? config->rank : config->bootstrap->rank;
     double timeout_s = config->timeout_s;
-    dcp_status_t st = timeout_s > 0 ? DCP_OK : dcp_context_default_timeout(&timeout_s);
+    /* every library setting first: a bad one fails here by name, before any collective */
+    dcp_status_t st = dcp_env_check(DCP_ENV_LIBRARY);
+    if (st == DCP_OK) log_settings(ctx->rank);
+    if (st == DCP_OK && !(timeout_s > 0)) st = dcp_context_default_timeout(&timeout_s);
     ctx->timeout_s = dcp_timeout_clamp(timeout_s);
     if (st == DCP_OK) st = config->group ? attach_group(ctx, config) : attach_job(ctx, config);
     if (st == DCP_OK && wrap) {
@@ -173,8 +191,9 @@ static dcp_status_t create(const dcp_context_config_t *config, dcp_engine_wrap_f
         release(ctx);
         return st;
     }
-    const char *progress = getenv("DCP_PROGRESS");
-    ctx->drive_progress = ctx->engine->needs_progress && !(progress && !strcmp(progress, "none"));
+    /* (the settings were read on entry) */
+    ctx->drive_progress =
+        ctx->engine->needs_progress && strcmp(dcp_env_str_value(DCP_ENV_PROGRESS), "none") != 0;
     dcp_stamps_init(ctx);
     dcp_context_describe_transport(ctx);
     *ctx_out = ctx;
@@ -213,17 +232,6 @@ dcp_status_t dcp_context_check_shape(const dcp_context_t *ctx, const dcp_attn_sh
     if (!ctx || !shape)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is NULL", ctx ? "shape" : "ctx");
     return ctx->dev->kernels->check_shape(shape);
-}
-
-dcp_status_t dcp_context_health(dcp_context_t *ctx)
-{
-    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
-    if (st == DCP_OK) st = dcp_context_watch(ctx);
-    if (st == DCP_OK) return DCP_OK;
-    char why[1024];
-    dcp_error_save(why, sizeof why);
-    ctx->engine->ops->abort(ctx->engine, why);
-    return dcp_set_error(st, "%s", why);
 }
 
 dcp_status_t dcp_context_abort(dcp_context_t *ctx, const char *reason)

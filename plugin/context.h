@@ -47,11 +47,11 @@ struct dcp_context {
     dcp_variants_t variants; /* the max logit's maxima (variants.h) */
 };
 
-/* The engine's health and dcp_context_watch() at the start of a call or a barrier. A
- * failure seen there is relayed to the other peers (engine abort) like one seen inside a call:
- * peers already inside would otherwise find this rank gone once it exits, and blame it
- * (tests/mpi/kill.sh's midrun kill: ranks 2 and 3 named rank 0, which had seen rank 1 die
- * between calls and exited without a notice). */
+/* The engine's health and dcp_context_watch() at the start of a call or a barrier
+ * (synchronize.c). A failure seen there is relayed to the other peers (engine abort) like one
+ * seen inside a call: peers already inside would otherwise find this rank gone once it exits,
+ * and blame it (tests/mpi/kill.sh's midrun kill: ranks 2 and 3 named rank 0, which had seen
+ * rank 1 die between calls and exited without a notice). */
 dcp_status_t dcp_context_health(dcp_context_t *ctx);
 
 /* Records that call ctx->calls (pass `pass`) returned with its work queued (GPU contexts):

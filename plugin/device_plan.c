@@ -4,7 +4,7 @@
 #include "plugin/device_plan.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -35,10 +35,14 @@
  * every call) and, on ranks that share cores, takes cycles from the kernels it is meant to
  * hide behind; slices on the computing thread cost one worker poll each.
  * $DCP_PROGRESS=none turns it off (for measuring what it gains).
+ *
+ * Each call and each instruction is a range of the device table (NVTX on CUDA: "dcp forward",
+ * "dcp backward COMM_WAIT", ..., the payload the call's number or the step's division or
+ * round), so that Nsight Systems shows dcp's steps above its kernels and transfers.
  */
 #include "include/base/error.h"
 #include "include/base/test_hook.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <math.h>
@@ -249,12 +253,51 @@ static dcp_status_t attn(dcp_context_t *ctx, const dcp_plan_t *p, int fwd,
     return DCP_OK;
 }
 
+/* One instruction. */
+static dcp_status_t step(dcp_context_t *ctx, const dcp_plan_t *p, int fwd,
+                         const dcp_kernel_env_t *env, const descr_t *d, const dcp_instr_t *in)
+{
+    const dcp_kernels_t *k = ctx->dev->kernels;
+    switch (in->op) {
+    case DCP_OP_ATTN:
+        return attn(ctx, p, fwd, env, d, in);
+    case DCP_OP_REDUCE:
+        if (fwd) return k->merge(env, d->merges + in->first, in->count, d->srcs);
+        return k->accumulate(env, d->copies + in->first, in->count);
+    case DCP_OP_COPY:
+        return k->copy(env, d->copies + in->first, in->count);
+    case DCP_OP_COMM_LAUNCH:
+        return launch(ctx, p, env, in);
+    case DCP_OP_COMM_WAIT: {
+        const double t0 = dcp_now();
+        /* the stamps came with the first launch: a peer running another plan or call
+         * is named here, before its blocks are waited for */
+        DCP_CHECK(dcp_stamps_settle(ctx));
+        DCP_CHECK(ctx->engine->ops->wait(ctx->engine, ctx->bound.reqs[in->arg], ctx->timeout_s,
+                                         ctx->engine->stream_ordered ? ctx->stream : NULL));
+        ctx->bound.reqs[in->arg] = NULL;
+        ctx->wait_blocked_s += dcp_now() - t0;
+        return DCP_OK;
+    }
+    default:
+        return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
+    }
+}
+
+/* The names Nsight Systems shows for the executor's steps (the device table's ranges), by
+ * pass and opcode; the payload is the step's division or round. */
+static const char *const pass_range[DCP_PASS_COUNT] = {"dcp forward", "dcp backward"};
+static const char *const step_range[DCP_PASS_COUNT][DCP_OP_COMM_WAIT + 1] = {
+    {"dcp forward ?", "dcp forward ATTN", "dcp forward REDUCE", "dcp forward COPY",
+     "dcp forward COMM_LAUNCH", "dcp forward COMM_WAIT"},
+    {"dcp backward ?", "dcp backward ATTN", "dcp backward REDUCE", "dcp backward COPY",
+     "dcp backward COMM_LAUNCH", "dcp backward COMM_WAIT"},
+};
+
 static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pass_t pass,
                                 const dcp_kernel_env_t *env_in, const dcp_call_variants_t *v,
                                 void *caller)
 {
-    dcp_xfer_req_t **reqs = ctx->bound.reqs;
-    const dcp_kernels_t *k = ctx->dev->kernels;
     const descr_t d = descriptors(ctx, p);
     dcp_kernel_env_t launch_env = *env_in;
     const dcp_kernel_env_t *env = &launch_env;
@@ -265,6 +308,10 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
     /* the variants finish before the outputs are published: the last COPY of a rank with
      * rows (emit_copy_out), else the program's end */
     int finished = 0;
+    /* the division or round of the steps: a launch's and a wait's own, and for kernels that of
+     * the last wait before them (the blocks they read arrived with it) */
+    const int32_t *phase_step = dcp_plan_root(p)->phase_step;
+    int64_t division = 0;
     for (int64_t i = dcp_plan_prog_begin(p, pass, ctx->rank); i < end; i++) {
         const dcp_instr_t *in = &p->instrs[i];
         launch_env.max_rows = d.rows ? d.rows[i] : 0;
@@ -275,36 +322,13 @@ static dcp_status_t run_program(dcp_context_t *ctx, const dcp_plan_t *p, dcp_pas
         DCP_TEST_DELAY(in->op == DCP_OP_COMM_LAUNCH ? DCP_DELAY_LAUNCH
                        : in->op == DCP_OP_COMM_WAIT ? DCP_DELAY_WAIT
                                                     : DCP_DELAY_KERNEL);
-        switch (in->op) {
-        case DCP_OP_ATTN:
-            DCP_CHECK(attn(ctx, p, fwd, env, &d, in));
-            break;
-        case DCP_OP_REDUCE:
-            if (fwd)
-                DCP_CHECK(k->merge(env, d.merges + in->first, in->count, d.srcs));
-            else
-                DCP_CHECK(k->accumulate(env, d.copies + in->first, in->count));
-            break;
-        case DCP_OP_COPY:
-            DCP_CHECK(k->copy(env, d.copies + in->first, in->count));
-            break;
-        case DCP_OP_COMM_LAUNCH:
-            DCP_CHECK(launch(ctx, p, env, in));
-            break;
-        case DCP_OP_COMM_WAIT: {
-            const double t0 = dcp_now();
-            /* the stamps came with the first launch: a peer running another plan or call
-             * is named here, before its blocks are waited for */
-            DCP_CHECK(dcp_stamps_settle(ctx));
-            DCP_CHECK(ctx->engine->ops->wait(ctx->engine, reqs[in->arg], ctx->timeout_s,
-                                             ctx->engine->stream_ordered ? ctx->stream : NULL));
-            reqs[in->arg] = NULL;
-            ctx->wait_blocked_s += dcp_now() - t0;
-            break;
-        }
-        default:
-            return dcp_set_error(DCP_ERR_INTERNAL, "executor: opcode %d", in->op);
-        }
+        const int comm = in->op == DCP_OP_COMM_LAUNCH || in->op == DCP_OP_COMM_WAIT;
+        if (comm && phase_step) division = phase_step[in->arg];
+        const int named = in->op >= DCP_OP_ATTN && in->op <= DCP_OP_COMM_WAIT;
+        ctx->dev->range_push(step_range[pass][named ? in->op : 0], division);
+        const dcp_status_t st = step(ctx, p, fwd, env, &d, in);
+        ctx->dev->range_pop();
+        DCP_CHECK(st);
         if (ctx->drive_progress && in->op != DCP_OP_ATTN) DCP_CHECK(progress(ctx, p));
     }
     if (!finished) DCP_CHECK(dcp_variants_finish(ctx, p, pass, v, env));
@@ -323,9 +347,11 @@ static dcp_status_t run_pass(dcp_context_t *ctx, const dcp_plan_t *plan, dcp_pas
                              void *caller)
 {
     dcp_kernel_env_t env;
+    ctx->dev->range_push(pass_range[pass], ctx->calls); /* the call's number */
     dcp_status_t st = check_call(ctx, plan, pass, io, scale, v);
     if (st == DCP_OK) st = prepare(ctx, plan, pass, io, scale, v, caller, &env);
     if (st == DCP_OK) st = run_program(ctx, plan, pass, &env, v, caller);
+    ctx->dev->range_pop();
     if (st != DCP_OK) /* before its stamps went out: a notice in their place (stamp.h) */
         dcp_stamps_notify(ctx, plan, pass, dcp_last_error());
     ctx->calls++;

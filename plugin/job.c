@@ -8,7 +8,9 @@
  */
 #include "plugin/job.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
+#include "include/base/log.h"
 #include "kernels/device.h"
 #include "plugin/hybrid.h"
 #include "topo/cluster.h"
@@ -57,8 +59,9 @@ static uint64_t figures_digest(const node_file_t *f)
 static dcp_status_t load_node_file(const dcp_context_config_t *config, node_file_t *f)
 {
     memset(f, 0, sizeof *f);
-    f->path = config->node_file ? config->node_file : getenv("DCP_NODE_FILE");
+    f->path = config->node_file;
     f->field = config->node_file ? "config.node_file" : "$DCP_NODE_FILE";
+    if (!f->path) DCP_CHECK(dcp_env_str(DCP_ENV_NODE_FILE, &f->path)); /* "" is refused there */
     if (!f->path) return DCP_OK;
     if (!f->path[0]) return dcp_set_error(DCP_ERR_INVALID_ARG, "%s is empty", f->field);
     dcp_perf_model_default(&f->perf);
@@ -145,24 +148,57 @@ static dcp_status_t build_cluster(dcp_job_t *job, const dcp_peer_table_t *t)
     return DCP_OK;
 }
 
-/* The engine of each link class: the defaults of transport/select.h from the peer table,
- * the config's or the environment's overrides, and NCCL's communicator lent only to NCCL. */
-static dcp_status_t choose(const dcp_context_config_t *config, const dcp_peer_table_t *t,
-                           dcp_job_t *job)
+dcp_status_t dcp_job_choose_engines(const dcp_peer_table_t *t, int gpu, const char *intra,
+                                    const char *inter, dcp_engine_kind_t kind_out[DCP_LINK_COUNT],
+                                    const char *why_out[DCP_LINK_COUNT])
 {
-    const int gpu = job->device >= 0;
     int ucx_cuda = 1;
     for (int32_t r = 0; r < t->size; r++) ucx_cuda &= t->peer[r].ucx_cuda;
     /* host buffers (the CPU executor) or device buffers (NCCL is loaded at run time: a GPU
      * context without it fails when the engine is created) */
     dcp_engine_env_t env = {
         .nic = dcp_peers_nic(t), .gpu_buffers = gpu, .have_nccl = gpu, .ucx_cuda = gpu && ucx_cuda};
-    env.override[DCP_LINK_INTRA] =
-        config->transport_intra ? config->transport_intra : getenv("DCP_TRANSPORT_INTRA");
-    env.override[DCP_LINK_INTER] =
-        config->transport_inter ? config->transport_inter : getenv("DCP_TRANSPORT_INTER");
+    env.override[DCP_LINK_INTRA] = intra;
+    env.override[DCP_LINK_INTER] = inter;
+    if (!intra) DCP_CHECK(dcp_env_str(DCP_ENV_TRANSPORT_INTRA, &env.override[DCP_LINK_INTRA]));
+    if (!inter) DCP_CHECK(dcp_env_str(DCP_ENV_TRANSPORT_INTER, &env.override[DCP_LINK_INTER]));
+    dcp_engine_kind_t kind[DCP_LINK_COUNT];
+    const char *why[DCP_LINK_COUNT];
     for (int l = 0; l < DCP_LINK_COUNT; l++)
-        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &job->engine_kind[l], NULL));
+        DCP_CHECK(dcp_engine_choose(&env, (dcp_link_class_t)l, &kind[l], &why[l]));
+    for (int l = 0; l < DCP_LINK_COUNT; l++) {
+        kind_out[l] = kind[l];
+        if (why_out) why_out[l] = why[l];
+    }
+    return DCP_OK;
+}
+
+dcp_status_t dcp_job_engines_for_node(const dcp_node_topo_t *node,
+                                      dcp_engine_kind_t kind_out[DCP_LINK_COUNT],
+                                      const char *why_out[DCP_LINK_COUNT], int *ucx_cuda_out)
+{
+    dcp_peer_t me;
+    memset(&me, 0, sizeof me);
+    me.nic = dcp_node_nic_kind(node);
+    me.gpus = node->num_gpus;
+    me.ucx_cuda = dcp_ucx_supports_cuda();
+    const dcp_peer_table_t t = {0, 1, &me};
+    DCP_CHECK(dcp_job_choose_engines(&t, node->num_gpus > 0, NULL, NULL, kind_out, why_out));
+    if (ucx_cuda_out) *ucx_cuda_out = me.ucx_cuda;
+    return DCP_OK;
+}
+
+/* The engine of each link class, and NCCL's communicator lent only to NCCL. */
+static dcp_status_t choose(const dcp_context_config_t *config, const dcp_peer_table_t *t,
+                           dcp_job_t *job)
+{
+    const char *why[DCP_LINK_COUNT];
+    DCP_CHECK(dcp_job_choose_engines(t, job->device >= 0, config->transport_intra,
+                                     config->transport_inter, job->engine_kind, why));
+    for (int l = 0; l < DCP_LINK_COUNT; l++)
+        dcp_log(DCP_LOG_INFO, DCP_LOG_INIT, t->rank, "%s links: engine %s (%s)",
+                l == DCP_LINK_INTRA ? "intra-node" : "inter-node",
+                dcp_engine_kind_name(job->engine_kind[l]), why[l]);
     const int nccl =
         job->engine_kind[0] == DCP_ENGINE_NCCL || job->engine_kind[1] == DCP_ENGINE_NCCL;
     if (config->nccl_comm && !nccl)
@@ -326,7 +362,7 @@ static dcp_status_t attach(const dcp_context_config_t *config, dcp_job_t *job)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "config.bootstrap: rank %d of %d, allgather %s",
                              bs->rank, bs->size, bs->allgather ? "set" : "NULL");
     dcp_peer_t me;
-    dcp_peer_describe_self(1, &me);
+    dcp_peer_describe_self(dcp_ucx_supports_cuda(), &me);
     /* a rank whose node file fails still joins the gather, and fails at the agreement below */
     node_file_t file;
     const dcp_status_t st_file = load_node_file(config, &file);

@@ -16,8 +16,9 @@
  * so identical batches in flight are planned once.
  */
 #include "include/base/error.h"
-#include "partition/blocks.h"
-#include "partition/plan.h"
+#include "partition/model/blocks.h"
+#include "partition/plan/plan.h"
+#include "partition/planner.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* dcp_forward_inproc and dcp_backward_inproc: every rank of a plan as a thread of this
  * process; and the runner they share with tools that keep their contexts across batches. */
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <pthread.h>

@@ -5,7 +5,7 @@
 #include "include/base/error.h"
 #include "include/base/poll.h"
 #include "include/base/test_hook.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <stdio.h>

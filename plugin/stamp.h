@@ -74,7 +74,7 @@ typedef struct {
 typedef struct {
     int device;                     /* the device channel (set once, at context creation) */
     uint64_t serial;                /* the plan the peer lists were made for; 0: none */
-    int32_t kind;                   /* and its layer kind (partition/plan.h) */
+    int32_t kind;                   /* and its layer kind (partition/plan/plan.h) */
     int32_t *peers[DCP_PASS_COUNT]; /* per pass, ascending, without this rank */
     int32_t npeers[DCP_PASS_COUNT];
     int32_t last_pass; /* the pass of the last exchange launched */

@@ -6,8 +6,9 @@
  * (an event query: no wait), whether the stamps of earlier calls that have landed agree
  * (plugin/stamp.h), and, when the work has been unfinished longer than the context's timeout,
  * fails with DCP_ERR_TIMEOUT naming the peers the call exchanges blocks with. The failure is
- * relayed like any other (dcp_context_health): the engine is aborted, which aborts an NCCL
- * communicator dcp created and never one that was lent.
+ * relayed like any other (dcp_context_health, here with the engine's health, above context.c):
+ * the engine is aborted, which aborts an NCCL communicator dcp created and never one that was
+ * lent.
  */
 #include "include/base/error.h"
 #include "include/base/poll.h"
@@ -74,6 +75,17 @@ dcp_status_t dcp_context_watch(dcp_context_t *ctx)
     }
     const double late = dcp_now() - ctx->queued_at;
     return late > ctx->timeout_s ? overdue(ctx, late, 1) : DCP_OK;
+}
+
+dcp_status_t dcp_context_health(dcp_context_t *ctx)
+{
+    dcp_status_t st = ctx->engine->ops->health(ctx->engine);
+    if (st == DCP_OK) st = dcp_context_watch(ctx);
+    if (st == DCP_OK) return DCP_OK;
+    char why[1024];
+    dcp_error_save(why, sizeof why);
+    ctx->engine->ops->abort(ctx->engine, why);
+    return dcp_set_error(st, "%s", why);
 }
 
 dcp_status_t dcp_context_synchronize(dcp_context_t *ctx, double timeout_s)

@@ -1,12 +1,11 @@
 /* dcp_context_transport_report(): one line on how a context's engines move and order its
- * transfers, written once at creation (and printed there under $DCP_DEBUG). */
+ * transfers, written once at creation (and logged there: DCP_DEBUG=INFO, include/base/log.h). */
+#include "include/base/log.h"
 #include "include/dcp.h"
 #include "plugin/context.h"
 #include "transport/route.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* The engines (each with the links it serves, behind a routing engine). */
 static size_t engines_text(const dcp_engine_t *e, char *buf, size_t cap)
@@ -61,9 +60,7 @@ void dcp_context_describe_transport(dcp_context_t *ctx)
     if (used < cap)
         snprintf(buf + used, cap - used, "; call stamps %s",
                  ctx->stamps.device ? "and abort notices in device memory" : "in host memory");
-    const char *debug = getenv("DCP_DEBUG");
-    if (debug && *debug && strcmp(debug, "0") != 0)
-        fprintf(stderr, "dcp: rank %d: %s\n", ctx->rank, buf);
+    dcp_log(DCP_LOG_INFO, DCP_LOG_INIT, ctx->rank, "%s", buf);
 }
 
 const char *dcp_context_transport_report(const dcp_context_t *ctx)

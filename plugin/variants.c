@@ -3,7 +3,8 @@
  *
  * Sinks change no placement and no kernel: after the merge each row's (O, LSE) takes the sink
  * as one more softmax term without a value, and the backward on the corrected O and LSE is the
- * usual one, with d s_h = -sum over rows of exp(s_h - LSE') delta on top (DESIGN.md, Numerics).
+ * usual one, with d s_h = -sum over rows of exp(s_h - LSE') delta on top (kernels/README.md,
+ * Numerics).
  *
  * The max logit: the forward kernels max each score of an allowed pair into this rank's Hq
  * floats; the ranks then reduce them with a dissemination all-reduce over the context's
@@ -17,7 +18,7 @@
 #include "plugin/variants.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "plugin/context.h"
 
 #include <math.h>

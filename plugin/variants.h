@@ -1,4 +1,4 @@
-/* The attention variants of a call that live outside the tile kernels (DESIGN.md,
+/* The attention variants of a call that live outside the tile kernels (kernels/README.md,
  * Numerics): learnable sinks, a correction of the merged output and its gradient, and the
  * max logit, whose per-rank maxima the ranks reduce among themselves. */
 #ifndef DCP_PLUGIN_VARIANTS_H

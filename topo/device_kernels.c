@@ -1,5 +1,5 @@
 /*
- * Figures (../shared/KERNELS.md): FlashAttention-2 on H100 SXM, bf16, head dim 128, reaches
+ * Figures (topo/README.md): FlashAttention-2 on H100 SXM, bf16, head dim 128, reaches
  * about 370 TFLOP/s forward and 335 backward on 8K-32K sequences (MagiAttention's uniform
  * benchmark; the FA3 paper's 370 / 320), and much less on short tiles (FA3's causal forward
  * at 1K is 0.43x its 8K figure); the curve scales the 8K figure by 0.13, 0.25, 0.43, 0.65,

@@ -3,7 +3,7 @@
  * by tile edge, the LSE merge and the copies. One table per device, read by both models of
  * a step: the cost model of the cluster presets (topo/cluster.c: its efficiency curve and
  * backward speed) and the step-time simulator's built-in kernel tables
- * (partition/simulate_kernels.c). The planner then chooses among plans with the kernels that
+ * (partition/sim/simulate_kernels.c). The planner then chooses among plans with the kernels that
  * the simulator judges them by. (With the preset's own curve, 0.60-0.68 of H100's peak on
  * 1K-4K tiles, the cost model put the kernels at 3.7x the simulator's rate, so it priced
  * communication and the plan's shape against a fraction of the real compute.)
@@ -11,7 +11,7 @@
 #ifndef DCP_TOPO_DEVICE_KERNELS_H
 #define DCP_TOPO_DEVICE_KERNELS_H
 
-#include "topo/cluster.h"
+#include "topo/perf_model.h"
 
 /* The curve's tile edges (tokens) and the rate at each, as a share of the rate at the last. */
 #define DCP_DEVICE_CURVE_POINTS 6

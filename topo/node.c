@@ -19,6 +19,14 @@ const char *dcp_path_name(dcp_path_t path)
     return (unsigned)path < DCP_PATH_COUNT ? names[path] : "?";
 }
 
+dcp_nic_kind_t dcp_node_nic_kind(const dcp_node_topo_t *node)
+{
+    dcp_nic_kind_t best = DCP_NIC_ETH;
+    for (int32_t k = 0; k < node->num_nics; k++)
+        if (node->nics[k].kind < best) best = node->nics[k].kind;
+    return best;
+}
+
 const char *dcp_nic_kind_name(dcp_nic_kind_t kind)
 {
     static const char *names[DCP_NIC_KIND_COUNT] = {"efa", "ib", "eth"};

@@ -88,6 +88,10 @@ const char *dcp_nic_kind_name(dcp_nic_kind_t kind);
  * TCP) or "unknown" (an RDMA NIC whose link layer is not known). */
 const char *dcp_nic_fabric(const dcp_nic_info_t *nic);
 
+/* The best kind among the node's NICs (EFA, then InfiniBand, then TCP; DCP_NIC_ETH when it has
+ * none): what engine choice goes by between nodes (transport/select.h). */
+dcp_nic_kind_t dcp_node_nic_kind(const dcp_node_topo_t *node);
+
 /* GPUs that use NIC k (the GPUs sharing it). */
 int32_t dcp_node_nic_users(const dcp_node_topo_t *node, int32_t k);
 

@@ -3,8 +3,8 @@
 #ifndef DCP_TOPO_NODE_FIGURES_H
 #define DCP_TOPO_NODE_FIGURES_H
 
-#include "topo/cluster.h"
 #include "topo/node.h"
+#include "topo/perf_model.h"
 
 /* A GPU's network bandwidth, GB/s per direction: the sum over the NICs it uses of each NIC's
  * rate (sysfs when live, else the kind's nominal rate; at most its PCI link) shared by the GPUs

@@ -12,8 +12,8 @@
  *   tflops X          a device's forward attention peak, TFLOP/s
  *   hbm X             GB/s of the device's copies and merges
  *   bwd X             the backward's FLOP/s over the forward's on the same tile
- *   kernel EDGE EFF   a point of the kernel curve (tile edge in tokens, fraction of tflops);
- *                     increasing edges; any kernel line replaces the default curve
+ *   kernel EDGE EFF   a point of the kernel curve (tile edge in tokens, fraction of tflops;
+ *                     topo/kernel_table.h); any kernel line replaces the default curve
  *
  * Figures not given keep the defaults (dcp_perf_model_default). Every error names the file
  * and the line.
@@ -21,6 +21,7 @@
 #include "topo/node_file.h"
 
 #include "include/base/error.h"
+#include "topo/kernel_table.h"
 
 #include <errno.h>
 #include <math.h>
@@ -45,9 +46,9 @@ static dcp_status_t bad(const char *path, int line, const char *what)
     return dcp_set_error(DCP_ERR_INVALID_ARG, "node file '%s', line %d: %s", path, line, what);
 }
 
-/* One line's key and values into the figures. */
-static dcp_status_t parse_line(const char *path, int line, char *text, int32_t *devs,
-                               int32_t *nics, dcp_perf_model_t *m, int32_t *points)
+/* One line's key and values into the figures (the kernel points into *kt). */
+static dcp_status_t parse_line(const char *path, int line, char *text, int32_t *devs, int32_t *nics,
+                               dcp_perf_model_t *m, dcp_kernel_table_t *kt)
 {
     char *save = NULL;
     const char *key = strtok_r(text, " \t\r\n", &save);
@@ -56,22 +57,16 @@ static dcp_status_t parse_line(const char *path, int line, char *text, int32_t *
     const int wants_two = !strcmp(key, "kernel");
     if (strtok_r(NULL, " \t\r\n", &save) || (!wants_two && b))
         return bad(path, line, "too many values");
-    double v = 0, e = 0;
-    if (!number(a, &v) || (wants_two && !number(b, &e)))
-        return bad(path, line, wants_two ? "kernel needs a tile edge and an efficiency, both > 0"
-                                         : "needs one positive number");
+    if (wants_two) {
+        char where[4200];
+        snprintf(where, sizeof where, "node file '%s', line %d", path, line);
+        return dcp_kernel_table_parse(kt, a, b, where);
+    }
+    double v = 0;
+    if (!number(a, &v)) return bad(path, line, "needs one positive number");
     if (!strcmp(key, "devices") || !strcmp(key, "nics")) {
         if (v != floor(v) || v > 65536) return bad(path, line, "needs a whole number of devices");
         *(key[0] == 'd' ? devs : nics) = (int32_t)v;
-        return DCP_OK;
-    }
-    if (wants_two) {
-        if (*points == DCP_MAX_KERNEL_POINTS) return bad(path, line, "too many kernel points");
-        if (*points > 0 && v <= m->eff_tokens[*points - 1])
-            return bad(path, line, "kernel tile edges must increase");
-        if (e > 1) return bad(path, line, "a kernel efficiency is at most 1");
-        m->eff_tokens[*points] = v;
-        m->eff_value[(*points)++] = e;
         return DCP_OK;
     }
     static const char *keys[] = {"intra", "inter", "lat", "tflops", "hbm", "bwd"};
@@ -104,7 +99,8 @@ dcp_status_t dcp_node_file_read(const char *path, int32_t *devs_out, int32_t *ni
     FILE *f = fopen(path, "r");
     if (!f) return dcp_set_error(DCP_ERR_INVALID_ARG, "node file '%s': cannot open", path);
     dcp_perf_model_t m = *perf;
-    int32_t devs = 0, nics = 0, points = 0;
+    int32_t devs = 0, nics = 0;
+    dcp_kernel_table_t kt = {0};
     char text[512];
     dcp_status_t st = DCP_OK;
     for (int line = 1; st == DCP_OK && fgets(text, sizeof text, f); line++) {
@@ -114,7 +110,7 @@ dcp_status_t dcp_node_file_read(const char *path, int32_t *devs_out, int32_t *ni
         }
         char *hash = strchr(text, '#');
         if (hash) *hash = '\0';
-        st = parse_line(path, line, text, &devs, &nics, &m, &points);
+        st = parse_line(path, line, text, &devs, &nics, &m, &kt);
     }
     fclose(f);
     if (st != DCP_OK) return st;
@@ -124,7 +120,11 @@ dcp_status_t dcp_node_file_read(const char *path, int32_t *devs_out, int32_t *ni
                              "node file '%s': nics %d for devices %d: 1..%d NICs the devices "
                              "share, or a multiple of %d (each device its own)",
                              path, nics, devs, devs, devs);
-    if (points > 0) m.eff_n = points;
+    if (kt.n > 0) {
+        m.eff_n = kt.n;
+        memcpy(m.eff_tokens, kt.tile_tokens, (size_t)kt.n * sizeof *kt.tile_tokens);
+        memcpy(m.eff_value, kt.efficiency, (size_t)kt.n * sizeof *kt.efficiency);
+    }
     char field[300];
     snprintf(field, sizeof field, "node file '%s'", path);
     DCP_CHECK(dcp_perf_model_check(&m, field));

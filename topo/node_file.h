@@ -3,7 +3,7 @@
 #ifndef DCP_TOPO_NODE_FILE_H
 #define DCP_TOPO_NODE_FILE_H
 
-#include "topo/cluster.h"
+#include "topo/perf_model.h"
 
 /* 1 when `path` is readable and is not XML (an hwloc capture starts with '<'). */
 int dcp_node_file_is(const char *path);

@@ -1,5 +1,6 @@
 #include "transport/bootstrap.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/timeout.h"
 
@@ -8,9 +9,8 @@
 double dcp_bootstrap_timeout(const dcp_bootstrap_t *bs)
 {
     if (bs->timeout_s > 0) return dcp_timeout_clamp(bs->timeout_s);
-    double t;
-    (void)dcp_timeout_env(&t); /* a bad value: 60 s here; context creation refuses it */
-    return dcp_timeout_clamp(t);
+    /* a bad value: 60 s here; context creation refuses it */
+    return dcp_timeout_clamp(dcp_env_seconds_value(DCP_ENV_TIMEOUT_S));
 }
 
 dcp_status_t dcp_bootstrap_allgather(const dcp_bootstrap_t *bs, const void *send, void *recv,

@@ -1,5 +1,6 @@
 #include "transport/nccl.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/poll.h"
 #include "kernels/device.h"
@@ -54,11 +55,12 @@ struct dcp_xfer_req {
 
 static dcp_status_t load_api(nccl_api_t *a)
 {
-    const char *path = getenv("DCP_NCCL_LIB");
-    a->lib = dlopen(path ? path : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    const char *path = NULL;
+    DCP_CHECK(dcp_env_str(DCP_ENV_NCCL_LIB, &path)); /* libnccl.so.2 when unset */
+    a->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!a->lib)
         return dcp_set_error(DCP_ERR_UNSUPPORTED, "nccl: cannot load %s (%s); set DCP_NCCL_LIB",
-                             path ? path : "libnccl.so.2", dlerror());
+                             path, dlerror());
     struct {
         void **fn;
         const char *name;

@@ -4,7 +4,6 @@
 #include "topo/node.h"
 #include "topo/node_figures.h"
 #include "transport/bootstrap.h"
-#include "transport/ucx.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +36,7 @@ void dcp_peer_identify(const char *boot_id_path, dcp_peer_t *me)
     if (!found) memset(b, 0, n);
 }
 
-void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
+void dcp_peer_describe_self(int ucx_cuda, dcp_peer_t *me)
 {
     memset(me, 0, sizeof *me);
     dcp_peer_identify(NULL, me);
@@ -46,13 +45,12 @@ void dcp_peer_describe_self(int ucx, dcp_peer_t *me)
     if (stat("/proc/self/ns/pid", &st) == 0) me->pidns = (uint64_t)st.st_ino;
     me->nic = DCP_NIC_ETH;
     me->device = -1;
-    me->ucx_cuda = ucx && dcp_ucx_supports_cuda();
+    me->ucx_cuda = ucx_cuda != 0;
     dcp_node_topo_t *node = NULL;
     if (dcp_calloc(&node, 1, sizeof *node, "node") == DCP_OK &&
         dcp_node_discover(NULL, NULL, 0, node) == DCP_OK) {
         me->gpus = node->num_gpus;
-        for (int32_t k = 0; k < node->num_nics; k++)
-            if ((int32_t)node->nics[k].kind < me->nic) me->nic = node->nics[k].kind;
+        me->nic = dcp_node_nic_kind(node);
         me->nics = dcp_node_model_nics(node);
         dcp_perf_model_t perf = {0};
         dcp_node_figures(node, &perf);

@@ -40,9 +40,10 @@ typedef struct {
 } dcp_peer_table_t;
 
 /* This process's record: host, pid, namespace, hwloc's view of the node (a machine hwloc
- * cannot read is described as reaching its peers over TCP) and UCX's memory types. `ucx`:
- * whether to ask UCX (0 on jobs that will never run it). */
-void dcp_peer_describe_self(int ucx, dcp_peer_t *me);
+ * cannot read is described as reaching its peers over TCP) and `ucx_cuda`, whether this
+ * process's UCX moves device memory (its caller asks UCX, transport/ucx.h
+ * dcp_ucx_supports_cuda; 0 on jobs that will never run it). */
+void dcp_peer_describe_self(int ucx_cuda, dcp_peer_t *me);
 
 /* The node part of a record: host name, and the boot id read from `boot_id_path` (NULL: the
  * kernel's, falling back to /etc/machine-id). */

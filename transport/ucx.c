@@ -1,5 +1,6 @@
 #include "transport/ucx.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/poll.h"
 #include "include/base/test_hook.h"
@@ -665,14 +666,10 @@ static dcp_status_t init_worker(ucx_engine_t *e)
  * from $DCP_UCX_ERR_MODE. */
 static dcp_status_t err_mode_policy(int *mode_out)
 {
-    const char *v = getenv("DCP_UCX_ERR_MODE");
-    static const char *names[3] = {"auto", "peer", "none"};
-    for (int i = 0; i < 3; i++)
-        if (!v || !strcmp(v, names[i])) {
-            *mode_out = v ? i : 0;
-            return DCP_OK;
-        }
-    return dcp_set_error(DCP_ERR_INVALID_ARG, "DCP_UCX_ERR_MODE = '%s': use auto, peer or none", v);
+    int64_t mode = 0; /* the table's words: auto 0, peer 1, none 2 */
+    DCP_CHECK(dcp_env_int(DCP_ENV_UCX_ERR_MODE, &mode));
+    *mode_out = (int)mode;
+    return DCP_OK;
 }
 
 /* Exchanges worker addresses (lengths first, then padded addresses) and connects to every

@@ -1,5 +1,5 @@
 /*
- * The exact mask semantics of DESIGN.md, in one place, for host and device code.
+ * The exact mask semantics (partition/README.md, Masks), in one place, for host and device code.
  *
  * Every mask is piecewise linear in the query index: the queries of a sequence fall into
  * segments [i0, i1), and within a segment the allowed keys of query i are at most two
@@ -10,7 +10,7 @@
  * The per-query key ranges (kernels), exact pair counts of a tile in O(segments) time
  * (planner) and the key envelope of a query block (block generation) all derive from
  * dcp_mask_segment_at(), so they cannot disagree. Masks must have been validated
- * (partition/mask.h) before they reach these functions.
+ * (partition/model/mask.h) before they reach these functions.
  */
 #ifndef DCP_BASE_MASK_RULE_H
 #define DCP_BASE_MASK_RULE_H

@@ -8,7 +8,6 @@
 #define DCP_BASE_TIMEOUT_H
 
 #include <math.h>
-#include <stdlib.h>
 #include <time.h>
 
 #define DCP_TIMEOUT_MAX_S 1e9
@@ -34,20 +33,6 @@ static inline struct timespec dcp_deadline_after(double timeout_s)
         t.tv_nsec -= 1000000000L;
     }
     return t;
-}
-
-/* $DCP_TIMEOUT_S, the default of every timeout left 0: 1 with *timeout_s_out its seconds
- * (60 when unset or empty), 0 when it is set to anything but a number > 0. */
-static inline int dcp_timeout_env(double *timeout_s_out)
-{
-    *timeout_s_out = 60.0;
-    const char *env = getenv("DCP_TIMEOUT_S");
-    if (!env || !*env) return 1;
-    char *end;
-    const double v = strtod(env, &end);
-    if (*end != '\0' || !isfinite(v) || !(v > 0)) return 0;
-    *timeout_s_out = v;
-    return 1;
 }
 
 #endif

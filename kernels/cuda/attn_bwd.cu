@@ -1,7 +1,7 @@
 /*
  * Fused blockwise masked attention backward for sm_80 and later (mma.sync, bf16/fp16 in,
  * fp32 accumulation), FlashAttention-2's structure: parallel over keys, a loop over queries,
- * from the final forward LSE and delta = rowsum(dO * O) (DESIGN.md, "Backward pass").
+ * from the final forward LSE and delta = rowsum(dO * O) (kernels/README.md, "Backward pass").
  *
  * Work. A launch's tile groups own consecutive tiles, [groups[0].first_tile, end of the last
  * group). Each tile's keys are cut into chunks of BN = 64 (32 at DK + DV > 256, below); a

@@ -41,6 +41,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/mask_rule.h"
 #include "kernels/lse.h"
@@ -723,12 +724,8 @@ using namespace dcp_cuda;
 
 extern "C" int dcp_cuda_attn_warp_rows(void)
 {
-    static int rows = 0; /* read once; a race between first callers stores the same value */
-    if (rows == 0) {
-        const char *v = getenv("DCP_ATTN_WARP_ROWS");
-        rows = v && strcmp(v, "16") == 0 ? 16 : 32;
-    }
-    return rows;
+    /* 32 or 16; a value that does not read gives 32 (context creation refuses it by name) */
+    return (int)dcp_env_int_value(DCP_ENV_ATTN_WARP_ROWS);
 }
 
 extern "C" dcp_status_t dcp_cuda_attn_fwd(const dcp_kernel_env_t *env,

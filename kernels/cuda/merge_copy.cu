@@ -123,7 +123,7 @@ __device__ __forceinline__ float merged_lse(const MergeParams &p, const dcp_merg
  * first: the destination's elements and the first G partials' (a -inf partial's are loaded
  * but never added: its O may hold anything), then the weights are computed while they are in
  * flight, then o = w0 o + sum_k w_k o_k, the further partials G at a time. The guards of
- * DESIGN.md: all -inf gives LSE -inf and O = 0; a -inf partial weighs 0. */
+ * kernels/README.md (Numerics): all -inf gives LSE -inf and O = 0; a -inf partial weighs 0. */
 template <int V>
 __device__ __forceinline__ void merge_row(const MergeParams &p, const dcp_merge_item_t &m,
                                           const dcp_merge_src_t *src, int r, int h)

@@ -17,13 +17,11 @@
  */
 #include "include/base/error.h"
 #include "include/dcp.h"
-#include "plugin/cli/common.h"
-#include "plugin/cli/harness.h"
-#include "plugin/cli/mpi_launch.h"
-#include "plugin/cli/bench.h"
-#include "plugin/context.h"
-#include "plugin/hybrid.h"
-#include "transport/bootstrap.h"
+#include "plugin/cli/helpers/common.h"
+#include "plugin/cli/launch/mpi_launch.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/support/harness.h"
+#include "plugin/cli/support/job.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -429,7 +427,7 @@ static void model_add(row_t *m, const row_t *r, int32_t layers)
  * Collective; a rank whose planning failed makes every rank fail. */
 static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_plan_t *plan)
 {
-    DCP_CHECK(dcp_bootstrap_agree(&job->bs, st, "planning"));
+    DCP_CHECK(dcpt_job_agree(&job->bs, st, "planning"));
     uint64_t mine = 0xcbf29ce484222325ull, *all = NULL;
     unsigned char *bytes = NULL;
     size_t n = 0;
@@ -439,8 +437,8 @@ static dcp_status_t plans_agree(const job_t *job, dcp_status_t st, const dcp_pla
     for (size_t i = 0; st == DCP_OK && i < n; i++) mine = (mine ^ bytes[i]) * 0x100000001b3ull;
     free(bytes);
     if (st == DCP_OK) st = dcp_calloc(&all, job->bs.size, sizeof *all, "plan checksums");
-    DCP_CHECK(dcp_bootstrap_agree(&job->bs, st, "plan checksum"));
-    st = dcp_bootstrap_allgather(&job->bs, &mine, all, sizeof mine, "plan checksums");
+    DCP_CHECK(dcpt_job_agree(&job->bs, st, "plan checksum"));
+    st = dcpt_job_allgather(&job->bs, &mine, all, sizeof mine, "plan checksums");
     for (int32_t r = 1; st == DCP_OK && r < job->bs.size; r++)
         if (all[r] != all[0])
             st = dcp_set_error(DCP_ERR_INVALID_ARG,
@@ -473,9 +471,9 @@ static int run_one(const dcpt_common_t *c, const dcp_cluster_t *cluster, dcpt_ha
         st = plans_agree(job, st, plan);
         /* each process checks its own rows: the reference of its sequences only */
         if (st == DCP_OK && rf->check)
-            st = dcp_bootstrap_agree(
-                &job->bs, dcpt_harness_reference(h, (int32_t)rf->threads, plan, job->bs.rank),
-                "reference");
+            st = dcpt_job_agree(&job->bs,
+                                dcpt_harness_reference(h, (int32_t)rf->threads, plan, job->bs.rank),
+                                "reference");
         if (st == DCP_OK) {
             dcpt_mpi_fault_point("forward");
             st = dcpt_harness_run_rank(h, plan, job->ctx, &job->bs, (int32_t)rf->warmup,
@@ -522,9 +520,9 @@ static dcp_status_t run_kind(dcpt_harness_t *h, const dcp_plan_t *p, const run_f
                                 rf->device, r);
     dcp_status_t st = DCP_OK;
     if (rf->check)
-        st = dcp_bootstrap_agree(&job->bs,
-                                 dcpt_harness_reference(h, (int32_t)rf->threads, p, job->bs.rank),
-                                 "reference");
+        st = dcpt_job_agree(&job->bs,
+                            dcpt_harness_reference(h, (int32_t)rf->threads, p, job->bs.rank),
+                            "reference");
     if (st != DCP_OK) return st;
     dcpt_mpi_fault_point("forward");
     st = dcpt_harness_run_rank(h, p, job->ctx, &job->bs, (int32_t)rf->warmup, (int32_t)rf->iters,
@@ -768,9 +766,9 @@ static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *
     dcp_status_t st = dcpt_mpi_start(argc, argv, &procs);
     procs.timeout_s = rf->timeout; /* every collective step: 0 is $DCP_TIMEOUT_S or 60 s */
     const int32_t n = (int32_t)rf->ranks_per_process;
-    dcp_hybrid_t *hybrid = NULL;
+    dcpt_threads_t *hybrid = NULL;
     rank_job_t *ranks = NULL;
-    if (st == DCP_OK && n > 1) st = dcp_hybrid_create(&procs, n, &hybrid);
+    if (st == DCP_OK && n > 1) st = dcpt_threads_create(&procs, n, &hybrid);
     if (st == DCP_OK) st = dcp_calloc(&ranks, n, sizeof *ranks, "ranks");
     if (st != DCP_OK) {
         fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
@@ -783,7 +781,7 @@ static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *
     pthread_t *tid = calloc((size_t)n, sizeof *tid);
     for (int32_t l = 0; l < n; l++) {
         ranks[l] = (rank_job_t){
-            c, args, nargs, rf, seed, hybrid ? *dcp_hybrid_bootstrap(hybrid, l) : procs, 0};
+            c, args, nargs, rf, seed, hybrid ? *dcpt_threads_bootstrap(hybrid, l) : procs, 0};
         if (l > 0 && (!tid || pthread_create(&tid[l], NULL, run_rank, &ranks[l]) != 0)) {
             fprintf(stderr, "%s: cannot start rank thread %d\n", tool, l);
             dcpt_mpi_stop(1, 1);
@@ -798,7 +796,7 @@ static int run_job(int *argc, char ***argv, dcpt_common_t *c, const dcpt_arg_t *
     }
     free(tid);
     free(ranks);
-    dcp_hybrid_destroy(hybrid);
+    dcpt_threads_destroy(hybrid);
     dcpt_mpi_stop(0, 0);
     return failed;
 }
@@ -859,7 +857,7 @@ int main(int argc, char **argv)
     if (rf.repeat > 0 && dcpt_mpi_launched())
         dcpt_args_fail(tool, "repeat", "runs in-process ranks only, not under an MPI launcher");
     int32_t ordinal; /* the contexts pick theirs; this checks the flag before any work */
-    if (dcp_device_parse(rf.device, 0, "--device", &ordinal) != DCP_OK)
+    if (dcpt_device_parse(rf.device, 0, "--device", &ordinal) != DCP_OK)
         dcpt_args_fail(tool, "device", "%s", dcp_last_error());
     const int gpu = ordinal >= 0;
     if (rf.engine) { /* the names the contexts take, checked before any planning */

@@ -33,14 +33,15 @@
 #include "include/base/error.h"
 #include "include/base/out_file.h"
 #include "include/dcp.h"
-#include "plugin/cli/args.h"
-#include "plugin/cli/bench.h"
-#include "plugin/cli/common.h"
-#include "plugin/cli/harness.h"
-#include "plugin/cli/mpi_launch.h"
-#include "plugin/context.h"
-#include "plugin/hybrid.h"
-#include "transport/bootstrap.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/helpers/common.h"
+#include "plugin/cli/launch/mpi_launch.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/support/harness.h"
+#include "plugin/cli/support/job.h"
+#include "plugin/cli/support/mem.h"
+#include "plugin/cli/support/xfer.h"
+#include "topo/kernel_table.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -71,6 +72,8 @@ typedef struct {
     const flags_t *f;
     dcp_bootstrap_t bs;
     dcp_context_t *ctx;
+    dcpt_xfer_t *xfer; /* the context's engine */
+    int32_t device;    /* where the context computes (dcp_context_device) */
     int32_t rank, size, nodes, devs;
     dcp_attn_shape_t shape;
     uint64_t round; /* measurement steps so far (the same on every rank) */
@@ -96,7 +99,7 @@ static const dcpt_field_t fields[] = {
 /* Every rank's x, gathered (all[size]). */
 static dcp_status_t gather(cal_t *c, double x, double *all)
 {
-    return dcp_bootstrap_allgather(&c->bs, &x, all, sizeof x, "calibration figures");
+    return dcpt_job_allgather(&c->bs, &x, all, sizeof x, "calibration figures");
 }
 
 /* The largest of every rank's x (the same on every rank). */
@@ -126,30 +129,16 @@ static uint64_t cal_tag(uint64_t round, int32_t src, int32_t i)
  * for them. Every rank takes every step (the round counts them). */
 static dcp_status_t step(cal_t *c, int32_t to, int32_t from, char *buf, int32_t n, size_t bytes)
 {
-    dcp_engine_t *e = c->ctx->engine;
-    dcp_xfer_op_t ops[2 * WINDOW];
+    dcpt_xfer_op_t ops[2 * WINDOW];
     int32_t k = 0;
     for (int32_t i = 0; to >= 0 && i < n; i++)
-        ops[k++] = (dcp_xfer_op_t){to,   1,   cal_tag(c->round, c->rank, i), buf + i * bytes, bytes,
-                                   NULL, NULL};
+        ops[k++] = (dcpt_xfer_op_t){to, 1, cal_tag(c->round, c->rank, i), buf + i * bytes, bytes};
     for (int32_t i = 0; from >= 0 && i < n; i++)
-        ops[k++] = (dcp_xfer_op_t){from,
-                                   0,
-                                   cal_tag(c->round, from, i),
-                                   buf + (size_t)WINDOW * MSG_BYTES + i * bytes,
-                                   bytes,
-                                   NULL,
-                                   NULL};
+        ops[k++] = (dcpt_xfer_op_t){from, 0, cal_tag(c->round, from, i),
+                                    buf + (size_t)WINDOW * MSG_BYTES + i * bytes, bytes};
     c->round++;
-    if (k == 0) return DCP_OK;
-    dcp_xfer_req_t *req = NULL;
-    dcp_status_t st = e->ops->launch(e, ops, k, &req);
-    if (st == DCP_OK) st = e->ops->wait(e, req, c->ctx->timeout_s, NULL);
-    if (st != DCP_OK) {
-        e->ops->abort(e, dcp_last_error());
-        e->ops->cancel(e, req);
-    }
-    return st;
+    /* the context's timeout; a failure tells the peers, as a failed call does */
+    return dcpt_xfer_run(c->xfer, ops, k, 0);
 }
 
 /* Every rank r with dst[r] >= 0 streams `launches` windows to it, from a common start; the
@@ -281,8 +270,8 @@ static dcp_status_t kernel_rates(cal_t *c, const kcase_t *k, int all, dcpt_stats
         st = gather(c, 0, per); /* a common start */
         dcpt_harness_result_t r = {0};
         if (st == DCP_OK && (all || c->rank == 0))
-            st = dcpt_harness_run(k->h, k->plan, 0, 1, c->ctx->timeout_s, 1, dev, &r);
-        st = dcp_bootstrap_agree(&c->bs, st, "kernel run");
+            st = dcpt_harness_run(k->h, k->plan, 0, 1, c->f->timeout, 1, dev, &r);
+        st = dcpt_job_agree(&c->bs, st, "kernel run");
         for (int pass = 0; pass < 2 && st == DCP_OK; pass++) {
             const double ms = pass == 0 ? r.exec_ms.median : r.bwd_exec_ms.median;
             x = (all || c->rank == 0) ? (pass == 0 ? k->fwd_flops : k->bwd_flops) / (ms * 1e9) : 0;
@@ -302,30 +291,28 @@ static dcp_status_t kernel_rates(cal_t *c, const kcase_t *k, int all, dcpt_stats
 /* GB/s of one copy of COPY_BYTES on this rank's device (bytes read + written). */
 static dcp_status_t copy_rate(cal_t *c, int all, dcpt_stats_t *out)
 {
-    const dcp_device_t *dev = c->ctx->dev;
-    void *a = dev->alloc(c->ctx->device, COPY_BYTES), *b = dev->alloc(c->ctx->device, COPY_BYTES);
+    void *a = dcpt_mem_alloc(c->device, COPY_BYTES), *b = dcpt_mem_alloc(c->device, COPY_BYTES);
     double g[64], *per = NULL;
     dcp_status_t st = a && b ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "calibration: copy");
-    if (st == DCP_OK) st = dev->fill_f32(a, COPY_BYTES / 4, 1.0f, c->ctx->stream);
+    if (st == DCP_OK) st = dcpt_mem_fill_f32(c->device, a, COPY_BYTES / 4, 1.0f);
     if (st == DCP_OK) st = dcp_calloc(&per, c->size, sizeof *per, "calibration");
     for (int64_t i = 0; st == DCP_OK && i < c->f->warmup + c->f->reps; i++) {
         st = gather(c, 0, per);
         double x = 0;
         if (st == DCP_OK && (all || c->rank == 0)) {
             const double t0 = dcp_now();
-            st = dev->copy(b, a, COPY_BYTES, c->ctx->stream);
-            if (st == DCP_OK) st = dev->stream_sync(c->ctx->stream);
+            st = dcpt_mem_copy(c->device, b, a, COPY_BYTES); /* done at return */
             x = 2.0 * COPY_BYTES / ((dcp_now() - t0) * 1e9);
         }
-        st = dcp_bootstrap_agree(&c->bs, st, "copy");
+        st = dcpt_job_agree(&c->bs, st, "copy");
         if (st == DCP_OK) st = gather(c, x, per);
         if (st == DCP_OK && i >= c->f->warmup)
             g[i - c->f->warmup] = all ? dcpt_median(per, c->size) : per[0];
     }
     if (st == DCP_OK) *out = dcpt_stats(g, c->f->reps);
     free(per);
-    dev->free(a);
-    dev->free(b);
+    dcpt_mem_free(c->device, a);
+    dcpt_mem_free(c->device, b);
     return st;
 }
 
@@ -354,10 +341,10 @@ static const row_t *find(const results_t *res, const char *item, int32_t tile)
 static dcp_status_t measure_links(cal_t *c, results_t *res)
 {
     const size_t bytes = 2 * (size_t)WINDOW * MSG_BYTES;
-    char *buf = c->ctx->dev->alloc(c->ctx->device, bytes);
+    char *buf = dcpt_mem_alloc(c->device, bytes);
     int32_t *dst = calloc((size_t)c->size, sizeof *dst);
     dcp_status_t st = buf && dst ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "calibration");
-    if (st == DCP_OK) st = c->ctx->engine->ops->mem_register(c->ctx->engine, buf, bytes);
+    if (st == DCP_OK) st = dcpt_xfer_register(c->xfer, buf, bytes);
     const int registered = st == DCP_OK;
     const int32_t g = c->devs;
     for (int32_t r = 0; dst && r < c->size; r++) dst[r] = -1;
@@ -375,8 +362,8 @@ static dcp_status_t measure_links(cal_t *c, results_t *res)
     }
     if (st == DCP_OK && c->size > 1)
         st = latency(c, 0, c->nodes > 1 ? g : 1, buf, &add(res, "lat", 0, "us")->one);
-    if (registered) c->ctx->engine->ops->mem_deregister(c->ctx->engine, buf);
-    c->ctx->dev->free(buf);
+    if (registered) dcpt_xfer_deregister(c->xfer, buf);
+    dcpt_mem_free(c->device, buf);
     free(dst);
     return st;
 }
@@ -386,7 +373,7 @@ static dcp_status_t measure_kernels(cal_t *c, results_t *res)
     dcp_status_t st = DCP_OK;
     for (int32_t t = 0; st == DCP_OK && t < res->ntiles; t++) {
         kcase_t k = {0};
-        st = dcp_bootstrap_agree(&c->bs, kcase_build(c, res->tiles[t], &k), "kernel case");
+        st = dcpt_job_agree(&c->bs, kcase_build(c, res->tiles[t], &k), "kernel case");
         row_t *f = st == DCP_OK ? add(res, "attn", res->tiles[t], "TFLOP/s") : NULL;
         row_t *b = st == DCP_OK ? add(res, "bwd", res->tiles[t], "TFLOP/s") : NULL;
         if (st == DCP_OK) st = kernel_rates(c, &k, 0, &f->one, &b->one);
@@ -414,10 +401,11 @@ static double shared_processors(const cal_t *c, const results_t *res, int32_t be
 typedef struct {
     int32_t best, nics; /* the fastest tile; NICs per node (0: one node, unknown) */
     double peak, bwd, shared;
+    dcp_kernel_table_t curve;                /* each tile's forward over the peak, at most 1 */
     const row_t *intra, *inter, *lat, *copy; /* NULL where not measured */
 } figures_t;
 
-static figures_t derive(const cal_t *c, const results_t *res)
+static dcp_status_t derive(const cal_t *c, const results_t *res, figures_t *out)
 {
     figures_t g = {.best = res->tiles[0]};
     for (int32_t t = 0; t < res->ntiles; t++)
@@ -438,11 +426,17 @@ static figures_t derive(const cal_t *c, const results_t *res)
         g.nics = (int32_t)lround(g.inter->all.median / g.inter->one.median);
         g.nics = g.nics < 1 ? 1 : g.nics > c->devs ? c->devs : g.nics;
     }
-    return g;
+    for (int32_t t = 0; t < res->ntiles; t++) {
+        const double e = find(res, "attn", res->tiles[t])->all.median / g.peak;
+        DCP_CHECK(dcp_kernel_table_add(&g.curve, res->tiles[t], e < 1 ? e : 1.0, "kernel curve"));
+    }
+    *out = g;
+    return DCP_OK;
 }
 
-/* PREFIX.node: the planner's figures (topo/node_file.c). */
-static void write_node(const cal_t *c, const results_t *res, const figures_t *g, FILE *f)
+/* PREFIX.node: the planner's figures (topo/node_file.c), its kernel curve as
+ * topo/kernel_table.h writes one. */
+static void write_node(const cal_t *c, const figures_t *g, FILE *f)
 {
     fprintf(f, "# dcp-calibrate: %d nodes x %d ranks, %s %s, heads %d/%d x %d; measured\n",
             c->nodes, c->devs, c->f->device, dcpt_dtype_name(c->shape.dtype), c->shape.num_heads,
@@ -457,13 +451,10 @@ static void write_node(const cal_t *c, const results_t *res, const figures_t *g,
     fprintf(f, "tflops %.6g  # forward, every rank at work, tile %d\n", g->peak, g->best);
     fprintf(f, "hbm %.6g\n", g->copy->all.median);
     fprintf(f, "bwd %.6g\n", g->bwd);
-    for (int32_t t = 0; t < res->ntiles; t++) {
-        const double e = find(res, "attn", res->tiles[t])->all.median / g->peak;
-        fprintf(f, "kernel %d %.6g\n", res->tiles[t], e < 1 ? e : 1.0);
-    }
+    dcp_kernel_table_write(f, &g->curve, "kernel");
 }
 
-/* PREFIX.json: the simulator's kernel table (plugin/cli/sim_kernels.c reads the kernel rows),
+/* PREFIX.json: the simulator's kernel table (plugin/cli/support/sim_kernels.c reads the kernel rows),
  * one rank's rates where the ranks share processors, else every rank's; first a record of
  * every figure. */
 static void write_sim(const cal_t *c, const results_t *res, const figures_t *g, FILE *f)
@@ -496,7 +487,8 @@ static void write_sim(const cal_t *c, const results_t *res, const figures_t *g, 
  * either leaves both targets as they were. */
 static dcp_status_t write_files(const cal_t *c, const results_t *res)
 {
-    const figures_t g = derive(c, res);
+    figures_t g;
+    DCP_CHECK(derive(c, res, &g));
     char path[2][4096];
     snprintf(path[0], sizeof path[0], "%s.node", c->f->out);
     snprintf(path[1], sizeof path[1], "%s.json", c->f->out);
@@ -504,7 +496,7 @@ static dcp_status_t write_files(const cal_t *c, const results_t *res)
     dcp_status_t st = dcp_out_file_open(&o[0], path[0], "--out");
     if (st == DCP_OK) st = dcp_out_file_open(&o[1], path[1], "--out");
     if (st == DCP_OK) {
-        write_node(c, res, &g, o[0].f);
+        write_node(c, &g, o[0].f);
         write_sim(c, res, &g, o[1].f);
         if (fflush(o[0].f) || fflush(o[1].f) || ferror(o[0].f) || ferror(o[1].f))
             st = dcp_set_error(DCP_ERR_SYSTEM, "--out: cannot write %s.node and .json", c->f->out);
@@ -520,6 +512,8 @@ static void *run_rank(void *arg)
     const dcp_context_config_t cfg = {
         .bootstrap = &c->bs, .timeout_s = f->timeout, .device = f->device};
     dcp_status_t st = dcp_context_create(&cfg, &c->ctx);
+    if (st == DCP_OK) st = dcpt_xfer_of_context(c->ctx, &c->xfer);
+    c->device = dcp_context_device(c->ctx);
     const dcp_cluster_t *cl = NULL;
     if (st == DCP_OK) st = dcp_context_cluster(c->ctx, &cl);
     results_t *res = calloc(1, sizeof *res);
@@ -564,6 +558,7 @@ static void *run_rank(void *arg)
         c->failed = 1;
     }
     free(res);
+    dcpt_xfer_close(c->xfer);
     dcp_context_destroy(c->ctx);
     return NULL;
 }
@@ -615,7 +610,7 @@ int main(int argc, char **argv)
     dcpt_args_writable(tool, "out", node_path);
     dcpt_args_writable(tool, "out", json_path);
     int32_t ordinal;
-    if (dcp_device_parse(f.device, 0, "--device", &ordinal) != DCP_OK)
+    if (dcpt_device_parse(f.device, 0, "--device", &ordinal) != DCP_OK)
         dcpt_args_fail(tool, "device", "%s", dcp_last_error());
     const int gpu = ordinal >= 0;
     const dcp_dtype_t dtype =
@@ -655,11 +650,11 @@ int main(int argc, char **argv)
         dcpt_args_set_quiet(procs.rank != 0);
         threads = (int32_t)f.ranks_per_process;
     }
-    dcp_hybrid_t *hybrid = NULL;
+    dcpt_threads_t *hybrid = NULL;
     cal_t *cal = calloc((size_t)threads, sizeof *cal);
     pthread_t *tid = calloc((size_t)threads, sizeof *tid);
     dcp_status_t st = cal && tid ? DCP_OK : dcp_set_error(DCP_ERR_NO_MEMORY, "ranks");
-    if (st == DCP_OK && threads > 1) st = dcp_hybrid_create(&procs, threads, &hybrid);
+    if (st == DCP_OK && threads > 1) st = dcpt_threads_create(&procs, threads, &hybrid);
     if (st != DCP_OK) {
         fprintf(stderr, "%s: %s: %s\n", tool, dcp_status_string(st), dcp_last_error());
         if (mpi) dcpt_mpi_stop(1, 1);
@@ -669,7 +664,7 @@ int main(int argc, char **argv)
                                     dtype, 0.0f};
     for (int32_t l = 0; l < threads; l++) {
         cal[l] = (cal_t){
-            .f = &f, .bs = hybrid ? *dcp_hybrid_bootstrap(hybrid, l) : procs, .shape = shape};
+            .f = &f, .bs = hybrid ? *dcpt_threads_bootstrap(hybrid, l) : procs, .shape = shape};
         cal[l].rank = cal[l].bs.rank;
         cal[l].size = cal[l].bs.size;
         if (l > 0 && pthread_create(&tid[l], NULL, run_rank, &cal[l]) != 0) {
@@ -686,7 +681,7 @@ int main(int argc, char **argv)
     }
     free(tid);
     free(cal);
-    dcp_hybrid_destroy(hybrid);
+    dcpt_threads_destroy(hybrid);
     if (mpi) dcpt_mpi_stop(failed, 1);
     return failed;
 }

@@ -1,6 +1,6 @@
 /*
  * dcp-kernel-bench: times the kernels the executor runs, on the GPU (bf16/fp16) or the CPU
- * (fp32), on plan-free workloads (plugin/cli/tile_case.h):
+ * (fp32), on plan-free workloads (plugin/cli/support/tile_case.h):
  *   attn   fused masked attention over one sequence cut into tile x tile tiles, TFLOP/s
  *          counted from the exact allowed pairs (4 x D x query heads per pair);
  *   bwd    its backward: the delta pre-pass and the fused backward, timed together after one
@@ -22,17 +22,17 @@
 #include "include/base/out_file.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cudnn.h"
-#include "plugin/cli/cudnn_probe.h"
 #include "kernels/device.h"
-#include "kernels/segment.h"
 #include "kernels/kernel.h"
-#include "partition/mask.h"
-#include "plugin/cli/args.h"
-#include "plugin/cli/common.h"
-#include "plugin/cli/bench.h"
-#include "plugin/cli/rng.h"
-#include "plugin/cli/tile_case.h"
-#include "plugin/context.h"
+#include "kernels/segment.h"
+#include "plugin/attn_engine.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/helpers/common.h"
+#include "plugin/cli/helpers/cudnn_probe.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/support/rng.h"
+#include "plugin/cli/support/tile_case.h"
+#include "topo/kernel_table.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,24 +73,25 @@ static void table_add(kernel_table_t *t, int32_t tile, double tflops)
     t->n[i]++;
 }
 
-/* The file --kernel-table reads: lines 'tile_tokens efficiency', tiles increasing, the
- * efficiency the mean forward TFLOP/s at that tile over `peak`, at most 1. */
+/* The file --kernel-table reads (topo/kernel_table.h): tiles increasing, the efficiency the
+ * mean forward TFLOP/s at that tile over `peak`, at most 1. */
 static dcp_status_t table_write(const kernel_table_t *t, const char *path, double peak,
                                 const char *what)
 {
-    dcp_out_file_t o;
-    DCP_CHECK(dcp_out_file_open(&o, path, "--write-table"));
-    FILE *f = o.f;
-    fprintf(f, "# dcp-kernel-bench: %s, forward attention, efficiency = TFLOP/s / %g\n", what,
-            peak);
+    dcp_kernel_table_t kt = {0};
     for (int32_t done = 0, last = 0; done < t->num; done++) {
         int best = -1;
         for (int i = 0; i < t->num; i++)
             if (t->tile[i] > last && (best < 0 || t->tile[i] < t->tile[best])) best = i;
         last = t->tile[best];
         const double e = t->tflops[best] / t->n[best] / peak;
-        fprintf(f, "%d %.6g\n", last, e < 1 ? e : 1.0);
+        DCP_CHECK(dcp_kernel_table_add(&kt, last, e < 1 ? e : 1.0, "--write-table"));
     }
+    dcp_out_file_t o;
+    DCP_CHECK(dcp_out_file_open(&o, path, "--write-table"));
+    fprintf(o.f, "# dcp-kernel-bench: %s, forward attention, efficiency = TFLOP/s / %g\n", what,
+            peak);
+    dcp_kernel_table_write(o.f, &kt, NULL);
     return dcp_out_file_close(&o, DCP_OK, "--write-table");
 }
 
@@ -316,18 +317,18 @@ static dcp_status_t block_items(int32_t total, int32_t tile, int64_t w, int32_t 
 }
 
 /* The attention engine's program of a tile case (one launch), its staging and arrays where
- * the kernels read them, and cuDNN's plans for it. */
+ * the kernels read them (placed as a context places its programs), and cuDNN's plans for it. */
 typedef struct {
     seg_args_t args;
     dcp_seg_prog_t prog;
-    void *arr[7];
+    dcp_dev_blob_t blob;
     void *seg, *seg32;
 } seg_case_t;
 
 static void seg_case_free(const bench_t *b, seg_case_t *c)
 {
     (void)b->dev->stream_sync(b->stream);
-    for (int i = 0; i < 7; i++) drop_descr(b, c->arr[i]);
+    dcp_dev_blob_free(&c->blob, b->dev);
     b->dev->free(c->seg);
     b->dev->free(c->seg32);
     dcp_seg_prog_free(&c->prog);
@@ -354,19 +355,9 @@ static dcp_status_t seg_case(const bench_t *b, const dcpt_tile_case_t *tc, int b
     if (!(c->seg = b->dev->alloc(b->gpu, (size_t)g->seg_elems * es + 64)) ||
         !(c->seg32 = b->dev->alloc(b->gpu, (size_t)g->seg32_elems * 4 + 64)))
         return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: engine staging");
-    const void *src[7] = {g->own_groups, g->own_tiles, g->copies, g->merges,
-                          g->merge_srcs, g->deltas,    g->ints};
-    const size_t bytes[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
-                             (size_t)g->n_own_tiles * sizeof *g->own_tiles,
-                             (size_t)g->n_copies * sizeof *g->copies,
-                             (size_t)g->n_merges * sizeof *g->merges,
-                             (size_t)g->n_merge_srcs * sizeof *g->merge_srcs,
-                             (size_t)g->n_deltas * sizeof *g->deltas,
-                             (size_t)g->n_ints * sizeof *g->ints};
-    for (int i = 0; i < 7; i++) DCP_CHECK(to_kernels(b, src[i], bytes[i], &c->arr[i]));
+    DCP_CHECK(dcp_attn_upload(g, b->gpu, b->stream, &c->blob, &c->args.arrays));
+    DCP_CHECK(b->dev->stream_sync(b->stream));
     c->args.prog = &c->prog;
-    c->args.arrays = (dcp_seg_arrays_t){c->arr[0], c->arr[1], c->arr[2], c->arr[3],
-                                        c->arr[4], c->arr[5], c->arr[6]};
     c->args.rows = backward ? (int64_t)tc->total * tc->hq : 0;
     env->bufs[DCP_BUF_SEG] = c->seg;
     env->bufs[DCP_BUF_SEG32] = c->seg32;
@@ -677,8 +668,9 @@ static void lists_parse(const char *const text[6], int cpu, lists_t *l, dcp_mask
             dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
     for (int t = 0; t < l->ntotals; t++) {
         const int32_t total = (int32_t)list_int("total", l->totals[t], 1, 1 << 24);
-        for (int m = 0; m < l->nmasks; m++)
-            if (dcp_mask_validate(&masks[m], total, "mask") != DCP_OK)
+        int64_t none;
+        for (int m = 0; m < l->nmasks; m++) /* an empty tile: the mask checked for the length */
+            if (dcp_mask_count_pairs(&masks[m], total, 0, 0, 0, 0, &none) != DCP_OK)
                 dcpt_args_fail(tool, "mask", "%s", dcp_last_error());
     }
     *masks_out = masks;

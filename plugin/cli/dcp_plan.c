@@ -11,16 +11,14 @@
  * under --mem-cap.
  */
 #include "include/dcp.h"
-#include "partition/export.h"
-#include "plugin/cli/common.h"
-#include "plugin/cli/bench.h"
-#include "plugin/cli/peer_report.h"
-#include "plugin/cli/plan_layers.h"
-#include "plugin/cli/seg_share.h"
-#include "plugin/cli/sim_kernels.h"
-#include "plugin/cli/sim_report.h"
-#include "plugin/cli/svg.h"
-#include "topo/cluster.h"
+#include "plugin/cli/helpers/common.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/helpers/peer_report.h"
+#include "plugin/cli/helpers/plan_layers.h"
+#include "plugin/cli/support/sim_kernels.h"
+#include "plugin/cli/support/planner.h"
+#include "plugin/cli/support/sim_report.h"
+#include "plugin/cli/support/svg.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -145,39 +143,6 @@ static const dcpt_field_t json_fields[] = {
 #undef J
 #define NJSON ((int)(sizeof json_fields / sizeof json_fields[0]))
 
-static void read_kernel_table(const char *path, dcp_cluster_t *c)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) dcpt_args_fail(tool, "kernel-table", "cannot open '%s'", path);
-    double t[DCP_MAX_KERNEL_POINTS], e[DCP_MAX_KERNEL_POINTS];
-    int n = 0, line_no = 0;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        line_no++;
-        if (line[0] == '#' || line[0] == '\n') continue;
-        char extra[2];
-        int tile = 0;
-        if (!strchr(line, '\n') && !feof(f))
-            dcpt_args_fail(tool, "kernel-table", "'%s' line %d: longer than %zu bytes", path,
-                           line_no, sizeof line - 2);
-        if (sscanf(line, "%d %lf %1s", &tile, &e[n], extra) != 2 || tile < 1)
-            dcpt_args_fail(tool, "kernel-table",
-                           "'%s' line %d: expected 'tile_tokens efficiency' (a whole tile of "
-                           "tokens, then a number)",
-                           path, line_no);
-        if (n == DCP_MAX_KERNEL_POINTS)
-            dcpt_args_fail(tool, "kernel-table", "'%s': more than %d rows", path,
-                           DCP_MAX_KERNEL_POINTS);
-        t[n++] = tile;
-    }
-    const int failed = ferror(f);
-    fclose(f);
-    if (failed) dcpt_args_fail(tool, "kernel-table", "'%s' cannot be read (a folder?)", path);
-    if (n == 0) dcpt_args_fail(tool, "kernel-table", "'%s' has no rows", path);
-    if (dcp_cluster_set_kernel_table(c, n, t, e) != DCP_OK)
-        dcpt_args_fail(tool, "kernel-table", "%s", dcp_last_error());
-}
-
 static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
 {
     if (!strcmp(pf->expansion, "clique"))
@@ -200,7 +165,8 @@ static void apply_flags(const plan_flags_t *pf, dcpt_common_t *c)
     c->opts.metis_tries = (int32_t)pf->metis_tries;
     c->opts.eps_inter = pf->eps_inter;
     c->opts.eps_intra = pf->eps_intra;
-    if (pf->kernel_table) read_kernel_table(pf->kernel_table, c->cluster);
+    if (pf->kernel_table && dcp_cluster_load_kernel_table(c->cluster, pf->kernel_table) != DCP_OK)
+        dcpt_args_fail(tool, "kernel-table", "%s", dcp_last_error());
 }
 
 static void progress(int64_t done, int64_t total, int32_t batch, const char *s)
@@ -264,7 +230,13 @@ static int plan_batch(const dcpt_common_t *c, const dcp_mask_t *mask, int32_t b,
                                &a->sim);
             if (rc == DCP_OK && draw) fprintf(stderr, "%s: wrote %s\n", tool, path);
         }
-        if (rc == DCP_OK && k == 0 && pf->segments) rc = dcpt_seg_pairs(p, 64, seg);
+        if (rc == DCP_OK && k == 0 && pf->segments) {
+            int64_t pairs[2][DCP_ATTN_CLASSES];
+            rc = dcp_plan_attn_pairs(p, 64, pairs);
+            for (int pass = 0; rc == DCP_OK && pass < 2; pass++)
+                for (int k2 = 0; k2 < DCP_ATTN_CLASSES; k2++)
+                    seg[pass][k2] += (double)pairs[pass][k2];
+        }
         if (draw && rc == DCP_OK) {
             char path[1024], title[256];
             svg_name(pf, mask_name, label, "", path, sizeof path);
@@ -431,6 +403,9 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
         longest = c->lengths[i] > longest ? c->lengths[i] : longest;
     }
     const int32_t nr = dcp_cluster_num_ranks(c->cluster), nn = dcp_cluster_num_nodes(c->cluster);
+    double inter_gbps;
+    int32_t nics;
+    dcpt_cluster_network(c->cluster, &inter_gbps, &nics);
     const dcpt_bench_t b = {tool, 0, 0, repeat, table_fields, NTABLE};
     char divs[16];
     dcpt_bench_header(
@@ -438,11 +413,10 @@ static void print_header(const dcpt_common_t *c, int64_t repeat)
         "%d ranks (%dx%d), network %.4g GB/s per device (%d NICs per node), %d batch(es), "
         "%lld tokens, %d sequences (longest %lld), heads %d/%d x %d %s, block %d, head blocks "
         "%d, divisions %s, %s, %s expansion; plan(ms): each batch planned --repeat times",
-        nr, nn, nr / nn, c->cluster->perf.inter_gbps, dcp_cluster_node_nics(c->cluster),
-        c->num_batches, (long long)tokens, c->batch_first[c->num_batches], (long long)longest,
-        c->shape.num_heads, c->shape.num_kv_heads, c->shape.head_dim,
-        dcpt_dtype_name(c->shape.dtype), c->opts.block_size, c->opts.head_blocks,
-        dcpt_divisions_name(c->opts.divisions, divs),
+        nr, nn, nr / nn, inter_gbps, nics, c->num_batches, (long long)tokens,
+        c->batch_first[c->num_batches], (long long)longest, c->shape.num_heads,
+        c->shape.num_kv_heads, c->shape.head_dim, dcpt_dtype_name(c->shape.dtype),
+        c->opts.block_size, c->opts.head_blocks, dcpt_divisions_name(c->opts.divisions, divs),
         c->opts.comm_schedule == DCP_COMM_ROUNDS ? "rounds" : "divisions",
         c->opts.expansion == DCP_EXPAND_STAR ? "star" : "clique");
 }
@@ -460,9 +434,9 @@ static void export_first_batch(const dcpt_common_t *c, const plan_flags_t *pf)
     for (int32_t i = 0; i < c->batch_first[1]; i++) masks[i] = c->masks[0];
     const dcp_batch_t batch = {
         .num_seqs = c->batch_first[1], .lengths = c->lengths, .masks = masks};
-    const dcp_export_paths_t paths = {pf->hgr, pf->patoh, pf->partition};
     dcp_plan_options_t placed;
-    const dcp_status_t st = dcp_export_write(&batch, &c->shape, &o, c->cluster, &paths, &placed);
+    const dcp_status_t st = dcpt_export_write(&batch, &c->shape, &o, c->cluster, pf->hgr, pf->patoh,
+                                              pf->partition, &placed);
     free(masks);
     const char *const path[3] = {pf->hgr, pf->patoh, pf->partition};
     if (st != DCP_OK) { /* the flag of the file the error names, else the first given */
@@ -589,9 +563,10 @@ int main(int argc, char **argv)
         pf.sim_kernels = pf.kernels;
     }
     if (pf.svg) dcpt_args_writable(tool, "svg", pf.svg); /* before any planning */
-    if (pf.simulate)
-        dcpt_sim_setup(tool, pf.sim_kernels, c.cluster, c.shape.head_dim, pf.sim_host_cores,
-                       &pf.sim);
+    const char *sim_flag = NULL;
+    if (pf.simulate && dcpt_sim_setup(pf.sim_kernels, c.cluster, c.shape.head_dim,
+                                      pf.sim_host_cores, &pf.sim, &sim_flag) != DCP_OK)
+        dcpt_args_fail(tool, sim_flag, "%s", dcp_last_error());
     if (c.num_kinds) { /* one joint plan per batch: its rows, not these outputs */
         const char *alone = pf.hgr         ? "hgr"
                             : pf.patoh     ? "patoh"

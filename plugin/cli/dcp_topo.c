@@ -4,16 +4,18 @@
  * GPU uses with its network bandwidth (their sum) and how far they are, GPU-to-GPU PCI paths,
  * per local rank the NICs to pin and the environment lines that pin them, GPUDirect RDMA's
  * prerequisites (on the live machine), and the engine dcp picks for each link class. --json
- * for scripts.
+ * for scripts. --env: dcp's settings instead (plugin/cli/settings_report.h).
  */
-#include "plugin/cli/args.h"
-#include "plugin/cli/json.h"
-#include "plugin/cli/pinning.h"
+#include "include/base/env.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/helpers/pinning.h"
+#include "plugin/cli/helpers/settings_report.h"
+#include "plugin/cli/support/json.h"
+#include "plugin/job.h"
 #include "topo/gdr.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"
 #include "transport/select.h"
-#include "transport/ucx.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,23 +30,13 @@ typedef struct {
     int ucx_cuda; /* this UCX moves CUDA device memory */
 } engines_t;
 
+/* The engines a job of nodes like this one gets: the job's own choice (plugin/job.c). */
 static void choose(const dcp_node_topo_t *n, engines_t *e)
 {
-    /* no CUDA IPC engine yet: same-node GPU pairs go through NCCL (NVLink, P2P) */
-    dcp_engine_env_t env = {.gpu_buffers = n->num_gpus > 0,
-                            .have_nccl = n->num_gpus > 0,
-                            .ucx_cuda = dcp_ucx_supports_cuda(),
-                            .nic = DCP_NIC_ETH};
-    for (int32_t k = 0; k < n->num_nics; k++)
-        if (n->nics[k].kind < env.nic) env.nic = n->nics[k].kind;
-    env.override[DCP_LINK_INTRA] = getenv("DCP_TRANSPORT_INTRA");
-    env.override[DCP_LINK_INTER] = getenv("DCP_TRANSPORT_INTER");
-    e->ucx_cuda = env.ucx_cuda;
-    for (int l = 0; l < DCP_LINK_COUNT; l++)
-        if (dcp_engine_choose(&env, (dcp_link_class_t)l, &e->kind[l], &e->why[l]) != DCP_OK) {
-            fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
-            exit(2);
-        }
+    if (dcp_job_engines_for_node(n, e->kind, e->why, &e->ucx_cuda) != DCP_OK) {
+        fprintf(stderr, "%s: %s\n", tool, dcp_last_error());
+        exit(2);
+    }
 }
 
 static void print_gpus(const dcp_node_topo_t *n)
@@ -307,16 +299,34 @@ static void discover(const char *xml, const char *busids, dcp_node_topo_t *n)
 int main(int argc, char **argv)
 {
     const char *xml = NULL, *busids = NULL;
-    int json = 0;
+    int json = 0, env = 0, markdown = 0;
     dcpt_arg_t args[] = {
         {"xml", DCPT_ARG_STR, &xml, 0, 0, "read an hwloc XML capture instead of this machine", 0},
         {"busids", DCPT_ARG_STR, &busids, 0, 0,
          "GPU bus ids in CUDA order (default: every NVIDIA GPU)", 0},
         {"json", DCPT_ARG_FLAG, &json, 0, 0, "one JSON object", 0},
+        {"env", DCPT_ARG_FLAG, &env, 0, 0,
+         "dcp's settings (DCP_*) instead: type, default, the value in force and where it comes "
+         "from, effect; exit status 1 when a value does not read",
+         0},
+        {"markdown", DCPT_ARG_FLAG, &markdown, 0, 0,
+         "with --env: the table of settings as markdown (plugin/SETTINGS.md)", 0},
     };
-    dcpt_args_parse(argc, argv, args, 3, tool,
+    const int nargs = (int)(sizeof args / sizeof args[0]);
+    dcpt_args_parse(argc, argv, args, nargs, tool,
                     "Shows the GPUs, NICs, PCI paths, per-rank NIC pinning, GPUDirect RDMA's\n"
-                    "prerequisites and transport engines dcp sees on a node.");
+                    "prerequisites and transport engines dcp sees on a node; with --env, dcp's\n"
+                    "settings.");
+    if (markdown && (!env || json))
+        dcpt_args_fail(tool, "markdown", "goes with --env, without --json");
+    if (env && (xml || busids))
+        dcpt_args_fail(tool, xml ? "xml" : "busids", "does not go with --env");
+    if (env) {
+        const int bad = markdown ? dcpt_settings_print_markdown(stdout)
+                        : json   ? dcpt_settings_print_json(stdout)
+                                 : dcpt_settings_print_text(stdout);
+        return bad ? 1 : 0;
+    }
     dcp_node_topo_t *n = calloc(1, sizeof *n);
     if (!n) return 1;
     discover(xml, busids, n);

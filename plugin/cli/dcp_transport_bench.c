@@ -25,17 +25,12 @@
  * JSON adds MiB/s (2^20 bytes per second, ucx_perftest's unit).
  */
 #include "include/base/error.h"
-#include "kernels/cuda/device.h"
-#include "plugin/cli/args.h"
-#include "plugin/cli/bench.h"
-#include "plugin/cli/mpi_launch.h"
-#include "plugin/hybrid.h"
-#include "plugin/job.h"
-#include "transport/bootstrap.h"
-#include "transport/inproc.h"
-#include "transport/nccl.h"
-#include "transport/peers.h"
-#include "transport/ucx.h"
+#include "plugin/cli/helpers/args.h"
+#include "plugin/cli/launch/mpi_launch.h"
+#include "plugin/cli/support/bench.h"
+#include "plugin/cli/support/job.h"
+#include "plugin/cli/support/mem.h"
+#include "plugin/cli/support/xfer.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -52,8 +47,11 @@ static const char *tool = "dcp-transport-bench";
 #define SYNC_BYTES 64 /* the buffer's head: acknowledgement bytes */
 
 typedef enum { PAIRS = 0, RAILS = 1 } pattern_t;
-typedef enum { ENGINE_UCX, ENGINE_STAGED, ENGINE_NCCL, ENGINE_INPROC } engine_t;
-static const char *engine_names[] = {"ucx", "staged", "nccl", "inproc"};
+/* the engines, by their names (dcpt_xfer_kind_name) */
+#define ENGINE_UCX    DCPT_XFER_UCX
+#define ENGINE_STAGED DCPT_XFER_STAGED
+#define ENGINE_NCCL   DCPT_XFER_NCCL
+#define ENGINE_INPROC DCPT_XFER_INPROC
 
 typedef struct {
     int64_t sizes[MAX_SIZES];
@@ -61,7 +59,7 @@ typedef struct {
     int64_t window, reps, warmup, budget_mb;
     int json, check;
     pattern_t pattern;
-    engine_t engine;
+    dcpt_xfer_kind_t engine;
     int device_mem; /* buffers in device memory */
 } bench_t;
 
@@ -145,48 +143,37 @@ static void sweep_sizes(const char *min, const char *max, int64_t factor, bench_
 typedef struct {
     const bench_t *b;
     dcp_bootstrap_t bs;
-    dcp_engine_t *e;
+    dcpt_xfer_t *e;
     int32_t rank, size;
     int gpu;                  /* CUDA ordinal of device buffers, -1 host */
     char *sync, *send, *recv; /* SYNC_BYTES; window x the largest size each */
     uint8_t *host;            /* host staging of one message (fill, check) */
-    int32_t *node, *local;    /* [size]: every rank's node and place in it */
+    int32_t *node, *local;    /* [size]: every rank's node and place in it (of `where`) */
     int32_t nodes;
     char (*hosts)[64]; /* [size] */
+    dcpt_placement_t where;
 } rank_t;
 
-static dcp_status_t xfer(dcp_engine_t *e, const dcp_xfer_op_t *ops, int64_t n)
+static dcp_status_t xfer(dcpt_xfer_t *e, const dcpt_xfer_op_t *ops, int64_t n)
 {
-    dcp_xfer_req_t *req = NULL;
-    DCP_CHECK(e->ops->launch(e, ops, n, &req));
-    const dcp_status_t st = e->ops->wait(e, req, TIMEOUT_S, NULL);
-    if (st != DCP_OK) e->ops->cancel(e, req);
-    return st;
+    return dcpt_xfer_run(e, ops, n, TIMEOUT_S);
 }
 
 /* A double from every rank (doubles as the barrier between measurements). */
 static dcp_status_t gather(const rank_t *r, double mine, double *all)
 {
-    return dcp_bootstrap_allgather(&r->bs, &mine, all, sizeof mine, "bench");
+    return dcpt_job_allgather(&r->bs, &mine, all, sizeof mine, "bench");
 }
 
 /* Bytes between the rank's buffers and the host staging. */
 static dcp_status_t put(const rank_t *r, char *dst, const void *src, size_t n)
 {
-    if (r->gpu < 0) {
-        memcpy(dst, src, n);
-        return DCP_OK;
-    }
-    return dcp_cuda_memcpy(dst, src, n, NULL);
+    return dcpt_mem_copy(r->gpu, dst, src, n);
 }
 
 static dcp_status_t get(const rank_t *r, void *dst, const char *src, size_t n)
 {
-    if (r->gpu < 0) {
-        memcpy(dst, src, n);
-        return DCP_OK;
-    }
-    return dcp_cuda_memcpy(dst, src, n, NULL);
+    return dcpt_mem_copy(r->gpu, dst, src, n);
 }
 
 /* The check's pattern: what rank `src` sends, byte i of message k. */
@@ -227,15 +214,13 @@ static peers_t pair_peers(const rank_t *r, int32_t a, int32_t b)
 static dcp_status_t stream(const rank_t *r, peers_t p, int64_t bytes, int64_t iters, double *secs)
 {
     const int64_t w = r->b->window;
-    dcp_xfer_op_t ops[2 * MAX_WINDOW];
+    dcpt_xfer_op_t ops[2 * MAX_WINDOW];
     int64_t n = 0;
     for (int64_t k = 0; k < w; k++) {
         if (p.to >= 0)
-            ops[n++] = (dcp_xfer_op_t){p.to,          1,    (uint64_t)k, r->send + k * bytes,
-                                       (size_t)bytes, NULL, NULL};
+            ops[n++] = (dcpt_xfer_op_t){p.to, 1, (uint64_t)k, r->send + k * bytes, (size_t)bytes};
         if (p.from >= 0)
-            ops[n++] = (dcp_xfer_op_t){p.from,        0,    (uint64_t)k, r->recv + k * bytes,
-                                       (size_t)bytes, NULL, NULL};
+            ops[n++] = (dcpt_xfer_op_t){p.from, 0, (uint64_t)k, r->recv + k * bytes, (size_t)bytes};
     }
     double *times = calloc((size_t)r->size, sizeof *times);
     if (!times) return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: times");
@@ -243,10 +228,10 @@ static dcp_status_t stream(const rank_t *r, peers_t p, int64_t bytes, int64_t it
     const double t0 = dcp_now();
     for (int64_t i = 0; st == DCP_OK && n > 0 && i < iters; i++) st = xfer(r->e, ops, n);
     /* the receiver acknowledges the last message: the sender's clock stops on arrival */
-    dcp_xfer_op_t ack[2];
+    dcpt_xfer_op_t ack[2];
     int64_t na = 0;
-    if (p.from >= 0) ack[na++] = (dcp_xfer_op_t){p.from, 1, 1u << 29, r->sync, 1, NULL, NULL};
-    if (p.to >= 0) ack[na++] = (dcp_xfer_op_t){p.to, 0, 1u << 29, r->sync + 1, 1, NULL, NULL};
+    if (p.from >= 0) ack[na++] = (dcpt_xfer_op_t){p.from, 1, 1u << 29, r->sync, 1};
+    if (p.to >= 0) ack[na++] = (dcpt_xfer_op_t){p.to, 0, 1u << 29, r->sync + 1, 1};
     if (st == DCP_OK && na > 0) st = xfer(r->e, ack, na);
     const double mine = n > 0 ? dcp_now() - t0 : 0;
     if (st == DCP_OK) st = gather(r, mine, times);
@@ -286,8 +271,8 @@ static dcp_status_t pingpong_sample(void *arg, int64_t i, double *us)
     const int32_t a = m->p.a, b = m->p.b, peer = r->rank == a ? b : a;
     const double t0 = dcp_now();
     if (r->rank == a || r->rank == b) {
-        const dcp_xfer_op_t ping = {peer, 1, 7, r->send, (size_t)m->bytes, NULL, NULL};
-        const dcp_xfer_op_t pong = {peer, 0, 7, r->recv, (size_t)m->bytes, NULL, NULL};
+        const dcpt_xfer_op_t ping = {peer, 1, 7, r->send, (size_t)m->bytes};
+        const dcpt_xfer_op_t pong = {peer, 0, 7, r->recv, (size_t)m->bytes};
         for (int64_t k = 0; st == DCP_OK && k < m->iters; k++) {
             st = xfer(r->e, r->rank == a ? &ping : &pong, 1);
             if (st == DCP_OK) st = xfer(r->e, r->rank == a ? &pong : &ping, 1);
@@ -304,9 +289,7 @@ static dcp_status_t pingpong_sample(void *arg, int64_t i, double *us)
  * bit of the first message it receives before the check reads it (the check must see it). */
 static int flip_fault(int32_t rank)
 {
-    const char *spec = getenv("DCP_FAULT");
-    int r = -1, n = 0;
-    return spec && sscanf(spec, "%d:check:flip%n", &r, &n) == 1 && spec[n] == '\0' && r == rank;
+    return dcpt_mpi_fault_is(rank, "check", "flip");
 }
 
 /* The check: the senders send their pattern once, the receivers count the bytes that differ
@@ -360,7 +343,7 @@ static void print_header(const rank_t *r)
         "engine %s%s%s%s, %s memory, %d ranks on %d node(s), pattern %s, window %lld, "
         "~%lld MB per measurement, check %s; time per message, algbw = size / time, "
         "busbw = algbw (point to point), GB/s = 1e9 B/s",
-        engine_names[b->engine],
+        dcpt_xfer_kind_name(b->engine),
         b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? " (UCX_TLS " : "",
         b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? (tls ? tls : "auto") : "",
         b->engine == ENGINE_UCX || b->engine == ENGINE_STAGED ? ")" : "",
@@ -392,7 +375,7 @@ static dcp_status_t run_pattern(const rank_t *r, int32_t a, int32_t b, totals_t 
         int64_t iters = (bn->budget_mb << 20) / (bytes * bn->window);
         iters = iters < 1 ? 1 : iters > 100000 ? 100000 : iters;
         sample_t m = {r, p, bytes, iters};
-        row_t row = {.engine = engine_names[bn->engine],
+        row_t row = {.engine = dcpt_xfer_kind_name(bn->engine),
                      .memory = bn->device_mem ? "device" : "host",
                      .type = "uint8",
                      .bytes = bytes,
@@ -442,26 +425,16 @@ static dcp_status_t run_pattern(const rank_t *r, int32_t a, int32_t b, totals_t 
     return DCP_OK;
 }
 
-/* Every rank's node and local rank from the peer identities (host name and boot id); rails
+/* Every rank's node and local rank as the library finds nodes (host name and boot id); rails
  * need the ranks node by node, as many on each node. */
 static dcp_status_t place(rank_t *r)
 {
-    dcp_peer_t me, *all = NULL;
-    memset(&me, 0, sizeof me);
-    dcp_peer_identify(NULL, &me);
-    DCP_CHECK(dcp_calloc(&all, r->size, sizeof *all, "bench peers"));
-    dcp_status_t st = dcp_bootstrap_allgather(&r->bs, &me, all, sizeof me, "bench peers");
-    const dcp_peer_table_t t = {r->rank, r->size, all};
-    r->nodes = 0;
-    for (int32_t q = 0; st == DCP_OK && q < r->size; q++) {
-        memcpy(r->hosts[q], all[q].host, sizeof r->hosts[q]);
-        int32_t first = 0;
-        while (first < q && !dcp_peers_same_node(&t, first, q)) first++;
-        r->node[q] = first == q ? r->nodes++ : r->node[first];
-        r->local[q] = dcp_peers_local_index(&t, q);
-    }
-    free(all);
-    if (st != DCP_OK || r->b->pattern != RAILS) return st;
+    DCP_CHECK(dcpt_job_placement(&r->bs, &r->where));
+    r->node = r->where.node;
+    r->local = r->where.local;
+    r->hosts = r->where.host;
+    r->nodes = r->where.nodes;
+    if (r->b->pattern != RAILS) return DCP_OK;
     if (r->nodes < 2)
         return dcp_set_error(DCP_ERR_INVALID_ARG,
                              "--pattern rails: the %d ranks are on one node; rails join nodes",
@@ -487,71 +460,42 @@ static dcp_status_t alloc_buffers(rank_t *r)
 {
     const int64_t n = buffer_bytes(r->b), largest = n / r->b->window;
     DCP_CHECK(dcp_calloc(&r->host, largest, 1, "bench staging"));
-    if (r->gpu < 0) {
-        DCP_CHECK(dcp_calloc(&r->sync, SYNC_BYTES, 1, "bench buffer"));
-        DCP_CHECK(dcp_calloc(&r->send, n, 1, "bench buffer"));
-        return dcp_calloc(&r->recv, n, 1, "bench buffer");
-    }
-    r->sync = dcp_cuda_alloc(r->gpu, SYNC_BYTES);
-    r->send = dcp_cuda_alloc(r->gpu, (size_t)n);
-    r->recv = dcp_cuda_alloc(r->gpu, (size_t)n);
+    r->sync = dcpt_mem_alloc(r->gpu, SYNC_BYTES);
+    r->send = dcpt_mem_alloc(r->gpu, (size_t)n);
+    r->recv = dcpt_mem_alloc(r->gpu, (size_t)n);
     if (!r->sync || !r->send || !r->recv)
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "bench: 2 x %lld bytes on GPU %d", (long long)n,
-                             r->gpu);
+        return r->gpu < 0 ? dcp_set_error(DCP_ERR_NO_MEMORY, "bench: 2 x %lld bytes of buffers",
+                                          (long long)n)
+                          : dcp_set_error(DCP_ERR_NO_MEMORY, "bench: 2 x %lld bytes on GPU %d",
+                                          (long long)n, r->gpu);
     return DCP_OK;
 }
 
 static void free_buffers(rank_t *r)
 {
-    if (r->gpu < 0) {
-        free(r->sync);
-        free(r->send);
-        free(r->recv);
-    } else {
-        dcp_cuda_free(r->sync);
-        dcp_cuda_free(r->send);
-        dcp_cuda_free(r->recv);
-    }
+    dcpt_mem_free(r->gpu, r->sync);
+    dcpt_mem_free(r->gpu, r->send);
+    dcpt_mem_free(r->gpu, r->recv);
     free(r->host);
 }
 
-/* The engine over the rank's bootstrap (the hybrid's hub for threads). */
+/* The engine over the rank's bootstrap (the threads' set for inproc). */
 static dcp_status_t make_engine(rank_t *r)
 {
-    switch (r->b->engine) {
-    case ENGINE_INPROC: {
-        dcp_inproc_hub_t *hub = NULL;
-        int32_t local = 0;
-        if (!dcp_hybrid_of(&r->bs, &hub, &local))
-            return dcp_set_error(DCP_ERR_INVALID_ARG, "inproc: not a threads bootstrap");
-        return dcp_inproc_engine_create(hub, local, &r->e);
-    }
-    case ENGINE_NCCL:
-        return dcp_nccl_engine_create(&r->bs, r->gpu, NULL, NULL, &r->e);
-    case ENGINE_STAGED: {
-        dcp_engine_t *ucx = NULL;
-        DCP_CHECK(dcp_ucx_engine_create(&r->bs, &ucx));
-        return dcp_job_staged_engine(r->gpu, ucx, &r->e);
-    }
-    default:
-        return dcp_ucx_engine_create(&r->bs, &r->e);
-    }
+    return dcpt_xfer_open(r->b->engine, &r->bs, r->gpu, &r->e);
 }
 
 /* The whole bench on one rank: 0 when it passed (rank 0 prints). */
 static dcp_status_t run_rank(rank_t *r)
 {
-    DCP_CHECK(dcp_calloc(&r->node, r->size, sizeof *r->node, "bench"));
-    DCP_CHECK(dcp_calloc(&r->local, r->size, sizeof *r->local, "bench"));
-    DCP_CHECK(dcp_calloc(&r->hosts, r->size, sizeof *r->hosts, "bench"));
     DCP_CHECK(place(r));
     if (r->b->device_mem) {
-        const int count = dcp_cuda_device_count();
+        const int count = dcpt_gpu_count();
         if (count == 0)
             return dcp_set_error(DCP_ERR_UNSUPPORTED, "--memory device: no CUDA device here%s",
-                                 dcp_cuda_built() ? "" : " (a build without CUDA)");
+                                 dcpt_cuda_built() ? "" : " (a build without CUDA)");
         r->gpu = r->local[r->rank] % count;
-        DCP_CHECK(dcp_cuda_set_device(r->gpu));
+        DCP_CHECK(dcpt_gpu_select(r->gpu));
     }
     DCP_CHECK(make_engine(r));
     DCP_CHECK(alloc_buffers(r));
@@ -575,17 +519,15 @@ static dcp_status_t run_rank(rank_t *r)
         return dcp_set_error(DCP_ERR_INTERNAL,
                              "the check found %.0f bytes that differ from what was sent (first at "
                              "%s): engine %s moved wrong data",
-                             tot.wrong, tot.first_wrong, engine_names[r->b->engine]);
+                             tot.wrong, tot.first_wrong, dcpt_xfer_kind_name(r->b->engine));
     return DCP_OK;
 }
 
 static void release_rank(rank_t *r)
 {
-    dcp_engine_destroy(r->e);
+    dcpt_xfer_close(r->e);
     if (r->send || r->host) free_buffers(r);
-    free(r->node);
-    free(r->local);
-    free(r->hosts);
+    dcpt_placement_free(&r->where);
 }
 
 /* ---- threads and processes ----------------------------------------------------------------- */
@@ -615,17 +557,17 @@ static dcp_status_t solo_allgather(void *state, const void *send, void *recv, si
 static int run_threads(const bench_t *b, int32_t n)
 {
     const dcp_bootstrap_t procs = {.rank = 0, .size = 1, .allgather = solo_allgather};
-    dcp_hybrid_t *hybrid = NULL;
+    dcpt_threads_t *hybrid = NULL;
     thread_rank_t *t = calloc((size_t)n, sizeof *t);
     pthread_t *tid = calloc((size_t)n, sizeof *tid);
-    if (!t || !tid || dcp_hybrid_create(&procs, n, &hybrid) != DCP_OK) {
+    if (!t || !tid || dcpt_threads_create(&procs, n, &hybrid) != DCP_OK) {
         fprintf(stderr, "%s: %s\n", tool, t && tid ? dcp_last_error() : "out of memory");
         free(t);
         free(tid);
         return 1;
     }
     for (int32_t l = 0; l < n; l++) {
-        t[l].r = (rank_t){.b = b, .bs = *dcp_hybrid_bootstrap(hybrid, l), .gpu = -1};
+        t[l].r = (rank_t){.b = b, .bs = *dcpt_threads_bootstrap(hybrid, l), .gpu = -1};
         t[l].r.rank = t[l].r.bs.rank;
         t[l].r.size = t[l].r.bs.size;
     }
@@ -640,7 +582,7 @@ static int run_threads(const bench_t *b, int32_t n)
             fprintf(stderr, "%s: rank %d: %s: %s\n", tool, l, dcp_status_string(t[l].st), t[l].why);
             failed = 1;
         }
-    dcp_hybrid_destroy(hybrid);
+    dcpt_threads_destroy(hybrid);
     free(t);
     free(tid);
     return failed;
@@ -660,11 +602,11 @@ static int run_processes(int *argc, char ***argv, const bench_t *b)
     }
     if (st == DCP_OK) st = run_rank(&r);
     /* a rank that failed alone tells the others, which then fail at their next collective */
-    if (st == DCP_OK) st = dcp_bootstrap_agree(&r.bs, st, "the bench");
+    if (st == DCP_OK) st = dcpt_job_agree(&r.bs, st, "the bench");
     if (st != DCP_OK) {
         fprintf(stderr, "%s: rank %d: %s: %s\n", tool, r.rank, dcp_status_string(st),
                 dcp_last_error());
-        if (r.e) r.e->ops->abort(r.e, dcp_last_error());
+        dcpt_xfer_abort(r.e, dcp_last_error());
         dcpt_mpi_stop(1, 1);
         return 1;
     }
@@ -721,9 +663,9 @@ int main(int argc, char **argv)
                     "ranks, per message size (nccl-tests' table; -b/-e/-f/-c/-w/-n as there).");
     b.check = (int)check;
     int known = 0;
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(engine, engine_names[k])) {
-            b.engine = (engine_t)k;
+    for (int k = 0; k < DCPT_XFER_KINDS; k++)
+        if (!strcmp(engine, dcpt_xfer_kind_name((dcpt_xfer_kind_t)k))) {
+            b.engine = (dcpt_xfer_kind_t)k;
             known = 1;
         }
     if (!known) dcpt_args_fail(tool, "engine", "'%s': use ucx, staged, nccl or inproc", engine);
@@ -749,12 +691,12 @@ int main(int argc, char **argv)
         dcpt_args_fail(tool, "memory",
                        "inproc moves host memory (device memory between threads "
                        "is the executor's, not a transport's)");
-    if (b.device_mem && b.engine == ENGINE_UCX && !dcp_ucx_supports_cuda())
+    if (b.device_mem && b.engine == ENGINE_UCX && !dcpt_xfer_ucx_cuda())
         dcpt_args_fail(tool, "memory",
                        "this UCX was built without CUDA: --engine staged moves "
                        "device memory over it");
     if (!b.device_mem && (b.engine == ENGINE_NCCL || b.engine == ENGINE_STAGED))
-        dcpt_args_fail(tool, "memory", "%s moves device memory", engine_names[b.engine]);
+        dcpt_args_fail(tool, "memory", "%s moves device memory", dcpt_xfer_kind_name(b.engine));
     if (buffer_bytes(&b) > (1ll << 31))
         dcpt_args_fail(tool, "window", "%lld x the largest size is over 2 GiB per buffer",
                        (long long)b.window);

@@ -10,6 +10,7 @@
  * cause, so that a job whose peer is gone spends one timeout, not one per collective. Each
  * round has its own tag (the top 4096 below MPI_TAG_UB, in turn), so no message of an
  * abandoned round can complete a later one. */
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/timeout.h"
 #include "include/dcp.h"
@@ -147,13 +148,14 @@ static dcp_status_t mpi_allgather_timed(void *state, const void *send, void *rec
     return st;
 }
 
-/* The plain form: the same, with $DCP_TIMEOUT_S or 60 s. */
+/* The plain form: the same, with $DCP_TIMEOUT_S or 60 s (a value that is not a number of
+ * seconds > 0 fails naming the variable, as context creation does). */
 static dcp_status_t mpi_allgather(void *state, const void *send, void *recv, size_t bytes)
 {
-    const char *env = getenv("DCP_TIMEOUT_S");
-    double t = env ? strtod(env, NULL) : 0;
+    double t = 60.0;
+    DCP_CHECK(dcp_env_seconds(DCP_ENV_TIMEOUT_S, &t));
     int32_t failed;
-    return mpi_allgather_timed(state, send, recv, bytes, t > 0 ? t : 60.0, &failed);
+    return mpi_allgather_timed(state, send, recv, bytes, t, &failed);
 }
 
 dcp_status_t dcp_bootstrap_mpi(dcp_bootstrap_t *bootstrap_out)

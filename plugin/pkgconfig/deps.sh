@@ -78,7 +78,8 @@ if command -v apt-get >/dev/null 2>&1 && [ -z "${DEPS_INSTALLED:-}" ]; then
 fi
 if [ $fatal = 1 ]; then
     echo "deps: install the libraries above (or load their modules and name their prefixes:" \
-        "UCX_HOME, METIS_HOME, HWLOC_HOME, MPI_HOME or MPICC; README \"Building on a cluster\")" >&2
+        "UCX_HOME, METIS_HOME, HWLOC_HOME, MPI_HOME or MPICC;" \
+        "plugin/README.md \"Building on a cluster's modules\")" >&2
     exit 1
 fi
 echo "deps: the suites that need the commands above will say they were skipped"

@@ -8,7 +8,8 @@
 #    (and little else), its loopback almost nothing;
 #  - every mask with lpt, zigzag and metis on 2 hosts x 2 processes x 2 threads, forward and
 #    backward checked against the reference, with digests of O, LSE, dQ, dK and dV equal to
-#    the same plans on in-process ranks;
+#    the same plans on in-process ranks; the peer policies and the default's nodes candidate
+#    likewise on 2 hosts x 2 processes (causal);
 #  - faults: a host's link taken down mid-run, and a host's processes killed mid-run: every
 #    rank of the other host ends with status 1 within the timeout plus a margin, naming a
 #    rank of the failed host (DCP_ERR_TIMEOUT or DCP_ERR_PEER); the cut-off host's ranks end
@@ -106,6 +107,28 @@ else
     else
         echo "ok   links: eth0 carried $((tx / 1000)) kB for the plans' $((inter / 1000)) kB" \
             "between hosts; loopback $((lo / 1000)) kB of $((intra / 1000)) kB inside hosts"
+    fi
+fi
+
+# ---- the peer policies and the default's nodes candidate: 2 hosts x 2 processes ----------
+if ! asan; then
+    peers=(--tokens 1024 --block 64 --seed 14 --kv-heads 4 --mask causal --strategy peers,nodes
+           --check --backward --json --timeout 60 --warmup 0 --iters 1 --cluster 2x2)
+    if ! "$tool" "${peers[@]}" >"$work/peers-threads.json" 2>"$work/err"; then
+        fail "peers, threads: $(cat "$work/err")"
+    fi
+    start=$(now)
+    cluster_mpirun 2 4 "$tool" "${peers[@]}" >"$work/peers.json" 2>"$work/err"
+    rc=$?
+    runs=$(grep -c '"passed": true' "$work/peers.json")
+    if [ $rc -ne 0 ] || [ "$runs" -ne 7 ]; then # the default, 5 policies and nodes
+        fail "peers on 2 hosts x 2 processes: exit status $rc, $runs of 7 runs passed:" \
+            "$(grep -v '^\[' "$work/err" | head -5)"
+    elif ! diff <(digests "$work/peers-threads.json") <(digests "$work/peers.json") >"$work/diff"; then
+        fail "peers on 2 hosts x 2 processes: outputs differ from threads: $(head -4 "$work/diff")"
+    else
+        printf 'ok   %-40s %2d runs passed, digests equal to threads (%.1f s)\n' \
+            "peer policies, 2 hosts x 2 processes" "$runs" "$(later "$start" "$(now)")"
     fi
 fi
 

@@ -8,6 +8,8 @@
 #  - --mpi=none: every task says it has no PMI, naming the variables it read, and stops;
 #  - $DCP_NODE_FILE: the job priced with a node file; a file that says the network is 10^4
 #    times slower gives another plan (other bytes between the hosts), both checked;
+#  - dcp-transport-bench --pattern rails: every rank to its peer on the other host at once,
+#    three sizes, every byte checked;
 #  - cleanup: a run that fails once its cluster is up leaves no namespace and no daemon behind,
 #    and neither does this one.
 # Skipped, saying why, where namespaces, Slurm or its PMI plugins are missing.
@@ -135,6 +137,26 @@ printf 'devices 8\n' >"$work/other.node"
 DCP_NODE_FILE=$work/other.node srun4 --mpi=pmix "$tool" "${job[@]}" >/dev/null 2>"$work/other.err"
 grep -q "devices 8, but this job has 2 ranks per node" "$work/other.err" ||
     fail "a node file of 8 devices on 2 ranks per node: $(head -c 300 "$work/other.err")"
+
+# ---- dcp-transport-bench between the hosts: every rail at once, every byte checked -------------
+start=$SECONDS
+srun4 --mpi=pmix "$bin/dcp-transport-bench" --pattern rails -b 64K -e 256K -f 2 --mb 1 --reps 1 \
+    --warmup 0 --json >"$work/bench.json" 2>"$work/bench.err"
+rc=$?
+said=$(python3 - "$work/bench.json" <<'PY' 2>&1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [r["size"] for r in rows] == [65536, 131072, 262144], [r["size"] for r in rows]
+assert all(r["wrong"] == 0 and r["engine"] == "ucx" and r["busbw"] > 0 for r in rows), rows
+assert all(r["host0"] != r["host1"] for r in rows), "a rail that stays on one host"
+print("%d sizes, 0 wrong, %.3f GB/s at 256K" % (len(rows), rows[-1]["busbw"]))
+PY
+)
+if [ $rc -eq 0 ] && [ -n "$said" ] && ! grep -q Error <<<"$said"; then
+    echo "ok   srun dcp-transport-bench --pattern rails: $said ($((SECONDS - start)) s)"
+else
+    fail "srun dcp-transport-bench --pattern rails: exit $rc: $said $(tail -3 "$work/bench.err")"
+fi
 
 # ---- cleanup, on failure and after this run -----------------------------------------------------
 mkdir -p "$work/failed"

@@ -3,8 +3,8 @@
  * error <= 1e-5 for O, LSE, dQ, dK and dV), on batches with 1-token sequences, one sequence
  * much longer than the rest and lengths that are not multiples of the block, GQA 1 and 4. */
 #include "include/dcp.h"
-#include "plugin/cli/harness.h"
-#include "plugin/cli/lengths.h"
+#include "plugin/cli/support/harness.h"
+#include "plugin/cli/support/lengths.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

@@ -5,7 +5,7 @@
  * strategy and zigzag on 1, 4 and 8 in-process ranks; the same in bf16 storage; and the
  * refusals of calls that ask for them wrongly. */
 #include "include/dcp.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

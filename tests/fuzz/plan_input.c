@@ -2,8 +2,8 @@
 #include "tests/fuzz/plan_input.h"
 
 #include "include/base/error.h"
-#include "partition/plan.h"
-#include "partition/wire.h"
+#include "partition/plan/plan.h"
+#include "partition/plan/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

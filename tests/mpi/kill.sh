@@ -1,7 +1,7 @@
 #!/bin/bash
 # The fault-injection suite: four dcp-attn-test ranks under mpirun in Open MPI's recovery
 # mode (so that what the survivors do is dcp's doing, not mpirun's), one rank SIGKILLed or
-# SIGSTOPped at each phase of the job (DCP_FAULT, plugin/cli/mpi_launch.h): after MPI_Init,
+# SIGSTOPped at each phase of the job (DCP_FAULT, plugin/cli/launch/mpi_launch.h): after MPI_Init,
 # inside context creation, at the planning vote, on entering the forward, between cases,
 # before the context is destroyed; from outside (kill -KILL / -STOP) in the middle of the
 # timed forward and backward passes, where the survivors wait on transfers; and a rank

@@ -65,7 +65,7 @@ def plan_one(dcp, m, total, hq, hkv, d, dtype, block):
 
 
 def flex_mask_mod(spec, total):
-    """The DESIGN.md rule of a mask as a FlexAttention mask_mod (full and causal use SDPA)."""
+    """A mask's rule (partition/README.md) as a FlexAttention mask_mod (full, causal: SDPA)."""
     parts = spec.split(":")
     kind = parts[0]
     if kind == "window":
@@ -273,7 +273,7 @@ def print_row(row):
 
 def reference(masks, lengths, tensors, hq, hkv, d, allowed):
     """Attention forward and backward in double, per sequence: O, LSE, dQ, dK, dV as
-    [seq][pos] lists of flat [heads x D] rows (DESIGN.md's rules; dK/dV summed over the
+    [seq][pos] lists of flat [heads x D] rows (partition/README.md's rules; dK/dV summed over the
     query heads of each KV head)."""
     scale = 1.0 / math.sqrt(d)
     gs = hq // hkv

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU report (issue 27, item 1): every GPU claim of dcp checked in one run, every figure
+# The GPU report: every GPU claim of dcp checked in one run, every figure
 # in OUTDIR/gpu_check.json and OUTDIR/gpu_check.txt, every log in OUTDIR/gpu_check_logs.tar.gz
 # (three files: what one device call brings back). Both are rewritten after each step, so a
 # run cut short still reports the steps it finished.

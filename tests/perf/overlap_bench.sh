@@ -1,6 +1,6 @@
 #!/bin/sh
-# How much of the default's (metis) simulated training step is communication it does not hide
-# (issue 24): 32/8 heads x 128, bf16, block 1024, 2 head groups, 4096 tokens per GPU (128K on
+# How much of the default's (metis) simulated training step is communication it does not hide:
+# 32/8 heads x 128, bf16, block 1024, 2 head groups, 4096 tokens per GPU (128K on
 # 4x8, 256K on 8x8, 512K on 16x8), h100-ib and a100-efa presets, masks causal, lambda,
 # blockwise and shared-question, the shared WLB-LLM lengths and the built-in histogram,
 # BATCHES batches each (DCP's packing, seed 1). Per row: step / compute (the simulated

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The default (metis) against the peer policies, simulated, as the README's comparison: 8x8
+# The default (metis) against the peer policies, simulated, as partition/README.md's comparison: 8x8
 # h100-ib and 4 x p4de, the built-in length histogram and the shared WLB-LLM lengths, causal,
 # lambda and blockwise masks, batches of TOKENS tokens (seeds 1..SEEDS), 32/8 heads x 128
 # (bf16), block 1024, 2 head groups; each kernel table both plans and simulates (--kernels).

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The planner on issue 14's batches: 4x8 cluster, 128K tokens, block 1024, 2 head groups,
+# The planner on its benchmark batches: 4x8 cluster, 128K tokens, block 1024, 2 head groups,
 # 8/2 heads x 128 (bf16); causal, lambda and blockwise masks; the built-in length histogram
 # and the shared WLB-LLM lengths; seeds 1-3 (18 batches). Each batch is planned REPEAT times
 # with the default strategy (metis) on one core; prints a line per batch and the median

@@ -106,7 +106,8 @@ headers_of() { # FILE.c BUILD [MAKE ARGS...]: the headers its compile in BUILD r
     (cd "$repo" && eval "$cmd") 2>&1 >/dev/null | sed -n 's/^\.* //p'
 }
 for pair in topo/node.c:hwloc/include/hwloc.h transport/ucx.c:ucx/include/ucp/api/ucp.h \
-    partition/metis_graph.c:metis/include/metis.h plugin/mpi/bootstrap_mpi.c:mpich/include/mpi.h; do
+    partition/place/metis_graph.c:metis/include/metis.h \
+    plugin/mpi/bootstrap_mpi.c:mpich/include/mpi.h; do
     src=${pair%%:*}
     headers_of "$src" "$nb" NVCC= OPT="-O0 -g0" "${homes[@]}" | grep -qx "$site/${pair#*:}" ||
         fail "$src was not compiled against $site/${pair#*:}"

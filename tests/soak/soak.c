@@ -22,8 +22,8 @@
  * descriptors differ between samples, or when any call fails.
  */
 #include "include/base/error.h"
-#include "plugin/cli/lengths.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/lengths.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/fault_hook.h"
 
 #include <dirent.h>

@@ -3,7 +3,8 @@
 # backslash), flag errors that blame the flag that was wrong, outputs checked before any
 # work, --help defaults taken from the code, the bench harness's median [min-max], and a
 # kernel table written by dcp-kernel-bench that dcp-plan --kernel-table reads, the attention
-# engine's report, layer kinds (--layers, --compare), --version, and dcp-plan's work buffers.
+# engine's report, layer kinds (--layers, --compare), --version, dcp-plan's work buffers, and
+# dcp's settings (dcp-topo --env, DCP_DEBUG).
 #
 #   tests/tools/run.sh [BIN_DIR]      (default build/bin)
 set -u
@@ -59,8 +60,8 @@ json_check "$work/p5.json" \
 "$bin/dcp-topo" --xml "$here/h100-ib.xml" --json >"$work/dgx.json" || fail "dcp-topo --xml h100-ib.xml"
 json_check "$work/dgx.json" \
     'all(len(g["nics"]) == 1 for g in rows[0]["gpus"]) and
-     rows[0]["gpus"][3]["env"]["nccl"] == "NCCL_IB_HCA==mlx5_3:1" and
-     rows[0]["gpus"][3]["env"]["ucx"] == "UCX_NET_DEVICES=mlx5_3:1" and
+     rows[0]["gpus"][3]["env"]["nccl"] == "NCCL_IB_HCA==mlx5_5:1" and
+     rows[0]["gpus"][3]["env"]["ucx"] == "UCX_NET_DEVICES=mlx5_5:1" and
      [n["fabric"] for n in rows[0]["nics"] if n["gpus"]] == ["InfiniBand"] * 8 and
      rows[0]["job_env"] is None'
 "$bin/dcp-topo" --xml "$here/p5.xml" | grep -q "^3) export UCX_NET_DEVICES=rdmap130s0:1,rdmap131s0:1,rdmap132s0:1,rdmap133s0:1 ;;$" ||
@@ -259,6 +260,33 @@ expect 2 "--sim-kernels: not with --kernels" "$bin/dcp-plan" --seqlens 100 --sim
     --kernels h100-dcp --sim-kernels h100
 expect 1 "num_kv_heads = 2" "$bin/dcp-attn-test" --ranks 4 --tokens 512 --strategy ulysses:4 \
     --warmup 0 --iters 1
+
+# 15. dcp's settings: dcp-topo --env prints every one with the value in force and where it
+# came from (a bad value named, exit 1); a bad library setting fails a job by name; DCP_DEBUG=INFO
+# logs the engines, the plan and the segments, and nothing is logged without it
+DCP_TIMEOUT_S=7 "$bin/dcp-topo" --env --json >"$work/env.json" || fail "dcp-topo --env --json"
+json_check "$work/env.json" '
+{s["name"]: (s["value"], s["from"]) for s in rows[0]["settings"]}["DCP_TIMEOUT_S"] ==
+    ("7", "environment") and
+{s["name"]: (s["value"], s["from"]) for s in rows[0]["settings"]}["DCP_ATTN_MIN_ROWS"] ==
+    ("64", "default") and
+{s["name"]: s["scope"] for s in rows[0]["settings"]}["DCP_LIB"] == "python" and
+all(s["error"] is None and s["effect"] for s in rows[0]["settings"])'
+DCP_TIMEOUT_S=5s "$bin/dcp-topo" --env >"$work/env.txt"
+[ $? = 1 ] && grep -q '^DCP_TIMEOUT_S=5s .*# environment: $DCP_TIMEOUT_S = "5s": a number of seconds > 0' \
+    "$work/env.txt" || fail "dcp-topo --env with DCP_TIMEOUT_S=5s: $(grep TIMEOUT "$work/env.txt")"
+expect 2 "--markdown: goes with --env" "$bin/dcp-topo" --markdown
+DCP_ATTN_MIN_ROWS=0 expect 1 'DCP_ATTN_MIN_ROWS = "0": an integer in \[1, 1073741824\]' \
+    "$bin/dcp-attn-test" --ranks 2 --tokens 512 --warmup 0 --iters 1
+DCP_DEBUG=INFO "$bin/dcp-attn-test" --ranks 2 --tokens 2048 --block 128 --strategy zigzag \
+    --engine twin --warmup 0 --iters 1 >/dev/null 2>"$work/log" || fail "DCP_DEBUG=INFO dcp-attn-test"
+for want in ' INFO INIT intra-node links: engine inproc' ' INFO PLAN plan [0-9]* bound: strategy zigzag, 2 ranks' \
+    ' INFO ATTN plan [0-9]* forward: .* pairs on twin'; do
+    grep -q "^dcp:[0-9]*:[01]$want" "$work/log" || fail "DCP_DEBUG=INFO: no line '$want': $(head -5 "$work/log")"
+done
+"$bin/dcp-attn-test" --ranks 2 --tokens 2048 --block 128 --warmup 0 --iters 1 >/dev/null \
+    2>"$work/nolog" || fail "dcp-attn-test without DCP_DEBUG"
+grep -q '^dcp:' "$work/nolog" && fail "dcp-attn-test logs without DCP_DEBUG: $(head -3 "$work/nolog")"
 
 if [ "$failures" -ne 0 ]; then
     echo "tests/tools: $failures failure(s)"

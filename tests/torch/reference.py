@@ -1,6 +1,6 @@
 """Plain PyTorch attention over a batch of variable-length sequences, for checking dcp.
 
-The masks follow DESIGN.md's table, written here again from the table (not through libdcp),
+The masks follow partition/README.md's table, written here again from it (not through libdcp),
 so that a mask bug in dcp cannot hide in its own reference. Tensors are THD: [tokens, heads,
 head_dim], the sequences concatenated.
 """

@@ -69,21 +69,24 @@ def inputs(lengths, dtype, seed):
 class Variants(unittest.TestCase):
     """The attention of today's open models through attention_inproc and autograd against a
     float64 module (reference.attention): learnable sinks (GPT-OSS; their gradient too), a
-    logit softcap (Gemma 2), MLA's own value head dim (DeepSeek-V3) and the max logit, every
-    mask kind on 1, 3 and 4 ranks; fp32 to 1e-5 of the largest value."""
+    logit softcap (Gemma 2), Gemma's head dim 256, MLA's 192/128 heads and a value head dim
+    of its own (DeepSeek-V3) and the max logit, every mask kind on 1, 3, 4 and 8 ranks; fp32
+    to 1e-5 of the largest value."""
 
-    def run_case(self, kind, cluster, strategy, seed, dv=D, softcap=0.0, sinks=False):
+    def run_case(self, kind, cluster, strategy, seed, dv=None, softcap=0.0, sinks=False, d=D,
+                 hq=HQ, hkv=HKV):
         rng = random.Random(seed)
         masks = mask_specs(kind, LENGTHS, rng)
         g = torch.Generator().manual_seed(seed)
         t = sum(LENGTHS)
-        q, k = (torch.randn(t, h, D, generator=g, dtype=torch.float64) for h in (HQ, HKV))
-        v = torch.randn(t, HKV, dv, generator=g, dtype=torch.float64)
-        dout = torch.randn(t, HQ, dv, generator=g, dtype=torch.float64)
-        s = torch.randn(HQ, generator=g, dtype=torch.float64) if sinks else None
+        dv = d if dv is None else dv
+        q, k = (torch.randn(t, h, d, generator=g, dtype=torch.float64) for h in (hq, hkv))
+        v = torch.randn(t, hkv, dv, generator=g, dtype=torch.float64)
+        dout = torch.randn(t, hq, dv, generator=g, dtype=torch.float64)
+        s = torch.randn(hq, generator=g, dtype=torch.float64) if sinks else None
         plan = dt.plan(LENGTHS, masks, cluster, like=(q.float(), k.float(), v.float()),
                        softcap=softcap, block_size=BLOCK, strategy=strategy)
-        self.assertEqual((plan.head_dim_v, plan.softcap), (dv, softcap))
+        self.assertEqual((plan.shape[2], plan.head_dim_v, plan.softcap), (d, dv, softcap))
         # the float64 module
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
         sl = s.clone().requires_grad_() if sinks else None
@@ -117,7 +120,8 @@ class Variants(unittest.TestCase):
             self.assertTrue(torch.equal(fin, torch.isfinite(a)), name)
             err, top = ref.max_err(a[fin], w[fin]), max(ref.peak(w[fin]), 1.0)
             self.assertLessEqual(err, 1e-5 * top, "%s %s %s %s: %s error %.3g of %.3g" %
-                                 (kind, cluster, strategy, (dv, softcap, sinks), name, err, top))
+                                 (kind, cluster, strategy, (d, dv, softcap, sinks), name, err,
+                                  top))
 
     def test_sinks(self):
         for kind in MASKS:
@@ -127,8 +131,20 @@ class Variants(unittest.TestCase):
 
     def test_softcap(self):
         for kind in MASKS:
-            with self.subTest(mask=kind):
-                self.run_case(kind, "2x2", "metis", 22, softcap=1.5)
+            for cluster, strategy in CASES[:2]:
+                with self.subTest(mask=kind, cluster=cluster):
+                    self.run_case(kind, cluster, strategy, 22, softcap=1.5)
+
+    def test_head_dims(self):
+        """Gemma's 256 and MLA's 192/128 on 2 query heads over 1 KV head, 4 ranks as zigzag
+        places them and 8 as the default does, with sinks and a softcap on the way."""
+        for d, dv in ((256, 256), (192, 128)):
+            for kind in ("causal", "lambda:8:24", "custom"):
+                for cluster, strategy in (("1x4", "zigzag"), ("2x4", "metis")):
+                    with self.subTest(d=d, dv=dv, mask=kind, cluster=cluster):
+                        self.run_case(kind, cluster, strategy, 25, dv=dv, d=d, hq=2, hkv=1,
+                                      softcap=2.0 if kind == "custom" else 0.0,
+                                      sinks=kind == "lambda:8:24")
 
     def test_value_head_dim(self):
         for kind in MASKS:
@@ -202,7 +218,7 @@ class AttentionInproc(unittest.TestCase):
 
 @unittest.skipUnless(torch.cuda.is_available(), "no CUDA device: the GPU case is skipped")
 class AttentionCuda(unittest.TestCase):
-    """Every rank on one GPU (bf16, fp16; the GPU kernels take head dims 64 and 128),
+    """Every rank on one GPU (bf16, fp16, head dim 64),
     FlashAttention's rule against plain PyTorch attention in the same type on the GPU."""
 
     def test_masks_one_gpu(self):

@@ -1,4 +1,4 @@
-/* The masks of DESIGN.md as a brute-force (query, key) predicate, written straight from the
+/* The masks of partition/README.md as a brute-force (query, key) predicate, written from the
  * table and independently of include/base/mask_rule.h, to test it against. */
 #ifndef DCP_TESTS_MASK_BF_H
 #define DCP_TESTS_MASK_BF_H

@@ -6,6 +6,8 @@
  * and each failed assertion with its file and line. The exit status is non-zero when any
  * assertion fails, any suite's setup fails, or CUnit itself reports an error.
  */
+#include "include/base/env.h"
+#include "include/dcp.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/walk_procs.h"
 
@@ -27,7 +29,7 @@ static const dcp_suite_fn suites[] = {
     dcp_suite_ucx,      dcp_suite_disagree,  dcp_suite_stamps,    dcp_suite_lent,
     dcp_suite_e2e,      dcp_suite_kinds,     dcp_suite_ordering,  dcp_suite_peers,
     dcp_suite_gpu,      dcp_suite_variants,  dcp_suite_planner_load, dcp_suite_alloc_walk,
-    dcp_suite_xfer_walk,
+    dcp_suite_xfer_walk, dcp_suite_env,
 };
 
 static struct {
@@ -104,6 +106,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: %s [-s SUITE] [-t TEST] [-l] [-v]\n", argv[0]);
             return 2;
         }
+    }
+    /* the test settings (DCP_WALK, ...) read or the run does not start */
+    if (dcp_env_check(DCP_ENV_TEST) != DCP_OK) {
+        fprintf(stderr, "dcp-tests: %s\n", dcp_last_error());
+        return 2;
     }
     if (CU_initialize_registry() != CUE_SUCCESS) return 2;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)

@@ -44,6 +44,7 @@ int dcp_suite_segment(void);
 int dcp_suite_cudnn(void);
 int dcp_suite_stamps(void);
 int dcp_suite_lent(void);
+int dcp_suite_env(void);
 
 /* Adds a suite with the given tests (NULL-terminated name/function pairs). */
 typedef struct {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const int32_t lens[3] = {40, 1, 17};
 static const dcp_mask_t causal3[3] = {
@@ -428,6 +429,74 @@ static dcp_status_t forward_once(const dcp_plan_t *p, const dcp_tensors_t *io)
     return st;
 }
 
+/* Rank 1 of a call, on its own thread: it starts the forward `delay_s` late. */
+typedef struct {
+    dcp_context_t *ctx;
+    const dcp_plan_t *plan;
+    const dcp_tensors_t *io;
+    double delay_s;
+    dcp_status_t st;
+} late_rank_t;
+
+static void *late_forward(void *arg)
+{
+    late_rank_t *l = arg;
+    const struct timespec ts = {0, (long)(l->delay_s * 1e9)};
+    nanosleep(&ts, NULL);
+    l->st = dcp_forward(l->ctx, l->plan, l->io, NULL);
+    return NULL;
+}
+
+/* dcp_context_get_stats: calls counted per context (failed ones too), and the host time rank
+ * 0 spends waiting for the blocks of a rank that starts 150 ms late lands in its waits. */
+static void test_context_stats(void)
+{
+    dcp_plan_t *p = small_plan("1x2", DCP_DTYPE_FP32);
+    dcp_plan_stats_t ps;
+    CU_ASSERT_EQUAL_FATAL(dcp_plan_get_stats(p, &ps), DCP_OK);
+    CU_ASSERT_FATAL(ps.num_transfers > 0); /* rank 0 waits for rank 1's blocks */
+    tensors2_t t;
+    tensors_init(&t, p);
+    dcp_group_t *g = NULL;
+    dcp_context_t *ctx[2] = {NULL, NULL};
+    CU_ASSERT_EQUAL_FATAL(dcp_group_create(2, &g), DCP_OK);
+    for (int32_t r = 0; r < 2; r++) {
+        const dcp_context_config_t cfg = {.rank = r, .group = g, .timeout_s = 30};
+        CU_ASSERT_EQUAL_FATAL(dcp_context_create(&cfg, &ctx[r]), DCP_OK);
+    }
+    dcp_context_stats_t s, keep = {-7, -7.0};
+    CU_ASSERT_EQUAL(dcp_context_get_stats(ctx[0], &s), DCP_OK);
+    CU_ASSERT(s.calls == 0 && s.wait_blocked_s == 0.0);
+    late_rank_t late = {ctx[1], p, &t.io[1], 0.15, DCP_ERR_INTERNAL};
+    pthread_t tid;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&tid, NULL, late_forward, &late), 0);
+    CU_ASSERT_EQUAL(dcp_forward(ctx[0], p, &t.io[0], NULL), DCP_OK);
+    pthread_join(tid, NULL);
+    CU_ASSERT_EQUAL(late.st, DCP_OK);
+    CU_ASSERT_EQUAL(dcp_context_get_stats(ctx[0], &s), DCP_OK);
+    CU_ASSERT_EQUAL(s.calls, 1);
+    CU_ASSERT(s.wait_blocked_s >= 0.1 && s.wait_blocked_s < 30);
+    CU_ASSERT_EQUAL(dcp_context_get_stats(ctx[1], &s), DCP_OK);
+    CU_ASSERT_EQUAL(s.calls, 1);
+    CU_ASSERT(s.wait_blocked_s < 0.1); /* the late rank found its peer's blocks waiting */
+    /* a refused call counts as a call */
+    dcp_tensors_t bad = t.io[0];
+    bad.k = NULL;
+    CU_ASSERT_EQUAL(dcp_forward(ctx[0], p, &bad, NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(dcp_context_get_stats(ctx[0], &s), DCP_OK);
+    CU_ASSERT_EQUAL(s.calls, 2);
+    dcp_context_stats_t u = keep;
+    CU_ASSERT_EQUAL(dcp_context_get_stats(NULL, &u), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "ctx"));
+    CU_ASSERT_EQUAL(memcmp(&u, &keep, sizeof u), 0); /* nothing written on failure */
+    CU_ASSERT_EQUAL(dcp_context_get_stats(ctx[0], NULL), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "stats_out"));
+    for (int32_t r = 0; r < 2; r++) dcp_context_destroy(ctx[r]);
+    dcp_group_destroy(g);
+    tensors_free(&t);
+    dcp_plan_destroy(p);
+}
+
 static void test_context_and_executor_arguments(void)
 {
     dcp_group_t *g = NULL;
@@ -561,6 +630,7 @@ int dcp_suite_api(void)
         {"backward_arguments", test_backward_arguments},
         {"failed_group_stays_failed", test_failed_group_stays_failed},
         {"context_and_executor_arguments", test_context_and_executor_arguments},
+        {"context_stats", test_context_stats},
         {"plan_over_work_limit_refused", test_plan_over_work_limit_refused},
         {NULL, NULL},
     };

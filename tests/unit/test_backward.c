@@ -6,9 +6,9 @@
  * bwd_delta and accumulate on hand-checked rows. */
 #include "include/base/half.h"
 #include "kernels/cpu.h"
-#include "kernels/reference.h"
-#include "partition/mask.h"
-#include "plugin/cli/tile_case.h"
+#include "partition/model/mask.h"
+#include "plugin/cli/support/reference.h"
+#include "plugin/cli/support/tile_case.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
@@ -153,7 +153,7 @@ static void test_reference_matches_finite_differences(void)
 
 /* ---- the CPU kernels over tile cases ---------------------------------------------------- */
 
-/* A tile case (plugin/cli/tile_case.h) split into hb head groups, with its inputs in the
+/* A tile case (plugin/cli/support/tile_case.h) split into hb head groups, with its inputs in the
  * dtype and the buffers of the forward and the backward. */
 typedef struct {
     dcpt_tile_case_t tc;

@@ -1,6 +1,6 @@
 /* Token blocks and tiles. */
-#include "partition/blocks.h"
-#include "partition/mask.h"
+#include "partition/model/blocks.h"
+#include "partition/model/mask.h"
 #include "tests/unit/mask_bf.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

@@ -1,4 +1,5 @@
 #include "topo/cluster.h"
+#include "topo/kernel_table.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>
@@ -186,6 +187,77 @@ static void test_bad_node_files_rejected(void)
     }
 }
 
+/* The kernel table's one grammar: what dcp_kernel_table_write writes (a table file, and a node
+ * file's kernel lines) dcp_kernel_table_read and the node file read back point for point;
+ * dcp_cluster_load_kernel_table sets the curve, and bad files are refused naming the line. */
+static void test_kernel_table(void)
+{
+    dcp_kernel_table_t t = {0}, back;
+    const double edges[3] = {16, 1024, 1048576}, effs[3] = {0.125, 0.5, 1};
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(dcp_kernel_table_add(&t, edges[i], effs[i], "t"), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_kernel_table_add(&t, 512, 0.5, "t"), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "t: kernel tile edges must increase"));
+    CU_ASSERT_EQUAL(t.n, 3);
+    const char *path = node_file("");
+    FILE *f = fopen(path, "w");
+    fprintf(f, "# a comment line\n\n");
+    dcp_kernel_table_write(f, &t, NULL);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(dcp_kernel_table_read(path, &back), DCP_OK);
+    CU_ASSERT_EQUAL(back.n, 3);
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(back.tile_tokens[i], edges[i]);
+        CU_ASSERT_EQUAL(back.efficiency[i], effs[i]);
+    }
+    dcp_cluster_t *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("1x2", &c), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_cluster_load_kernel_table(c, path), DCP_OK);
+    CU_ASSERT_EQUAL(c->perf.eff_n, 3);
+    CU_ASSERT_EQUAL(c->perf.eff_tokens[2], 1048576);
+    CU_ASSERT_EQUAL(c->perf.eff_value[0], 0.125);
+    unlink(path);
+    /* a node file's kernel lines, as dcp-calibrate writes them */
+    path = node_file("");
+    f = fopen(path, "w");
+    fprintf(f, "devices 2\n");
+    dcp_kernel_table_write(f, &t, "kernel");
+    fclose(f);
+    char spec[96];
+    snprintf(spec, sizeof spec, "1x@%s", path);
+    dcp_cluster_t *n = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(spec, &n), DCP_OK);
+    CU_ASSERT_EQUAL(n->perf.eff_n, 3);
+    CU_ASSERT_EQUAL(memcmp(n->perf.eff_tokens, edges, sizeof edges), 0);
+    CU_ASSERT_EQUAL(memcmp(n->perf.eff_value, effs, sizeof effs), 0);
+    dcp_cluster_destroy(n);
+    unlink(path);
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"128 0.5\n64 0.4\n", "line 2: kernel tile edges must increase"},
+        {"128\n", "line 1: kernel needs a tile edge and an efficiency"},
+        {"128 x\n", "line 1: kernel needs a tile edge and an efficiency"},
+        {"128 1.5\n", "line 1: a kernel efficiency is at most 1"},
+        {"128 0.5 7\n", "line 1: expected 'EDGE EFF'"},
+        {"# nothing\n", "no 'EDGE EFF' lines"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        path = node_file(bad[i].text);
+        CU_ASSERT_EQUAL(dcp_cluster_load_kernel_table(c, path), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), path));
+        if (!strstr(dcp_last_error(), bad[i].says))
+            fprintf(stderr, "\nkernel table %zu: '%s' does not say '%s'\n", i, dcp_last_error(),
+                    bad[i].says);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), bad[i].says));
+        unlink(path);
+    }
+    CU_ASSERT_EQUAL(c->perf.eff_n, 3); /* left as it was */
+    CU_ASSERT_EQUAL(dcp_cluster_load_kernel_table(c, "/nonexistent/table"), DCP_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "cannot open"));
+    dcp_cluster_destroy(c);
+}
+
 static void test_bad_specs_rejected(void)
 {
     const char *bad[] = {"",
@@ -223,6 +295,7 @@ int dcp_suite_cluster(void)
         {"more_nics_than_devices", test_more_nics_than_devices},
         {"node_file", test_node_file},
         {"bad_node_files_rejected", test_bad_node_files_rejected},
+        {"kernel_table", test_kernel_table},
         {NULL, NULL},
     };
     return dcp_add_suite("cluster", tests);

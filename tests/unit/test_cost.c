@@ -1,6 +1,6 @@
 /* The cost model's arithmetic on cases computed by hand. */
-#include "partition/cost.h"
-#include "partition/plan.h"
+#include "partition/plan/cost.h"
+#include "partition/plan/plan.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>

@@ -12,8 +12,8 @@
  */
 #include "kernels/cudnn.h"
 #include "kernels/segment.h"
-#include "partition/plan.h"
-#include "plugin/cli/lengths.h"
+#include "partition/plan/plan.h"
+#include "plugin/cli/support/lengths.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

@@ -2,7 +2,7 @@
  * read back by independent parsers and checked against the planner's own blocks, hypergraph,
  * placement and traffic. */
 #include "partition/export.h"
-#include "partition/plan.h"
+#include "partition/plan/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

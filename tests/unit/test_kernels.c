@@ -5,9 +5,9 @@
 #include "include/base/half.h"
 #include "kernels/cpu.h"
 #include "kernels/lse.h"
-#include "kernels/reference.h"
-#include "partition/mask.h"
-#include "plugin/cli/tile_case.h"
+#include "partition/model/mask.h"
+#include "plugin/cli/support/reference.h"
+#include "plugin/cli/support/tile_case.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

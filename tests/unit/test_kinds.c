@@ -5,9 +5,10 @@
  * identically and are refused when corrupt; bad kinds are named. */
 #include "include/dcp.h"
 #include "partition/kinds.h"
-#include "partition/plan.h"
-#include "partition/wire.h"
-#include "plugin/cli/harness.h"
+#include "partition/plan/plan.h"
+#include "partition/plan/wire.h"
+#include "partition/planner.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
@@ -21,28 +22,12 @@
 /* ---- one kind: today's bytes ------------------------------------------------------------ */
 
 /* Plans of five sequences (one of each parsed mask, or a CUSTOM one last): their size and
- * CRC-32C, given as masks and as a one-kind batch.kinds. First taken from the code before
- * layer kinds (main 7b6dc6f); retaken when issue 24's relays and early partials changed every
- * schedule, after checking that the schedule change alone (its branch, without kinds) gives
- * the same bytes as with kinds; and when issue 26 put the cost model's bwd_speed into every
- * plan (format version 4: 8 bytes more, nothing else); and when the default stopped returning
- * zigzag's plan where only zigzag's forward was faster (fixture 3 had been zigzag's bytes; its
- * METIS plan's training step is predicted faster); and when unchunked strategies began to cut
- * lambda and blockwise sequences at their sink and test block (dcp_mask_cuts: fixtures 2-5,
- * whose batch holds a blockwise:64:2 sequence of 1500 tokens); and when the backward's sums
- * of one destination became one REDUCE (fixtures 0-2, 4, 5: 24 bytes less per instruction
- * saved; fixture 3's plan has no destination with two partials); and when a step that brings
- * a rank no input came to be waited for after its division (fixtures 0 and 3: the same
- * instructions, in another order); and when the shape's softcap and value head dim joined
- * META (format versions 6 and 7: 8 bytes more, nothing else). Putting the remote blocks that
- * read from other nodes between the halves of those that do not left these bytes unchanged;
- * when the simulator came to judge METIS's plan against zigzag's, fixture 3's batch got
- * zigzag's plan (fixture 1's bytes), which it runs faster there; when the simulator came to
- * time merges and copies at the rates dcp's kernels reach rather than at the memory bandwidth,
- * fixture 3 got METIS's plan again and fixture 5 (auto) another candidate; and when the
- * default came to weigh documents packed into nodes, fixture 3 got that plan
- * (DCP_STRATEGY_NODES). A change to the planner that moves these on purpose updates them (the
- * failure prints the new ones). */
+ * CRC-32C, given as masks and as a one-kind batch.kinds: a one-kind batch must plan to the
+ * very bytes of the same masks given without kinds. The figures are the plans this code makes
+ * today (fixture 3's batch gets the default's packed-nodes plan, DCP_STRATEGY_NODES; fixture
+ * 5 is auto's choice). A change to the planner, the schedule or the plan format that moves
+ * them on purpose updates them (the failure prints the new ones); a change that should not
+ * move them is caught here. */
 static const struct {
     const char *cluster;
     dcp_strategy_t strategy;
@@ -458,7 +443,7 @@ static void test_relayout_cost(void)
     dcp_plan_destroy(zz);
 }
 
-/* The README's example, as printed there (its lines are an excerpt of these): a plan of a
+/* partition/README.md's example, as printed there (its lines are an excerpt of these): a plan of a
  * global and a window kind, each kind run on the same local rows. */
 static void test_readme_example(void)
 {

@@ -1,6 +1,6 @@
 /* Masks: per-query ranges, exact pair counts, tile classes and envelopes against a
  * brute-force predicate; the text form; validation. */
-#include "partition/mask.h"
+#include "partition/model/mask.h"
 #include "tests/unit/mask_bf.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

@@ -1,11 +1,11 @@
 /* The METIS strategy: expansion weights, banded large nets, one-part clusters without METIS,
  * validation with lpt as the fallback, and what it buys over lpt. */
 #include "include/base/error.h"
-#include "partition/hypergraph.h"
-#include "partition/metis_graph.h"
-#include "partition/place.h"
-#include "partition/place_metis.h"
-#include "partition/plan.h"
+#include "partition/model/hypergraph.h"
+#include "partition/place/metis_graph.h"
+#include "partition/place/place.h"
+#include "partition/place/place_metis.h"
+#include "partition/plan/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

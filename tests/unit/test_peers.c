@@ -4,10 +4,11 @@
  * plan run forward and backward against the double-precision reference and through its
  * bytes, and the default's candidate of documents packed into nodes. */
 #include "include/base/error.h"
-#include "partition/peer.h"
-#include "partition/plan.h"
-#include "partition/simulate.h"
-#include "plugin/cli/harness.h"
+#include "partition/place/peer.h"
+#include "partition/plan/plan.h"
+#include "partition/planner.h"
+#include "partition/sim/simulate.h"
+#include "plugin/cli/support/harness.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
@@ -331,7 +332,7 @@ static void test_nodes_packed_candidate(void)
 /* The default's plan is simulated no slower than any policy's on a batch of short documents
  * and one long one (2 x 8 H100s, 1K tokens a rank, the planner's own simulator). At a
  * quarter of these lengths (250 tokens a rank, a 0.1 ms step that latencies rule) dyncp's
- * plan, every short document on one rank, is faster than the default's: README. */
+ * plan, every short document on one rank, is faster than the default's: partition/README.md. */
 static void test_default_not_slower_than_policies(void)
 {
     int32_t len[12] = {6000, 800, 1400, 360, 1600, 1040, 720, 1200, 480, 960, 1320, 240};

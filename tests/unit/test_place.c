@@ -1,8 +1,8 @@
 /* Placement strategies: every block placed, computation at the query owner, the memory cap,
- * the baselines' layouts, LPT's balance, determinism. */
-#include "partition/hypergraph.h"
-#include "partition/place.h"
-#include "partition/plan.h"
+ * the baselines' layouts, LPT's balance, determinism, the strategies' names. */
+#include "partition/model/hypergraph.h"
+#include "partition/place/place.h"
+#include "partition/plan/plan.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 
@@ -277,6 +277,30 @@ static void test_links_spread(void)
     unplace(&x);
 }
 
+/* The names (strategy_name.c) and the strategy table (place.c) are two lists: every strategy
+ * of the table has a name that parses back to it, and an id without a strategy has none. */
+static void test_strategy_names(void)
+{
+    int named = 0;
+    for (int i = -1; i <= DCP_STRATEGY_PEER_END; i++) {
+        const dcp_strategy_t id = (dcp_strategy_t)i;
+        const char *name = dcp_strategy_name(id);
+        const dcp_strategy_ops_t *ops = dcp_strategy_ops(id);
+        if (!ops) {
+            CU_ASSERT_STRING_EQUAL(name, "unknown");
+            continue;
+        }
+        CU_ASSERT_EQUAL(ops->id, id);
+        CU_ASSERT_STRING_NOT_EQUAL(name, "unknown");
+        dcp_strategy_t back = DCP_STRATEGY_AUTO;
+        CU_ASSERT_EQUAL(dcp_strategy_parse(name, &back), DCP_OK);
+        CU_ASSERT_EQUAL(back, id);
+        named++;
+    }
+    CU_ASSERT_EQUAL(named, 10);
+    CU_ASSERT_STRING_EQUAL(dcp_strategy_name(DCP_STRATEGY_AUTO), "auto");
+}
+
 int dcp_suite_place(void)
 {
     static const dcp_test_t tests[] = {
@@ -287,6 +311,7 @@ int dcp_suite_place(void)
         {"plans_are_deterministic", test_plans_are_deterministic},
         {"plan_size_limit", test_plan_size_limit},
         {"links_spread", test_links_spread},
+        {"strategy_names", test_strategy_names},
         {NULL, NULL},
     };
     return dcp_add_suite("place", tests);

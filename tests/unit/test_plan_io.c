@@ -1,10 +1,10 @@
 /* The plan format: round trip, corrupted bytes of every kind rejected, hostile counts
  * refused without allocating what they claim, and one byte string per plan. */
 #include "include/base/error.h"
-#include "partition/cost.h"
-#include "partition/plan.h"
-#include "partition/slots.h"
-#include "partition/wire.h"
+#include "partition/plan/cost.h"
+#include "partition/plan/plan.h"
+#include "partition/plan/wire.h"
+#include "partition/program/slots.h"
 #include "tests/fuzz/plan_input.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

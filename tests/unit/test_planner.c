@@ -3,11 +3,11 @@
  * the training step deciding between them, the attention floor that lets it skip candidates,
  * the division count chosen per batch, and long sequences coarsened into units before
  * METIS. */
-#include "partition/cost.h"
-#include "partition/place.h"
-#include "partition/plan.h"
-#include "partition/simulate.h"
-#include "plugin/cli/lengths.h"
+#include "partition/cost_floor.h"
+#include "partition/place/place.h"
+#include "partition/plan/plan.h"
+#include "partition/sim/simulate.h"
+#include "plugin/cli/support/lengths.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

@@ -1,13 +1,13 @@
-/* Placement refinement (partition/refine.h, refine_fm.h, refiner.h): balance repair, FM
+/* Placement refinement (partition/place/refine.h, refine_fm.h, refiner.h): balance repair, FM
  * passes that climb out of local minima, and the refiner's counts kept exact by every move
  * and every rollback. */
 #include "include/base/error.h"
-#include "partition/hypergraph.h"
-#include "partition/place.h"
-#include "partition/refine.h"
-#include "partition/refine_fm.h"
-#include "partition/refiner.h"
-#include "plugin/cli/rng.h"
+#include "partition/model/hypergraph.h"
+#include "partition/place/place.h"
+#include "partition/place/refine.h"
+#include "partition/place/refine_fm.h"
+#include "partition/place/refiner.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

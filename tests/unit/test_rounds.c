@@ -1,8 +1,8 @@
 /* Congestion-free rounds: the colouring of random send/receive multigraphs uses exactly
  * Delta colours and every colour is a matching; plans with rounds keep one round in flight
  * and pass the validator. */
-#include "partition/plan.h"
-#include "partition/rounds.h"
+#include "partition/plan/plan.h"
+#include "partition/program/rounds.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
 

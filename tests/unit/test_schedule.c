@@ -10,9 +10,9 @@
  *  - every output row is published once, after the last write to its accumulator and the
  *    last wait.
  */
-#include "partition/mask.h"
-#include "partition/plan.h"
-#include "partition/schedule.h"
+#include "partition/model/mask.h"
+#include "partition/plan/plan.h"
+#include "partition/program/schedule.h"
 #include "tests/unit/mask_bf.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"

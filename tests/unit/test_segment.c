@@ -1,5 +1,5 @@
 /*
- * The attention engine proven on the CPU (issue 27, item 2): the segmenter's pieces cover a
+ * The attention engine proven on the CPU: the segmenter's pieces cover a
  * tile's allowed pairs exactly, in the classes they claim (brute force over every pair); the
  * cuDNN data path (cut, ragged packing, dense calls of the CPU twin of cuDNN's SDPA, merges,
  * the backward's O from delta and its adds) gives the O, LSE, dQ, dK and dV the plain tile
@@ -10,9 +10,12 @@
  */
 #include "include/base/mask_rule.h"
 #include "kernels/cpu.h"
+#include "kernels/cuda/device.h"
 #include "kernels/segment.h"
-#include "partition/plan.h"
-#include "plugin/cli/harness.h"
+#include "partition/plan/plan.h"
+#include "plugin/attn_engine.h"
+#include "plugin/cli/support/harness.h"
+#include "plugin/cli/support/tile_case.h"
 #include "plugin/context.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/testlib.h"
@@ -326,6 +329,46 @@ static void test_twin_mla(void)
     CU_ASSERT(pairs[DCP_SEG_CAUSAL] > 0 && pairs[DCP_SEG_BAND] + pairs[DCP_SEG_LEFT] > 0);
 }
 
+/* A plan with a softcap runs on dcp's kernels on every engine: the twin (cuDNN's stand-in)
+ * takes none of its pairs, its note says why, and the result still meets the reference; the
+ * same plan without a softcap runs its dense segments on the twin. */
+static void test_softcap_runs_own(void)
+{
+    const int32_t len[3] = {157, 64, 90};
+    dcp_mask_t m[3];
+    for (int s = 0; s < 3; s++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("causal", &m[s]), DCP_OK);
+    for (int capped = 1; capped >= 0; capped--) {
+        const dcp_attn_shape_t shape = {.num_heads = 4, .num_kv_heads = 2, .head_dim = 16,
+                                        .dtype = DCP_DTYPE_FP32,
+                                        .softcap = capped ? 5.0f : 0.0f};
+        dcpt_harness_t *h = NULL;
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 3, m, &shape, 80 + capped, &h), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 90 + capped), DCP_OK);
+        CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+        dcp_plan_t *p = plan_for(h, "1x2", DCP_STRATEGY_ZIGZAG, 32, 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        h->attn_engine = "twin";
+        setenv("DCP_ATTN_MIN_ROWS", "8", 1); /* zigzag's chunks here are 40 rows or fewer */
+        dcpt_harness_result_t r;
+        CU_ASSERT_EQUAL(dcpt_harness_run(h, p, 0, 1, 30.0, 1e-5, "cpu", &r), DCP_OK);
+        unsetenv("DCP_ATTN_MIN_ROWS");
+        h->attn_engine = NULL;
+        CU_ASSERT(r.passed);
+        CU_ASSERT_STRING_EQUAL(r.engine_name, "twin");
+        int64_t dense = 0;
+        for (int c = 0; c < DCP_ATTN_CLASS_MASKED; c++) dense += r.engine.pairs[c] + r.engine.pairs_bwd[c];
+        if (capped) {
+            CU_ASSERT_EQUAL(dense, 0);
+            CU_ASSERT_PTR_NOT_NULL(strstr(r.engine_note, "softcap"));
+        } else {
+            CU_ASSERT(dense > 0);
+            CU_ASSERT_PTR_NULL(strstr(r.engine_note, "softcap"));
+        }
+        dcp_plan_destroy(p);
+        dcpt_harness_destroy(h);
+    }
+}
+
 /* Whether rows [0, ra) of view a (width wa) and rows [0, rb) of b (width wb) share an element:
  * row by row, exact for strided views. */
 static int rows_meet(dcp_view_t a, int64_t ra, int64_t wa, dcp_view_t b, int64_t rb, int64_t wb)
@@ -434,7 +477,7 @@ static void check_waves(const dcp_seg_prog_t *pd, const dcp_seg_launch_t *d,
     }
 }
 
-/* Deterministic mode (issue 27): every backward launch of every rank, for each mask kind on
+/* Deterministic mode: every backward launch of every rank, for each mask kind on
  * two strategies, built in waves (dcp_seg_waves) keeps its writers apart wave by wave and does
  * the launch's work; the twin then runs the waves and gives the tile list's gradients, the
  * same bits run to run. A group whose own tiles overlap is split, one tile a wave. */
@@ -591,6 +634,136 @@ static void test_delta_out(void)
         }
 }
 
+/* Bytes of array i of a program (the order of dcp_seg_arrays_t). */
+static size_t prog_array(const dcp_seg_prog_t *g, const dcp_seg_arrays_t *a, int i,
+                         const void **ptr_out)
+{
+    const void *p[7] = {a->own_groups, a->own_tiles, a->copies, a->merges,
+                        a->merge_srcs, a->deltas,    a->ints};
+    const size_t n[7] = {(size_t)g->n_own_groups * sizeof *g->own_groups,
+                         (size_t)g->n_own_tiles * sizeof *g->own_tiles,
+                         (size_t)g->n_copies * sizeof *g->copies,
+                         (size_t)g->n_merges * sizeof *g->merges,
+                         (size_t)g->n_merge_srcs * sizeof *g->merge_srcs,
+                         (size_t)g->n_deltas * sizeof *g->deltas,
+                         (size_t)g->n_ints * sizeof *g->ints};
+    *ptr_out = p[i];
+    return n[i];
+}
+
+/* dcp_attn_upload, the one placement of a segment program (a context's binding and
+ * dcp-kernel-bench): on the CPU the program's own arrays; on a GPU (where there is one) a
+ * device copy that reads back byte for byte, every array of a forward and a backward program
+ * with masked, dense, merged and delta parts. */
+static void test_upload_places_programs(void)
+{
+    dcp_mask_t m;
+    CU_ASSERT_EQUAL_FATAL(dcp_mask_parse("lambda:8:100", &m), DCP_OK);
+    dcpt_tile_case_t tc;
+    CU_ASSERT_EQUAL_FATAL(dcpt_tile_case_build(&m, 300, 64, 4, 2, 16, &tc), DCP_OK);
+    const int gpus = dcp_cuda_device_count();
+    for (int bwd = 0; bwd < 2; bwd++) {
+        dcp_seg_prog_t g;
+        memset(&g, 0, sizeof g);
+        g.launches = calloc(1, sizeof *g.launches);
+        const dcp_seg_shape_t sh = {.q_heads = 4,
+                                    .kv_heads = 2,
+                                    .head_dim = 16,
+                                    .min_rows = 24,
+                                    .dense = DCP_SEG_ALL_DENSE,
+                                    .backward = bwd};
+        int64_t at;
+        CU_ASSERT_EQUAL_FATAL(
+            dcp_seg_prog_add(&g, &sh, &tc.seq, tc.groups, tc.num_groups, tc.tiles, &at), DCP_OK);
+        CU_ASSERT(g.n_own_groups > 0 && g.n_copies > 0 && g.n_ints > 0); /* both parts */
+        CU_ASSERT(bwd ? g.n_deltas > 0 : g.n_merges > 0 && g.n_merge_srcs > 0);
+        const dcp_seg_arrays_t host = dcp_seg_host_arrays(&g);
+        for (int32_t device = -1; device < (gpus > 0 ? 1 : 0); device++) {
+            const dcp_device_t *dev = dcp_device_of(device);
+            void *stream = NULL;
+            if (device >= 0) CU_ASSERT_EQUAL_FATAL(dev->stream_create(device, &stream), DCP_OK);
+            dcp_dev_blob_t blob;
+            memset(&blob, 0, sizeof blob);
+            dcp_seg_arrays_t a;
+            memset(&a, 0, sizeof a);
+            CU_ASSERT_EQUAL_FATAL(dcp_attn_upload(&g, device, stream, &blob, &a), DCP_OK);
+            CU_ASSERT_EQUAL_FATAL(dev->stream_sync(stream), DCP_OK);
+            if (device < 0) CU_ASSERT_EQUAL(memcmp(&a, &host, sizeof a), 0); /* the same arrays */
+            CU_ASSERT((device < 0) == (blob.mem == NULL));
+            for (int i = 0; i < 7; i++) {
+                const void *want, *got;
+                const size_t n = prog_array(&g, &host, i, &want);
+                prog_array(&g, &a, i, &got);
+                if (n == 0) continue;
+                void *back = malloc(n);
+                CU_ASSERT_EQUAL_FATAL(dev->copy(back, got, n, NULL), DCP_OK);
+                CU_ASSERT_EQUAL_FATAL(dev->stream_sync(NULL), DCP_OK);
+                CU_ASSERT_EQUAL(memcmp(back, want, n), 0);
+                free(back);
+            }
+            dcp_dev_blob_free(&blob, dev);
+            if (stream) dev->stream_destroy(stream);
+        }
+        dcp_seg_prog_free(&g);
+    }
+    dcpt_tile_case_free(&tc);
+}
+
+/* dcp_plan_attn_pairs, the segmenter's tally (dcp_seg_tally) over a plan: every allowed pair
+ * counted once per pass (their sum is the plan's FLOPs over 4 D Hq), and, for a plan of one
+ * rank, exactly what a twin context's engine ran (dcp_attn_engine_info_t.pairs), forward and
+ * backward, at the engine's default and at another minimum run. */
+static void test_plan_attn_pairs(void)
+{
+    const int32_t len[3] = {300, 1, 157};
+    dcp_mask_t masks[3];
+    const char *specs[3] = {"causal", "full", "lambda:4:40"};
+    for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL_FATAL(dcp_mask_parse(specs[i], &masks[i]), DCP_OK);
+    const dcp_attn_shape_t shape = {4, 2, 16, DCP_DTYPE_FP32, 0.0f};
+    dcpt_harness_t *h = NULL;
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_create(len, 3, masks, &shape, 7, &h), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_enable_backward(h, 8), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcpt_harness_reference(h, 2, NULL, 0), DCP_OK);
+    const char *clusters[2] = {"1x1", "2x2"};
+    for (int ci = 0; ci < 2; ci++) {
+        dcp_plan_t *p = plan_for(h, clusters[ci], DCP_STRATEGY_ZIGZAG, 32, 1);
+        dcp_plan_stats_t ps;
+        CU_ASSERT_EQUAL_FATAL(dcp_plan_get_stats(p, &ps), DCP_OK);
+        const int32_t rows[2] = {0, 5};
+        for (int ri = 0; ri < 2; ri++) {
+            int64_t pairs[2][DCP_ATTN_CLASSES];
+            memset(pairs, 0xff, sizeof pairs);
+            CU_ASSERT_EQUAL_FATAL(dcp_plan_attn_pairs(p, rows[ri], pairs), DCP_OK);
+            int64_t sum[2] = {0, 0};
+            for (int pass = 0; pass < 2; pass++)
+                for (int c = 0; c < DCP_ATTN_CLASSES; c++) sum[pass] += pairs[pass][c];
+            CU_ASSERT_EQUAL(sum[0] * 4 * 16 * 4, ps.total_flops);
+            CU_ASSERT_EQUAL(sum[1], sum[0]);
+            if (rows[ri] == 0) /* blocks of 32 rows: every run under the default 64 is masked */
+                CU_ASSERT_EQUAL(pairs[0][DCP_ATTN_CLASS_MASKED], sum[0]);
+            if (rows[ri] == 5) /* the diagonal, whole tiles; only the 1-token sequence masked */
+                CU_ASSERT(pairs[0][DCP_ATTN_CLASS_CAUSAL] > 0 &&
+                          pairs[0][DCP_ATTN_CLASS_FULL] > 0 &&
+                          pairs[0][DCP_ATTN_CLASS_MASKED] == 1);
+            if (ci != 0) continue;
+            /* one rank: the twin's own cut of the same launches (min rows as the engine's) */
+            int64_t ran[DCP_SEG_CLASSES] = {0};
+            expect_twin_matches(h, p, rows[ri] ? rows[ri] : 64, "pairs", ran);
+            for (int c = 0; c < DCP_ATTN_CLASSES; c++) CU_ASSERT_EQUAL(ran[c], pairs[0][c]);
+        }
+        int64_t keep[2][DCP_ATTN_CLASSES];
+        memset(keep, 0x5a, sizeof keep);
+        int64_t out[2][DCP_ATTN_CLASSES];
+        memcpy(out, keep, sizeof out);
+        CU_ASSERT_EQUAL(dcp_plan_attn_pairs(NULL, 0, out), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_EQUAL(dcp_plan_attn_pairs(p, -1, out), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "min_rows"));
+        CU_ASSERT_EQUAL(memcmp(out, keep, sizeof out), 0); /* nothing written on failure */
+        dcp_plan_destroy(p);
+    }
+    dcpt_harness_destroy(h);
+}
+
 /* The engine choice of CPU contexts: cudnn and auto run dcp's kernels and say why, twin is
  * the twin, bad names are refused naming the field or the variable. */
 static void test_engine_choice_on_cpu(void)
@@ -641,6 +814,9 @@ int dcp_suite_segment(void)
         {"deterministic_waves", test_deterministic_waves},
         {"delta_out", test_delta_out},
         {"engine_choice_on_cpu", test_engine_choice_on_cpu},
+        {"softcap_runs_own", test_softcap_runs_own},
+        {"upload_places_programs", test_upload_places_programs},
+        {"plan_attn_pairs", test_plan_attn_pairs},
         {NULL, NULL},
     };
     return dcp_add_suite("segment", tests);

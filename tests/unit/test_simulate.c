@@ -1,10 +1,10 @@
 /* The step-time simulator on timelines computed by hand, its link model, its scale, and the
  * kernel table reader of dcp-plan --simulate. */
-#include "partition/cost.h"
-#include "partition/place.h"
-#include "partition/schedule.h"
-#include "partition/simulate.h"
-#include "plugin/cli/sim_kernels.h"
+#include "partition/place/place.h"
+#include "partition/plan/cost.h"
+#include "partition/program/schedule.h"
+#include "partition/sim/simulate.h"
+#include "plugin/cli/support/sim_kernels.h"
 #include "tests/unit/suites.h"
 
 #include <CUnit/CUnit.h>

@@ -1,9 +1,11 @@
 /* Topology discovery on hwloc XML captures (tests/data), without the hardware, and the
  * engine chosen for each link class. */
+#include "plugin/job.h"
 #include "topo/cluster.h"
 #include "topo/gdr.h"
 #include "topo/node.h"
 #include "topo/node_figures.h"
+#include "transport/peers.h"
 #include "transport/select.h"
 #include "tests/unit/suites.h"
 
@@ -63,10 +65,11 @@ static void test_h100_ib_node(void)
     dcp_node_topo_t *t = discover("tests/data/h100-ib.xml", NULL, 0);
     CU_ASSERT_EQUAL(t->num_gpus, 8);
     CU_ASSERT_EQUAL(t->num_nics, 11);
+    /* the compute HCAs' names of the DGX H100 User Guide's network-module table */
+    static const char *const hca[8] = {"mlx5_0", "mlx5_3", "mlx5_4",  "mlx5_5",
+                                       "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"};
     for (int32_t g = 0; g < 8; g++) {
-        char name[32];
-        snprintf(name, sizeof name, "mlx5_%d", g);
-        CU_ASSERT_EQUAL(t->gpus[g].nic, nic_named(t, name));
+        CU_ASSERT_EQUAL(t->gpus[g].nic, nic_named(t, hca[g]));
         CU_ASSERT_EQUAL(t->gpus[g].nic_path, DCP_PATH_PIX);
         CU_ASSERT_EQUAL(t->nics[t->gpus[g].nic].kind, DCP_NIC_IB);
     }
@@ -77,7 +80,8 @@ static void test_h100_ib_node(void)
         CU_ASSERT_STRING_EQUAL(dcp_nic_fabric(&t->nics[t->gpus[g].nic]), "InfiniBand");
         CU_ASSERT_DOUBLE_EQUAL(dcp_node_gpu_gbps(t, g), 50.0, 1e-9);
     }
-    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_8")), 0);
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_1")), 0);
+    CU_ASSERT_EQUAL(dcp_node_nic_users(t, nic_named(t, "mlx5_7")), 0);
     CU_ASSERT_EQUAL(dcp_node_model_nics(t), 8);
     CU_ASSERT_EQUAL(t->gpu_path[0][3], DCP_PATH_NODE);
     CU_ASSERT_EQUAL(t->gpu_path[3][4], DCP_PATH_SYS);
@@ -108,7 +112,7 @@ static void test_busid_order(void)
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/a100-efa.xml", bad, 1, t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "0000:77:00.0"));
     /* a NIC's bus id is no GPU's, and a GPU is not listed twice */
-    const char *nic[1] = {"0000:99:00.0"}, *twice[2] = {"0000:9a:00.0", "0000:9a:00.0"};
+    const char *nic[1] = {"0000:9a:00.0"}, *twice[2] = {"0000:9d:00.0", "0000:9d:00.0"};
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/h100-ib.xml", nic, 1, t), DCP_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "class 0x0207, not a GPU"));
     CU_ASSERT_EQUAL(dcp_node_discover("tests/data/h100-ib.xml", twice, 2, t), DCP_ERR_INVALID_ARG);
@@ -353,6 +357,72 @@ static void test_cluster_from_capture(void)
     CU_ASSERT_PTR_NULL(c);
 }
 
+/* One engine choice for a job and for dcp-topo (dcp_job_engines_for_node): a job of nodes like
+ * a capture gets the engines its peer table gives, the defaults per NIC kind, UCX moving device
+ * memory only where every rank's does, the environment's overrides below the config's. */
+static void test_job_engines_for_node(void)
+{
+    static const struct {
+        const char *xml;
+        dcp_engine_kind_t intra, inter, inter_no_ucx_cuda;
+    } nodes[] = {
+        {"tests/data/a100-efa.xml", DCP_ENGINE_NCCL, DCP_ENGINE_NCCL, DCP_ENGINE_NCCL},
+        {"tests/data/h100-ib.xml", DCP_ENGINE_NCCL, DCP_ENGINE_UCX, DCP_ENGINE_NCCL},
+        {"tests/data/this-machine.xml", DCP_ENGINE_UCX, DCP_ENGINE_UCX, DCP_ENGINE_UCX},
+    };
+    char *saved[2] = {NULL, NULL}; /* the caller's, put back at the end */
+    static const char *const vars[2] = {"DCP_TRANSPORT_INTRA", "DCP_TRANSPORT_INTER"};
+    for (int v = 0; v < 2; v++) {
+        const char *was = getenv(vars[v]);
+        saved[v] = was ? strdup(was) : NULL;
+        unsetenv(vars[v]);
+    }
+    for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++) {
+        dcp_node_topo_t *n = discover(nodes[i].xml, NULL, 0);
+        dcp_engine_kind_t k[DCP_LINK_COUNT], j[DCP_LINK_COUNT];
+        const char *why[DCP_LINK_COUNT] = {NULL, NULL};
+        int ucx_cuda = -1;
+        CU_ASSERT_EQUAL_FATAL(dcp_job_engines_for_node(n, k, why, &ucx_cuda), DCP_OK);
+        CU_ASSERT(ucx_cuda == 0 || ucx_cuda == 1);
+        CU_ASSERT_EQUAL(k[DCP_LINK_INTRA], nodes[i].intra);
+        CU_ASSERT_EQUAL(k[DCP_LINK_INTER], ucx_cuda ? nodes[i].inter : nodes[i].inter_no_ucx_cuda);
+        CU_ASSERT(why[DCP_LINK_INTRA] && why[DCP_LINK_INTER] && *why[DCP_LINK_INTER]);
+        /* a job of two such nodes, as its contexts choose: the same engines */
+        dcp_peer_t peer[2];
+        memset(peer, 0, sizeof peer);
+        for (int r = 0; r < 2; r++) {
+            peer[r].nic = dcp_node_nic_kind(n);
+            peer[r].ucx_cuda = ucx_cuda;
+        }
+        const dcp_peer_table_t t = {0, 2, peer};
+        const int gpu = n->num_gpus > 0;
+        CU_ASSERT_EQUAL(dcp_job_choose_engines(&t, gpu, NULL, NULL, j, NULL), DCP_OK);
+        CU_ASSERT(j[0] == k[0] && j[1] == k[1]);
+        /* one rank whose UCX cannot move device memory takes GPU jobs off UCX between nodes */
+        peer[1].ucx_cuda = 0;
+        CU_ASSERT_EQUAL(dcp_job_choose_engines(&t, gpu, NULL, NULL, j, NULL), DCP_OK);
+        CU_ASSERT_EQUAL(j[DCP_LINK_INTER], nodes[i].inter_no_ucx_cuda);
+        /* the environment overrides the default; a name given by the caller overrides both */
+        setenv("DCP_TRANSPORT_INTER", "ucx", 1);
+        CU_ASSERT_EQUAL(dcp_job_engines_for_node(n, k, why, NULL), DCP_OK);
+        CU_ASSERT_EQUAL(k[DCP_LINK_INTER], DCP_ENGINE_UCX);
+        CU_ASSERT_STRING_EQUAL(why[DCP_LINK_INTER], "overridden");
+        const dcp_status_t want = gpu ? DCP_OK : DCP_ERR_UNSUPPORTED; /* NCCL moves GPU memory */
+        CU_ASSERT_EQUAL(dcp_job_choose_engines(&t, gpu, NULL, "nccl", j, NULL), want);
+        if (gpu) CU_ASSERT_EQUAL(j[DCP_LINK_INTER], DCP_ENGINE_NCCL);
+        setenv("DCP_TRANSPORT_INTER", "ipc", 1);
+        CU_ASSERT_EQUAL(dcp_job_engines_for_node(n, k, why, NULL), DCP_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dcp_last_error(), "$DCP_TRANSPORT_INTER = \"ipc\""));
+        unsetenv("DCP_TRANSPORT_INTER");
+        free(n);
+    }
+    for (int v = 0; v < 2; v++)
+        if (saved[v]) {
+            setenv(vars[v], saved[v], 1);
+            free(saved[v]);
+        }
+}
+
 static void test_engine_per_link(void)
 {
     dcp_engine_kind_t k;
@@ -405,6 +475,7 @@ int dcp_suite_topo(void)
         {"gdr_prerequisites", test_gdr_prerequisites},
         {"cluster_from_capture", test_cluster_from_capture},
         {"engine_per_link", test_engine_per_link},
+        {"job_engines_for_node", test_job_engines_for_node},
         {NULL, NULL},
     };
     return dcp_add_suite("topo", tests);

@@ -3,7 +3,7 @@
  * rendezvous, size mismatches, peer aborts, timeouts and bad arguments; and contexts of
  * process ranks (the path mpirun takes) run over it, checked against the reference. */
 #include "include/base/error.h"
-#include "plugin/cli/harness.h"
+#include "plugin/cli/support/harness.h"
 #include "plugin/context.h"
 #include "plugin/hybrid.h"
 #include "topo/cluster.h"

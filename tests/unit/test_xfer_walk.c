@@ -6,6 +6,7 @@
  * and nothing may be left behind. Ranks as threads over the in-process engine, as threads with
  * a UCX worker each, as processes over UCX, and as processes of two threads (both engines,
  * routed). */
+#include "include/base/env.h"
 #include "include/base/error.h"
 #include "tests/unit/suites.h"
 #include "tests/unit/walk.h"
@@ -104,7 +105,7 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
             snprintf(why, sizeof why, "%lld blocks left behind", (long long)leaked);
         named += !why[0] && !all_ok;
         absorbed += !why[0] && all_ok;
-        if (why[0] || getenv("DCP_WALK_VERBOSE")) {
+        if (why[0] || dcp_env_int_value(DCP_ENV_WALK_VERBOSE)) {
             bad += why[0] != '\0';
             fprintf(stderr, "walk %s: call %lld of %lld (%s): %s\n", name, (long long)ns[i],
                     (long long)total, site < DCP_FAULT_COUNT ? site_names[site] : "?", why);

@@ -3,7 +3,7 @@
 #define DCP_TESTS_TESTLIB_H
 
 #include "include/dcp.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 
 /* A random mask of `kind` with parameters that exercise sequences of length L (edges
  * included); CUSTOM ranges are written to *ranges_out (malloc'ed, 4 * L), else NULL. */

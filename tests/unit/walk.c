@@ -1,8 +1,9 @@
 #define _GNU_SOURCE /* dladdr */
 #include "tests/unit/walk.h"
 
+#include "include/base/env.h"
 #include "include/base/error.h"
-#include "plugin/cli/rng.h"
+#include "plugin/cli/support/rng.h"
 #include "tests/unit/walk_procs.h"
 
 #include <CUnit/CUnit.h>
@@ -13,16 +14,15 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* (the runner has checked the test settings: dcp_env_check) */
 int t_walk_full(void)
 {
-    const char *v = getenv("DCP_WALK");
-    return v && !strcmp(v, "full");
+    return strcmp(dcp_env_str_value(DCP_ENV_WALK), "full") == 0;
 }
 
 uint64_t t_walk_seed(void)
 {
-    const char *v = getenv("DCP_WALK_SEED");
-    return v && *v ? strtoull(v, NULL, 0) : 45;
+    return (uint64_t)dcp_env_int_value(DCP_ENV_WALK_SEED);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -72,7 +72,7 @@ uint64_t t_digest(uint64_t h, const void *bytes, size_t n)
 
 void t_walk_print_sites(const char *name, const void *const *sites, int64_t n)
 {
-    const char *path = getenv("DCP_WALK_SITES");
+    const char *path = dcp_env_str_value(DCP_ENV_WALK_SITES);
     Dl_info self;
     if (!path || !*path || n == 0 || !dladdr((const void *)t_walk_print_sites, &self) ||
         !self.dli_fname)
@@ -448,7 +448,7 @@ void t_job_walk(const char *name, int32_t procs, int32_t threads, int transport,
                      "run's");
         named += !why[0] && !all_ok;
         absorbed += !why[0] && all_ok;
-        if (why[0] || getenv("DCP_WALK_VERBOSE")) {
+        if (why[0] || dcp_env_int_value(DCP_ENV_WALK_VERBOSE)) {
             fprintf(stderr, "walk %s: process %d's %s %lld of %lld: %s\n", name, job.victim,
                     transport ? "transport call" : "allocation", (long long)n,
                     (long long)total[job.victim], why);
