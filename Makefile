@@ -106,7 +106,8 @@ LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cud
 # the NCCL engine and the cuDNN engine see the CUDA runtime's, NCCL's and cuDNN's headers;
 # libnccl and libcudnn are loaded at run time
 CUDNN_SRCS = kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c
-$(BUILD)/obj/transport/nccl.o $(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
+$(BUILD)/obj/transport/nccl.o $(BUILD)/obj-hooks/transport/nccl.o \
+		$(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
 	$(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
 # ptxas fails a kernel that spills or uses local memory (kernels/README.md). The fatbins
 # are compressed (the kernels' head dims and tile shapes make them 12 MB per binary
@@ -199,8 +200,8 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LINK)
 
 # The test binary builds the files that hold hook points (include/base/test_hook.h: ordering
-# delays and counts, the allocation failure hook in the allocator and the device tables,
-# transport faults) again with the hooks on; the library itself never has them. Programs
+# delays and counts, the allocation failure hook in the allocator, the device tables and the
+# NCCL engine's streams and events, transport faults) again with the hooks on; the library itself never has them. Programs
 # with the allocation hook link with --wrap=free, so that the hook sees the library's frees
 # (tests/unit/fault_hook.h).
 ALLOC_HOOK_SRCS = include/base/alloc.c kernels/device_cpu.c
@@ -208,6 +209,7 @@ HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c
 	transport/ucx.c $(ALLOC_HOOK_SRCS)
 ifneq ($(NVCC),)
 ALLOC_HOOK_CU_SRCS = kernels/cuda/device.cu
+ALLOC_HOOK_SRCS += transport/nccl.c
 endif
 ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) \
 	$(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o

@@ -3,7 +3,7 @@
 #include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/poll.h"
-#include "kernels/device.h"
+#include "include/base/test_hook.h"
 #include "transport/bootstrap.h"
 #include "transport/lent.h"
 #include "transport/peers.h"
@@ -97,6 +97,33 @@ static dcp_status_t cuda_error(cudaError_t e, const char *what)
     return dcp_set_error(DCP_ERR_SYSTEM, "nccl: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* The engine's stream and events are the library's resources too: they pass the allocation
+ * failure hook of include/base/test_hook.h with their caller as the site (test builds compile
+ * this file again with the hook, as they do the device tables), and one refused for lack of
+ * memory is DCP_ERR_NO_MEMORY, as the device tables' are (kernels/device.h). */
+static dcp_status_t create_failed(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError();
+    return dcp_set_error(e == cudaErrorMemoryAllocation ? DCP_ERR_NO_MEMORY : DCP_ERR_SYSTEM,
+                         "nccl: %s: %s", what, cudaGetErrorString(e));
+}
+
+__attribute__((noinline)) static dcp_status_t stream_create(cudaStream_t *stream_out)
+{
+    const cudaError_t e = DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE())
+                              ? cudaErrorMemoryAllocation
+                              : cudaStreamCreateWithFlags(stream_out, cudaStreamNonBlocking);
+    return e == cudaSuccess ? DCP_OK : create_failed(e, "stream create");
+}
+
+__attribute__((noinline)) static dcp_status_t event_create(cudaEvent_t *event_out)
+{
+    const cudaError_t e = DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE())
+                              ? cudaErrorMemoryAllocation
+                              : cudaEventCreateWithFlags(event_out, cudaEventDisableTiming);
+    return e == cudaSuccess ? DCP_OK : create_failed(e, "event create");
+}
+
 static dcp_status_t nccl_error(const nccl_engine_t *e, ncclResult_t r, const char *what)
 {
     /* remote and system errors mean a peer or its link is gone */
@@ -184,11 +211,9 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     st = ce == cudaSuccess ? DCP_OK : cuda_error(ce, "stream wait");
     if (st == DCP_OK && n > 0 && ops[0].done) {
         r->done = (cudaEvent_t)ops[0].done;
-    } else if (st == DCP_OK) { /* the device table's event: its failures are named alike */
-        void *done = NULL;
+    } else if (st == DCP_OK) {
         r->owns_done = 1;
-        st = dcp_device_cuda.event_create(e->device, &done);
-        r->done = (cudaEvent_t)done;
+        st = event_create(&r->done);
     }
     if (st != DCP_OK) goto out;
     ncclResult_t nr = e->api.group_start();
@@ -418,11 +443,7 @@ dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
     e->stream = (cudaStream_t)lent_stream;
     e->owns_stream = !lent_stream;
     if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "set device");
-    if (st == DCP_OK && !lent_stream) { /* the device table's stream: failures named alike */
-        void *stream = NULL;
-        st = dcp_device_cuda.stream_create(device, &stream);
-        e->stream = (cudaStream_t)stream;
-    }
+    if (st == DCP_OK && !lent_stream) st = stream_create(&e->stream);
     /* a rank without NCCL or a stream fails every rank, not only itself */
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "nccl set-up"), st, err);
     /* every rank lends a communicator that fits, or none lends one: checked on all at once */

@@ -12,8 +12,9 @@
  * thread.
  *
  * Allocation failures (tests/unit/fault_hook.c): every allocation of the library (alloc.h,
- * and the device tables' memory, page-locked memory, streams, events and timers) asks
- * DCP_TEST_ALLOC_FAILS(site) first and fails as a real one would when it says so; a block it
+ * the device tables' memory, page-locked memory, streams, events and timers, the NCCL
+ * engine's stream and events) asks DCP_TEST_ALLOC_FAILS(site) first and fails as a real one
+ * would when it says so; a block it
  * made is reported with DCP_TEST_ALLOC_MADE(old, ptr, bytes, site) (old: the address of the
  * block a resize replaced, or 0), so that the hook knows dcp's live blocks; host blocks are
  * dropped by the test programs' free() (-Wl,--wrap=free), the CUDA table's blocks (device and
