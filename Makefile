@@ -106,7 +106,8 @@ LIB_SRCS := $(filter-out kernels/device_none.c transport/nccl_none.c kernels/cud
 # the NCCL engine and the cuDNN engine see the CUDA runtime's, NCCL's and cuDNN's headers;
 # libnccl and libcudnn are loaded at run time
 CUDNN_SRCS = kernels/cudnn_sdpa.c kernels/cudnn_api.c kernels/cudnn_graph.c
-$(BUILD)/obj/transport/nccl.o $(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
+$(BUILD)/obj/transport/nccl.o $(BUILD)/obj-hooks/transport/nccl.o \
+		$(CUDNN_SRCS:%.c=$(BUILD)/obj/%.o): CFLAGS_ALL += \
 	$(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include) -isystem $(CUDA_HOME)/include
 # ptxas fails a kernel that spills or uses local memory (kernels/README.md). The fatbins
 # are compressed (the kernels' head dims and tile shapes make them 12 MB per binary
@@ -199,18 +200,20 @@ $(MPI_TOOL_BINS): $(CLI_OBJS) $(MPI_CLI_OBJS) $(SUPPORT_LIB) $(BUILD)/lib/libdcp
 	$(CC) $(SAN) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS_ALL) $(MPI_LINK)
 
 # The test binary builds the files that hold hook points (include/base/test_hook.h: ordering
-# delays and counts, the allocation failure hook in the allocator and the device tables,
-# transport faults) again with the hooks on; the library itself never has them. Programs
+# delays and counts, the allocation failure hook in the allocator, the device tables and the
+# NCCL engine's streams and events, transport faults) again with the hooks on; the library itself never has them. Programs
 # with the allocation hook link with --wrap=free, so that the hook sees the library's frees
 # (tests/unit/fault_hook.h).
 ALLOC_HOOK_SRCS = include/base/alloc.c kernels/device_cpu.c
 HOOK_SRCS = plugin/executor.c plugin/stamp.c plugin/context.c transport/inproc.c \
 	transport/ucx.c $(ALLOC_HOOK_SRCS)
-ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o
 ifneq ($(NVCC),)
-HOOK_CU_OBJS = $(BUILD)/obj-hooks/kernels/cuda/device.o
+ALLOC_HOOK_CU_SRCS = kernels/cuda/device.cu
+ALLOC_HOOK_SRCS += transport/nccl.c
 endif
-HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(HOOK_CU_OBJS)
+ALLOC_HOOK_OBJS = $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) \
+	$(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj-hooks/%.o) $(BUILD)/obj/tests/unit/fault_hook.o
+HOOK_OBJS = $(HOOK_SRCS:%.c=$(BUILD)/obj-hooks/%.o) $(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj-hooks/%.o)
 HOOK_LDFLAGS = -Wl,--wrap=free
 $(BUILD)/obj-hooks/%.o: %.c
 	@mkdir -p $(@D)
@@ -384,9 +387,11 @@ test-walks:
 	$(WALK_ENV) DCP_WALK=full build-asan/bin/dcp-tests -s xfer_walk
 	@echo "allocation sites reached by the single-process walks: $$(grep -v '^#' \
 		build-asan/walk-sites.txt | sed 's/ (discriminator [0-9]*)//' | sort -u | wc -l) source lines"
+	@# the python that imports PyTorch, as test-run picks it, so that dcp.torch is walked too
+	py=python3; /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3; \
 	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
 		$(WALK_ENV) ASAN_OPTIONS="$$ASAN_OPTIONS:detect_leaks=0" DCP_WALK=full \
-		python3 tests/python/alloc_walk.py build-asan/lib/hooks/libdcp.so
+		$$py tests/python/alloc_walk.py build-asan/lib/hooks/libdcp.so
 
 # The soak (tests/soak/soak.c): 10,000 training steps on 4 processes (about 6 minutes here)
 soak:
@@ -413,8 +418,8 @@ $(BUILD)/bin/dcp-planner-load: $(BUILD)/obj/tests/tsan/planner_load_main.o \
 
 # libdcp.so with the allocation hook (tests/unit/fault_hook.h), for the Python layer's walk
 # (tests/python/alloc_walk.py); never installed
-$(BUILD)/lib/hooks/libdcp.so: $(filter-out $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj/%.o),$(LIB_OBJS)) \
-		$(ALLOC_HOOK_OBJS)
+$(BUILD)/lib/hooks/libdcp.so: $(filter-out $(ALLOC_HOOK_SRCS:%.c=$(BUILD)/obj/%.o) \
+		$(ALLOC_HOOK_CU_SRCS:%.cu=$(BUILD)/obj/%.o),$(LIB_OBJS)) $(ALLOC_HOOK_OBJS)
 	@mkdir -p $(@D)
 	$(CC) -shared $(SAN) $(HOOK_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 

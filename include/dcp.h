@@ -542,6 +542,9 @@ typedef struct {
     int64_t cached_plans; /* plans in the cache now */
     int64_t cached_bytes; /* bytes they hold now (<= cache_bytes) */
     int64_t uncached;     /* plans not cached because they alone exceed cache_bytes */
+    int64_t evictions;    /* cached plans dropped for newer ones (least recently used first);
+                             with a cache, cached_plans = planned - failed - uncached -
+                             evictions */
 } dcp_planner_stats_t;
 
 DCP_API dcp_status_t dcp_planner_stats(dcp_planner_t *planner, dcp_planner_stats_t *stats_out);

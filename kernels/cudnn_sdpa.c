@@ -11,6 +11,7 @@
 #include "include/base/log.h"
 #include "kernels/cudnn_api.h"
 #include "kernels/cudnn_graph.h"
+#include "kernels/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -358,14 +359,13 @@ dcp_status_t dcp_cudnn_prepare(dcp_cudnn_t *c, int slot, const dcp_seg_prog_t *p
             (long long)c->stats.plans, (long long)c->stats.hits, (long long)c->cache.n);
     if (ws > s->ws_cap) {
         cudaStreamSynchronize((cudaStream_t)env->stream); /* queued calls may use the old one */
-        cudaFree(s->workspace);
-        s->workspace = NULL;
+        /* the device table's memory: the allocation hook sees it (kernels/device.h) */
+        dcp_device_cuda.free(s->workspace);
         s->ws_cap = 0;
-        if (cudaMalloc(&s->workspace, ws) != cudaSuccess) {
-            (void)cudaGetLastError();
+        s->workspace = dcp_device_cuda.alloc(c->device, ws);
+        if (!s->workspace)
             return dcp_set_error(DCP_ERR_NO_MEMORY, "cudnn: %zu bytes of workspace on GPU %d", ws,
                                  c->device);
-        }
         s->ws_cap = ws;
     }
     for (int64_t i = 0; i < prog->n_calls; i++)
@@ -436,7 +436,7 @@ void dcp_cudnn_close(dcp_cudnn_t *c)
     for (int i = 0; i < 2; i++) {
         slot_clear(c, &c->slot[i]);
         free(c->slot[i].calls);
-        if (c->slot[i].workspace) cudaFree(c->slot[i].workspace);
+        dcp_device_cuda.free(c->slot[i].workspace);
     }
     for (int64_t i = 0; i < c->cache.n && c->plans; i++) plan_free(&c->plans[i]);
     free(c->plans);

@@ -10,6 +10,8 @@
  * entry fails with DCP_ERR_UNSUPPORTED) queues work on streams and orders streams with
  * events, so code written against the table is correct on both: work queued on a stream
  * after event_record(e, s) on another stream and stream_wait(t, e) runs after what s held.
+ * A stream, an event or a timer that cannot be made for lack of memory is DCP_ERR_NO_MEMORY,
+ * as a failed allocation is; any other refusal of the runtime is DCP_ERR_SYSTEM.
  */
 #ifndef DCP_KERNELS_DEVICE_H
 #define DCP_KERNELS_DEVICE_H

@@ -31,7 +31,31 @@ struct dcp_hybrid {
     dcp_status_t st;
     int32_t failed;
     char why[256];
+    /* DCP_OK, or the failure that ended the bootstrap (a round whose process allgather failed,
+     * or a thread of this process that did not come): every later allgather fails at once with
+     * it (dcp.h allows it), as the MPI bootstrap's do, so that a failed job costs its ranks one
+     * timeout, not one per collective, and no round starts with a thread counted that left */
+    dcp_status_t broken;
 };
+
+/* The failure that ended the bootstrap, again (h->mu held; released). */
+static dcp_status_t stay_failed(dcp_hybrid_t *h, int32_t *failed_out)
+{
+    if (failed_out) *failed_out = h->failed;
+    const dcp_status_t st = dcp_set_error(h->broken, "%s", h->why);
+    pthread_mutex_unlock(&h->mu);
+    return st;
+}
+
+/* Ends the bootstrap: st and the calling thread's last error (h->mu held). */
+static void break_down(dcp_hybrid_t *h, dcp_status_t st, int32_t failed)
+{
+    if (h->broken != DCP_OK) return;
+    h->broken = st;
+    h->failed = failed;
+    dcp_error_save(h->why, sizeof h->why);
+    pthread_cond_broadcast(&h->cv);
+}
 
 static dcp_status_t grow(char **buf, size_t *cap, size_t bytes)
 {
@@ -56,7 +80,8 @@ static void gather_process(dcp_hybrid_t *h, size_t bytes, double timeout_s)
     pthread_mutex_lock(&h->mu);
     h->st = st;
     h->failed = failed >= 0 ? failed * h->threads : -1; /* the process's first rank */
-    if (st != DCP_OK) dcp_error_save(h->why, sizeof h->why);
+    /* keeps the message in h->why, which the round's readers take */
+    if (st != DCP_OK) break_down(h, st, h->failed);
     h->readers = h->threads;
     h->arrived = 0;
     h->round++;
@@ -73,29 +98,33 @@ static dcp_status_t hybrid_allgather_timed(void *state, const void *send, void *
     const struct timespec deadline = dcp_deadline_after(timeout_s + 1.0);
     dcp_status_t st = DCP_OK;
     pthread_mutex_lock(&h->mu);
-    while (h->readers > 0 && st == DCP_OK)
+    while (h->readers > 0 && st == DCP_OK && h->broken == DCP_OK)
         if (pthread_cond_timedwait(&h->cv, &h->mu, &deadline) != 0) st = DCP_ERR_TIMEOUT;
-    if (st == DCP_OK && h->arrived == 0) st = grow(&h->part, &h->cap_part, h->threads * bytes);
+    if (h->broken != DCP_OK) return stay_failed(h, failed_out);
     if (st != DCP_OK) {
-        pthread_mutex_unlock(&h->mu);
-        if (failed_out) *failed_out = -1;
-        return st == DCP_ERR_TIMEOUT
-                   ? dcp_set_error(st,
-                                   "hybrid bootstrap: rank %d: the previous allgather did "
-                                   "not end",
-                                   s->local)
-                   : st;
+        dcp_set_error(st, "hybrid bootstrap: rank %d: the previous allgather did not end",
+                      s->local);
+        break_down(h, st, -1);
+        return stay_failed(h, failed_out);
+    }
+    if (h->arrived == 0) st = grow(&h->part, &h->cap_part, h->threads * bytes);
+    if (st != DCP_OK) { /* the others would wait for this thread: they fail with it now */
+        break_down(h, st, -1);
+        return stay_failed(h, failed_out);
     }
     memcpy(h->part + (size_t)s->local * bytes, send, bytes);
     const uint64_t round = h->round;
     if (++h->arrived == h->threads) gather_process(h, bytes, timeout_s);
-    while (h->round == round && st == DCP_OK)
+    while (h->round == round && st == DCP_OK && h->broken == DCP_OK)
         if (pthread_cond_timedwait(&h->cv, &h->mu, &deadline) != 0) st = DCP_ERR_TIMEOUT;
-    if (st != DCP_OK) { /* the round never ended: a thread of this process did not come */
-        pthread_mutex_unlock(&h->mu);
-        if (failed_out) *failed_out = -1;
-        return dcp_set_error(st, "hybrid bootstrap: a thread of process %d did not take part",
-                             h->procs->rank);
+    if (h->round == round) { /* the round never ended: a thread of this process did not come */
+        if (h->broken == DCP_OK) {
+            dcp_set_error(DCP_ERR_TIMEOUT,
+                          "hybrid bootstrap: a thread of process %d did not take part",
+                          h->procs->rank);
+            break_down(h, DCP_ERR_TIMEOUT, -1);
+        }
+        return stay_failed(h, failed_out);
     }
     st = h->st;
     if (st == DCP_OK)

@@ -6,6 +6,8 @@
  * process allgather with the whole process's part, and hands every thread the result. The
  * contexts created on it take the in-process engine (the hybrid's hub) for ranks of the same
  * process and the job's engines for the others, behind the routing engine (plugin/job.c).
+ * After a failure (the process allgather's, or a thread of the process that did not come
+ * within the timeout) every later allgather fails at once with it.
  */
 #ifndef DCP_PLUGIN_HYBRID_H
 #define DCP_PLUGIN_HYBRID_H

@@ -282,18 +282,21 @@ static void cache_remove(dcp_planner_t *p, int32_t i)
 }
 
 /* Moves the job's key into the cache with `blob` (one reference taken), dropping the least
- * recently used entries until it fits both bounds (serialize() kept larger plans out). */
+ * recently used entries until it fits both bounds (serialize() kept larger plans out); every
+ * entry dropped counts as an eviction. */
 static void cache_insert(dcp_planner_t *p, svc_job_t *j, svc_blob_t *blob)
 {
     const int64_t size = entry_bytes(blob, j->key_words);
     svc_entry_t *old = cache_find(p, j);
     if (old) cache_remove(p, (int32_t)(old - p->cache));
+    p->stats.evictions += old != NULL;
     while (p->cache_count > 0 &&
            (p->cache_count == p->cache_cap || p->bytes + size > p->bytes_cap)) {
         int32_t lru = 0;
         for (int32_t i = 1; i < p->cache_count; i++)
             if (p->cache[i].used < p->cache[lru].used) lru = i;
         cache_remove(p, lru);
+        p->stats.evictions++;
     }
     svc_entry_t *e = &p->cache[p->cache_count++];
     e->key = j->key;

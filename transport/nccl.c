@@ -3,6 +3,7 @@
 #include "include/base/env.h"
 #include "include/base/error.h"
 #include "include/base/poll.h"
+#include "include/base/test_hook.h"
 #include "transport/bootstrap.h"
 #include "transport/lent.h"
 #include "transport/peers.h"
@@ -96,6 +97,33 @@ static dcp_status_t cuda_error(cudaError_t e, const char *what)
     return dcp_set_error(DCP_ERR_SYSTEM, "nccl: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* The engine's stream and events are the library's resources too: they pass the allocation
+ * failure hook of include/base/test_hook.h with their caller as the site (test builds compile
+ * this file again with the hook, as they do the device tables), and one refused for lack of
+ * memory is DCP_ERR_NO_MEMORY, as the device tables' are (kernels/device.h). */
+static dcp_status_t create_failed(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError();
+    return dcp_set_error(e == cudaErrorMemoryAllocation ? DCP_ERR_NO_MEMORY : DCP_ERR_SYSTEM,
+                         "nccl: %s: %s", what, cudaGetErrorString(e));
+}
+
+__attribute__((noinline)) static dcp_status_t stream_create(cudaStream_t *stream_out)
+{
+    const cudaError_t e = DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE())
+                              ? cudaErrorMemoryAllocation
+                              : cudaStreamCreateWithFlags(stream_out, cudaStreamNonBlocking);
+    return e == cudaSuccess ? DCP_OK : create_failed(e, "stream create");
+}
+
+__attribute__((noinline)) static dcp_status_t event_create(cudaEvent_t *event_out)
+{
+    const cudaError_t e = DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE())
+                              ? cudaErrorMemoryAllocation
+                              : cudaEventCreateWithFlags(event_out, cudaEventDisableTiming);
+    return e == cudaSuccess ? DCP_OK : create_failed(e, "event create");
+}
+
 static dcp_status_t nccl_error(const nccl_engine_t *e, ncclResult_t r, const char *what)
 {
     /* remote and system errors mean a peer or its link is gone */
@@ -180,16 +208,14 @@ static dcp_status_t nccl_launch(dcp_engine_t *base, const dcp_xfer_op_t *ops, in
     for (int64_t k = 0; k < n && ce == cudaSuccess; k++)
         if (ops[k].ready && (k == 0 || ops[k].ready != ops[k - 1].ready))
             ce = cudaStreamWaitEvent(e->stream, (cudaEvent_t)ops[k].ready, 0);
-    if (ce == cudaSuccess && n > 0 && ops[0].done) {
+    st = ce == cudaSuccess ? DCP_OK : cuda_error(ce, "stream wait");
+    if (st == DCP_OK && n > 0 && ops[0].done) {
         r->done = (cudaEvent_t)ops[0].done;
-    } else if (ce == cudaSuccess) {
+    } else if (st == DCP_OK) {
         r->owns_done = 1;
-        ce = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+        st = event_create(&r->done);
     }
-    if (ce != cudaSuccess) {
-        st = cuda_error(ce, "event");
-        goto out;
-    }
+    if (st != DCP_OK) goto out;
     ncclResult_t nr = e->api.group_start();
     for (int64_t k = 0; k < n && (nr == ncclSuccess || nr == ncclInProgress); k++)
         nr = order[k]->send ? e->api.send(order[k]->ptr, order[k]->bytes, ncclUint8, order[k]->peer,
@@ -413,12 +439,11 @@ dcp_status_t dcp_nccl_engine_create_on(const dcp_bootstrap_t *bootstrap,
     e->device = device;
     e->timeout_s = timeout_s > 0 ? timeout_s : dcp_bootstrap_timeout(bootstrap);
     dcp_status_t st = load_api(&e->api);
-    cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
+    const cudaError_t ce = st == DCP_OK ? cudaSetDevice(device) : cudaSuccess;
     e->stream = (cudaStream_t)lent_stream;
     e->owns_stream = !lent_stream;
-    if (st == DCP_OK && ce == cudaSuccess && !lent_stream)
-        ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
-    if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "stream");
+    if (st == DCP_OK && ce != cudaSuccess) st = cuda_error(ce, "set device");
+    if (st == DCP_OK && !lent_stream) st = stream_create(&e->stream);
     /* a rank without NCCL or a stream fails every rank, not only itself */
     DCP_CHECK_GOTO(dcp_bootstrap_agree(bootstrap, st, "nccl set-up"), st, err);
     /* every rank lends a communicator that fits, or none lends one: checked on all at once */

@@ -289,6 +289,14 @@ static dcp_status_t post(ucx_engine_t *e, dcp_xfer_req_t *r, int64_t k, const dc
         if (e->failed_peer >= 0)
             return dcp_set_error(DCP_ERR_PEER, "ucx: rank %d failed (%s); rank %d cannot post its %s",
                                  e->failed_peer, e->failed_reason, e->base.rank, call);
+        /* a shared-memory endpoint refuses the post once the peer's memory is gone (its worker
+         * closed before its notice came): the peer is blamed, as for a transfer that breaks */
+        if (UCS_PTR_STATUS(q) == UCS_ERR_SHMEM_SEGMENT) {
+            e->failed_peer = op->peer;
+            snprintf(e->failed_reason, sizeof e->failed_reason, "rank %d cannot post its %s: %s",
+                     e->base.rank, call, ucs_status_string(UCS_ERR_SHMEM_SEGMENT));
+            return dcp_set_error(DCP_ERR_PEER, "ucx: %s", e->failed_reason);
+        }
         return dcp_set_error(DCP_ERR_SYSTEM, "ucx: rank %d cannot post its %s (%zu bytes): %s",
                              e->base.rank, call, op->bytes, ucs_status_string(UCS_PTR_STATUS(q)));
     }
@@ -297,7 +305,7 @@ static dcp_status_t post(ucx_engine_t *e, dcp_xfer_req_t *r, int64_t k, const dc
         return DCP_OK;
     }
     /* completed at once */
-    r->status[k] = DCP_TEST_FAULT(DCP_FAULT_UCX_COMPLETE) ? UCS_ERR_IO_ERROR : UCS_OK;
+    r->status[k] = DCP_TEST_FAULT(DCP_FAULT_UCX_AT_ONCE) ? UCS_ERR_IO_ERROR : UCS_OK;
     r->pending--;
     return DCP_OK;
 }

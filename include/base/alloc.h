@@ -18,8 +18,9 @@ extern "C" {
 #endif
 
 /* Zeroed allocation of n elements of `size` bytes with an overflow check; `what` names the
- * allocation in the error message. n == 0 yields a valid, freeable pointer. */
-dcp_status_t dcp_calloc(void *ptr_out, int64_t n, size_t size, const char *what);
+ * allocation in the error message. n == 0 yields a valid, freeable pointer. Exported from
+ * libdcp.so though not in dcp.h: libdcp_mpi, linked beside it, allocates through it. */
+DCP_API dcp_status_t dcp_calloc(void *ptr_out, int64_t n, size_t size, const char *what);
 
 /* Grows *ptr (an array of `size`-byte elements with capacity *cap) to hold at least `need`
  * elements, doubling; new elements are zeroed. On failure *ptr and *cap are unchanged. */

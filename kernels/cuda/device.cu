@@ -15,6 +15,15 @@ static dcp_status_t fail(cudaError_t e, const char *what)
     return dcp_set_error(DCP_ERR_SYSTEM, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* A stream, an event or a timer that cannot be made: for lack of memory DCP_ERR_NO_MEMORY, as
+ * an allocation (README: a resource that fails inside dcp), otherwise DCP_ERR_SYSTEM. */
+static dcp_status_t fail_create(cudaError_t e, const char *what)
+{
+    if (e != cudaErrorMemoryAllocation) return fail(e, what);
+    (void)cudaGetLastError();
+    return dcp_set_error(DCP_ERR_NO_MEMORY, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
 extern "C" int dcp_cuda_built(void)
 {
     return 1;
@@ -98,7 +107,7 @@ extern "C" dcp_status_t dcp_cuda_stream_create(int device, void **stream_out)
     cudaStream_t s;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e != cudaSuccess) return fail(e, "stream create");
+    if (e != cudaSuccess) return fail_create(e, "stream create");
     *stream_out = s;
     return DCP_OK;
 }
@@ -125,7 +134,7 @@ extern "C" dcp_status_t dcp_cuda_event_create(int device, void **event_out)
     cudaEvent_t ev;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) return fail(e, "event create");
+    if (e != cudaSuccess) return fail_create(e, "event create");
     *event_out = ev;
     return DCP_OK;
 }
@@ -277,8 +286,14 @@ extern "C" dcp_status_t dcp_cuda_timer_start(void *stream, void **timer_out)
         e = cudaEventCreate(&t->stop);
         if (e != cudaSuccess) cudaEventDestroy(t->start);
     }
-    if (e == cudaSuccess) e = cudaEventRecord(t->start, (cudaStream_t)stream);
     if (e != cudaSuccess) {
+        delete t;
+        return fail_create(e, "timer events");
+    }
+    e = cudaEventRecord(t->start, (cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(t->start);
+        cudaEventDestroy(t->stop);
         delete t;
         return fail(e, "timer start");
     }
@@ -306,18 +321,44 @@ static dcp_status_t set_device(int32_t device)
     return dcp_cuda_set_device(device);
 }
 
-/* The table's allocations and creations pass the allocation failure hook of
- * include/base/test_hook.h with their caller as the site (the tools' direct dcp_cuda_* calls
- * do not). Their blocks are not reported as live: they are released by cudaFree, which the
- * hook does not see. */
+/* The table's allocations and creations (memory, page-locked memory, streams, events, timers)
+ * pass the allocation failure hook of include/base/test_hook.h with their caller as the site
+ * (the tools' direct dcp_cuda_* calls do not); a refusal the hook injects is the one a lack of
+ * memory gives. The blocks (memory, page-locked memory, timers) are reported to the hook's
+ * live-block tally when made and when released (cudaFree is not a free() the hook sees); in
+ * the library the hook points compile to nothing. */
+static dcp_status_t refused(const char *what)
+{
+    return dcp_set_error(DCP_ERR_NO_MEMORY, "cuda: %s: %s", what,
+                         cudaGetErrorString(cudaErrorMemoryAllocation));
+}
+
 __attribute__((noinline)) static void *alloc(int32_t device, size_t bytes)
 {
-    return DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()) ? NULL : dcp_cuda_alloc(device, bytes);
+    const void *site = DCP_ALLOC_SITE();
+    void *p = DCP_TEST_ALLOC_FAILS(site) ? NULL : dcp_cuda_alloc(device, bytes);
+    if (p) DCP_TEST_ALLOC_MADE(0, p, bytes, site);
+    return p;
+}
+
+static void dev_free(void *ptr)
+{
+    DCP_TEST_ALLOC_FREED(ptr);
+    dcp_cuda_free(ptr);
 }
 
 __attribute__((noinline)) static void *host_alloc(size_t bytes)
 {
-    return DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()) ? NULL : dcp_cuda_host_alloc(bytes);
+    const void *site = DCP_ALLOC_SITE();
+    void *p = DCP_TEST_ALLOC_FAILS(site) ? NULL : dcp_cuda_host_alloc(bytes);
+    if (p) DCP_TEST_ALLOC_MADE(0, p, bytes, site);
+    return p;
+}
+
+static void host_free(void *ptr)
+{
+    DCP_TEST_ALLOC_FREED(ptr);
+    dcp_cuda_host_free(ptr);
 }
 
 static int addressable(const void *ptr, int32_t device)
@@ -327,16 +368,29 @@ static int addressable(const void *ptr, int32_t device)
 
 __attribute__((noinline)) static dcp_status_t stream_create(int32_t device, void **stream_out)
 {
-    if (DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()))
-        return dcp_set_error(DCP_ERR_SYSTEM, "cuda: stream create: out of memory");
+    if (DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE())) return refused("stream create");
     return dcp_cuda_stream_create(device, stream_out);
 }
 
 __attribute__((noinline)) static dcp_status_t event_create(int32_t device, void **event_out)
 {
-    if (DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE()))
-        return dcp_set_error(DCP_ERR_SYSTEM, "cuda: event create: out of memory");
+    if (DCP_TEST_ALLOC_FAILS(DCP_ALLOC_SITE())) return refused("event create");
     return dcp_cuda_event_create(device, event_out);
+}
+
+__attribute__((noinline)) static dcp_status_t timer_start(void *stream, void **timer_out)
+{
+    const void *site = DCP_ALLOC_SITE();
+    if (DCP_TEST_ALLOC_FAILS(site)) return refused("timer events");
+    DCP_CHECK(dcp_cuda_timer_start(stream, timer_out));
+    DCP_TEST_ALLOC_MADE(0, *timer_out, sizeof(cuda_timer_t), site);
+    return DCP_OK;
+}
+
+static dcp_status_t timer_stop(void *timer, void *stream, double *ms_out)
+{
+    DCP_TEST_ALLOC_FREED(timer);
+    return dcp_cuda_timer_stop(timer, stream, ms_out);
 }
 
 /* Nsight Systems ranges through NVTX3 (header-only): its first call looks for a tool (Nsight
@@ -368,9 +422,9 @@ extern "C" const dcp_device_t dcp_device_cuda = {
     0,
     set_device,
     alloc,
-    dcp_cuda_free,
+    dev_free,
     host_alloc,
-    dcp_cuda_host_free,
+    host_free,
     addressable,
     dcp_cuda_copy_bytes,
     dcp_cuda_fill_f32,
@@ -382,8 +436,8 @@ extern "C" const dcp_device_t dcp_device_cuda = {
     dcp_cuda_event_record,
     dcp_cuda_stream_wait,
     dcp_cuda_event_sync,
-    dcp_cuda_timer_start,
-    dcp_cuda_timer_stop,
+    timer_start,
+    timer_stop,
     dcp_cuda_event_query,
     range_push,
     range_pop,

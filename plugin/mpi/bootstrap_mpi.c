@@ -88,12 +88,13 @@ static dcp_status_t mpi_allgather_timed(void *state, const void *send, void *rec
     const int tag = round_tag(s->round++), n = 2 * (size - 1);
     memcpy((char *)recv + (size_t)rank * bytes, send, bytes);
     if (size == 1) return DCP_OK;
-    MPI_Request *req = malloc((size_t)n * sizeof *req);
-    int *peer = malloc((size_t)n * sizeof *peer);
-    if (!req || !peer) {
+    MPI_Request *req = NULL;
+    int *peer = NULL;
+    dcp_status_t st = dcp_calloc(&req, n, sizeof *req, "mpi bootstrap: requests");
+    if (st == DCP_OK) st = dcp_calloc(&peer, n, sizeof *peer, "mpi bootstrap: peers");
+    if (st != DCP_OK) {
         free(req);
-        free(peer);
-        return dcp_set_error(DCP_ERR_NO_MEMORY, "mpi bootstrap: %d requests", n);
+        return st;
     }
     /* receives first (0 .. size-2), then sends, each in rank order from this rank on */
     int k = 0, rc = MPI_SUCCESS;
@@ -108,7 +109,6 @@ static dcp_status_t mpi_allgather_timed(void *state, const void *send, void *rec
     }
     for (int i = k; i < n; i++) req[i] = MPI_REQUEST_NULL;
     char why[160];
-    dcp_status_t st = DCP_OK;
     if (rc != MPI_SUCCESS) {
         snprintf(why, sizeof why, "posting a message to or from rank %d returned %d", peer[k - 1],
                  rc);

@@ -7,12 +7,23 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* dcp_now()'s clock (CLOCK_MONOTONIC: one clock for every process of the machine), for the
+ * time an injected failure fired. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- failing the nth allocation -------------------------------------------------------- */
 
 static atomic_int_fast64_t alloc_at, alloc_seen;
 static atomic_int alloc_hit;
 static const void *_Atomic alloc_hit_site;
+static _Atomic double alloc_hit_time, fault_hit_time;
 static const void *_Atomic alloc_target; /* fail the first allocation here */
 
 void dcp_test_alloc_fail_at(int64_t n)
@@ -20,6 +31,7 @@ void dcp_test_alloc_fail_at(int64_t n)
     atomic_store(&alloc_target, NULL);
     atomic_store(&alloc_hit, 0);
     atomic_store(&alloc_hit_site, NULL);
+    atomic_store(&alloc_hit_time, 0.0);
     atomic_store(&alloc_seen, 0);
     atomic_store(&alloc_at, n);
 }
@@ -39,6 +51,12 @@ int dcp_test_alloc_fired(const void **site_out)
 {
     if (site_out) *site_out = atomic_load(&alloc_hit_site);
     return atomic_load(&alloc_hit);
+}
+
+double dcp_test_fired_time(void)
+{
+    const double a = atomic_load(&alloc_hit_time);
+    return a > 0 ? a : atomic_load(&fault_hit_time);
 }
 
 /* ---- sites ------------------------------------------------------------------------------ */
@@ -93,10 +111,12 @@ int dcp_test_alloc_fails(const void *site)
     if (target) {
         int none = 0;
         if (site != target || !atomic_compare_exchange_strong(&alloc_hit, &none, 1)) return 0;
+        atomic_store(&alloc_hit_time, now_s());
         atomic_store(&alloc_hit_site, site);
         return 1;
     }
     if (n != atomic_load(&alloc_at)) return 0;
+    atomic_store(&alloc_hit_time, now_s());
     atomic_store(&alloc_hit_site, site);
     atomic_store(&alloc_hit, 1);
     return 1;
@@ -195,14 +215,19 @@ void dcp_test_alloc_made(uintptr_t old, const void *ptr, size_t bytes, const voi
     pthread_mutex_unlock(&live_mu);
 }
 
-void __wrap_free(void *ptr);
-void __wrap_free(void *ptr)
+void dcp_test_alloc_freed(const void *ptr)
 {
     if (ptr && atomic_load_explicit(&tracked, memory_order_relaxed) > 0) {
         pthread_mutex_lock(&live_mu);
         drop(ptr);
         pthread_mutex_unlock(&live_mu);
     }
+}
+
+void __wrap_free(void *ptr);
+void __wrap_free(void *ptr)
+{
+    dcp_test_alloc_freed(ptr);
     __real_free(ptr);
 }
 
@@ -240,19 +265,26 @@ void dcp_test_alloc_live_print(FILE *f, int most)
 
 /* ---- transport faults ------------------------------------------------------------------- */
 
-static atomic_int_fast64_t fault_at, fault_seen;
+static atomic_int_fast64_t fault_at, fault_seen, fault_seen_at[DCP_FAULT_COUNT];
 static atomic_int fault_hit, fault_hit_site;
 
 void dcp_test_fault_at(int64_t n)
 {
     atomic_store(&fault_hit, 0);
+    atomic_store(&fault_hit_time, 0.0);
     atomic_store(&fault_seen, 0);
+    for (int s = 0; s < DCP_FAULT_COUNT; s++) atomic_store(&fault_seen_at[s], 0);
     atomic_store(&fault_at, n);
 }
 
 int64_t dcp_test_fault_count(void)
 {
     return atomic_load(&fault_seen);
+}
+
+int64_t dcp_test_fault_count_site(dcp_fault_site_t site)
+{
+    return (unsigned)site < DCP_FAULT_COUNT ? atomic_load(&fault_seen_at[site]) : 0;
 }
 
 int dcp_test_fault_fired(dcp_fault_site_t *site_out)
@@ -263,8 +295,10 @@ int dcp_test_fault_fired(dcp_fault_site_t *site_out)
 
 int dcp_test_fault(dcp_fault_site_t site)
 {
+    if ((unsigned)site < DCP_FAULT_COUNT) atomic_fetch_add(&fault_seen_at[site], 1);
     const int64_t n = atomic_fetch_add(&fault_seen, 1) + 1;
     if (n != atomic_load(&fault_at)) return 0;
+    atomic_store(&fault_hit_time, now_s());
     atomic_store(&fault_hit_site, (int)site);
     atomic_store(&fault_hit, 1);
     return 1;

@@ -4,9 +4,11 @@
  * Everything is off until a walk turns it on. The functions are exported (default visibility)
  * so that the hooked libdcp.so the Python walk loads offers them to ctypes too.
  *
- * Live blocks: the allocator reports every block it makes (DCP_TEST_ALLOC_MADE); the program
- * is linked with -Wl,--wrap=free, so every free() of its own objects (the library's) comes
- * here first and drops the block. Blocks the library made and never freed are what is live. */
+ * Live blocks: the allocator and the device tables report every block they make
+ * (DCP_TEST_ALLOC_MADE); the program is linked with -Wl,--wrap=free, so every free() of its own
+ * objects (the library's) comes here first and drops the block, and the CUDA table's releases
+ * (cudaFree, cudaFreeHost) drop theirs (DCP_TEST_ALLOC_FREED). Blocks the library made and
+ * never released are what is live. */
 #ifndef DCP_TESTS_FAULT_HOOK_H
 #define DCP_TESTS_FAULT_HOOK_H
 
@@ -27,6 +29,9 @@ DCP_TEST_EXPORT void dcp_test_alloc_fail_site(const void *site);
 DCP_TEST_EXPORT int64_t dcp_test_alloc_count(void);
 /* 1 once the nth allocation was reached (and failed); its site in *site_out (may be NULL). */
 DCP_TEST_EXPORT int dcp_test_alloc_fired(const void **site_out);
+/* When the injected allocation failure (else transport fault) fired, on dcp_now()'s clock
+ * (CLOCK_MONOTONIC, one for all processes); 0 while none has. */
+DCP_TEST_EXPORT double dcp_test_fired_time(void);
 
 /* Live-block tracking on (1) or off (0; blocks already tracked are still dropped when freed). */
 DCP_TEST_EXPORT void dcp_test_alloc_track(int on);
@@ -48,6 +53,8 @@ DCP_TEST_EXPORT const void *dcp_test_site(int64_t i);
  * this call over every thread) fails; 0: none. */
 DCP_TEST_EXPORT void dcp_test_fault_at(int64_t n);
 DCP_TEST_EXPORT int64_t dcp_test_fault_count(void);
+/* ... of one kind. */
+DCP_TEST_EXPORT int64_t dcp_test_fault_count_site(dcp_fault_site_t site);
 /* 1 once the nth call was reached (and failed); which kind of call in *site_out. */
 DCP_TEST_EXPORT int dcp_test_fault_fired(dcp_fault_site_t *site_out);
 

@@ -2,10 +2,12 @@
  * fails in turn (make test: a seeded sample; DCP_WALK=full: every one) and the call must end
  * with DCP_ERR_NO_MEMORY and a message, or complete with the clean run's result, and leave no
  * block of dcp's allocator behind. Calls walked on one thread: clusters from specs and from
- * an hwloc capture, plans of every strategy and peer policy, in rounds and of two layer kinds, plan bytes both
- * ways, a one-rank context through forward and backward (dcp's engine and the twin of cuDNN's
- * data path), the planner service. Then four ranks as threads of this process; ranks as
- * processes, and processes of threads, are walked in test_proc_walk.c. */
+ * an hwloc capture, plans of every strategy and peer policy, in rounds and of two layer kinds,
+ * plan bytes both ways, a one-rank context through forward and backward (dcp's engine and the
+ * twin of cuDNN's data path), the planner service. Then four ranks as threads of this process,
+ * the process ranks' path (UCX, and the hybrid of processes of threads) with every process a
+ * thread, and ranks as processes and processes of threads started by this program
+ * (walk_procs.c). */
 #include "include/base/error.h"
 #include "tests/unit/shm_bootstrap.h"
 #include "tests/unit/suites.h"
@@ -317,7 +319,8 @@ static dcp_status_t run_threads(void *arg, uint64_t *digest_out)
     memset(r, 0, sizeof r);
     DCP_CHECK(t_group_pass(arg, "2x2", THREAD_RANKS, THREAD_TIMEOUT_S, r));
     char why[512];
-    if (t_judge_ranks(r, THREAD_RANKS, 0, THREAD_RANKS, 0, THREAD_TIMEOUT_S, why, sizeof why)[0])
+    if (t_judge_ranks(r, THREAD_RANKS, 0, THREAD_RANKS, 0, THREAD_TIMEOUT_S, dcp_test_fired_time(),
+                      why, sizeof why)[0])
         return dcp_set_error(DCP_ERR_INTERNAL, "%s", why);
     uint64_t h = 0;
     for (int32_t k = 0; k < THREAD_RANKS; k++) {
@@ -377,23 +380,30 @@ static void test_inproc_calls(void)
 
 /* ---- UCX ranks as threads, ranks as processes, processes of threads ------------------- */
 
-/* The process ranks' path (bootstrap, peer table, job cluster, UCX engine) with every rank a
- * thread of this process, so that its allocations are counted, and their sites seen, here. */
-static dcp_status_t run_ucx_threads(void *arg, uint64_t *digest_out)
+/* The process ranks' path (bootstrap, peer table, job cluster, UCX engine; with threads > 1
+ * the hybrid, the in-process engine and the routing engine too) with every process a thread of
+ * this process, so that its allocations are counted, and their sites seen, here. */
+static dcp_status_t run_job_threads(void *arg, uint64_t *digest_out)
 {
-    (void)arg;
-    const t_proc_job_t job = {THREAD_RANKS, 1, -1, 0, 0, 3.0};
+    const t_proc_job_t *job = arg;
+    const int32_t ranks = job->procs * job->threads;
     t_job_result_t *r = calloc(1, sizeof *r);
-    if (!r || t_threads_run(&job, r) != 0) {
+    if (!r || t_threads_run(job, r) != 0) {
         free(r);
         return dcp_set_error(DCP_ERR_INTERNAL, "cannot start the rank threads");
     }
     char why[512];
     dcp_status_t st = DCP_OK;
     uint64_t h = 0;
-    if (t_judge_ranks(r->rank, THREAD_RANKS, 0, THREAD_RANKS, 0, job.timeout_s, why, sizeof why)[0])
+    if (t_judge_ranks(r->rank, ranks, 0, ranks, 0, job->timeout_s, dcp_test_fired_time(), why,
+                      sizeof why)[0]) {
         st = dcp_set_error(DCP_ERR_INTERNAL, "%s", why);
-    for (int32_t k = 0; st == DCP_OK && k < THREAD_RANKS; k++) {
+        for (int32_t k = 0; k < ranks; k++) /* the whole picture of a broken rule */
+            fprintf(stderr, "  rank %d: %s %.2f s after the failure: %s\n", k,
+                    dcp_status_string(r->rank[k].st), r->rank[k].ended_at - dcp_test_fired_time(),
+                    r->rank[k].msg);
+    }
+    for (int32_t k = 0; st == DCP_OK && k < ranks; k++) {
         if (r->rank[k].st == DCP_ERR_NO_MEMORY)
             st = dcp_set_error(DCP_ERR_NO_MEMORY, "rank %d: %s", k, r->rank[k].msg);
         h = t_digest(h, &r->rank[k].digest, sizeof r->rank[k].digest);
@@ -405,7 +415,18 @@ static dcp_status_t run_ucx_threads(void *arg, uint64_t *digest_out)
 
 static void test_ucx_threads(void)
 {
-    t_alloc_walk("4 ucx ranks as threads", run_ucx_threads, NULL,
+    t_proc_job_t job = {THREAD_RANKS, 1, -1, 0, 0, 3.0};
+    t_alloc_walk("4 ucx ranks as threads", run_job_threads, &job,
+                 t_walk_full() ? -150 : -T_PROC_RUNS(2, 1), NULL);
+}
+
+/* The hybrid path (plugin/hybrid.c, transport/route.c, plugin/job.c's routed engines) in one
+ * process: 2 processes x 2 threads, every process a thread. Its sites are those of the hybrid
+ * processes walked below, which draw runs at random; here a full walk fails each. */
+static void test_hybrid_threads(void)
+{
+    t_proc_job_t job = {2, 2, -1, 0, 0, 3.0};
+    t_alloc_walk("2x2 hybrid as threads", run_job_threads, &job,
                  t_walk_full() ? -150 : -T_PROC_RUNS(2, 1), NULL);
 }
 
@@ -492,6 +513,7 @@ int dcp_suite_alloc_walk(void)
         {"threads", test_threads},
         {"inproc_calls", test_inproc_calls},
         {"ucx_threads", test_ucx_threads},
+        {"hybrid_threads", test_hybrid_threads},
         {"creation_failure_is_told", test_creation_failure_is_told},
         {"processes", test_processes},
         {"hybrid", test_hybrid},

@@ -400,6 +400,8 @@ static void test_cache_bound_in_bytes(void)
     CU_ASSERT_EQUAL(st.planned, 8); /* the large batch was planned twice: no hit */
     CU_ASSERT_EQUAL(st.cache_hits, 0);
     CU_ASSERT(st.cached_bytes <= cap);
+    CU_ASSERT_EQUAL(st.evictions, 6 - st.cached_plans); /* the six cached, the rest dropped */
+    CU_ASSERT(st.evictions >= 4);
     dcp_planner_destroy(pl);
     dcp_cluster_destroy(c);
 }

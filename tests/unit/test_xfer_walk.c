@@ -1,10 +1,11 @@
 /* The transport failure walk (tests/README.md "Failure walks"): every engine call of a training
  * step that can fail on its own (include/base/test_hook.h: a UCX send or receive posted, a UCX
- * operation completed, an in-process block copy) fails in turn (make test: a seeded sample;
- * DCP_WALK=full: every one on threads, a larger sample on processes). Every rank must end
- * within the timeout, each failed one naming the rank and the call that failed, and nothing
- * may be left behind. Ranks as threads over the in-process engine, as threads with a UCX worker
- * each, as processes over UCX, and as processes of two threads (both engines, routed). */
+ * operation completed later or when posted, an in-process block copy) fails in turn (make test:
+ * a seeded sample; DCP_WALK=full: every one on threads, a larger sample on processes). Every
+ * rank must end within the timeout, each failed one naming the rank and the call that failed,
+ * and nothing may be left behind. Ranks as threads over the in-process engine, as threads with
+ * a UCX worker each, as processes over UCX, and as processes of two threads (both engines,
+ * routed). */
 #include "include/base/env.h"
 #include "include/base/error.h"
 #include "tests/unit/suites.h"
@@ -40,8 +41,8 @@ static dcp_status_t run_ucx_threads(const t_walk_batch_t *b, t_rank_result_t *ou
     return DCP_OK;
 }
 
-static const char *const site_names[DCP_FAULT_COUNT] = {"ucx send", "ucx receive", "ucx completion",
-                                                        "in-process copy"};
+static const char *const site_names[DCP_FAULT_COUNT] = {
+    "ucx send", "ucx receive", "ucx completion", "ucx completion when posted", "in-process copy"};
 
 static void walk_threads(const char *name, ranks_fn run, int64_t sample)
 {
@@ -55,6 +56,8 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
     memset(r, 0, sizeof r);
     CU_ASSERT_EQUAL_FATAL(run(&b, r), DCP_OK);
     const int64_t total = dcp_test_fault_count();
+    int64_t reached[DCP_FAULT_COUNT]; /* the clean run's calls of each kind */
+    for (int k = 0; k < DCP_FAULT_COUNT; k++) reached[k] = dcp_test_fault_count_site(k);
     uint64_t clean[RANKS];
     for (int32_t k = 0; k < RANKS; k++) {
         if (r[k].st != DCP_OK)
@@ -80,6 +83,7 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
         slowest = dcp_now() - t0 > slowest ? dcp_now() - t0 : slowest;
         dcp_fault_site_t site = DCP_FAULT_COUNT;
         const int fired = dcp_test_fault_fired(&site);
+        const double fired_at = dcp_test_fired_time();
         dcp_test_fault_at(0);
         const int64_t leaked = dcp_test_alloc_live_blocks() - before;
         if (!fired) continue;
@@ -89,7 +93,7 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
         if (st != DCP_OK)
             snprintf(why, sizeof why, "the run failed before its ranks: %s", dcp_last_error());
         else
-            t_judge_ranks(r, RANKS, 0, RANKS, 1, TIMEOUT_S, why, sizeof why);
+            t_judge_ranks(r, RANKS, 0, RANKS, 1, TIMEOUT_S, fired_at, why, sizeof why);
         int all_ok = 1, same = 1;
         for (int32_t k = 0; k < RANKS; k++) {
             all_ok &= r[k].st == DCP_OK;
@@ -112,12 +116,24 @@ static void walk_threads(const char *name, ranks_fn run, int64_t sample)
         }
         CU_ASSERT(why[0] == '\0');
     }
-    printf("  walk %-22s %6lld transport calls; %5lld runs failed: %5lld named, %4lld absorbed "
-           "(%lld sends, %lld receives, %lld completions, %lld copies failed)%s; slowest run "
-           "%.2f s\n",
-           name, (long long)total, (long long)runs, (long long)named, (long long)absorbed,
+    /* a full walk fails every call: each kind of call the clean run made has failed */
+    for (int k = 0; k < DCP_FAULT_COUNT && t_walk_full() && sample >= 0; k++) {
+        if (reached[k] > 0 && by_site[k] == 0)
+            fprintf(stderr, "walk %s: no %s failed (the clean run made %lld)\n", name,
+                    site_names[k], (long long)reached[k]);
+        CU_ASSERT(reached[k] == 0 || by_site[k] > 0);
+    }
+    printf("  walk %-22s %6lld transport calls (%lld sends, %lld receives, %lld completions, "
+           "%lld completions when posted, %lld copies); %5lld runs failed: %5lld named, %4lld "
+           "absorbed (%lld sends, %lld receives, %lld completions, %lld when posted, %lld "
+           "copies)%s; slowest run %.2f s\n",
+           name, (long long)total, (long long)reached[DCP_FAULT_UCX_SEND],
+           (long long)reached[DCP_FAULT_UCX_RECV], (long long)reached[DCP_FAULT_UCX_COMPLETE],
+           (long long)reached[DCP_FAULT_UCX_AT_ONCE], (long long)reached[DCP_FAULT_INPROC_COPY],
+           (long long)runs, (long long)named, (long long)absorbed,
            (long long)by_site[DCP_FAULT_UCX_SEND], (long long)by_site[DCP_FAULT_UCX_RECV],
-           (long long)by_site[DCP_FAULT_UCX_COMPLETE], (long long)by_site[DCP_FAULT_INPROC_COPY],
+           (long long)by_site[DCP_FAULT_UCX_COMPLETE], (long long)by_site[DCP_FAULT_UCX_AT_ONCE],
+           (long long)by_site[DCP_FAULT_INPROC_COPY],
            t_walk_full() && sample >= 0 ? "" : " (sampled)", slowest);
     fflush(stdout);
     free(ns);
@@ -131,7 +147,7 @@ static void test_inproc_threads(void)
 
 static void test_ucx_threads(void)
 {
-    walk_threads("ucx ranks as threads", run_ucx_threads, t_walk_full() ? -100 : T_PROC_RUNS(3, 2));
+    walk_threads("ucx ranks as threads", run_ucx_threads, T_PROC_RUNS(3, 2));
 }
 
 static void test_processes(void)

@@ -37,10 +37,15 @@ typedef struct {
 
 /* ---- the bootstrap --------------------------------------------------------------------- */
 
+/* A process's side of the bootstrap. After a failure every later allgather of the process
+ * fails at once with it, as the MPI bootstrap's do (dcp.h allows it): a failed job costs its
+ * ranks one timeout, not one per collective of their set-up. */
 typedef struct {
     shared_t *sh;
     int32_t proc;
     int64_t round;
+    int32_t failed; /* the process that did not take part, -1 while none */
+    char why[256];
 } boot_t;
 
 static void pause_us(long us)
@@ -71,6 +76,10 @@ static dcp_status_t boot_allgather_timed(void *state, const void *send, void *re
     shared_t *sh = b->sh;
     const int32_t n = sh->job.procs;
     *failed_rank_out = -1;
+    if (b->failed >= 0) {
+        *failed_rank_out = b->failed;
+        return dcp_set_error(DCP_ERR_TIMEOUT, "%s", b->why);
+    }
     if (bytes > CAP)
         return dcp_set_error(DCP_ERR_INVALID_ARG, "walk bootstrap: %zu bytes, room for %d", bytes,
                              CAP);
@@ -85,11 +94,11 @@ static dcp_status_t boot_allgather_timed(void *state, const void *send, void *re
         late = wait_all(sh->arrived, n, k, deadline);
     }
     if (late >= 0) {
-        *failed_rank_out = late;
-        return dcp_set_error(DCP_ERR_TIMEOUT,
-                             "walk bootstrap: process %d did not take part in allgather %lld "
-                             "within %.1f s",
-                             late, (long long)k, timeout_s);
+        *failed_rank_out = b->failed = late;
+        snprintf(b->why, sizeof b->why,
+                 "walk bootstrap: process %d did not take part in allgather %lld within %.1f s",
+                 late, (long long)k, timeout_s);
+        return dcp_set_error(DCP_ERR_TIMEOUT, "%s", b->why);
     }
     memcpy(recv, buf, (size_t)n * bytes);
     atomic_store(&sh->departed[b->proc], k);
@@ -133,7 +142,8 @@ static void *rank_main(void *arg)
     if (st == DCP_OK) st = t_rank_pass(ctx, plan, a->rank, &res->digest);
     res->st = st;
     if (st != DCP_OK) dcp_error_save(res->msg, sizeof res->msg);
-    res->secs = dcp_now() - sh->start;
+    res->ended_at = dcp_now();
+    res->secs = res->ended_at - sh->start;
     dcp_plan_destroy(plan);
     dcp_context_destroy(ctx);
     res->ended = 1;
@@ -148,9 +158,36 @@ static void all_failed(shared_t *sh, int32_t proc, dcp_status_t st)
         t_rank_result_t *res = &sh->rank[proc * t + l];
         res->st = st;
         dcp_error_save(res->msg, sizeof res->msg);
-        res->secs = dcp_now() - sh->start;
+        res->ended_at = dcp_now();
+        res->secs = res->ended_at - sh->start;
         res->ended = 1;
     }
+}
+
+/* A process's ranks over its bootstrap: itself, or (a hybrid job) its threads' ranks over a
+ * hybrid (plugin/hybrid.h), each on a thread of its own. */
+static void run_process(shared_t *sh, const dcp_bootstrap_t *bs, int32_t proc)
+{
+    const t_proc_job_t *job = &sh->job;
+    if (job->threads == 1) {
+        const rank_arg_t a = {sh, bs, proc};
+        rank_main((void *)&a);
+        return;
+    }
+    dcp_hybrid_t *h = NULL;
+    const dcp_status_t st = dcp_hybrid_create(bs, job->threads, &h);
+    if (st != DCP_OK) {
+        all_failed(sh, proc, st);
+    } else {
+        rank_arg_t a[T_MAX_RANKS];
+        pthread_t tid[T_MAX_RANKS];
+        for (int32_t l = 0; l < job->threads; l++) {
+            a[l] = (rank_arg_t){sh, dcp_hybrid_bootstrap(h, l), proc * job->threads + l};
+            pthread_create(&tid[l], NULL, rank_main, &a[l]);
+        }
+        for (int32_t l = 0; l < job->threads; l++) pthread_join(tid[l], NULL);
+    }
+    dcp_hybrid_destroy(h);
 }
 
 int t_rank_proc_main(int argc, char **argv)
@@ -173,34 +210,17 @@ int t_rank_proc_main(int argc, char **argv)
     dcp_test_alloc_track(1);
     dcp_test_alloc_fail_at(proc == job->victim ? job->alloc_at : 0);
     dcp_test_fault_at(proc == job->victim ? job->fault_at : 0);
-    boot_t boot = {sh, proc, 0};
+    boot_t boot = {sh, proc, 0, -1, ""};
     const dcp_bootstrap_t bs = {proc,  job->procs,           boot_allgather,
                                 &boot, boot_allgather_timed, job->timeout_s};
-    if (job->threads == 1) {
-        const rank_arg_t a = {sh, &bs, proc};
-        rank_main((void *)&a);
-    } else {
-        dcp_hybrid_t *h = NULL;
-        const dcp_status_t st = dcp_hybrid_create(&bs, job->threads, &h);
-        if (st != DCP_OK) {
-            all_failed(sh, proc, st);
-        } else {
-            rank_arg_t a[T_MAX_RANKS];
-            pthread_t tid[T_MAX_RANKS];
-            for (int32_t l = 0; l < job->threads; l++) {
-                a[l] = (rank_arg_t){sh, dcp_hybrid_bootstrap(h, l), proc * job->threads + l};
-                pthread_create(&tid[l], NULL, rank_main, &a[l]);
-            }
-            for (int32_t l = 0; l < job->threads; l++) pthread_join(tid[l], NULL);
-        }
-        dcp_hybrid_destroy(h);
-    }
+    run_process(sh, &bs, proc);
     t_proc_result_t *pr = &sh->proc[proc];
     pr->allocs = dcp_test_alloc_count();
     pr->faults = dcp_test_fault_count();
     dcp_fault_site_t site = DCP_FAULT_COUNT;
     pr->fired = dcp_test_alloc_fired(NULL) || dcp_test_fault_fired(&site);
     pr->fault_site = (int32_t)site;
+    pr->fired_at = dcp_test_fired_time();
     pr->leaked = dcp_test_alloc_live_blocks();
     if (pr->leaked) dcp_test_alloc_live_print(stderr, 8);
     munmap(sh, sizeof *sh);
@@ -281,10 +301,25 @@ int t_procs_run(const t_proc_job_t *job, t_job_result_t *out)
     return started == job->procs ? 0 : -1;
 }
 
+typedef struct {
+    shared_t *sh;
+    const dcp_bootstrap_t *bs;
+    int32_t proc;
+} proc_arg_t;
+
+static void *process_main(void *arg)
+{
+    const proc_arg_t *a = arg;
+    run_process(a->sh, a->bs, a->proc);
+    return NULL;
+}
+
 int t_threads_run(const t_proc_job_t *job, t_job_result_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (job->procs < 1 || job->procs > T_MAX_PROCS || job->threads != 1) return -1;
+    if (job->procs < 1 || job->procs > T_MAX_PROCS || job->threads < 1 ||
+        job->procs * job->threads > T_MAX_RANKS)
+        return -1;
     quiet_ucx();
     shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return -1;
@@ -292,14 +327,14 @@ int t_threads_run(const t_proc_job_t *job, t_job_result_t *out)
     sh->start = dcp_now();
     boot_t boot[T_MAX_PROCS];
     dcp_bootstrap_t bs[T_MAX_PROCS];
-    rank_arg_t a[T_MAX_PROCS];
+    proc_arg_t a[T_MAX_PROCS];
     pthread_t tid[T_MAX_PROCS];
     for (int32_t p = 0; p < job->procs; p++) {
-        boot[p] = (boot_t){sh, p, 0};
+        boot[p] = (boot_t){sh, p, 0, -1, ""};
         bs[p] = (dcp_bootstrap_t){p,        job->procs,           boot_allgather,
                                   &boot[p], boot_allgather_timed, job->timeout_s};
-        a[p] = (rank_arg_t){sh, &bs[p], p};
-        pthread_create(&tid[p], NULL, rank_main, &a[p]);
+        a[p] = (proc_arg_t){sh, &bs[p], p};
+        pthread_create(&tid[p], NULL, process_main, &a[p]);
     }
     for (int32_t p = 0; p < job->procs; p++) pthread_join(tid[p], NULL);
     out->secs = dcp_now() - sh->start;

@@ -28,7 +28,8 @@ typedef struct {
 typedef struct {
     dcp_status_t st; /* the rank's first failure, else DCP_OK */
     char msg[384];
-    double secs; /* from its process's start to the rank's end */
+    double secs;     /* from its process's start to the rank's end */
+    double ended_at; /* when it ended, on dcp_now()'s clock (one for all processes) */
     uint64_t digest;
     int ended;
 } t_rank_result_t;
@@ -38,6 +39,7 @@ typedef struct {
     int64_t allocs;     /* allocations it asked for */
     int64_t faults;     /* transport calls that could fail */
     int fired;          /* its injected failure happened */
+    double fired_at;    /* when, on dcp_now()'s clock */
     int32_t fault_site; /* which kind of transport call (dcp_fault_site_t) */
     int64_t leaked;     /* blocks of dcp's allocator left once everything was destroyed */
 } t_proc_result_t;
@@ -52,9 +54,10 @@ typedef struct {
 /* Runs one job and fills *out; 0 when it could be started. */
 int t_procs_run(const t_proc_job_t *job, t_job_result_t *out);
 
-/* The same job with every rank (job->threads == 1) a thread of this process, each with its
- * own context and UCX worker over the same bootstrap; the failure counters are this process's,
- * set by the caller, and out->proc is left zero. */
+/* The same job in this process: every process a thread, which runs its rank, or (threads > 1)
+ * makes its hybrid and runs its ranks on threads of their own; each rank has its own context
+ * (and UCX worker) over the same bootstrap. The failure counters are this process's, set by
+ * the caller, and out->proc is left zero. */
 int t_threads_run(const t_proc_job_t *job, t_job_result_t *out);
 
 /* The entry of a rank process (the runner calls it for --walk-rank). */

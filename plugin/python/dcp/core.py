@@ -115,7 +115,8 @@ class PlannerStats(C.Structure):
     _fields_ = [("submitted", C.c_int64), ("planned", C.c_int64), ("cache_hits", C.c_int64),
                 ("failed", C.c_int64), ("pending", C.c_int64), ("plan_ms", C.c_double),
                 ("wait_ms", C.c_double), ("cached_plans", C.c_int64),
-                ("cached_bytes", C.c_int64), ("uncached", C.c_int64)]
+                ("cached_bytes", C.c_int64), ("uncached", C.c_int64),
+                ("evictions", C.c_int64)]
 
 
 # dcp_status_t (*)(void *state, const void *send, void *recv, size_t bytes)

@@ -471,7 +471,8 @@ class Planner:
     def stats(self):
         """The service's counters (dcp_planner_stats_t) as a dict: submitted, planned,
         cache_hits, failed, pending, plan_ms (workers' planning time, summed), wait_ms (time
-        callers were blocked in wait, summed), cached_plans, cached_bytes, uncached."""
+        callers were blocked in wait, summed), cached_plans, cached_bytes, uncached, evictions
+        (cached plans dropped to make room)."""
         return core.stats_dict(self._planner.dcp, self._planner.stats())
 
     def close(self):
