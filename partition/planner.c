@@ -4,23 +4,22 @@
  * placement, whose vertex and net weights count a whole training step, so one plan serves
  * forward and backward. A batch of layer kinds (partition/model/blocks.h) is placed once and
  * scheduled per kind; plans are compared by the model's step: layers x each kind's forward +
- * backward, summed.
+ * backward, summed. Here: the options, the strategies' candidates and the floors that screen
+ * them; a placement made a plan and judged in candidate.c; the last choices on the chosen
+ * placement (divisions, orders, evened placements) in polish.c.
  */
 #include "include/base/error.h"
+#include "partition/candidate.h"
 #include "partition/cost_floor.h"
 #include "partition/kinds.h"
 #include "partition/model/mask.h"
 #include "partition/place/place.h"
-#include "partition/place/refine_even.h"
 #include "partition/plan/plan.h"
-#include "partition/plan/wire.h"
 #include "partition/planner.h"
-#include "partition/program/program.h"
-#include "partition/sim/simulate.h"
+#include "partition/polish.h"
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 void dcp_plan_options_default(dcp_plan_options_t *opts_out)
 {
@@ -94,119 +93,6 @@ static dcp_status_t check_options(const dcp_plan_options_t *o)
     return DCP_OK;
 }
 
-static dcp_status_t copy_i32(int32_t **dst, const int32_t *src, int64_t n, const char *what)
-{
-    DCP_CHECK(dcp_calloc(dst, n, sizeof(int32_t), what));
-    if (n > 0) memcpy(*dst, src, (size_t)n * sizeof(int32_t));
-    return DCP_OK;
-}
-
-/* Kind k's sequences (its masks, CUSTOM ranges copied) into its object v. */
-static dcp_status_t take_seqs(dcp_plan_t *v, const dcp_blocks_t *b)
-{
-    DCP_CHECK(dcp_calloc(&v->seqs, b->num_seqs, sizeof *v->seqs, "plan sequences"));
-    memcpy(v->seqs, b->seqs, (size_t)b->num_seqs * sizeof *v->seqs);
-    DCP_CHECK(copy_i32(&v->custom_ranges, b->custom_ranges, b->custom_ints, "plan ranges"));
-    v->custom_ints = b->custom_ints;
-    for (int32_t s = 0; s < b->num_seqs; s++)
-        if (v->seqs[s].mask.kind == DCP_MASK_CUSTOM)
-            v->seqs[s].mask.ranges = v->custom_ranges + (b->seqs[s].mask.ranges - b->custom_ranges);
-    return DCP_OK;
-}
-
-/* Copies the inputs (every kind's masks and layer count) and the token blocks with their
- * owners into the plan. */
-static dcp_status_t plan_take_inputs(dcp_plan_t *p, const dcp_placed_t *x)
-{
-    const dcp_blocks_t *b = &x->b;
-    p->shape = b->shape;
-    p->qpg = b->qpg;
-    p->kvpg = b->kvpg;
-    p->num_seqs = b->num_seqs;
-    for (int32_t k = 0; k < p->num_kinds; k++) {
-        dcp_plan_t *v = dcp_plan_view(p, k);
-        DCP_CHECK(take_seqs(v, dcp_placed_blocks(x, k)));
-        v->layers = p->num_kinds > 1 ? b->kind_layers[k] : 1;
-    }
-    p->num_blocks = b->num_blocks;
-    DCP_CHECK(copy_i32(&p->blk_seq, b->blk_seq, b->num_blocks, "plan blocks"));
-    DCP_CHECK(copy_i32(&p->blk_start, b->blk_start, b->num_blocks, "plan blocks"));
-    DCP_CHECK(copy_i32(&p->blk_len, b->blk_len, b->num_blocks, "plan blocks"));
-    DCP_CHECK(copy_i32(&p->blk_owner, x->pl.blk_owner, b->num_blocks, "plan blocks"));
-    return DCP_OK;
-}
-
-/* Layer kind k's schedules of both passes (in order `order`) and its programs, on its model
- * b and placement pl (the schedule and program builders run once per kind, on the shared
- * placement). */
-static dcp_status_t plan_kind(dcp_plan_t *p, int32_t k, const dcp_blocks_t *b,
-                              const dcp_placement_t *pl, const dcp_cluster_t *cluster,
-                              dcp_order_t order)
-{
-    dcp_schedule_t s[DCP_PASS_COUNT] = {{0}};
-    const dcp_schedule_t *const sp[DCP_PASS_COUNT] = {&s[0], &s[1]};
-    dcp_status_t st;
-    for (int i = 0; i < DCP_PASS_COUNT; i++) {
-        DCP_CHECK_GOTO(dcp_schedule_build(b, pl, cluster->num_ranks, cluster->devs_per_node,
-                                          p->opts.divisions, p->opts.comm_schedule,
-                                          p->opts.coalesce, (dcp_pass_t)i, order, &s[i]),
-                       st, out);
-        DCP_CHECK_GOTO(dcp_schedule_relay(cluster->devs_per_node, &s[i]), st, out);
-    }
-    st = dcp_program_emit(p, k, b, pl, sp);
-out:
-    for (int i = 0; i < DCP_PASS_COUNT; i++) dcp_schedule_release(&s[i]);
-    return st;
-}
-
-/* The second half: schedules and programs of every kind, the finished plan. */
-static dcp_status_t plan_build(dcp_plan_t *p, const dcp_placed_t *x, const dcp_cluster_t *cluster,
-                               dcp_order_t order)
-{
-    DCP_CHECK(dcp_plan_kinds_alloc(p, x->num_kinds > 1 ? x->num_kinds : 1));
-    p->fallback = x->pl.fallback;
-    DCP_CHECK(plan_take_inputs(p, x));
-    DCP_CHECK(dcp_plan_derive_rows(p));
-    for (int32_t k = 0; k < p->num_kinds; k++)
-        DCP_CHECK(
-            plan_kind(p, k, dcp_placed_blocks(x, k), dcp_placed_placement(x, k), cluster, order));
-    return dcp_plan_finish(p, 0);
-}
-
-/* The plan of placement x with `divisions` divisions per rank, scheduled in order `order`. */
-static dcp_status_t plan_divided(const dcp_placed_t *x, const dcp_cluster_t *cluster,
-                                 int32_t divisions, dcp_order_t order, dcp_plan_t **plan_out)
-{
-    dcp_plan_t *p;
-    DCP_CHECK(dcp_plan_alloc(&p));
-    p->num_ranks = cluster->num_ranks;
-    p->num_nodes = cluster->num_nodes;
-    p->devs_per_node = cluster->devs_per_node;
-    p->perf = cluster->perf;
-    p->opts = x->opts;
-    p->opts.divisions = divisions;
-    const dcp_status_t st = plan_build(p, x, cluster, order);
-    if (st != DCP_OK) {
-        dcp_plan_destroy(p);
-        return st;
-    }
-    *plan_out = p;
-    return DCP_OK;
-}
-
-/* With options.divisions = 0, candidates are compared (METIS's tries, zigzag, auto's
- * strategies) at this count, and the winner's placement is then divided as
- * choose_divisions() finds fastest. */
-#define DCP_DIVISIONS_COMPARED 8
-
-/* The plan of placement x. */
-static dcp_status_t plan_placed(const dcp_placed_t *x, const dcp_cluster_t *cluster,
-                                dcp_plan_t **plan_out)
-{
-    const int32_t d = x->opts.divisions > 0 ? x->opts.divisions : DCP_DIVISIONS_COMPARED;
-    return plan_divided(x, cluster, d, DCP_ORDER_DEFAULT, plan_out);
-}
-
 /* A plan with strategy o->strategy, the layer kinds in free_kinds left unbalanced. */
 static dcp_status_t plan_free(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
@@ -214,7 +100,7 @@ static dcp_status_t plan_free(const dcp_batch_t *batch, const dcp_attn_shape_t *
 {
     dcp_placed_t x = {0};
     dcp_status_t st = dcp_place_batch_free(batch, shape, o, cluster, free_kinds, &x);
-    if (st == DCP_OK) st = plan_placed(&x, cluster, plan_out);
+    if (st == DCP_OK) st = dcp_plan_placed(&x, cluster, plan_out);
     dcp_placed_release(&x);
     return st;
 }
@@ -231,62 +117,6 @@ static dcp_status_t plan_one(const dcp_batch_t *batch, const dcp_attn_shape_t *s
 static double step_ms(const dcp_plan_t *p)
 {
     return p->stats.model_step_ms;
-}
-
-/* A candidate plan and its simulated training step (dcp_sim_model_step), ms. */
-typedef struct {
-    dcp_plan_t *plan;
-    double ms;
-    dcp_order_t order; /* the schedule's order the plan was built in */
-    double exposed_ms; /* of ms, its slowest ranks' waits on transfers in flight */
-} candidate_t;
-
-/* dcp_sim_model_step() of plan p on cluster c, ms, and the part of it the slowest rank of each
- * pass spends blocked on transfers in flight (dcp_sim_result_t.exposed_comm_ms, summed the
- * same way). */
-static dcp_status_t sim_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out,
-                             double *exposed_out)
-{
-    dcp_sim_machine_t m;
-    dcp_sim_kernels_t k;
-    dcp_sim_machine_from_cluster(c, &m);
-    dcp_sim_kernels_from_perf(&c->perf, &k);
-    const dcp_plan_t *root = dcp_plan_root(p);
-    double ms = 0, exposed = 0;
-    for (int32_t i = 0; i < root->num_kinds; i++) {
-        const dcp_plan_t *v = dcp_plan_view_const(root, i);
-        for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
-            dcp_sim_result_t r = {0};
-            DCP_CHECK(dcp_sim_run(v, (dcp_pass_t)pass, &m, &k, NULL, &r));
-            ms += v->layers * r.ms;
-            exposed += v->layers * r.exposed_comm_ms;
-        }
-    }
-    *ms_out = ms;
-    *exposed_out = exposed;
-    return DCP_OK;
-}
-
-/* Keeps in *best whichever of *best and p the step-time simulator runs faster per training
- * step (*best on a tie) and destroys the other. The simulator judges every choice between
- * plans: the cost model times a launch by its busiest link with each device's fixed share of
- * the node's NICs, where the simulator shares links and NICs between the transfers in flight
- * (its run costs about what a schedule does). Judged by the cost model, the division count
- * made overlap_bench.sh's 16x8 a100-efa steps 1.6% slower than 8 everywhere (the simulator's
- * pick: 3.5% faster); METIS's tries and the zigzag guard left its a100-efa clusters 1.2-5%
- * slower, and one 4x8 batch of plan_bench.sh (histogram causal, seed 2) got zigzag's plan:
- * 2.2x the bytes, and 14% slower than METIS's in the simulator. */
-static dcp_status_t keep_faster(candidate_t *best, dcp_plan_t *p, const dcp_cluster_t *cluster)
-{
-    double ms = 0, exposed = 0;
-    const dcp_status_t st = sim_step(p, cluster, &ms, &exposed);
-    if (st == DCP_OK && (!best->plan || ms < best->ms)) {
-        dcp_plan_destroy(best->plan);
-        *best = (candidate_t){p, ms, DCP_ORDER_DEFAULT, exposed};
-    } else {
-        dcp_plan_destroy(p);
-    }
-    return st;
 }
 
 /* 1 when a baseline whose plans' training step the cost model predicts at no less than
@@ -376,10 +206,10 @@ static uint32_t light_kinds(const dcp_batch_t *batch)
 }
 
 /* METIS's plan: options.metis_tries placements with seeds seed, seed + 1, ..., and the plan
- * the simulator runs fastest per training step (keep_faster; ties: the earlier seed). One
- * METIS run's step varies by 10-20% with its seed, and a try costs a few milliseconds once the device
- * level partitions rows (place_metis.c), so trying two and keeping the better is the cheapest
- * quality there is. The plan's options carry the seed that made it.
+ * the simulator runs fastest per training step (dcp_candidate_keep; ties: the earlier seed).
+ * One METIS run's step varies by 10-20% with its seed, and a try costs a few milliseconds once
+ * the device level partitions rows (place_metis.c), so trying two and keeping the better is the
+ * cheapest quality there is. The plan's options carry the seed that made it.
  * With layer kinds, every second try balances only the kind with the most work and leaves the
  * others where their traffic is least: a kind whose layers are light (a short window) pays
  * more for moving its blocks to balance a little compute than it saves (on 4x8, 128K tokens,
@@ -387,9 +217,9 @@ static uint32_t light_kinds(const dcp_batch_t *batch)
  * predicted step 12% slower than the causal-only placement); the model's step picks. */
 static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                      const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                     candidate_t *out)
+                                     dcp_candidate_t *out)
 {
-    candidate_t best = {NULL, 0};
+    dcp_candidate_t best = {NULL, 0};
     for (int32_t k = 0; k < o->metis_tries; k++) {
         dcp_plan_options_t t = *o;
         t.seed = o->seed + (uint64_t)k;
@@ -397,7 +227,7 @@ static dcp_status_t plan_metis_tries(const dcp_batch_t *batch, const dcp_attn_sh
         /* the first try has checked the batch: its masks can be counted */
         const uint32_t free_kinds = k % 2 ? light_kinds(batch) : 0;
         dcp_status_t st = plan_free(batch, shape, &t, cluster, free_kinds, &p);
-        if (st == DCP_OK) st = keep_faster(&best, p, cluster);
+        if (st == DCP_OK) st = dcp_candidate_keep(&best, p, cluster);
         if (st != DCP_OK) {
             dcp_plan_destroy(best.plan);
             return st;
@@ -419,14 +249,15 @@ static dcp_status_t step_floor_of(const dcp_placed_t *x, const dcp_cluster_t *cl
 
 /* Placement x's plan kept in *best where the simulator runs it faster, built only where the
  * cost model's floor of its step (dcp_cost_floor) is under *best's simulated step. */
-static dcp_status_t screen(const dcp_placed_t *x, const dcp_cluster_t *cluster, candidate_t *best)
+static dcp_status_t screen(const dcp_placed_t *x, const dcp_cluster_t *cluster,
+                           dcp_candidate_t *best)
 {
     double fl;
     DCP_CHECK(step_floor_of(x, cluster, &fl));
     if (fl * (1.0 - 1e-9) >= best->ms) return DCP_OK;
     dcp_plan_t *p = NULL;
-    DCP_CHECK(plan_placed(x, cluster, &p));
-    return keep_faster(best, p, cluster);
+    DCP_CHECK(dcp_plan_placed(x, cluster, &p));
+    return dcp_candidate_keep(best, p, cluster);
 }
 
 /* How far apart whole documents packed into the cluster's nodes leave the nodes' loads
@@ -459,7 +290,7 @@ static dcp_status_t nodes_imbalance(const dcp_batch_t *batch, const dcp_attn_sha
  * has none. */
 static dcp_status_t hier_candidates(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                     const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                                    candidate_t *best)
+                                    dcp_candidate_t *best)
 {
     if (dcp_batch_kinds(batch) > 1 || cluster->num_nodes < 2) return DCP_OK;
     double imbalance = 0, incumbent = 0;
@@ -503,9 +334,9 @@ static dcp_status_t hier_candidates(const dcp_batch_t *batch, const dcp_attn_sha
  * is one the cost model would have predicted no faster than METIS's. */
 static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                                const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                               candidate_t *out)
+                               dcp_candidate_t *out)
 {
-    candidate_t best;
+    dcp_candidate_t best;
     DCP_CHECK(plan_metis_tries(batch, shape, o, cluster, &best));
     dcp_status_t st = o->hierarchy ? hier_candidates(batch, shape, o, cluster, &best) : DCP_OK;
     const dcp_plan_t *mp = best.plan;
@@ -519,8 +350,8 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
         if (st == DCP_OK && !floor_not_faster(fl, mp) && mp->num_kinds > 1)
             st = dcp_place_batch(batch, shape, &zo, cluster, &x); /* every kind, for the plan */
         if (st == DCP_OK) {
-            if (!floor_not_faster(fl, mp)) st = plan_placed(&x, cluster, &zz);
-            if (st == DCP_OK && zz) st = keep_faster(&best, zz, cluster);
+            if (!floor_not_faster(fl, mp)) st = dcp_plan_placed(&x, cluster, &zz);
+            if (st == DCP_OK && zz) st = dcp_candidate_keep(&best, zz, cluster);
         } else if (st == DCP_ERR_CAPACITY) {
             st = DCP_OK; /* zigzag does not fit the cap or the planning limit */
         }
@@ -538,11 +369,11 @@ static dcp_status_t plan_metis(const dcp_batch_t *batch, const dcp_attn_shape_t 
  * simulator runs fastest per training step wins (ties: the earlier candidate). */
 static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
                               const dcp_plan_options_t *o, const dcp_cluster_t *cluster,
-                              candidate_t *out)
+                              dcp_candidate_t *out)
 {
     const int32_t blocks[3] = {o->block_size / 2 > 0 ? o->block_size / 2 : 1, o->block_size,
                                o->block_size <= INT32_MAX / 2 ? 2 * o->block_size : o->block_size};
-    candidate_t best = {NULL, 0};
+    dcp_candidate_t best = {NULL, 0};
     for (int s = 0; s < DCP_STRATEGY_COUNT; s++)
         for (int b = 0; b < 3; b++) {
             if (b > 0 && blocks[b] == blocks[b - 1]) continue;
@@ -552,7 +383,7 @@ static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *
             dcp_plan_t *p = NULL;
             dcp_status_t st = plan_one(batch, shape, &c, cluster, &p);
             if (st == DCP_ERR_CAPACITY) continue; /* this candidate does not fit: others may */
-            if (st == DCP_OK) st = keep_faster(&best, p, cluster);
+            if (st == DCP_OK) st = dcp_candidate_keep(&best, p, cluster);
             if (st != DCP_OK) {
                 dcp_plan_destroy(best.plan);
                 return st;
@@ -564,215 +395,6 @@ static dcp_status_t plan_auto(const dcp_batch_t *batch, const dcp_attn_shape_t *
                              (long long)o->mem_cap_bytes);
     *out = best;
     return DCP_OK;
-}
-
-/* The division counts that options.divisions = 0 chooses among. Few divisions leave a
- * rank's first and last kernels waiting on whole transfers; many make small kernels and
- * launches. On the 64 batches of overlap_bench.sh at 8x8 h100-ib (8 a row), the simulator
- * put batches of many short sequences at their fastest with 6 and those with long sequences
- * with 12-16: 890 ms with 8 everywhere, 833 ms with the fastest of these three, 824 ms of 4,
- * 6, 8, 12 and 16 (with a last rank more often idle) at 5/3 the cost. */
-static const int32_t division_choices[] = {6, DCP_DIVISIONS_COMPARED, 12};
-
-/* Replaces c's plan (built with DCP_DIVISIONS_COMPARED divisions) by its placement divided
- * as the division_choices count whose plan the simulator runs fastest (keep_faster: the
- * compared count on a tie), then by that count's plan in DCP_ORDER_LONG_TAIL where the
- * simulator runs that faster. The second order costs a plan and a simulation; on the 36
- * batches of partition/README.md's comparison at 8x8 h100-ib (both kernel tables) it won 14, their
- * steps summing 0.5% shorter. c keeps a whole plan on failure. */
-static dcp_status_t choose_divisions(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
-                                     candidate_t *c)
-{
-    dcp_placed_t x = {0};
-    dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(c->plan), batch, cluster, &x);
-    for (size_t i = 0; i < sizeof division_choices / sizeof division_choices[0] && st == DCP_OK;
-         i++) {
-        if (division_choices[i] == DCP_DIVISIONS_COMPARED) continue;
-        dcp_plan_t *p = NULL;
-        st = plan_divided(&x, cluster, division_choices[i], DCP_ORDER_DEFAULT, &p);
-        if (st == DCP_OK) st = keep_faster(c, p, cluster);
-    }
-    if (st == DCP_OK) {
-        dcp_plan_t *p = NULL;
-        st = plan_divided(&x, cluster, c->plan->opts.divisions, DCP_ORDER_LONG_TAIL, &p);
-        if (st == DCP_OK) st = keep_faster(c, p, cluster);
-        if (st == DCP_OK && c->plan == p) c->order = DCP_ORDER_LONG_TAIL;
-    }
-    dcp_placed_release(&x);
-    return st;
-}
-
-/* Seconds each rank of plan p spends in a training step's copies, merges and sums, timed as
- * the simulator times them ([num_ranks], malloc'ed). */
-static dcp_status_t memory_seconds(const dcp_plan_t *p, const dcp_cluster_t *cluster,
-                                   double **sec_out)
-{
-    dcp_sim_kernels_t k;
-    dcp_sim_kernels_from_perf(&cluster->perf, &k);
-    double *sec;
-    DCP_CHECK(dcp_calloc(&sec, p->num_ranks, sizeof *sec, "memory seconds"));
-    for (int pass = 0; pass < DCP_PASS_COUNT; pass++)
-        for (int32_t r = 0; r < p->num_ranks; r++)
-            for (int64_t i = dcp_plan_prog_begin(p, (dcp_pass_t)pass, r);
-                 i < dcp_plan_prog_end(p, (dcp_pass_t)pass, r); i++) {
-                const dcp_instr_t *in = &p->instrs[i];
-                if (in->op != DCP_OP_COPY && in->op != DCP_OP_REDUCE) continue;
-                const int merge = in->op == DCP_OP_REDUCE && in->arg == DCP_PASS_FWD;
-                sec[r] +=
-                    dcp_cost_memory_bytes(p, in) / ((merge ? k.merge_gbps : k.copy_gbps) * 1e9);
-            }
-    *sec_out = sec;
-    return DCP_OK;
-}
-
-/* Seconds each computation block of blocks b computes in a training step, its tile timed as
- * the cost model times it (dcp_cost_attn_floor), forward and backward ([comps], malloc'ed). */
-static dcp_status_t comp_seconds(const dcp_blocks_t *b, const dcp_cluster_t *cluster,
-                                 double **sec_out)
-{
-    const dcp_perf_model_t *m = &cluster->perf;
-    const double step = 1.0 + 2.5 / m->bwd_speed;
-    double *sec;
-    DCP_CHECK(dcp_calloc(&sec, b->num_tiles * b->head_blocks, sizeof *sec, "comp seconds"));
-    for (int64_t t = 0; t < b->num_tiles; t++) {
-        const double edge = sqrt((double)b->blk_len[b->tile_q[t]] * b->blk_len[b->tile_kv[t]]);
-        const double s = step * (double)dcp_blocks_comp_flops(b, t) /
-                         (m->peak_tflops * 1e12 * dcp_cost_efficiency(m, edge));
-        for (int32_t h = 0; h < b->head_blocks; h++) sec[t * b->head_blocks + h] = s;
-    }
-    *sec_out = sec;
-    return DCP_OK;
-}
-
-/* How far dcp_refine_even() evens the ranks' kernel time: within 1% of the mean. */
-#define EVEN_TOL 0.01
-
-/* The plan of plan p's placement evened (dcp_refine_even; across nodes too with `across`;
- * with `memory`, each rank's load counting p's copies, merges and sums), with p's divisions
- * and order, then its owners spread over the nodes' links as METIS's are
- * (dcp_place_spread_links); *q_out = NULL where nothing moved. */
-static dcp_status_t even_plan(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
-                              const dcp_plan_t *p, dcp_order_t order, int across, int memory,
-                              dcp_plan_t **q_out)
-{
-    dcp_placed_t x = {0};
-    dcp_hypergraph_t g = {0};
-    double *comp = NULL, *fixed = NULL;
-    int moved = 0;
-    *q_out = NULL;
-    dcp_status_t st = dcp_kinds_place_on(p, batch, cluster, &x);
-    if (st == DCP_OK) st = dcp_hypergraph_build(&x.b, &g);
-    if (st == DCP_OK) st = comp_seconds(&x.b, cluster, &comp);
-    if (st == DCP_OK && memory) st = memory_seconds(p, cluster, &fixed);
-    if (st == DCP_OK) {
-        const dcp_place_in_t in = {&x.b, cluster, &x.opts};
-        st = dcp_refine_even(&x.b, &g, &in, EVEN_TOL, across, comp, fixed, &x.pl, &moved);
-    }
-    if (st == DCP_OK && moved) st = dcp_place_spread_links(&x.b, cluster, &x.pl);
-    if (st == DCP_OK && moved) st = plan_divided(&x, cluster, p->opts.divisions, order, q_out);
-    free(comp);
-    free(fixed);
-    dcp_hypergraph_release(&g);
-    dcp_placed_release(&x);
-    return st;
-}
-
-/* Tokens a rank holds, in blocks, from which the candidate that evens the nodes too is built,
- * and the share of its step the incumbent's slowest ranks wait on transfers from which the
- * one that leaves copies, merges and sums out of the loads is (see even_candidates). */
-#define EVEN_ACROSS_BLOCKS 8
-#define EVEN_EXPOSED       0.08
-
-/* The candidates that even out the kernel time of c's plan, on c's placement, divisions and
- * order (partition/place/refine_even.h), kept in c where the simulator runs them faster: METIS and
- * its repair balance FLOPs within eps_intra, but what a compute-bound step waits for is its
- * busiest rank's kernels, its tiles at the rate of their edges and its copies, merges and
- * sums. Only METIS's and the packing's placements, of one layer kind. The first evens the
- * ranks of each node, counting each rank's memory kernels as c's plan has them; alone, on
- * 72 batches (tests/perf/peers_bench.sh's 54: 8x8 h100-ib at both kernel tables and 4 x p4de,
- * 256K tokens; plan_bench.sh's 18: 4x8, 128K) it made 45 faster and none slower, at one plan
- * and simulation more. The second evens the nodes first, moving blocks between them; it is built
- * only where a rank holds EVEN_ACROSS_BLOCKS blocks' worth of tokens or more: on those 72
- * batches (4 blocks a rank) it beat the first on 14 and lost to it by up to 3.6x (the moved
- * blocks' transfers between nodes), where at 16 (1M tokens at 64 GPUs, steps that are their
- * kernels) it beat it on all three batches tried, two of which need it to stay within 1% of
- * MagiAttention's dispatch (WLB-LLM causal and lambda, seed 1). The third leaves the memory
- * kernels out of the loads, and is built where the incumbent's slowest ranks wait on
- * transfers for more than EVEN_EXPOSED of the step (14 of the 72): it won 5 of them
- * (histogram blockwise seed 2 at cuDNN's rates: 1.62 -> 1.55 ms, 15.1% -> 4.7% of it
- * exposed). All three: 48 of the 72 faster, none slower, the steps 2.2% shorter in the
- * geometric mean (WLB-LLM blockwise seed 1 at 8x8, FlashAttention-2's rates, 34%). */
-static dcp_status_t even_candidates(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
-                                    candidate_t *c)
-{
-    dcp_plan_t *p = c->plan;
-    if (p->num_kinds > 1 || !p->opts.hierarchy ||
-        (p->opts.strategy != DCP_STRATEGY_METIS && p->opts.strategy != DCP_STRATEGY_NODES))
-        return DCP_OK; /* zigzag's and head parallelism's owners are their definition */
-    const int64_t tokens = p->stats.total_tokens;
-    const double exposed = c->ms > 0 ? c->exposed_ms / c->ms : 0;
-    dcp_status_t st = DCP_OK;
-    /* (across, memory): inside with memory always; across where a rank holds many blocks;
-     * inside without memory where the incumbent's slowest rank waits for transfers long */
-    const int variants[3][3] = {
-        {0, 1, 1},
-        {1, 1,
-         cluster->num_nodes > 1 &&
-             tokens >= (int64_t)EVEN_ACROSS_BLOCKS * p->opts.block_size * cluster->num_ranks},
-        {0, 0, exposed > EVEN_EXPOSED}};
-    candidate_t best = *c;
-    for (int v = 0; v < 3 && st == DCP_OK; v++) {
-        if (!variants[v][2]) continue;
-        dcp_plan_t *q = NULL;
-        double ms = 0, q_exposed = 0;
-        st = even_plan(batch, cluster, p, c->order, variants[v][0], variants[v][1], &q);
-        if (st == DCP_OK && q) st = sim_step(q, cluster, &ms, &q_exposed);
-        if (st == DCP_OK && q && ms < best.ms) {
-            if (best.plan != p) dcp_plan_destroy(best.plan);
-            best = (candidate_t){q, ms, c->order, q_exposed};
-        } else {
-            dcp_plan_destroy(q);
-        }
-    }
-    if (st != DCP_OK) {
-        if (best.plan != p) dcp_plan_destroy(best.plan);
-        return st;
-    }
-    if (best.plan != p) dcp_plan_destroy(p);
-    *c = best;
-    return DCP_OK;
-}
-
-/* The candidate that runs c's plan's placement and divisions in DCP_ORDER_QUERY_RUNS, kept in c
- * where the simulator runs it faster and its slowest ranks wait on transfers no longer than
- * c's do. Built last, on the plan the other choices returned, so it can only shorten a step;
- * only on clusters of several nodes (the order differs from DCP_ORDER_LONG_TAIL only where
- * a query block's computation is on another node). On histogram causal seed 3 of the peer
- * comparison at 8x8 h100-ib with cuDNN's rates its forward's busiest rank no longer waits
- * after its tail for two of its query blocks' partials, which another node wrote over all
- * of its remote divisions: 5.32 -> 5.23 ms, 10.3% -> 7.5% of it exposed. Without the
- * exposure condition it would also win histogram blockwise seed 1 there (1.62 -> 1.58 ms) by
- * exposing 15.6% of the step where the incumbent exposes 8.4%: a step the simulator's overlap
- * makes shorter but that leans on the network more. */
-static dcp_status_t query_runs_candidate(const dcp_batch_t *batch, const dcp_cluster_t *cluster,
-                                         candidate_t *c)
-{
-    if (cluster->num_nodes < 2 || c->order == DCP_ORDER_QUERY_RUNS) return DCP_OK;
-    dcp_placed_t x = {0};
-    dcp_plan_t *p = NULL;
-    double ms = 0, exposed = 0;
-    dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(c->plan), batch, cluster, &x);
-    if (st == DCP_OK)
-        st = plan_divided(&x, cluster, c->plan->opts.divisions, DCP_ORDER_QUERY_RUNS, &p);
-    if (st == DCP_OK) st = sim_step(p, cluster, &ms, &exposed);
-    if (st == DCP_OK && ms < c->ms && exposed <= c->exposed_ms) {
-        dcp_plan_destroy(c->plan);
-        *c = (candidate_t){p, ms, DCP_ORDER_QUERY_RUNS, exposed};
-    } else {
-        dcp_plan_destroy(p);
-    }
-    dcp_placed_release(&x);
-    return st;
 }
 
 dcp_status_t dcp_plan_check_args(const dcp_batch_t *batch, const dcp_attn_shape_t *shape,
@@ -795,7 +417,7 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     else
         dcp_plan_options_default(&o);
     DCP_CHECK(check_options(&o));
-    candidate_t c = {NULL, NAN};
+    dcp_candidate_t c = {NULL, NAN};
     if (o.strategy == DCP_STRATEGY_AUTO)
         DCP_CHECK(plan_auto(batch, shape, &o, cluster, &c));
     else if (o.strategy == DCP_STRATEGY_METIS)
@@ -803,10 +425,11 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
     else
         DCP_CHECK(plan_one(batch, shape, &o, cluster, &c.plan));
     dcp_status_t st = DCP_OK;
-    if (o.divisions == 0 && isnan(c.ms)) st = sim_step(c.plan, cluster, &c.ms, &c.exposed_ms);
-    if (o.divisions == 0 && st == DCP_OK) st = choose_divisions(batch, cluster, &c);
-    if (o.strategy == DCP_STRATEGY_METIS && st == DCP_OK) st = even_candidates(batch, cluster, &c);
-    if (o.divisions == 0 && st == DCP_OK) st = query_runs_candidate(batch, cluster, &c);
+    if (o.divisions == 0 && isnan(c.ms))
+        st = dcp_candidate_sim(c.plan, cluster, &c.ms, &c.exposed_ms);
+    if (o.divisions == 0 && st == DCP_OK) st = dcp_polish_divisions(batch, cluster, &c);
+    if (o.strategy == DCP_STRATEGY_METIS && st == DCP_OK) st = dcp_polish_even(batch, cluster, &c);
+    if (o.divisions == 0 && st == DCP_OK) st = dcp_polish_query_runs(batch, cluster, &c);
     if (st != DCP_OK) {
         dcp_plan_destroy(c.plan);
         return st;
@@ -827,7 +450,7 @@ dcp_status_t dcp_plan_create_on(const dcp_plan_t *base, const dcp_batch_t *batch
     dcp_placed_t x = {0};
     dcp_plan_t *p = NULL;
     dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(base), batch, cluster, &x);
-    if (st == DCP_OK) st = plan_placed(&x, cluster, &p);
+    if (st == DCP_OK) st = dcp_plan_placed(&x, cluster, &p);
     dcp_placed_release(&x);
     if (st != DCP_OK) return st;
     const double ms = (dcp_now() - t0) * 1e3;

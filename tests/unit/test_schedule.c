@@ -10,6 +10,7 @@
  *  - every output row is published once, after the last write to its accumulator and the
  *    last wait.
  */
+#include "include/base/error.h"
 #include "partition/model/mask.h"
 #include "partition/plan/plan.h"
 #include "partition/program/schedule.h"
@@ -599,12 +600,10 @@ static void test_invariants_on_many_plans(void)
     CU_ASSERT(hubs > 0); /* relays between the 2x4 plans' nodes are among the checked */
 }
 
-/* Remote blocks that read from other nodes take the middle remote divisions: on every rank,
- * no block that reads only inside its node lies strictly between the first and the last
- * division holding a block that reads from another node; and on 4x4 ranks (16 causal
- * sequences of 325-3183 tokens, block 128, METIS) some ranks have such near blocks both
- * before and after them. */
-static void test_far_inputs_in_the_middle(void)
+/* The orders' batch: 16 causal documents of 325-3183 tokens, block 128, 2 head groups,
+ * placed by the default on `spec`; *c_out and *x_out are the caller's to release. */
+static dcp_status_t place_orders_batch(const char *spec, dcp_plan_options_t *o_out,
+                                       dcp_cluster_t **c_out, dcp_placed_t *x_out)
 {
     static const int32_t lens[16] = {500, 501, 1268, 2131, 325, 1308, 609,  1068,
                                      799, 810, 3183, 1906, 871, 1739, 1632, 1553};
@@ -612,14 +611,29 @@ static void test_far_inputs_in_the_middle(void)
     for (int i = 0; i < 16; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
     const dcp_batch_t batch = {.num_seqs = 16, .lengths = lens, .masks = m};
     const dcp_attn_shape_t shape = {8, 2, 16, DCP_DTYPE_BF16, 0.0f};
+    dcp_plan_options_default(o_out);
+    o_out->block_size = 128;
+    o_out->head_blocks = 2;
+    DCP_CHECK(dcp_cluster_from_spec(spec, c_out));
+    const dcp_status_t st = dcp_place_batch(&batch, &shape, o_out, *c_out, x_out);
+    if (st != DCP_OK) {
+        dcp_cluster_destroy(*c_out);
+        *c_out = NULL;
+    }
+    return st;
+}
+
+/* Remote blocks that read from other nodes take the middle remote divisions: on every rank,
+ * no block that reads only inside its node lies strictly between the first and the last
+ * division holding a block that reads from another node; and on 4x4 ranks (16 causal
+ * sequences of 325-3183 tokens, block 128, METIS) some ranks have such near blocks both
+ * before and after them. */
+static void test_far_inputs_in_the_middle(void)
+{
     dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    o.block_size = 128;
-    o.head_blocks = 2;
     dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x4", &c), DCP_OK);
     dcp_placed_t x = {0};
-    CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&batch, &shape, &o, c, &x), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place_orders_batch("4x4", &o, &c, &x), DCP_OK);
     dcp_schedule_t s;
     CU_ASSERT_EQUAL_FATAL(dcp_schedule_build(&x.b, &x.pl, c->num_ranks, c->devs_per_node, 8,
                                              DCP_COMM_DIVISIONS, 1, DCP_PASS_FWD, DCP_ORDER_DEFAULT,
@@ -682,20 +696,10 @@ static double tail_local_flops(const dcp_placed_t *x, const dcp_schedule_t *s)
  * about 0.7 of the local FLOPs where the default's computes half. */
 static void test_long_tail_order(void)
 {
-    static const int32_t lens[16] = {500, 501, 1268, 2131, 325, 1308, 609,  1068,
-                                     799, 810, 3183, 1906, 871, 1739, 1632, 1553};
-    dcp_mask_t m[16];
-    for (int i = 0; i < 16; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
-    const dcp_batch_t batch = {.num_seqs = 16, .lengths = lens, .masks = m};
-    const dcp_attn_shape_t shape = {8, 2, 16, DCP_DTYPE_BF16, 0.0f};
     dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    o.block_size = 128;
-    o.head_blocks = 2;
     dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("4x4", &c), DCP_OK);
     dcp_placed_t x = {0};
-    CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&batch, &shape, &o, c, &x), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place_orders_batch("4x4", &o, &c, &x), DCP_OK);
     const int32_t hb = x.b.head_blocks, dv = c->devs_per_node;
     for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
         dcp_schedule_t s[2];
@@ -763,20 +767,10 @@ static int32_t ranks_out_of_query_runs(const dcp_placed_t *x, const dcp_schedule
  * backward is the default's, block for block (the batch of test_long_tail_order on 8x2). */
 static void test_query_runs_order(void)
 {
-    static const int32_t lens[16] = {500, 501, 1268, 2131, 325, 1308, 609,  1068,
-                                     799, 810, 3183, 1906, 871, 1739, 1632, 1553};
-    dcp_mask_t m[16];
-    for (int i = 0; i < 16; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
-    const dcp_batch_t batch = {.num_seqs = 16, .lengths = lens, .masks = m};
-    const dcp_attn_shape_t shape = {8, 2, 16, DCP_DTYPE_BF16, 0.0f};
     dcp_plan_options_t o;
-    dcp_plan_options_default(&o);
-    o.block_size = 128;
-    o.head_blocks = 2;
     dcp_cluster_t *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec("8x2", &c), DCP_OK);
     dcp_placed_t x = {0};
-    CU_ASSERT_EQUAL_FATAL(dcp_place_batch(&batch, &shape, &o, c, &x), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(place_orders_batch("8x2", &o, &c, &x), DCP_OK);
     const int32_t dv = c->devs_per_node;
     const int64_t ncomp = x.b.num_tiles * x.b.head_blocks;
     static const dcp_order_t orders[3] = {DCP_ORDER_DEFAULT, DCP_ORDER_LONG_TAIL,
