@@ -276,8 +276,11 @@ static dcp_status_t nodes_imbalance(const dcp_batch_t *batch, const dcp_attn_sha
 /* The hierarchical candidates that the peer policies suggest, each screened (screen). The
  * first is packed DP x CP's (DCP_STRATEGY_NODES, place_hier.c): documents packed into nodes,
  * then METIS on each node's devices; its packing may leave the nodes' loads apart only by less
- * than the incumbent's simulated step exceeds the cost model's floor of it (the share of the
- * step lost to transfers and waits, which traffic kept inside the nodes could win back).
+ * than the incumbent's simulated step exceeds the cost model's floor of its compute alone
+ * (dcp_cost_attn_floor: the share of the step lost to transfers and waits, which traffic
+ * kept inside the nodes could win back). (With the incumbent's whole floor, its transfers'
+ * link time counted as if no placement could save it, a network as slow as the emulated
+ * cluster's 100 Mbit/s links never let the candidate be built, where it halves the step.)
  * Where the packing leaves the nodes uneven, the second is the same packing with head
  * parallelism inside each node (DCP_STRATEGY_ULYSSES with a node per group): every device of
  * the busiest node then takes an equal share of every tile, where METIS on the node's coarse
@@ -299,9 +302,12 @@ static dcp_status_t hier_candidates(const dcp_batch_t *batch, const dcp_attn_sha
     dcp_placed_t x = {0};
     dcp_status_t st = DCP_OK;
     if (uneven) { /* worth it only where the incumbent loses more than the imbalance costs */
+        double fwd = 0;
         st = dcp_kinds_place_on(dcp_plan_root(best->plan), batch, cluster, &x);
-        if (st == DCP_OK) st = step_floor_of(&x, cluster, &incumbent);
+        if (st == DCP_OK)
+            st = dcp_cost_attn_floor(&x.b, &x.pl, cluster->num_ranks, &cluster->perf, &fwd);
         dcp_placed_release(&x);
+        incumbent = step_floor(fwd, cluster);
         if (st != DCP_OK || !(incumbent > 0) || imbalance > best->ms / incumbent) return st;
     }
     for (int k = 0; k < 2 && st == DCP_OK; k++) {

@@ -169,6 +169,37 @@ static void test_default_by_training_step(void)
     free(first);
 }
 
+/* A network as slow as the emulated cluster's 100 Mbit/s links between 2 hosts of 4 CPU ranks
+ * (tests/data/emulated-100mbit.node, what dcp-calibrate measured there), and a batch of six
+ * documents, one of 4560 tokens among 8192: packed into the nodes the documents leave them
+ * uneven (the long one alone in one), yet no byte crosses between them, which on this network
+ * is worth more than the balance. The default tries the hierarchical candidates there (the
+ * incumbent's compute alone, times the packing's imbalance, is under its step) and keeps one:
+ * no byte between the nodes, a simulated step shorter than METIS's global plan's. */
+static void test_slow_network_keeps_documents_in_nodes(void)
+{
+    const int32_t len[6] = {4560, 147, 1656, 309, 663, 857};
+    dcp_mask_t m[6];
+    for (int i = 0; i < 6; i++) m[i] = (dcp_mask_t){.kind = DCP_MASK_CAUSAL};
+    const dcp_attn_shape_t sh = {4, 4, 64, DCP_DTYPE_FP32, 0.0f};
+    const char *cluster = "2x@tests/data/emulated-100mbit.node";
+    dcp_plan_options_t o;
+    dcp_plan_options_default(&o);
+    o.block_size = 256;
+    o.divisions = 4;
+    o.seed = 2;
+    dcp_plan_t *def = t_plan_shape(len, 6, m, cluster, &sh, &o);
+    o.hierarchy = 0;
+    dcp_plan_t *global = t_plan_shape(len, 6, m, cluster, &sh, &o);
+    CU_ASSERT(def->stats.strategy == DCP_STRATEGY_NODES ||
+              def->stats.strategy == DCP_STRATEGY_ULYSSES);
+    CU_ASSERT_EQUAL(def->stats.inter_node_bytes + def->stats.bwd_inter_node_bytes, 0);
+    CU_ASSERT(global->stats.inter_node_bytes > 0);
+    CU_ASSERT(sim_step_ms(def, cluster) < sim_step_ms(global, cluster));
+    dcp_plan_destroy(def);
+    dcp_plan_destroy(global);
+}
+
 /* Small batches, where rows at the device level are too coarse to balance: METIS then
  * partitions single blocks there, and never falls back to lpt (16 of 30 such 2x4 plans did
  * with rows alone). METIS's placements are checked themselves: the default's plan may be
@@ -536,6 +567,7 @@ int dcp_suite_planner(void)
         {"default_not_slower_single_sequences", test_default_not_slower_single_sequences},
         {"default_not_slower_histogram", test_default_not_slower_histogram},
         {"default_by_training_step", test_default_by_training_step},
+        {"slow_network_keeps_documents_in_nodes", test_slow_network_keeps_documents_in_nodes},
         {"default_not_slower_shared_lengths", test_default_not_slower_shared_lengths},
         {"small_batches_place_blocks", test_small_batches_place_blocks},
         {"attn_floor_below_prediction", test_attn_floor_below_prediction},
