@@ -117,33 +117,10 @@ dcp_status_t dcp_plan_placed(const dcp_placed_t *x, const dcp_cluster_t *cluster
     return dcp_plan_divided(x, cluster, d, DCP_ORDER_DEFAULT, plan_out);
 }
 
-dcp_status_t dcp_candidate_sim(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out,
-                               double *exposed_out)
-{
-    dcp_sim_machine_t m;
-    dcp_sim_kernels_t k;
-    dcp_sim_machine_from_cluster(c, &m);
-    dcp_sim_kernels_from_perf(&c->perf, &k);
-    const dcp_plan_t *root = dcp_plan_root(p);
-    double ms = 0, exposed = 0;
-    for (int32_t i = 0; i < root->num_kinds; i++) {
-        const dcp_plan_t *v = dcp_plan_view_const(root, i);
-        for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
-            dcp_sim_result_t r = {0};
-            DCP_CHECK(dcp_sim_run(v, (dcp_pass_t)pass, &m, &k, NULL, &r));
-            ms += v->layers * r.ms;
-            exposed += v->layers * r.exposed_comm_ms;
-        }
-    }
-    *ms_out = ms;
-    *exposed_out = exposed;
-    return DCP_OK;
-}
-
 dcp_status_t dcp_candidate_keep(dcp_candidate_t *best, dcp_plan_t *p, const dcp_cluster_t *cluster)
 {
     double ms = 0, exposed = 0;
-    const dcp_status_t st = dcp_candidate_sim(p, cluster, &ms, &exposed);
+    const dcp_status_t st = dcp_sim_model_step(p, cluster, &ms, &exposed);
     if (st == DCP_OK && (!best->plan || ms < best->ms)) {
         dcp_plan_destroy(best->plan);
         *best = (dcp_candidate_t){p, ms, DCP_ORDER_DEFAULT, exposed};

@@ -33,12 +33,6 @@ typedef struct {
     double exposed_ms; /* of ms, its slowest ranks' waits on transfers in flight */
 } dcp_candidate_t;
 
-/* dcp_sim_model_step() of plan p on cluster c, ms, and the part of it the slowest rank of each
- * pass spends blocked on transfers in flight (dcp_sim_result_t.exposed_comm_ms, summed the
- * same way). */
-dcp_status_t dcp_candidate_sim(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out,
-                               double *exposed_out);
-
 /* Keeps in *best whichever of *best and p the step-time simulator runs faster per training
  * step (*best on a tie) and destroys the other. The simulator judges every choice between
  * plans: the cost model times a launch by its busiest link with each device's fixed share of

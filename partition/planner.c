@@ -17,6 +17,7 @@
 #include "partition/plan/plan.h"
 #include "partition/planner.h"
 #include "partition/polish.h"
+#include "partition/sim/simulate.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -432,7 +433,7 @@ dcp_status_t dcp_plan_create(const dcp_batch_t *batch, const dcp_attn_shape_t *s
         DCP_CHECK(plan_one(batch, shape, &o, cluster, &c.plan));
     dcp_status_t st = DCP_OK;
     if (o.divisions == 0 && isnan(c.ms))
-        st = dcp_candidate_sim(c.plan, cluster, &c.ms, &c.exposed_ms);
+        st = dcp_sim_model_step(c.plan, cluster, &c.ms, &c.exposed_ms);
     if (o.divisions == 0 && st == DCP_OK) st = dcp_polish_divisions(batch, cluster, &c);
     if (o.strategy == DCP_STRATEGY_METIS && st == DCP_OK) st = dcp_polish_even(batch, cluster, &c);
     if (o.divisions == 0 && st == DCP_OK) st = dcp_polish_query_runs(batch, cluster, &c);

@@ -148,7 +148,7 @@ dcp_status_t dcp_polish_even(const dcp_batch_t *batch, const dcp_cluster_t *clus
         dcp_plan_t *q = NULL;
         double ms = 0, q_exposed = 0;
         st = even_plan(batch, cluster, p, c->order, variants[v][0], variants[v][1], &q);
-        if (st == DCP_OK && q) st = dcp_candidate_sim(q, cluster, &ms, &q_exposed);
+        if (st == DCP_OK && q) st = dcp_sim_model_step(q, cluster, &ms, &q_exposed);
         if (st == DCP_OK && q && ms < best.ms) {
             if (best.plan != p) dcp_plan_destroy(best.plan);
             best = (dcp_candidate_t){q, ms, c->order, q_exposed};
@@ -175,7 +175,7 @@ dcp_status_t dcp_polish_query_runs(const dcp_batch_t *batch, const dcp_cluster_t
     dcp_status_t st = dcp_kinds_place_on(dcp_plan_root(c->plan), batch, cluster, &x);
     if (st == DCP_OK)
         st = dcp_plan_divided(&x, cluster, c->plan->opts.divisions, DCP_ORDER_QUERY_RUNS, &p);
-    if (st == DCP_OK) st = dcp_candidate_sim(p, cluster, &ms, &exposed);
+    if (st == DCP_OK) st = dcp_sim_model_step(p, cluster, &ms, &exposed);
     if (st == DCP_OK && ms < c->ms && exposed <= c->exposed_ms) {
         dcp_plan_destroy(c->plan);
         *c = (dcp_candidate_t){p, ms, DCP_ORDER_QUERY_RUNS, exposed};

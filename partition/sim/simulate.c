@@ -748,22 +748,25 @@ dcp_status_t dcp_sim_trace_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_s
     return sim_run(p, pass, m, k, NULL, res_out, trace_out);
 }
 
-dcp_status_t dcp_sim_model_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out)
+dcp_status_t dcp_sim_model_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out,
+                                double *exposed_out)
 {
     dcp_sim_machine_t m;
     dcp_sim_kernels_t k;
     dcp_sim_machine_from_cluster(c, &m);
     dcp_sim_kernels_from_perf(&c->perf, &k);
     const dcp_plan_t *root = dcp_plan_root(p);
-    double ms = 0;
+    double ms = 0, exposed = 0;
     for (int32_t i = 0; i < root->num_kinds; i++) {
         const dcp_plan_t *v = dcp_plan_view_const(root, i);
         for (int pass = 0; pass < DCP_PASS_COUNT; pass++) {
             dcp_sim_result_t r = {0};
             DCP_CHECK(dcp_sim_run(v, (dcp_pass_t)pass, &m, &k, NULL, &r));
             ms += v->layers * r.ms;
+            exposed += v->layers * r.exposed_comm_ms;
         }
     }
     *ms_out = ms;
+    if (exposed_out) *exposed_out = exposed;
     return DCP_OK;
 }

@@ -135,8 +135,11 @@ dcp_status_t dcp_sim_run(const dcp_plan_t *p, dcp_pass_t pass, const dcp_sim_mac
 /* The simulated training step of plan p's model on cluster c, ms: layers x each kind's
  * forward + backward, summed over the kinds (what dcp_plan_stats_t.model_step_ms predicts),
  * on c's machine (dcp_sim_machine_from_cluster) with c's kernels
- * (dcp_sim_kernels_from_perf). */
-dcp_status_t dcp_sim_model_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out);
+ * (dcp_sim_kernels_from_perf). exposed_out (optional) gets the part of it the slowest rank of
+ * each pass spends blocked on transfers in flight (dcp_sim_result_t.exposed_comm_ms, summed the
+ * same way). */
+dcp_status_t dcp_sim_model_step(const dcp_plan_t *p, const dcp_cluster_t *c, double *ms_out,
+                                double *exposed_out);
 
 /* dcp_sim_run() that also records the run in *trace_out (released with
  * dcp_sim_trace_release(); untouched on failure). */

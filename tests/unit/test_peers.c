@@ -348,14 +348,14 @@ static void test_default_not_slower_than_policies(void)
     dcp_plan_t *def = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_plan_create(&batch, &shape, &o, c, &def), DCP_OK);
     double best = 0;
-    CU_ASSERT_EQUAL_FATAL(dcp_sim_model_step(def, c, &best), DCP_OK);
+    CU_ASSERT_EQUAL_FATAL(dcp_sim_model_step(def, c, &best, NULL), DCP_OK);
     for (int i = 0; i < NPEERS; i++) {
         o.strategy = peers[i];
         dcp_plan_t *p = NULL;
         const dcp_status_t st = dcp_plan_create(&batch, &shape, &o, c, &p);
         CU_ASSERT(st == DCP_OK || (peers[i] == DCP_STRATEGY_ULYSSES && st == DCP_ERR_INVALID_ARG));
         double ms = 0;
-        if (p) CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms), DCP_OK);
+        if (p) CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms, NULL), DCP_OK);
         if (p) CU_ASSERT(best <= ms);
         dcp_plan_destroy(p);
     }

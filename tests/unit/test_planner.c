@@ -60,7 +60,7 @@ static double sim_step_ms(const dcp_plan_t *p, const char *cluster)
     dcp_cluster_t *c = NULL;
     CU_ASSERT_EQUAL_FATAL(dcp_cluster_from_spec(cluster, &c), DCP_OK);
     double ms = 0;
-    CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms, NULL), DCP_OK);
     dcp_cluster_destroy(c);
     return ms;
 }

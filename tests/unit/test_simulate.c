@@ -430,7 +430,7 @@ static void test_model_step_sums_kinds(void)
         }
     }
     double ms = 0;
-    CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms), DCP_OK);
+    CU_ASSERT_EQUAL(dcp_sim_model_step(p, c, &ms, NULL), DCP_OK);
     CU_ASSERT(want > 0);
     CU_ASSERT_DOUBLE_EQUAL(ms, want, 1e-12 * want);
     dcp_plan_destroy(p);
